@@ -1,0 +1,13 @@
+"""Test-session setup shared by the unit tests and the nbval notebook run.
+
+Notebooks executed by the tests write their results to a temporary folder
+(``PERFLAB_DATA_DIR``, inherited by the notebook kernels), never over the committed ``data/``.
+"""
+
+import os
+import tempfile
+
+
+def pytest_configure(config):
+    os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
+    os.environ.setdefault("MPLBACKEND", "Agg")

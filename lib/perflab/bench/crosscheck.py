@@ -1,0 +1,72 @@
+"""Does the workbook's timer agree with the timers made for the job?
+
+The same matmul is timed by ``perflab.bench.time_fn``, by ``torch.utils.benchmark`` (which
+times blocks of calls and reports the median per call over blocks) and, on CUDA only, by
+``triton.testing.do_bench`` (CUDA events, L2 cache flushed between calls). Used by notebook 01.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.utils.benchmark as torch_benchmark
+
+from perflab.bench.timer import time_fn
+from perflab.device import resolve_device
+
+
+def matmul_size_for(target_s: float, flops_per_s: float) -> int:
+    """Side n of a square matmul that takes about ``target_s`` at ``flops_per_s``:
+    2 n^3 = target_s * flops_per_s."""
+    if target_s <= 0 or flops_per_s <= 0:
+        raise ValueError("target_s and flops_per_s must be positive")
+    return max(16, round((target_s * flops_per_s / 2) ** (1 / 3)))
+
+
+def compare_timers(
+    n: int,
+    device: torch.device | str = "auto",
+    warmup: int = 5,
+    steps: int = 30,
+    rounds: int = 3,
+) -> pd.DataFrame:
+    """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each median
+    divided by the workbook's.
+
+    The timers take turns for ``rounds`` rounds and each reports the median of its per-round
+    medians, so that a slow phase of a shared machine does not land on one timer only.
+    """
+    device = resolve_device(device)
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+
+    def matmul() -> torch.Tensor:
+        return a @ b
+
+    # torch.utils.benchmark runs single-threaded unless told otherwise; match ours.
+    reference = torch_benchmark.Timer(
+        stmt="a @ b", globals={"a": a, "b": b}, num_threads=torch.get_num_threads()
+    )
+    medians: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        ours = time_fn(matmul, warmup=warmup, steps=steps, device=device)
+        medians.setdefault("perflab.bench.time_fn", []).append(ours.median)
+        theirs = reference.blocked_autorange(min_run_time=steps * ours.median)
+        medians.setdefault("torch.utils.benchmark.Timer.blocked_autorange", []).append(
+            theirs.median
+        )
+        if device.type == "cuda":  # GPU-only: do_bench times with CUDA events
+            import triton.testing
+
+            ms = triton.testing.do_bench(matmul, return_mode="median")
+            medians.setdefault("triton.testing.do_bench", []).append(ms / 1e3)
+
+    frame = pd.DataFrame(
+        [(timer, float(np.median(values))) for timer, values in medians.items()],
+        columns=["timer", "median_s"],
+    )
+    frame["ratio_to_perflab"] = frame["median_s"] / frame["median_s"].iloc[0]
+    frame.insert(0, "n", n)
+    frame.insert(1, "rounds", rounds)
+    return frame

@@ -1,0 +1,182 @@
+"""What notebook 01 times: a forward pass, forward + backward, and a full AdamW training step.
+
+``BenchConfig`` is one configuration (a CSV row's inputs); ``run_benchmark`` builds the model,
+times the chosen step with the one timer and returns the row. The CLI's ``perflab bench`` and
+the notebooks' sweeps both call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from perflab.bench.sweep import Sweep
+from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
+from perflab.device import describe, parse_dtype, resolve_device
+from perflab.model import PRESETS, TransformerLM, cross_entropy, get_preset
+
+#: forward: logits and loss with autograd recording, as in training;
+#: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.
+MODES = ("forward", "forward-backward", "train-step")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One benchmark configuration; validated on construction with one-line errors."""
+
+    preset: str
+    context_length: int
+    mode: str
+    batch_size: int = 4
+    warmup: int = 5
+    steps: int = 10
+    dtype: str = "float32"
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        config = get_preset(self.preset)
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
+        for name, minimum in (("batch_size", 1), ("warmup", 0), ("steps", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if not 1 <= self.context_length <= config.context_length:
+            raise ValueError(
+                f"context length {self.context_length} out of range for preset {self.preset!r}; "
+                f"valid: 1 to {config.context_length}"
+            )
+        parse_dtype(self.dtype)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
+    """``torch.autocast`` for a low-precision dtype, nothing for float32."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def random_batch(
+    vocab_size: int, batch_size: int, seq_len: int, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token ids and their next-token targets, the same for a given seed."""
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(vocab_size, (batch_size, seq_len + 1), generator=generator)
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def make_step(
+    model: TransformerLM,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    mode: str,
+    dtype: torch.dtype = torch.float32,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Callable[[], float]:
+    """A zero-argument function that runs one step of ``mode`` and returns nothing to wait on.
+
+    ``train-step`` needs an optimizer; gradients are reset with ``set_to_none`` at each step.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
+    if mode == "train-step" and optimizer is None:
+        raise ValueError("mode 'train-step' needs an optimizer")
+    device = inputs.device
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        with autocast_context(device, dtype):
+            loss = cross_entropy(model(inputs), targets)
+        if mode == "forward":
+            return
+        loss.backward()
+        if mode == "train-step":
+            optimizer.step()
+
+    return step
+
+
+def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
+    """Build the preset's model, time ``config.mode`` and return (result row, timing).
+
+    The row holds the full configuration, the model's shape, device and library versions,
+    the timing statistics, tokens/s and achieved FLOP/s (training FLOPs from
+    ``ModelConfig.train_step_flops`` for the modes with a backward, forward FLOPs otherwise).
+    """
+    device = resolve_device(config.device)
+    dtype = parse_dtype(config.dtype)
+    model_config = PRESETS[config.preset]
+    torch.manual_seed(seed)
+    model = TransformerLM(model_config).to(device)
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=1e-4) if config.mode == "train-step" else None
+    )
+    inputs, targets = random_batch(
+        model_config.vocab_size, config.batch_size, config.context_length, device, seed
+    )
+    step = make_step(model, inputs, targets, config.mode, dtype, optimizer)
+    try:
+        timing = time_fn(step, warmup=config.warmup, steps=config.steps, device=device)
+    finally:
+        del model, optimizer, step
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    tokens = config.batch_size * config.context_length
+    if config.mode == "forward":
+        flops = model_config.forward_flops(config.batch_size, config.context_length)
+    else:
+        flops = model_config.train_step_flops(config.batch_size, config.context_length)
+    info = describe(device)
+    row = {
+        **config.as_dict(),
+        "device": info["device"],
+        "device_name": info["device_name"],
+        "torch": info["torch"],
+        "d_model": model_config.d_model,
+        "d_ff": model_config.d_ff,
+        "num_layers": model_config.num_layers,
+        "num_heads": model_config.num_heads,
+        "num_parameters": model_config.num_parameters(),
+        "tokens_per_step": tokens,
+        "flops_per_step": flops,
+        **timing.summary(),
+        "tokens_per_s": tokens / timing.median,
+        "achieved_flops_per_s": flops / timing.median,
+    }
+    return row, timing
+
+
+def measure_in_process(config: dict) -> dict:
+    """Sweep measure function: ``run_benchmark`` in this process; samples kept as JSON text."""
+    row, timing = run_benchmark(BenchConfig(**config))
+    return {**row, "samples_s": json.dumps(list(timing.samples))}
+
+
+def benchmark_sweep(
+    configs: Sequence[BenchConfig],
+    path: str | Path,
+    *,
+    measure: Callable[[dict], dict] = measure_in_process,
+    resume: bool = True,
+    metadata: dict | None = None,
+    desc: str | None = None,
+) -> pd.DataFrame:
+    """Benchmark every configuration through a ``Sweep`` keyed by all of ``BenchConfig``'s
+    fields: each row lands in ``path`` as soon as it is measured, and a re-run skips it."""
+    key = list(BenchConfig.__dataclass_fields__)
+    meta = {"timing_method": TIMING_METHOD, **(metadata or {})}
+    sweep = Sweep(path, key=key, metadata=meta)
+    return sweep.run([c.as_dict() for c in configs], measure, resume=resume, desc=desc)

@@ -1,0 +1,172 @@
+"""A sweep runner that never loses a measurement.
+
+Each configuration's result row is appended to a CSV and flushed to disk as soon as it is
+measured, so a crash, an interrupt or a killed kernel keeps every finished row; a re-run skips
+the configurations whose key is already in the file. Failures such as out-of-memory become rows
+(``status`` "oom" or "error") and the sweep goes on. Metadata (device, versions, what the key
+is) lives beside the CSV in a JSON file of the same name.
+
+Used by notebooks 01 (preset timings), 03 (fp32 vs bf16) and 05/06 (attention grids).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for CUDA's OutOfMemoryError and for the CPU allocator's failure to allocate."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    message = str(error).lower()
+    return isinstance(error, RuntimeError) and (
+        "out of memory" in message or "can't allocate memory" in message
+    )
+
+
+class Sweep:
+    """Results of one sweep in ``path`` (CSV) keyed by the configuration fields ``key``."""
+
+    def __init__(self, path: str | Path, key: Sequence[str], metadata: dict | None = None):
+        self.path = Path(path)
+        if self.path.suffix != ".csv":
+            raise ValueError(f"a sweep file must end in .csv, got {self.path.name!r}")
+        if not key:
+            raise ValueError("a sweep needs at least one key field")
+        self.key = tuple(key)
+        self.metadata_path = self.path.with_suffix(".json")
+        self.metadata = dict(metadata or {})
+
+    def _key_of(self, row: dict) -> tuple[str, ...]:
+        # CSV stores text, so keys are compared as the text csv.writer writes.
+        return tuple(str(row[k]) for k in self.key)
+
+    def _repair(self) -> None:
+        """Drop a last line cut off by a crash mid-write; it will be measured again."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+    def _rows(self) -> tuple[list[str], list[dict]]:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return [], []
+        with self.path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            return list(reader.fieldnames or []), list(reader)
+
+    def done(self) -> set[tuple[str, ...]]:
+        """Keys of the rows already in the file."""
+        return {self._key_of(row) for row in self._rows()[1]}
+
+    def append(self, row: dict) -> None:
+        """Add one row and force it to disk. A row with new columns rewrites the file (atomically)
+        with the union of the columns, earlier rows getting blanks there."""
+        missing = [k for k in self.key if k not in row]
+        if missing:
+            raise ValueError(f"row lacks key fields {missing}; key: {list(self.key)}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fields, rows = self._rows()
+        new_fields = [name for name in row if name not in fields]
+        if fields and new_fields:
+            tmp = self.path.with_suffix(".csv.tmp")
+            with tmp.open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=fields + new_fields, restval="")
+                writer.writeheader()
+                writer.writerows(rows + [row])
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            return
+        with self.path.open("a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields or list(row), restval="")
+            if not fields:
+                writer.writeheader()
+            writer.writerow(row)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _write_metadata(self) -> None:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        stored = json.loads(self.metadata_path.read_text()) if self.metadata_path.exists() else {}
+        merged = {**stored, **self.metadata, "key": list(self.key), "updated": now}
+        merged.setdefault("created", now)
+        self.metadata_path.parent.mkdir(parents=True, exist_ok=True)
+        self.metadata_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+
+    def read(self) -> pd.DataFrame:
+        """Every row in the file as a DataFrame (empty if nothing was measured yet)."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return pd.DataFrame()
+        return pd.read_csv(self.path)
+
+    def run(
+        self,
+        configs: Iterable[dict],
+        measure: Callable[[dict], dict],
+        *,
+        resume: bool = True,
+        desc: str | None = None,
+    ) -> pd.DataFrame:
+        """Measure every configuration not yet in the file; return the rows of ``configs``.
+
+        ``measure(config)`` returns the result fields. An out-of-memory error is recorded as a
+        row with ``status="oom"``, any other exception as ``status="error"`` (with a warning);
+        both keep the sweep going and are not retried on re-run (delete the rows to retry).
+        ``resume=False`` measures everything again, appending new rows after the old ones.
+        """
+        configs = list(configs)
+        for config in configs:
+            missing = [k for k in self.key if k not in config]
+            if missing:
+                raise ValueError(f"configuration {config} lacks key fields {missing}")
+        self._repair()
+        self._write_metadata()
+        done = self.done() if resume else set()
+        skipped = 0
+        bar = tqdm(configs, desc=desc or self.path.stem, unit="config")
+        for config in bar:
+            key = self._key_of(config)
+            if key in done:
+                skipped += 1
+                bar.set_postfix(skipped=skipped)
+                continue
+            try:
+                row = {**config, "status": "ok", "error": "", **measure(config)}
+            except Exception as error:  # every failure becomes a row; the sweep goes on
+                status = "oom" if is_out_of_memory(error) else "error"
+                first_line = (str(error).splitlines() or [""])[0]
+                message = f"{type(error).__name__}: {first_line}"
+                if status == "error":
+                    warnings.warn(f"{self.path.name} {config}: {message}", stacklevel=2)
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                row = {**config, "status": status, "error": message}
+            row.update({k: config[k] for k in self.key})
+            self.append(row)
+            done.add(key)
+        bar.close()
+        return self.select(configs)
+
+    def select(self, configs: Iterable[dict]) -> pd.DataFrame:
+        """The last row measured for each of ``configs``, in their order."""
+        frame = self.read()
+        if frame.empty:
+            return frame
+        text = pd.read_csv(self.path, dtype=str, keep_default_na=False)
+        keys = text[list(self.key)].apply(tuple, axis=1)
+        frame = frame.assign(_key=keys).drop_duplicates("_key", keep="last").set_index("_key")
+        wanted = [self._key_of(c) for c in configs]
+        wanted = [k for k in wanted if k in frame.index]
+        return frame.loc[wanted].reset_index(drop=True)

@@ -1,0 +1,205 @@
+"""``perflab`` on the command line (also ``python -m perflab``).
+
+    perflab run [NOTEBOOK ...] [-p NAME VALUE ...] [--output DIR]
+    perflab bench --preset NAME --context-length N --mode MODE --warmup W --steps N
+                  [--batch-size B] [--dtype D] [--device D] [--format {table,json}]
+
+``run`` executes notebooks with papermill; ``bench`` times one configuration (the command that
+``nsys profile`` wraps in notebook 02). Bad arguments exit with status 2 and a one-line message
+naming the valid choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+import time
+from pathlib import Path
+
+from perflab.bench.steps import MODES, BenchConfig, run_benchmark
+from perflab.bench.sweep import is_out_of_memory
+from perflab.device import DTYPES
+from perflab.model import PRESETS
+from perflab.paths import NOTEBOOKS_DIR
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: 'perflab bench: error: ...'."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is not >= {minimum}")
+        return value
+
+    return parse
+
+
+def available_notebooks(directory: Path = NOTEBOOKS_DIR) -> list[Path]:
+    """The workbook's notebooks, in order."""
+    return sorted(p for p in directory.glob("[0-9][0-9]_*.ipynb"))
+
+
+def resolve_notebook(name: str, directory: Path = NOTEBOOKS_DIR) -> Path:
+    """'01', '01_benchmarking', '01_benchmarking.ipynb' or a path -> the notebook's path."""
+    path = Path(name)
+    if path.suffix == ".ipynb" and path.exists():
+        return path
+    notebooks = available_notebooks(directory)
+    matches = [p for p in notebooks if name in (p.name, p.stem, p.stem.split("_", 1)[0])]
+    if len(matches) != 1:
+        valid = ", ".join(p.stem for p in notebooks) or f"none found in {directory}"
+        raise ValueError(f"unknown notebook {name!r}; valid: {valid}")
+    return matches[0]
+
+
+def parse_parameter_value(text: str) -> object:
+    """A Python literal (10, 0.5, True, None, ["small"]) or else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import papermill
+
+    try:
+        notebooks = [resolve_notebook(n) for n in args.notebooks] or available_notebooks()
+    except ValueError as error:
+        parser.error(str(error))
+    if not notebooks:
+        parser.error(f"no notebooks found in {NOTEBOOKS_DIR}")
+    parameters = {name: parse_parameter_value(value) for name, value in args.parameter or []}
+    for notebook in notebooks:
+        known = papermill.inspect_notebook(str(notebook))
+        unknown = sorted(set(parameters) - set(known))
+        if unknown:
+            parser.error(
+                f"{notebook.stem} has no parameter {', '.join(unknown)}; valid: {', '.join(known)}"
+            )
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    failed = []
+    total_start = time.perf_counter()
+    for notebook in notebooks:
+        start = time.perf_counter()
+        target = output / notebook.name
+        print(f"== {notebook.stem} -> {target}", flush=True)
+        try:
+            papermill.execute_notebook(
+                str(notebook), str(target), parameters=parameters, cwd=str(notebook.parent)
+            )
+        except papermill.PapermillExecutionError as error:
+            failed.append(notebook.stem)
+            print(
+                f"!! {notebook.stem} failed in cell {error.exec_count}: {error.ename}: "
+                f"{error.evalue}",
+                file=sys.stderr,
+            )
+        except Exception as error:  # a dead kernel, a malformed notebook: report, go on
+            failed.append(notebook.stem)
+            print(f"!! {notebook.stem} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"   {notebook.stem}: {time.perf_counter() - start:.1f} s", flush=True)
+    print(
+        f"== {len(notebooks)} notebooks in {(time.perf_counter() - total_start) / 60:.2f} min; "
+        f"{len(failed)} failed{': ' + ', '.join(failed) if failed else ''}"
+    )
+    return 1 if failed else 0
+
+
+_TABLE_FIELDS = (
+    "preset", "context_length", "batch_size", "mode", "dtype", "device", "device_name",
+    "warmup", "steps", "mean_s", "std_s", "median_s", "min_s", "max_s", "p20_s", "p80_s",
+    "tokens_per_s", "achieved_flops_per_s",
+)  # fmt: skip
+
+
+def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    context_length = args.context_length or PRESETS[args.preset].context_length
+    try:
+        config = BenchConfig(
+            preset=args.preset,
+            context_length=context_length,
+            mode=args.mode,
+            batch_size=args.batch_size,
+            warmup=args.warmup,
+            steps=args.steps,
+            dtype=args.dtype,
+            device=args.device,
+        )
+        row, timing = run_benchmark(config)
+    except ValueError as error:
+        parser.error(str(error))
+    except Exception as error:
+        if not is_out_of_memory(error):
+            raise
+        print(f"perflab bench: out of memory: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps({**row, "samples_s": list(timing.samples)}))
+    else:
+        width = max(map(len, _TABLE_FIELDS))
+        for field in _TABLE_FIELDS:
+            value = row[field]
+            text = f"{value:.6g}" if isinstance(value, float) else str(value)
+            print(f"{field:<{width}}  {text}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench}")
+
+    run = commands.add_parser("run", help="execute notebooks with papermill")
+    run.add_argument(
+        "notebooks", nargs="*", metavar="NOTEBOOK", help="e.g. 01 or 01_benchmarking (default: all)"
+    )
+    run.add_argument(
+        "-p",
+        "--parameter",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "VALUE"),
+        help="notebook parameter; VALUE is a Python literal or else a string",
+    )
+    run.add_argument("--output", default="output", help="folder for executed notebooks")
+    run.set_defaults(handler=_run, subparser=run)
+
+    bench = commands.add_parser("bench", help="time one model configuration")
+    bench.add_argument("--preset", required=True, choices=list(PRESETS))
+    bench.add_argument(
+        "--context-length",
+        type=_count(1),
+        help="tokens per sequence (default: the preset's maximum)",
+    )
+    bench.add_argument("--mode", required=True, choices=MODES)
+    bench.add_argument("--warmup", type=_count(0), default=5, help="untimed steps")
+    bench.add_argument("--steps", type=_count(1), default=10, help="timed steps")
+    bench.add_argument("--batch-size", type=_count(1), default=4)
+    bench.add_argument(
+        "--dtype",
+        choices=list(DTYPES),
+        default="float32",
+        help="float32, or autocast to a lower precision",
+    )
+    bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    bench.add_argument("--format", choices=("table", "json"), default="table")
+    bench.set_defaults(handler=_bench, subparser=bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.handler(args, args.subparser)

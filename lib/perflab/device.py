@@ -1,0 +1,167 @@
+"""Which device to run on, how to wait for it, how fast it multiplies, and what it is.
+
+``resolve_device("auto")`` is CUDA when present, else CPU, so every notebook runs on a
+CPU-only machine. ``describe`` is the metadata saved with every result row.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+import torch
+
+#: Names accepted wherever a dtype is given as a string.
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    """``"bfloat16"`` (or ``"bf16"``, or ``torch.bfloat16``) -> ``torch.bfloat16``."""
+    if isinstance(name, torch.dtype):
+        if name in DTYPES.values():
+            return name
+        raise ValueError(f"unsupported dtype {name}; valid: {', '.join(DTYPES)}")
+    key = _DTYPE_ALIASES.get(name, name)
+    if key not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(DTYPES)}")
+    return DTYPES[key]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> cuda if available else cpu; ``"cpu"``, ``"cuda"``, ``"cuda:N"`` checked."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"unknown device {device!r}; valid: auto, cpu, cuda, cuda:N") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} requested but CUDA is not available; valid: auto, cpu"
+            )
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r} does not exist; {torch.cuda.device_count()} CUDA devices"
+            )
+    elif resolved.type != "cpu":
+        raise ValueError(f"unsupported device {device!r}; valid: auto, cpu, cuda, cuda:N")
+    return resolved
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until every queued kernel on ``device`` has finished.
+
+    CUDA launches are asynchronous, so a timer that does not synchronise measures launch
+    overhead. CPU operators return when done, so there is nothing to wait for.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@functools.cache
+def _cpu_model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device | str) -> str:
+    """Human-readable name: the GPU model, or the CPU model for ``cpu``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return _cpu_model_name()
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(device: torch.device | str) -> dict[str, str | int]:
+    """Device and library versions, saved as metadata with every measurement."""
+    device = torch.device(device)
+    info: dict[str, str | int] = {
+        "device": str(device),
+        "device_name": device_name(device),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count() or 0,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "triton": _version("triton"),
+        "platform": platform.platform(),
+    }
+    if device.type == "cuda":
+        info["cuda"] = torch.version.cuda or ""
+        info["cudnn"] = str(torch.backends.cudnn.version())
+        info["gpu_count"] = torch.cuda.device_count()
+    return info
+
+
+@dataclass(frozen=True)
+class PeakMatmul:
+    """Best measured dense matmul rate: 2*n^3 FLOPs for an (n x n) @ (n x n) product."""
+
+    device_name: str
+    dtype: str
+    size: int
+    median_s: float
+    flops_per_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_peak_matmul(
+    device: torch.device | str = "auto",
+    dtype: str | torch.dtype = "float32",
+    sizes: tuple[int, ...] | None = None,
+    warmup: int = 2,
+    steps: int = 5,
+) -> PeakMatmul:
+    """The fastest of square matmuls of ``sizes`` on ``device``: the peak MFU is quoted against.
+
+    Measured, not taken from a datasheet: the datasheet peak is not reachable by PyTorch
+    matmuls, and a CPU has none. Defaults: n in (512, 1024, 2048) on CPU, (4096, 8192) on CUDA.
+    """
+    from perflab.bench.timer import time_fn  # the timer needs this module, so import late
+
+    device = resolve_device(device)
+    dtype = parse_dtype(dtype)
+    if sizes is None:
+        sizes = (4096, 8192) if device.type == "cuda" else (512, 1024, 2048)
+    if not sizes or min(sizes) <= 0:
+        raise ValueError(f"sizes must be a non-empty tuple of positive ints, got {sizes!r}")
+    best = None
+    for n in sizes:
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        timing = time_fn(lambda a=a, b=b: a @ b, warmup=warmup, steps=steps, device=device)
+        rate = 2 * n**3 / timing.median
+        if best is None or rate > best.flops_per_s:
+            best = PeakMatmul(device_name(device), dtype_name(dtype), n, timing.median, rate)
+    return best

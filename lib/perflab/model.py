@@ -1,0 +1,272 @@
+"""The Transformer language model every notebook measures, its presets and its cost model.
+
+A pre-norm decoder-only LM: token embedding, ``num_layers`` blocks of
+(RMSNorm -> causal multi-head self-attention with rotary position embeddings -> residual,
+RMSNorm -> SwiGLU feed-forward -> residual), final RMSNorm, untied LM head. Attention is a
+swappable function per model instance, so notebooks 02, 05 and 06 can put annotated,
+compiled or flash attention into the same model.
+
+Used by every notebook; the FLOP model here is the one utilisation figures are quoted against.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from perflab.attention import naive_attention
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of one model. ``context_length`` is the longest sequence it accepts."""
+
+    name: str
+    d_model: int
+    d_ff: int
+    num_layers: int
+    num_heads: int
+    vocab_size: int = 10_000
+    context_length: int = 512
+    rope_theta: float = 10_000.0
+
+    def __post_init__(self) -> None:
+        for field in ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length"):
+            if getattr(self, field) <= 0:
+                raise ValueError(
+                    f"ModelConfig.{field} must be positive, got {getattr(self, field)}"
+                )
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"rotary embeddings need an even head dimension, got {self.head_dim}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, counted from the shapes.
+
+        embedding V*d + per layer (4*d*d attention + 3*d*d_ff SwiGLU + 2*d RMSNorm gains)
+        + final RMSNorm d + LM head d*V.
+        """
+        d, V = self.d_model, self.vocab_size
+        per_layer = 4 * d * d + 3 * d * self.d_ff + 2 * d
+        return V * d + self.num_layers * per_layer + d + d * V
+
+    def forward_flops(self, batch_size: int, seq_len: int) -> int:
+        """Matmul FLOPs of one forward pass (2 per multiply-add).
+
+        Per layer and token: QKV and output projections 2*4*d*d, SwiGLU 2*3*d*d_ff; per layer
+        and sequence the attention scores Q K^T and the weighted sum P V, 2*T*T*d each (the full
+        square, as a dense kernel computes it, causal or not); LM head 2*d*V per token.
+        Norms, softmax, rotary and elementwise work are left out: they are O(T*d) and small
+        next to the matmuls (Kaplan et al. 2020, Table 1; the same convention as nanoGPT's MFU).
+        """
+        tokens = batch_size * seq_len
+        d = self.d_model
+        projections = 2 * tokens * (4 * d * d + 3 * d * self.d_ff)
+        attention = 2 * 2 * batch_size * seq_len * seq_len * d
+        lm_head = 2 * tokens * d * self.vocab_size
+        return self.num_layers * (projections + attention) + lm_head
+
+    def train_step_flops(self, batch_size: int, seq_len: int) -> int:
+        """FLOPs of forward + backward: backward costs two forwards (gradients with respect to
+        activations and to weights), so 3x forward; the AdamW update is O(parameters), ignored."""
+        return 3 * self.forward_flops(batch_size, seq_len)
+
+
+def _preset(name: str, d_model: int, d_ff: int, num_layers: int, num_heads: int) -> ModelConfig:
+    return ModelConfig(name, d_model=d_model, d_ff=d_ff, num_layers=num_layers, num_heads=num_heads)
+
+
+#: WORKBOOK.md's presets (vocabulary 10,000, context 512) plus CPU presets of the same
+#: family (d_ff = 4 d_model, head dimension 64) small enough for a 2-core CPU.
+PRESETS: dict[str, ModelConfig] = {
+    c.name: c
+    for c in (
+        _preset("cpu-tiny", 128, 512, 2, 2),
+        _preset("cpu-small", 256, 1024, 4, 4),
+        _preset("cpu-medium", 384, 1536, 6, 6),
+        _preset("small", 768, 3072, 12, 12),
+        _preset("medium", 1024, 4096, 24, 16),
+        _preset("large", 1280, 5120, 36, 20),
+        _preset("xl", 1600, 6400, 48, 25),
+        _preset("2.7B", 2560, 10240, 32, 32),
+        _preset("10B", 4608, 12288, 50, 36),
+    )
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The preset called ``name``, or a ValueError that lists the valid names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
+
+
+class AttentionFn(Protocol):
+    """``fn(q, k, v, is_causal=...)`` with q, k, v of shape (..., seq, head_dim)."""
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool) -> Tensor: ...
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * gain (Zhang & Sennrich 2019), computed in float32."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return (x * self.weight).to(dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding (Su et al. 2021): rotates pairs of channels by an angle
+    proportional to the position, so that q.k depends on the relative offset only."""
+
+    def __init__(self, head_dim: int, context_length: int, theta: float):
+        super().__init__()
+        inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+        angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        seq_len = x.shape[-2]
+        cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+        return rotated.flatten(-2)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, rope: RotaryEmbedding):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.out = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.rope = rope
+        self.attention_fn: AttentionFn = naive_attention
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, seq_len, d_model = x.shape
+        q, k, v = (
+            t.view(batch, seq_len, self.num_heads, -1).transpose(1, 2)
+            for t in self.qkv(x).chunk(3, dim=-1)
+        )
+        q, k = self.rope(q), self.rope(k)
+        y = self.attention_fn(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(batch, seq_len, d_model))
+
+
+class SwiGLU(nn.Module):
+    """W2 (SiLU(W1 x) * W3 x) (Shazeer 2020)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w3 = nn.Linear(d_model, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: ModelConfig, rope: RotaryEmbedding):
+        super().__init__()
+        self.attn_norm = RMSNorm(config.d_model)
+        self.attn = CausalSelfAttention(config, rope)
+        self.ffn_norm = RMSNorm(config.d_model)
+        self.ffn = SwiGLU(config.d_model, config.d_ff)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_norm(x))
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class TransformerLM(nn.Module):
+    """Token ids (batch, seq) -> logits (batch, seq, vocab)."""
+
+    def __init__(self, config: ModelConfig, attention_fn: AttentionFn | None = None):
+        super().__init__()
+        self.config = config
+        rope = RotaryEmbedding(config.head_dim, config.context_length, config.rope_theta)
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        self.blocks = nn.ModuleList(
+            TransformerBlock(config, rope) for _ in range(config.num_layers)
+        )
+        self.final_norm = RMSNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._init_weights()
+        if attention_fn is not None:
+            self.set_attention(attention_fn)
+
+    def _init_weights(self) -> None:
+        # Truncated normal with std 1/sqrt(fan_in), embeddings with std 1.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                std = 1 / math.sqrt(module.in_features)
+                nn.init.trunc_normal_(module.weight, std=std, a=-3 * std, b=3 * std)
+            elif isinstance(module, nn.Embedding):
+                nn.init.trunc_normal_(module.weight, std=1.0, a=-3.0, b=3.0)
+
+    def set_attention(self, attention_fn: AttentionFn) -> None:
+        """Use ``attention_fn`` in every block of this model (other instances are unaffected)."""
+        for block in self.blocks:
+            block.attn.attention_fn = attention_fn
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        seq_len = token_ids.shape[-1]
+        if seq_len > self.config.context_length:
+            raise ValueError(
+                f"sequence length {seq_len} exceeds the model's context length "
+                f"{self.config.context_length}"
+            )
+        x = self.embedding(token_ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.final_norm(x))
+
+
+def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean next-token cross-entropy over all positions, computed in float32."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def presets_table(batch_size: int = 4, seq_len: int = 512) -> pd.DataFrame:
+    """Every preset's shape, parameter count and FLOPs per step at ``batch_size`` x ``seq_len``."""
+    rows = []
+    for config in PRESETS.values():
+        rows.append(
+            {
+                "preset": config.name,
+                "d_model": config.d_model,
+                "d_ff": config.d_ff,
+                "layers": config.num_layers,
+                "heads": config.num_heads,
+                "parameters_M": round(config.num_parameters() / 1e6, 2),
+                "forward_GFLOP": round(config.forward_flops(batch_size, seq_len) / 1e9, 1),
+                "train_step_GFLOP": round(config.train_step_flops(batch_size, seq_len) / 1e9, 1),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -1,0 +1,54 @@
+"""Where the workbook lives and where results land.
+
+Results go to ``data/`` of the repository, or to ``$PERFLAB_DATA_DIR`` when set (the test
+suite sets it, so that re-executing notebooks never touches committed results). Each device
+gets its own results folder, so CPU and GPU runs of the same notebook never mix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from perflab.device import device_name
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+
+def data_dir() -> Path:
+    """``$PERFLAB_DATA_DIR`` if set, else the repository's ``data/``."""
+    return Path(os.environ.get("PERFLAB_DATA_DIR") or REPO_ROOT / "data")
+
+
+def device_slug(device: torch.device | str) -> str:
+    """A folder name for a device: its lower-cased model name with runs of other characters
+    turned into '-', e.g. 'nvidia-a100-sxm4-80gb'."""
+    return re.sub(r"[^a-z0-9]+", "-", device_name(device).lower()).strip("-") or "unknown"
+
+
+def results_dir(notebook: str, device: torch.device | str) -> Path:
+    """``data/results/<notebook>/<device slug>/``, created if missing."""
+    path = data_dir() / "results" / notebook / device_slug(device)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def figures_dir(notebook: str) -> Path:
+    """``data/figures/<notebook>/``, created if missing."""
+    path = data_dir() / "figures" / notebook
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def display_path(path: str | Path) -> str:
+    """``path`` relative to the data folder's parent, so outputs carry no machine paths."""
+    path = Path(path).resolve()
+    base = data_dir().resolve().parent
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return path.name

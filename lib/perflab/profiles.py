@@ -1,0 +1,57 @@
+"""Run profiles: the sizes a notebook runs at, defined once and saved with the results.
+
+Every notebook has a ``profile`` parameter. ``"cpu"`` (the committed default) keeps all
+notebooks together under 10 minutes on a 2-core CPU; ``"full"`` runs WORKBOOK.md's sizes and
+is meant for a GPU (``perflab run -p profile full``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TypeVar
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class BenchmarkingProfile:
+    """Sizes of notebook 01."""
+
+    presets: tuple[str, ...]
+    context_length: int  # tokens per sequence
+    batch_size: int  # sequences per step
+    warmup: int  # untimed steps before each measurement
+    steps: int  # timed steps
+    warmup_study_preset: str  # the model of the warm-up study
+    warmup_study_warmups: tuple[int, ...] = (0, 1, 2, 5)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+BENCHMARKING: dict[str, BenchmarkingProfile] = {
+    "cpu": BenchmarkingProfile(
+        presets=("cpu-tiny", "cpu-small"),
+        context_length=128,
+        batch_size=4,
+        warmup=2,
+        steps=5,
+        warmup_study_preset="cpu-small",
+    ),
+    "full": BenchmarkingProfile(
+        presets=("small", "medium", "large", "xl", "2.7B"),
+        context_length=512,
+        batch_size=4,
+        warmup=5,
+        steps=10,
+        warmup_study_preset="small",
+    ),
+}
+
+
+def get_profile(table: dict[str, P], name: str) -> P:
+    """``table[name]`` or a ValueError listing the valid profile names."""
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown profile {name!r}; valid: {', '.join(table)}") from None

@@ -1,0 +1,137 @@
+import json
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from perflab.cli import parse_parameter_value, resolve_notebook
+
+
+def perflab(*args, **kwargs):
+    return subprocess.run(
+        [sys.executable, "-m", "perflab", *args], capture_output=True, text=True, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["bench", "--preset", "huge", "--mode", "forward"], "choose from 'cpu-tiny'"),
+        (["bench", "--preset", "small", "--mode", "backward"], "choose from 'forward'"),
+        (["bench", "--preset", "small", "--mode", "forward", "--steps", "0"], "0 is not >= 1"),
+        (["bench", "--preset", "small", "--mode", "forward", "--warmup", "-1"], "-1 is not >= 0"),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--context-length", "4096"],
+            "valid: 1 to 512",
+        ),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--dtype", "int8"],
+            "choose from 'float32'",
+        ),
+        (["run", "99_nothing"], "valid: 01_benchmarking"),
+        (["run", "01", "-p", "no_such_parameter", "1"], "valid: profile"),
+        (["frobnicate"], "choose from 'run', 'bench'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args, message):
+    done = perflab(*args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_prints_json_with_every_sample():
+    done = perflab(
+        "bench",
+        "--preset",
+        "cpu-tiny",
+        "--context-length",
+        "16",
+        "--mode",
+        "train-step",
+        "--warmup",
+        "1",
+        "--steps",
+        "3",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert len(row["samples_s"]) == 3
+    assert row["tokens_per_step"] == 4 * 16 and row["mode"] == "train-step"
+    assert row["min_s"] <= row["median_s"] <= row["max_s"]
+
+
+def test_bench_table_output():
+    done = perflab(
+        "bench",
+        "--preset",
+        "cpu-tiny",
+        "--context-length",
+        "8",
+        "--mode",
+        "forward",
+        "--warmup",
+        "0",
+        "--steps",
+        "2",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "median_s" in done.stdout and "cpu-tiny" in done.stdout
+
+
+def _notebook(path, *code):
+    """A notebook at ``path`` with a parameters cell ``x = 1`` and then ``code`` cells."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
+    params = nbformat.v4.new_code_cell("x = 1")
+    params.metadata["tags"] = ["parameters"]
+    notebook.cells = [params, *map(nbformat.v4.new_code_cell, code)]
+    nbformat.write(notebook, path)
+
+
+def test_run_executes_a_notebook_with_parameters(tmp_path):
+    path = tmp_path / "07_tiny.ipynb"
+    _notebook(path, "open('result.txt', 'w').write(str(x * 2))")
+    done = perflab(
+        "run", str(path), "-p", "x", "21", "--output", str(tmp_path / "out"), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "result.txt").read_text() == "42"
+    assert (tmp_path / "out" / "07_tiny.ipynb").exists()
+    assert "1 notebooks" in done.stdout and "0 failed" in done.stdout
+
+
+def test_run_reports_a_failing_notebook_and_exits_1(tmp_path):
+    path = tmp_path / "08_fails.ipynb"
+    _notebook(path, "1 / 0")
+    done = perflab("run", str(path), "--output", str(tmp_path / "out"))
+    assert done.returncode == 1
+    assert "08_fails failed in cell 2: ZeroDivisionError" in done.stderr
+
+
+def test_notebook_names_resolve():
+    assert resolve_notebook("01").name == "01_benchmarking.ipynb"
+    assert resolve_notebook("01_benchmarking").name == "01_benchmarking.ipynb"
+    assert resolve_notebook("01_benchmarking.ipynb").name == "01_benchmarking.ipynb"
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("10", 10),
+        ("0.5", 0.5),
+        ("True", True),
+        ("None", None),
+        ("['small', 'xl']", ["small", "xl"]),
+        ("full", "full"),
+    ],
+)
+def test_parameter_values(text, value):
+    assert parse_parameter_value(text) == value

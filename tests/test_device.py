@@ -1,0 +1,52 @@
+import pytest
+import torch
+
+from perflab.bench.crosscheck import compare_timers, matmul_size_for
+from perflab.device import describe, measure_peak_matmul, parse_dtype, resolve_device
+
+
+def test_auto_device_is_cuda_only_when_present():
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert resolve_device("auto").type == expected
+    assert resolve_device("cpu") == torch.device("cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a machine without CUDA")
+def test_cuda_without_cuda_is_a_clear_error():
+    with pytest.raises(ValueError, match="CUDA is not available; valid: auto, cpu"):
+        resolve_device("cuda")
+
+
+def test_unknown_device_and_dtype():
+    with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="valid: float32, bfloat16, float16"):
+        parse_dtype("int4")
+    assert parse_dtype("bf16") is torch.bfloat16 and parse_dtype(torch.float16) is torch.float16
+
+
+def test_describe_names_device_and_versions():
+    info = describe("cpu")
+    assert info["device"] == "cpu" and info["torch"] == torch.__version__
+    assert info["device_name"] and info["cpu_threads"] >= 1
+
+
+def test_peak_matmul_reports_the_fastest_size():
+    peak = measure_peak_matmul("cpu", sizes=(64, 128), warmup=1, steps=3)
+    assert peak.size in (64, 128) and peak.dtype == "float32"
+    assert peak.flops_per_s == pytest.approx(2 * peak.size**3 / peak.median_s)
+    with pytest.raises(ValueError, match="positive ints"):
+        measure_peak_matmul("cpu", sizes=())
+
+
+def test_matmul_size_for_a_target_time():
+    # 2 n^3 = 0.01 s * 2e11 FLOP/s -> n^3 = 1e9 -> n = 1000
+    assert matmul_size_for(0.01, 2e11) == 1000
+
+
+def test_compare_timers_table():
+    table = compare_timers(64, "cpu", warmup=1, steps=5, rounds=2)
+    assert table["timer"].iloc[0] == "perflab.bench.time_fn"
+    assert "torch.utils.benchmark.Timer.blocked_autorange" in set(table["timer"])
+    assert table["ratio_to_perflab"].iloc[0] == 1.0 and (table["rounds"] == 2).all()
+    assert (table["median_s"] > 0).all()

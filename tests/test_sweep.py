@@ -1,0 +1,114 @@
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+import torch
+
+from perflab.bench import Sweep, is_out_of_memory
+
+CONFIGS = [{"size": s, "name": f"cfg{s}"} for s in (1, 2, 3)]
+
+
+def test_rows_are_written_and_a_rerun_skips_them(tmp_path):
+    calls = []
+
+    def measure(config):
+        calls.append(config["size"])
+        return {"value": config["size"] * 10}
+
+    sweep = Sweep(tmp_path / "s.csv", key=["size", "name"], metadata={"what": "test"})
+    first = sweep.run(CONFIGS, measure)
+    assert calls == [1, 2, 3]
+    assert first["value"].tolist() == [10, 20, 30]
+    assert (first["status"] == "ok").all()
+    again = Sweep(tmp_path / "s.csv", key=["size", "name"]).run(
+        CONFIGS + [{"size": 4, "name": "x"}], measure
+    )
+    assert calls == [1, 2, 3, 4]
+    assert again["value"].tolist() == [10, 20, 30, 40]
+    meta = (tmp_path / "s.json").read_text()
+    assert '"what": "test"' in meta and '"key"' in meta
+
+
+def test_resume_false_measures_again_and_select_keeps_the_newest(tmp_path):
+    sweep = Sweep(tmp_path / "s.csv", key=["size"])
+    sweep.run([{"size": 1}], lambda c: {"value": 1})
+    rows = sweep.run([{"size": 1}], lambda c: {"value": 2}, resume=False)
+    assert rows["value"].tolist() == [2]
+    assert len(sweep.read()) == 2
+
+
+def test_out_of_memory_and_errors_become_rows_and_the_sweep_goes_on(tmp_path):
+    def measure(config):
+        if config["size"] == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+        if config["size"] == 2:
+            raise ZeroDivisionError("boom")
+        return {"value": 3.5}
+
+    sweep = Sweep(tmp_path / "s.csv", key=["size"])
+    with pytest.warns(UserWarning, match="ZeroDivisionError: boom"):
+        rows = sweep.run([{"size": 1}, {"size": 2}, {"size": 3}], measure)
+    assert rows["status"].tolist() == ["oom", "error", "ok"]
+    assert rows["error"].iloc[0].startswith("OutOfMemoryError: CUDA out of memory")
+    # The first row had no result columns; the header grew when 'value' appeared.
+    assert pd.isna(rows["value"].iloc[0]) and rows["value"].iloc[2] == 3.5
+
+
+def test_is_out_of_memory():
+    assert is_out_of_memory(torch.OutOfMemoryError("x"))
+    assert is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+    assert not is_out_of_memory(ValueError("out of memory"))
+
+
+def test_a_line_cut_off_by_a_crash_is_measured_again(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("size,status,error,value\n1,ok,,10\n2,ok,,2")  # no newline: cut off
+    calls = []
+    rows = Sweep(path, key=["size"]).run(
+        [{"size": 1}, {"size": 2}], lambda c: calls.append(c) or {"value": c["size"] * 10}
+    )
+    assert calls == [{"size": 2}]
+    assert rows["value"].tolist() == [10, 20]
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="must end in .csv"):
+        Sweep(tmp_path / "s.txt", key=["a"])
+    with pytest.raises(ValueError, match="lacks key fields"):
+        Sweep(tmp_path / "s.csv", key=["a"]).run([{"b": 1}], lambda c: {})
+
+
+KILLED_SWEEP = textwrap.dedent("""
+    import os, random, signal, sys
+    from perflab.bench import Sweep
+
+    kill_at = int(sys.argv[2])
+
+    def measure(config):
+        if config["i"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"value": random.random()}
+
+    Sweep(sys.argv[1], key=["i"]).run([{"i": i} for i in range(8)], measure)
+""")
+
+
+def test_sweep_killed_midway_then_rerun_loses_and_duplicates_nothing(tmp_path):
+    script = tmp_path / "sweep.py"
+    script.write_text(KILLED_SWEEP)
+    path = tmp_path / "killed.csv"
+    killed = subprocess.run([sys.executable, str(script), str(path), "5"], capture_output=True)
+    assert killed.returncode == -9
+    before = pd.read_csv(path)
+    assert before["i"].tolist() == [0, 1, 2, 3, 4]
+
+    finished = subprocess.run([sys.executable, str(script), str(path), "-1"], capture_output=True)
+    assert finished.returncode == 0, finished.stderr.decode()
+    after = pd.read_csv(path)
+    assert after["i"].tolist() == list(range(8))
+    # The rows measured before the kill are kept as they were, not measured again.
+    pd.testing.assert_frame_equal(after.iloc[:5], before)
