@@ -1,7 +1,9 @@
 # ---
 # jupyter:
 #   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
 #     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
 #     text_representation:
 #       extension: .py
 #       format_name: percent
@@ -13,7 +15,7 @@
 #     name: python3
 # ---
 
-# %% [markdown] papermill={"duration": 0.006081, "end_time": "2026-11-21T23:29:50.668792+00:00", "exception": false, "start_time": "2026-11-21T23:29:50.662711+00:00", "status": "completed"}
+# %% [markdown]
 # # 01 Benchmarking: how long does a training step take, and how good is that?
 #
 # You will time the three parts of training a Transformer language model (the forward pass,
@@ -26,23 +28,28 @@
 # The default `profile = "cpu"` runs small presets in about a minute on a 2-core CPU; on a GPU
 # box run `perflab run 01 -p profile full` for WORKBOOK.md's sizes.
 
-# %% papermill={"duration": 0.022106, "end_time": "2026-11-21T23:29:50.696344+00:00", "exception": false, "start_time": "2026-11-21T23:29:50.674238+00:00", "status": "completed"} tags=["parameters"]
+# %% tags=["parameters"]
 profile = "cpu"     # "cpu": small presets for a CPU; "full": WORKBOOK.md sizes, for a GPU
 presets = None      # list of preset names, e.g. ["small", "medium"]; None: the profile's
 device = "auto"     # "cuda" when present, else "cpu"
 dtype = "float32"   # "float32", or "bfloat16" / "float16" autocast
 resume = True       # skip configurations already in this device's results file
 
-# %% papermill={"duration": 2.816915, "end_time": "2026-11-21T23:29:53.517667+00:00", "exception": false, "start_time": "2026-11-21T23:29:50.700752+00:00", "status": "completed"}
+# %%
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from perflab.bench import MODES, BenchConfig, Timing
+from perflab.bench import MODES, BenchConfig
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep
 from perflab.bench.tables import phase_breakdown, throughput
-from perflab.bench.warmup import measure_in_fresh_process, warmup_configs, warmup_samples
+from perflab.bench.warmup import (
+    measure_in_fresh_process,
+    warmup_configs,
+    warmup_effect,
+    warmup_samples,
+)
 from perflab.device import describe, measure_peak_matmul, resolve_device
 from perflab.model import presets_table
 from perflab.paths import display_path, results_dir
@@ -56,7 +63,7 @@ out = results_dir("01_benchmarking", dev)
 machine = describe(dev)
 pd.Series(machine, name="this run")
 
-# %% [markdown] papermill={"duration": 0.003004, "end_time": "2026-11-21T23:29:53.525339+00:00", "exception": false, "start_time": "2026-11-21T23:29:53.522335+00:00", "status": "completed"}
+# %% [markdown]
 # ## The models and what they cost
 #
 # The presets of WORKBOOK.md (plus CPU-sized ones of the same family), with the parameter
@@ -64,22 +71,22 @@ pd.Series(machine, name="this run")
 # `ModelConfig.forward_flops`: each multiply-add is 2 FLOPs, the backward pass costs two
 # forwards, so a training step is 3x a forward.
 
-# %% papermill={"duration": 0.023999, "end_time": "2026-11-21T23:29:53.552283+00:00", "exception": false, "start_time": "2026-11-21T23:29:53.528284+00:00", "status": "completed"}
+# %%
 # NBVAL_CHECK_OUTPUT
 presets_table(batch_size=4, seq_len=512)
 
-# %% [markdown] papermill={"duration": 0.00398, "end_time": "2026-11-21T23:29:53.559660+00:00", "exception": false, "start_time": "2026-11-21T23:29:53.555680+00:00", "status": "completed"}
+# %% [markdown]
 # ## The yardstick: the device's measured matmul rate
 #
 # MFU needs a peak. A datasheet peak is not reachable by PyTorch matmuls, and a CPU has none,
 # so we measure the fastest large square matmul in the same precision on this device.
 
-# %% papermill={"duration": 1.15373, "end_time": "2026-11-21T23:29:54.717777+00:00", "exception": false, "start_time": "2026-11-21T23:29:53.564047+00:00", "status": "completed"}
+# %%
 peak = measure_peak_matmul(dev, dtype)
 print(f"{peak.device_name}: {peak.flops_per_s / 1e12:.3f} TFLOP/s "
       f"({peak.dtype}, {peak.size}x{peak.size} matmul, median of the timer's samples)")
 
-# %% [markdown] papermill={"duration": 0.004375, "end_time": "2026-11-21T23:29:54.727090+00:00", "exception": false, "start_time": "2026-11-21T23:29:54.722715+00:00", "status": "completed"}
+# %% [markdown]
 # ## Forward, backward, optimizer
 #
 # Three modes per preset, each with `run.warmup` untimed steps and `run.steps` timed ones,
@@ -87,7 +94,7 @@ print(f"{peak.device_name}: {peak.flops_per_s / 1e12:.3f} TFLOP/s "
 # recording (as in training), *forward-backward* adds `loss.backward()`, *train-step* adds
 # `AdamW.step()`. Every row is appended to `timings.csv` as soon as it is measured.
 
-# %% papermill={"duration": 10.033149, "end_time": "2026-11-21T23:30:04.764793+00:00", "exception": false, "start_time": "2026-11-21T23:29:54.731644+00:00", "status": "completed"}
+# %%
 print(f"profile {profile!r}: presets {chosen}, batch {run.batch_size}, "
       f"context {run.context_length}, warm-up {run.warmup}, timed steps {run.steps}, {dtype}")
 configs = [
@@ -99,23 +106,23 @@ results = benchmark_sweep(configs, out / "timings.csv", resume=resume,
                           metadata={"profile": run.as_dict(), "machine": machine})
 results[["preset", "mode", "status", "mean_s", "std_s", "median_s", "p20_s", "p80_s"]]
 
-# %% [markdown] papermill={"duration": 0.005774, "end_time": "2026-11-21T23:30:04.776079+00:00", "exception": false, "start_time": "2026-11-21T23:30:04.770305+00:00", "status": "completed"}
+# %% [markdown]
 # Each phase alone: backward = forward-backward minus forward, optimizer = train-step minus
 # forward-backward (differences of means of separate runs).
 
-# %% papermill={"duration": 0.467865, "end_time": "2026-11-21T23:30:05.249313+00:00", "exception": false, "start_time": "2026-11-21T23:30:04.781448+00:00", "status": "completed"}
+# %%
 breakdown = phase_breakdown(results)
 fig = plot_phases(breakdown)
 fig.savefig(out / "phases.png", dpi=80)
 breakdown
 
-# %% papermill={"duration": 0.018037, "end_time": "2026-11-21T23:30:05.274845+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.256808+00:00", "status": "completed"}
+# %%
 for row in breakdown.itertuples():
     print(f"{row.preset}: backward takes {row.backward_s / row.forward_s:.2f}x the forward "
           f"(the FLOP model says 2.00x); the optimizer takes {row.optimizer_s / row.step_s:.1%} "
           f"of the step")
 
-# %% [markdown] papermill={"duration": 0.008605, "end_time": "2026-11-21T23:30:05.288328+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.279723+00:00", "status": "completed"}
+# %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to
 # the activations and to the weights), so about 2x the forward's time is what the FLOP model
 # predicts; where the ratio departs from 2, the non-matmul work (softmax, norms, elementwise
@@ -128,30 +135,31 @@ for row in breakdown.itertuples():
 # MFU = (model FLOPs of the step / median step time) / measured peak matmul rate
 # (PaLM, Chowdhery et al. 2022, appendix B).
 
-# %% papermill={"duration": 0.024554, "end_time": "2026-11-21T23:30:05.318440+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.293886+00:00", "status": "completed"}
+# %%
 rates = throughput(results, peak.flops_per_s)
 rates
 
-# %% papermill={"duration": 0.017184, "end_time": "2026-11-21T23:30:05.341629+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.324445+00:00", "status": "completed"}
+# %%
 best = rates.loc[rates["mfu"].idxmax()]
 print(f"best MFU: {best.mfu:.1%} ({best.preset}, {best['mode']}); "
       f"worst: {rates['mfu'].min():.1%}")
 by_preset = rates[rates["mode"] == "train-step"].set_index("preset")["mfu"]
 print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in by_preset.items()))
 
-# %% [markdown] papermill={"duration": 0.006017, "end_time": "2026-11-21T23:30:05.353696+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.347679+00:00", "status": "completed"}
-# Larger models spend a larger share of their time in large matmuls, which run closest to the
-# device's peak, so their MFU is higher; small models lose more to the work that is not a matmul.
+# %% [markdown]
+# Larger models usually spend a larger share of their time in large matmuls, which run closest
+# to the device's peak, so their MFU tends to be higher; small models lose more to the work that
+# is not a matmul (and, on a GPU, to kernel launch overhead).
 #
 # ## What warm-up steps do
 #
-# The same training step, timed for `run.steps` steps after 0, 1, 2 and 5 untimed warm-up
-# steps, **each in a fresh Python process** (`python -m perflab bench`), since warm-up effects
-# happen once per process and would be invisible after the runs above.
+# The same training step, timed for `run.warmup_study_steps` steps after 0, 1, 2 and 5
+# untimed warm-up steps, **each in a fresh Python process** (`python -m perflab bench`), since
+# warm-up effects happen once per process and would be invisible after the runs above.
 
-# %% papermill={"duration": 34.587955, "end_time": "2026-11-21T23:30:39.948189+00:00", "exception": false, "start_time": "2026-11-21T23:30:05.360234+00:00", "status": "completed"}
+# %%
 base = BenchConfig(run.warmup_study_preset, run.context_length, "train-step", run.batch_size,
-                   0, run.steps, dtype, str(dev))
+                   0, run.warmup_study_steps, dtype, str(dev))
 study = benchmark_sweep(warmup_configs(base, run.warmup_study_warmups), out / "warmup.csv",
                         measure=measure_in_fresh_process, resume=resume, desc="warm-up study")
 samples = warmup_samples(study)
@@ -159,23 +167,25 @@ fig = plot_warmup(samples)
 fig.savefig(out / "warmup.png", dpi=80)
 study[["warmup", "steps", "mean_s", "std_s", "median_s", "min_s", "max_s"]]
 
-# %% papermill={"duration": 0.023937, "end_time": "2026-11-21T23:30:39.979602+00:00", "exception": false, "start_time": "2026-11-21T23:30:39.955665+00:00", "status": "completed"}
-cold = Timing(tuple(samples[samples.warmup == 0]["seconds"]), warmup=0)
-warm = Timing(tuple(samples[samples.warmup == max(run.warmup_study_warmups)]["seconds"]),
-              warmup=max(run.warmup_study_warmups))
-print(f"without warm-up the first step takes {cold.samples[0] / warm.median:.1f}x the warm median; "
-      f"the mean is {cold.mean / warm.mean:.2f}x and the std {cold.std / warm.std:.1f}x "
-      f"those after {warm.warmup} warm-up steps")
-print(f"median without warm-up / median after {warm.warmup}: {cold.median / warm.median:.2f}")
+# %%
+reading = warmup_effect(study)
+reading
 
-# %% [markdown] papermill={"duration": 0.008885, "end_time": "2026-11-21T23:30:39.995713+00:00", "exception": false, "start_time": "2026-11-21T23:30:39.986828+00:00", "status": "completed"}
+# %%
+cold, warm = reading.iloc[0], reading.iloc[-1]
+print(f"without warm-up the first timed step takes {cold.first_over_warm_median:.1f}x the median "
+      f"after {warm.warmup:.0f} warm-up steps; the mean is {cold.mean_over_warm:.2f}x, "
+      f"the std {cold.std_over_warm:.1f}x and the median {cold.median_over_warm:.2f}x theirs")
+
+# %% [markdown]
 # The first step in a process pays one-off costs: memory touched for the first time, the
 # allocator filling its caches, kernel libraries choosing algorithms (oneDNN primitives on a
 # CPU; the CUDA context, cuBLAS handles and autotuning on a GPU, where the effect is far
 # larger) and AdamW allocating its state on its first step. Without warm-up this single slow
-# step inflates the mean and, even more, the standard deviation; the median resists it. One or
-# two warm-up steps remove most of it; that is why every measurement here warms up first and
-# reports the median with its spread.
+# step inflates the mean and, even more, the standard deviation; the median resists it best.
+# The table shows, for this device, how many warm-up steps it takes until the numbers settle
+# (ratios near 1): that is why every measurement here warms up first and reports the median
+# with its spread.
 #
 # ## Is the workbook's timer right?
 #
@@ -183,23 +193,23 @@ print(f"median without warm-up / median after {warm.warmup}: {cold.median / warm
 # `torch.utils.benchmark` (with as many threads as ours uses: it defaults to one), and on CUDA
 # by `triton.testing.do_bench` (GPU-only).
 
-# %% papermill={"duration": 3.236091, "end_time": "2026-11-21T23:30:43.239462+00:00", "exception": false, "start_time": "2026-11-21T23:30:40.003371+00:00", "status": "completed"}
+# %%
 n = matmul_size_for(0.01, peak.flops_per_s)
 timers = compare_timers(n, dev)
 timers
 
-# %% papermill={"duration": 0.022943, "end_time": "2026-11-21T23:30:43.273510+00:00", "exception": false, "start_time": "2026-11-21T23:30:43.250567+00:00", "status": "completed"}
+# %%
 other = timers.iloc[1]
 print(f"{n}x{n} matmul: perflab median / torch.utils.benchmark median = "
       f"{1 / other.ratio_to_perflab:.3f}")
 
-# %% [markdown] papermill={"duration": 0.008593, "end_time": "2026-11-21T23:30:43.292544+00:00", "exception": false, "start_time": "2026-11-21T23:30:43.283951+00:00", "status": "completed"}
+# %% [markdown]
 # A ratio near 1 says the per-step synchronised timer adds nothing measurable at this size.
 # `torch.utils.benchmark` times blocks of many calls and divides, so it hides per-call
 # overhead that ours includes: the smaller the operation, the more the two can differ.
 #
 # ## Where the results are
 
-# %% papermill={"duration": 0.019388, "end_time": "2026-11-21T23:30:43.319219+00:00", "exception": false, "start_time": "2026-11-21T23:30:43.299831+00:00", "status": "completed"}
+# %%
 for path in sorted(out.iterdir()):
     print(display_path(path))

@@ -120,3 +120,16 @@ def test_warmup_samples_long_form():
     long = warmup_samples(study)
     assert long["step"].tolist() == [0, 1, 0, 1]
     assert long["seconds"].tolist() == [0.3, 0.1, 0.1, 0.1]
+
+
+def test_warmup_effect_ratios():
+    from perflab.bench.warmup import warmup_effect
+
+    study = pd.DataFrame(
+        {"warmup": [0, 5], "samples_s": ["[0.4, 0.1, 0.1, 0.2]", "[0.1, 0.1, 0.1, 0.2]"]}
+    )
+    effect = warmup_effect(study).set_index("warmup")
+    assert effect.loc[0, "first_over_warm_median"] == pytest.approx(4.0)
+    assert effect.loc[0, "mean_over_warm"] == pytest.approx(0.8 / 0.5)
+    assert effect.loc[0, "median_over_warm"] == pytest.approx(0.15 / 0.1)
+    assert effect.loc[5].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])

@@ -23,6 +23,7 @@ class BenchmarkingProfile:
     warmup: int  # untimed steps before each measurement
     steps: int  # timed steps
     warmup_study_preset: str  # the model of the warm-up study
+    warmup_study_steps: int  # timed steps after each warm-up setting
     warmup_study_warmups: tuple[int, ...] = (0, 1, 2, 5)
 
     def as_dict(self) -> dict:
@@ -37,6 +38,7 @@ BENCHMARKING: dict[str, BenchmarkingProfile] = {
         warmup=2,
         steps=5,
         warmup_study_preset="cpu-small",
+        warmup_study_steps=10,
     ),
     "full": BenchmarkingProfile(
         presets=("small", "medium", "large", "xl", "2.7B"),
@@ -45,6 +47,7 @@ BENCHMARKING: dict[str, BenchmarkingProfile] = {
         warmup=5,
         steps=10,
         warmup_study_preset="small",
+        warmup_study_steps=20,
     ),
 }
 

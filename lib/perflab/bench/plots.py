@@ -22,11 +22,11 @@ def plot_phases(breakdown: pd.DataFrame) -> Figure:
 
 
 def plot_warmup(samples: pd.DataFrame) -> Figure:
-    """Time of every timed step after 0, 1, 2, 5 ... warm-up steps (log scale)."""
+    """Time of every timed step after 0, 1, 2, 5 ... warm-up steps."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
     data = samples.assign(ms=samples["seconds"] * 1e3)
     sns.lineplot(data=data, x="step", y="ms", hue="warmup", marker="o", ax=ax, palette="viridis")
-    ax.set_yscale("log")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("timed step (after the warm-up steps)")
     ax.set_ylabel("step time (ms)")
     ax.set_title("Each warm-up setting in a fresh process")

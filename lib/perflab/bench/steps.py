@@ -118,7 +118,8 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     dtype = parse_dtype(config.dtype)
     model_config = PRESETS[config.preset]
     torch.manual_seed(seed)
-    model = TransformerLM(model_config).to(device)
+    with torch.device(device):  # initialise on the device: no full-size copy in host memory
+        model = TransformerLM(model_config)
     optimizer = (
         torch.optim.AdamW(model.parameters(), lr=1e-4) if config.mode == "train-step" else None
     )

@@ -2,11 +2,12 @@
 
 Each configuration's result row is appended to a CSV and flushed to disk as soon as it is
 measured, so a crash, an interrupt or a killed kernel keeps every finished row; a re-run skips
-the configurations whose key is already in the file. Failures such as out-of-memory become rows
-(``status`` "oom" or "error") and the sweep goes on. Metadata (device, versions, what the key
-is) lives beside the CSV in a JSON file of the same name.
+the configurations whose key is already in the file (each row says when it was measured in
+``measured_at``). Failures such as out-of-memory become rows (``status`` "oom" or "error") and
+the sweep goes on. Metadata (device, versions, what the key is) lives beside the CSV in a JSON
+file of the same name.
 
-Used by notebooks 01 (preset timings), 03 (fp32 vs bf16) and 05/06 (attention grids).
+Used by notebook 01 (preset timings, warm-up study); every sweep of the workbook goes through it.
 """
 
 from __future__ import annotations
@@ -154,6 +155,7 @@ class Sweep:
                     torch.cuda.empty_cache()
                 row = {**config, "status": status, "error": message}
             row.update({k: config[k] for k in self.key})
+            row["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
             self.append(row)
             done.add(key)
         bar.close()

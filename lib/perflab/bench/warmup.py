@@ -54,3 +54,20 @@ def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
     long = study[["warmup"]].assign(samples_s=samples).explode("samples_s")
     long["step"] = long.groupby("warmup").cumcount()
     return long.rename(columns={"samples_s": "seconds"}).astype({"seconds": float})
+
+
+def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
+    """Each warm-up setting's statistics divided by those of the most warmed-up setting, and
+    its first timed step divided by that setting's median: 1.0 means warm-up made no difference.
+    """
+    samples = warmup_samples(study)
+    stats = samples.groupby("warmup")["seconds"].agg(["mean", "std", "median", "first"])
+    warm = stats.loc[stats.index.max()]
+    return pd.DataFrame(
+        {
+            "first_over_warm_median": stats["first"] / warm["median"],
+            "mean_over_warm": stats["mean"] / warm["mean"],
+            "std_over_warm": stats["std"] / warm["std"],
+            "median_over_warm": stats["median"] / warm["median"],
+        }
+    ).reset_index()
