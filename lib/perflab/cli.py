@@ -3,9 +3,11 @@
     perflab run [NOTEBOOK ...] [-p NAME VALUE ...] [--output DIR]
     perflab bench --preset NAME --context-length N --mode MODE --warmup W --steps N
                   [--batch-size B] [--dtype D] [--device D] [--format {table,json}]
+    perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
 
 ``run`` executes notebooks with papermill; ``bench`` times one configuration (the command that
-``nsys profile`` wraps in notebook 02). Bad arguments exit with status 2 and a one-line message
+``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a Chrome/Kineto trace, or compares
+a baseline trace with an optimized one. Bad arguments exit with status 2 and a one-line message
 naming the valid choices.
 """
 
@@ -157,9 +159,42 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
+
+    try:
+        if args.compare is None:
+            table = kernel_hotspots(args.trace, top=args.top)
+        else:
+            comparison = compare_traces(args.trace, args.compare)
+    except ValueError as error:  # TraceError included: one line, no traceback
+        parser.error(str(error))
+    if args.compare is None:
+        if args.format == "csv":
+            print(table.to_csv(index=False), end="")
+            return 0
+        print(f"{Path(args.trace).name}: {table['source'].iloc[0]}")
+        shown = table.drop(columns="source").assign(
+            name=table["name"].map(short_name), share=(100 * table["share"]).round(2)
+        )
+        print(shown.rename(columns={"share": "share_%"}).to_string(index=False))
+        return 0
+    kernels = comparison.kernels.head(args.top) if args.top else comparison.kernels
+    if args.format == "csv":
+        print(kernels.to_csv(index=False), end="")
+        return 0
+    print(f"{Path(args.trace).name} -> {Path(args.compare).name}: {comparison.source}")
+    print(kernels.assign(name=kernels["name"].map(short_name)).to_string(index=False))
+    print()
+    print(comparison.categories.to_string(index=False))
+    print()
+    print(comparison.verdict)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,hotspots}")
 
     run = commands.add_parser("run", help="execute notebooks with papermill")
     run.add_argument(
@@ -196,6 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     bench.add_argument("--format", choices=("table", "json"), default="table")
     bench.set_defaults(handler=_bench, subparser=bench)
+
+    hotspots = commands.add_parser("hotspots", help="hotspots of a Chrome/Kineto trace")
+    hotspots.add_argument("trace", metavar="TRACE", help="trace file, .json or .json.gz")
+    hotspots.add_argument("--compare", metavar="OTHER", help="optimized trace to compare with")
+    hotspots.add_argument("--top", type=_count(1), help="show only the first K rows")
+    hotspots.add_argument("--format", choices=("table", "csv"), default="table")
+    hotspots.set_defaults(handler=_hotspots, subparser=hotspots)
     return parser
 
 

@@ -1,7 +1,9 @@
 """Naive attention, the reference every other attention in the workbook is checked against.
 
 softmax(Q K^T / sqrt(d)) V, materialising the full (n_queries, n_keys) score matrix: it reads
-and writes O(n_queries * n_keys) memory per head, which is what FlashAttention avoids.
+and writes O(n_queries * n_keys) memory per head, which is what FlashAttention avoids. Its
+three parts are separate functions so that the annotated variant (notebook 02) runs exactly
+the same code inside named ranges.
 """
 
 from __future__ import annotations
@@ -24,10 +26,25 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device | str | None =
     return cols <= rows + offset
 
 
-def naive_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> Tensor:
-    """softmax(q k^T / sqrt(d) [+ causal mask]) v for q (..., n_q, d), k and v (..., n_k, d)."""
+def attention_scores(q: Tensor, k: Tensor, *, is_causal: bool) -> Tensor:
+    """q k^T / sqrt(d), with -inf where the causal mask forbids: 2 * n_q * n_k * d FLOPs."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if is_causal:
         mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device)
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    return scores
+
+
+def attention_softmax(scores: Tensor) -> Tensor:
+    """Row-wise softmax: about 5 FLOPs per score (max, subtract, exp, sum, divide)."""
+    return torch.softmax(scores, dim=-1)
+
+
+def weighted_sum(probabilities: Tensor, v: Tensor) -> Tensor:
+    """probabilities @ v: 2 * n_q * n_k * d FLOPs."""
+    return probabilities @ v
+
+
+def naive_attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> Tensor:
+    """softmax(q k^T / sqrt(d) [+ causal mask]) v for q (..., n_q, d), k and v (..., n_k, d)."""
+    return weighted_sum(attention_softmax(attention_scores(q, k, is_causal=is_causal)), v)

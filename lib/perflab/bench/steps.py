@@ -21,6 +21,7 @@ from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
 from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import PRESETS, TransformerLM, cross_entropy, get_preset
+from perflab.profiling.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;
 #: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.
@@ -83,10 +84,12 @@ def make_step(
     mode: str,
     dtype: torch.dtype = torch.float32,
     optimizer: torch.optim.Optimizer | None = None,
-) -> Callable[[], float]:
-    """A zero-argument function that runs one step of ``mode`` and returns nothing to wait on.
+) -> Callable[[], None]:
+    """A zero-argument function that runs one step of ``mode``.
 
     ``train-step`` needs an optimizer; gradients are reset with ``set_to_none`` at each step.
+    The step and its parts are annotated with the ranges "step", "forward", "backward" and
+    "optimizer" (``perflab.profiling.ranges``), visible to nsys and torch.profiler.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
@@ -95,14 +98,17 @@ def make_step(
     device = inputs.device
 
     def step() -> None:
-        model.zero_grad(set_to_none=True)
-        with autocast_context(device, dtype):
-            loss = cross_entropy(model(inputs), targets)
-        if mode == "forward":
-            return
-        loss.backward()
-        if mode == "train-step":
-            optimizer.step()
+        with annotate("step"):
+            model.zero_grad(set_to_none=True)
+            with annotate("forward"), autocast_context(device, dtype):
+                loss = cross_entropy(model(inputs), targets)
+            if mode == "forward":
+                return
+            with annotate("backward"):
+                loss.backward()
+            if mode == "train-step":
+                with annotate("optimizer"):
+                    optimizer.step()
 
     return step
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from perflab.device import synchronize
+from perflab.profiling.ranges import TIMED_RANGE, annotate
 
 TIMING_METHOD = "perflab.bench.time_fn: perf_counter per step, device synchronised before and after"
 
@@ -86,7 +87,8 @@ def time_fn(
 ) -> Timing:
     """Run ``fn`` ``warmup`` times untimed, then ``steps`` times timed; return the samples.
 
-    ``sync`` waits for the device (default: ``perflab.device.synchronize(device)``).
+    ``sync`` waits for the device (default: ``perflab.device.synchronize(device)``). The timed
+    steps run inside the range "timed", the capture range with which nsys skips the warm-up.
     """
     _check_count("warmup", warmup, 0)
     _check_count("steps", steps, 1)
@@ -99,10 +101,11 @@ def time_fn(
     for _ in range(warmup):
         fn()
     samples = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        samples.append(time.perf_counter() - start)
+    with annotate(TIMED_RANGE):
+        for _ in range(steps):
+            sync()
+            start = time.perf_counter()
+            fn()
+            sync()
+            samples.append(time.perf_counter() - start)
     return Timing(tuple(samples), warmup)
