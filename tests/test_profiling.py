@@ -21,14 +21,8 @@ from perflab.profiling import (
 from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, short_name
 from perflab.profiling.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
-from perflab.profiling.summary import (
-    CPU_OPERATORS,
-    DEVICE_KERNELS,
-    SUMMARY_COLUMNS,
-    attention_time_vs_flops,
-    range_names,
-)
-from perflab.profiling.trace import self_times, within
+from perflab.profiling.summary import SUMMARY_COLUMNS, attention_time_vs_flops, range_names
+from perflab.profiling.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 
 REAL_TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
 
@@ -379,3 +373,14 @@ def test_cli_hotspots_bad_file_is_one_line(tmp_path):
     done = perflab("hotspots", str(bad))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "bad.json is not a Chrome/Kineto trace" in done.stderr
+
+
+def test_record_step_trace_rejects_bad_arguments(tmp_path):
+    with pytest.raises(
+        ValueError, match="unknown attention 'flash'; valid: naive, annotated, sdpa"
+    ):
+        record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, attention="flash")
+    with pytest.raises(ValueError, match="context_length must be 1 to 512"):
+        record_step_trace(tmp_path / "t.json", "cpu-tiny", 1000)
+    with pytest.raises(ValueError, match="need steps >= 1"):
+        record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, steps=0)

@@ -52,6 +52,28 @@ BENCHMARKING: dict[str, BenchmarkingProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class ProfilingProfile:
+    """Sizes of notebook 02."""
+
+    preset: str  # the model profiled
+    context_length: int  # tokens per sequence
+    batch_size: int  # sequences per step
+    warmup: int  # unprofiled steps before the profiled ones
+    steps: int  # profiled steps per trace
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+PROFILING: dict[str, ProfilingProfile] = {
+    "cpu": ProfilingProfile(
+        preset="cpu-small", context_length=256, batch_size=4, warmup=2, steps=2
+    ),
+    "full": ProfilingProfile(preset="small", context_length=512, batch_size=4, warmup=5, steps=3),
+}
+
+
 def get_profile(table: dict[str, P], name: str) -> P:
     """``table[name]`` or a ValueError listing the valid profile names."""
     try:

@@ -35,8 +35,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perflab.profiling.summary import CPU_OPERATORS, DEVICE_KERNELS
-from perflab.profiling.trace import CPU_OP, KERNEL, Trace, load_trace, self_times
+from perflab.profiling.trace import (
+    CPU_OP,
+    CPU_OPERATORS,
+    DEVICE_KERNELS,
+    KERNEL,
+    Trace,
+    load_trace,
+    self_times,
+)
 
 CATEGORIES = ("communication", "compute-bound", "memory-bound", "other")
 

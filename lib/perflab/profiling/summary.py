@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from perflab.profiling.hotspots import classify
 from perflab.profiling.trace import (
     CPU_OP,
+    CPU_OPERATORS,
     CPU_RANGE,
+    DEVICE_KERNELS,
     GPU_RANGE,
     KERNEL,
     Trace,
@@ -30,9 +33,6 @@ SUMMARY_COLUMNS = [
     "StdDev (ns)", "Name",
 ]  # fmt: skip
 
-DEVICE_KERNELS = "device kernels"
-CPU_OPERATORS = "CPU operators (self time; this trace has no device kernels)"
-
 
 @dataclass(frozen=True)
 class KernelSummary:
@@ -45,6 +45,15 @@ class KernelSummary:
     @property
     def total_ns(self) -> float:
         return float(self.table["Total Time (ns)"].sum())
+
+    def with_categories(self) -> pd.DataFrame:
+        """The table with each name's category (``perflab.profiling.hotspots.classify``)."""
+        return self.table.assign(category=self.table["Name"].map(classify))
+
+    def category_shares(self) -> pd.Series:
+        """Share of the total time per category."""
+        table = self.with_categories()
+        return table.groupby("category")["Total Time (ns)"].sum() / self.total_ns
 
 
 def summarize_durations(names: pd.Series, durations_ns: pd.Series) -> pd.DataFrame:

@@ -26,6 +26,10 @@ LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 
 EVENT_COLUMNS = ["name", "cat", "ts", "dur", "pid", "tid", "correlation"]
 
+#: What a summary or hotspot table was computed from.
+DEVICE_KERNELS = "device kernels"
+CPU_OPERATORS = "CPU operators (self time; this trace has no device kernels)"
+
 
 class TraceError(ValueError):
     """The file is not a usable Chrome/Kineto trace; the message says why."""

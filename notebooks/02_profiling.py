@@ -1,0 +1,246 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 Profiling: where does the time go, and what bounds it?
+#
+# A timer says *how long*; a profiler says *where*. You will annotate a training step with
+# named ranges that Nsight Systems and `torch.profiler` both see, summarise its kernels per
+# range the way Nsight's `cuda_gpu_kern_sum` report does, answer four questions about the
+# model from those tables, and then use the workbook's **hotspot analysis** on any trace: a
+# real 2-GPU A100 training trace, and a pair of the workbook's own traces before and after an
+# optimisation.
+#
+# On a GPU the tables list device kernels; on a CPU there are none, so they list PyTorch's CPU
+# operators by self time instead, and every table says which. Nsight Systems (`nsys`) is used
+# only where both CUDA and `nsys` exist (GPU-only).
+
+# %% tags=["parameters"]
+profile = "cpu"     # "cpu": cpu-small at context 256; "full": preset small at 512, for a GPU
+device = "auto"     # "cuda" when present, else "cpu"
+top = 10            # rows shown in each table
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from perflab.attention import ATTENTION_RANGES
+from perflab.device import resolve_device
+from perflab.model import get_preset
+from perflab.paths import REPO_ROOT, display_path, results_dir
+from perflab.profiles import PROFILING, get_profile
+from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
+from perflab.profiling.capture import record_step_trace
+from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
+from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
+from perflab.profiling.plots import plot_category_comparison, plot_hotspots
+from perflab.profiling.summary import attention_time_vs_flops, range_names
+
+pd.set_option("display.precision", 3)
+pd.set_option("display.max_colwidth", 70)
+run = get_profile(PROFILING, profile)
+dev = resolve_device(device)
+config = get_preset(run.preset)
+out = results_dir("02_profiling", dev)
+print(f"profile {profile!r}: {run.preset}, context {run.context_length}, batch {run.batch_size}, "
+      f"{run.steps} profiled steps after {run.warmup} warm-up steps, on {dev}")
+
+# %% [markdown]
+# ## 1. Ranges both profilers see
+#
+# `perflab.profiling.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA) and a
+# `torch.profiler.record_function` range at once. Every step the workbook times is annotated
+# with `step`, `forward`, `backward` and `optimizer`; the annotated attention adds
+# `attention/scores`, `attention/softmax` and `attention/weighted_sum`. We record a trace of a
+# training step with `torch.profiler` and list the ranges found in it.
+
+# %%
+trace_path = record_step_trace(
+    out / "train_step_annotated.json.gz", run.preset, run.context_length, run.batch_size,
+    attention="annotated", warmup=run.warmup, steps=run.steps, device=dev,
+)
+trace = load_trace(trace_path)
+print(display_path(trace_path))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+range_names(trace)
+
+# %% [markdown]
+# ## 2. The per-kernel summary, restricted by range
+#
+# The columns of Nsight's `cuda_gpu_kern_sum` (times in ns). For the forward pass alone:
+
+# %%
+forward = kernel_summary(trace, "forward")
+step = kernel_summary(trace, "step")
+print(forward.source)
+forward.table.head(top)
+
+# %% [markdown]
+# and for the whole training step (forward, backward, optimizer):
+
+# %%
+step.table.head(top)
+
+# %% [markdown]
+# ## 3. Questions answered from the numbers
+#
+# **Which kernel dominates the forward pass, and how often does it run?**
+
+# %%
+first = forward.table.iloc[0]
+print(f"{first['Name']} dominates the forward pass: {first['Time (%)']:.1f}% of its time in "
+      f"{first['Instances']} calls over {run.steps} steps ({first['Instances'] / run.steps:.0f} "
+      f"per step; the model's forward has {config.num_layers} layers x 5 weight matmuls (fused "
+      f"QKV, output, three SwiGLU) + 1 LM head = {config.num_layers * 5 + 1}, plus the two "
+      f"attention products per layer)")
+
+# %% [markdown]
+# **What besides matrix multiplies takes time?** Everything that is not compute-bound, with at
+# least 1% of the training step:
+
+# %%
+categorised = step.with_categories()
+others = categorised[(categorised["category"] != "compute-bound") & (categorised["Time (%)"] >= 1)]
+others[["Time (%)", "Instances", "Avg (ns)", "Name", "category"]]
+
+# %% [markdown]
+# **How does the matmul share change from inference to a training step?**
+
+# %%
+shares = pd.DataFrame({"forward": forward.category_shares(), "training step": step.category_shares()})
+shares = shares.fillna(0.0)
+print(f"matmuls (compute-bound) hold {shares.loc['compute-bound', 'forward']:.1%} of the forward "
+      f"pass and {shares.loc['compute-bound', 'training step']:.1%} of the training step")
+shares
+
+# %% [markdown]
+# The backward pass repeats every matmul twice (gradients with respect to inputs and weights),
+# and adds the backward of every elementwise op, norm and softmax; AdamW adds pure memory-bound
+# work over every parameter. Which of the two grows faster decides whether the matmul share
+# rises or falls from inference to training on a given device.
+#
+# **Softmax against matmul inside attention, compared with their FLOPs.** Time of each range
+# (on a GPU the device time of the kernels launched in it), FLOPs from the shapes:
+
+# %%
+attention = attention_time_vs_flops(trace, run.batch_size, config.num_heads, run.context_length,
+                                    config.head_dim)
+attention
+
+# %%
+soft = attention.set_index("range").loc["attention/softmax"]
+matmul = attention.set_index("range").loc[["attention/scores", "attention/weighted_sum"]]
+time_ratio = soft["total_us"] / matmul["total_us"].sum()
+flop_ratio = soft["flops"] / matmul["flops"].sum()
+print(f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls for "
+      f"{flop_ratio:.3f}x their FLOPs: per FLOP it is {time_ratio / flop_ratio:.0f}x slower")
+
+# %% [markdown]
+# Softmax does about 5 FLOPs per score against the matmuls' 4·d, yet it reads and writes the
+# whole score matrix: it is bound by memory traffic, not arithmetic. Fusing it into the matmuls
+# so the scores never leave fast memory is exactly what FlashAttention does (notebook 06).
+#
+# ## 4. The same table from Nsight Systems (GPU-only)
+#
+# With CUDA and `nsys` present, `nsys profile` runs `perflab bench` with the NVTX capture range
+# `timed` (so warm-up is not captured) and `nsys stats --report cuda_gpu_kern_sum` reads it
+# back into the same columns.
+
+# %%
+if nsys_available():
+    bench_args = ["--preset", run.preset, "--context-length", str(run.context_length),
+                  "--batch-size", str(run.batch_size), "--mode", "train-step",
+                  "--warmup", str(run.warmup), "--steps", str(run.steps)]
+    from_nsys = nsys_kernel_summary(bench_args, out / "nsys")
+    display(from_nsys.table.head(top))
+else:
+    print("GPU-only: CUDA and nsys are not both present here, so the nsys summary is skipped.")
+
+# %% [markdown]
+# ## 5. Hotspots of a real multi-GPU trace
+#
+# `kernel_hotspots` works on any Chrome/Kineto trace. Here: rank 0 of a 2-GPU data-parallel
+# training run on an A100 (from HolisticTraceAnalysis' test data, MIT licence, in
+# `data/traces/`). Every kernel gets a category by rules stated in
+# `perflab.profiling.hotspots`: communication, compute-bound, memory-bound or other.
+
+# %%
+real_path = REPO_ROOT / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
+real = kernel_hotspots(real_path)
+fig = plot_hotspots(real, top, title="A100 DDP rank 0: top kernels")
+fig.savefig(out / "a100_hotspots.png", dpi=80)
+real.head(top).assign(name=real["name"].map(short_name)).drop(columns="source")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+real_shares = category_shares(real)
+busy = busy_fraction(load_trace(real_path))
+print(f"{len(real)} kernel names, {real['instances'].sum()} launches, "
+      f"{real['total_us'].sum() / 1e3:.1f} ms of kernel time")
+print(f"top kernel: {short_name(real['name'].iloc[0])} ({real['share'].iloc[0]:.1%})")
+print(", ".join(f"{c} {s:.1%}" for c, s in real_shares.items()))
+print(f"the GPU runs a kernel during {busy:.1%} of the traced span")
+
+# %% [markdown]
+# The all-reduce of gradients (NCCL) is the single largest kernel: data-parallel training pays
+# for communication inside the step. Most of the rest is memory-bound (layout changes for cuDNN,
+# batch norm, elementwise ops) rather than matmuls, and the GPU sits idle for much of the
+# traced span: this run is far from compute-bound.
+#
+# ## 6. Before and after an optimisation
+#
+# The workbook's own pair: a training step with naive attention (three separate operations that
+# write the full score matrix) and the same step with PyTorch's fused
+# `scaled_dot_product_attention`. `compare_traces` lines up every kernel, the categories before
+# and after, and reads a verdict off the numbers.
+
+# %%
+pair = {
+    name: record_step_trace(out / f"train_step_{name}.json.gz", run.preset, run.context_length,
+                            run.batch_size, attention=name, warmup=run.warmup, steps=run.steps,
+                            device=dev)
+    for name in ("naive", "sdpa")
+}
+comparison = compare_traces(pair["naive"], pair["sdpa"])
+print(comparison.source)
+comparison.kernels.head(top).assign(name=comparison.kernels["name"].map(short_name))
+
+# %%
+fig = plot_category_comparison(comparison.categories, title="naive attention -> fused SDPA")
+fig.savefig(out / "naive_vs_sdpa.png", dpi=80)
+comparison.categories
+
+# %%
+print(comparison.verdict)
+both = comparison.kernels[(comparison.kernels["baseline_us"] > 0)
+                          & (comparison.kernels["optimized_us"] > 0)]
+untouched = both.loc[both["baseline_us"].idxmax()]
+print(f"{short_name(untouched['name'])}, whose work the change leaves the same, moved by "
+      f"{untouched['delta_pct']:+.1f}%: run-to-run noise of this size is the yardstick for "
+      "which deltas mean something")
+
+# %% [markdown]
+# The same analysis runs from the shell on any pair of traces:
+# `perflab hotspots BASELINE --compare OPTIMIZED --top 10`.
+#
+# ## Where the results are
+
+# %%
+for path in sorted(out.iterdir()):
+    print(display_path(path))
