@@ -380,7 +380,7 @@ def test_record_step_trace_rejects_bad_arguments(tmp_path):
         ValueError, match="unknown attention 'flash'; valid: naive, annotated, sdpa"
     ):
         record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, attention="flash")
-    with pytest.raises(ValueError, match="context_length must be 1 to 512"):
+    with pytest.raises(ValueError, match="valid: 1 to 512"):
         record_step_trace(tmp_path / "t.json", "cpu-tiny", 1000)
-    with pytest.raises(ValueError, match="need steps >= 1"):
+    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
         record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, steps=0)

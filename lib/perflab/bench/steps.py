@@ -20,7 +20,7 @@ import torch
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
 from perflab.device import describe, parse_dtype, resolve_device
-from perflab.model import PRESETS, TransformerLM, cross_entropy, get_preset
+from perflab.model import PRESETS, AttentionFn, TransformerLM, cross_entropy, get_preset
 from perflab.profiling.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;
@@ -113,6 +113,25 @@ def make_step(
     return step
 
 
+def build_step(
+    config: BenchConfig, seed: int = 0, attention_fn: AttentionFn | None = None
+) -> Callable[[], None]:
+    """The model (on the device), optimizer and random batch of ``config``, and the step
+    function that uses them; ``attention_fn`` replaces the model's attention."""
+    device = resolve_device(config.device)
+    model_config = PRESETS[config.preset]
+    torch.manual_seed(seed)
+    with torch.device(device):  # initialise on the device: no full-size copy in host memory
+        model = TransformerLM(model_config, attention_fn=attention_fn)
+    optimizer = (
+        torch.optim.AdamW(model.parameters(), lr=1e-4) if config.mode == "train-step" else None
+    )
+    inputs, targets = random_batch(
+        model_config.vocab_size, config.batch_size, config.context_length, device, seed
+    )
+    return make_step(model, inputs, targets, config.mode, parse_dtype(config.dtype), optimizer)
+
+
 def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     """Build the preset's model, time ``config.mode`` and return (result row, timing).
 
@@ -121,22 +140,12 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     ``ModelConfig.train_step_flops`` for the modes with a backward, forward FLOPs otherwise).
     """
     device = resolve_device(config.device)
-    dtype = parse_dtype(config.dtype)
     model_config = PRESETS[config.preset]
-    torch.manual_seed(seed)
-    with torch.device(device):  # initialise on the device: no full-size copy in host memory
-        model = TransformerLM(model_config)
-    optimizer = (
-        torch.optim.AdamW(model.parameters(), lr=1e-4) if config.mode == "train-step" else None
-    )
-    inputs, targets = random_batch(
-        model_config.vocab_size, config.batch_size, config.context_length, device, seed
-    )
-    step = make_step(model, inputs, targets, config.mode, dtype, optimizer)
+    step = build_step(config, seed=seed)
     try:
         timing = time_fn(step, warmup=config.warmup, steps=config.steps, device=device)
     finally:
-        del model, optimizer, step
+        del step  # the model and optimizer live in its closure
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -18,9 +18,8 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from perflab.attention import annotated_attention, naive_attention
-from perflab.bench.steps import MODES, make_step, random_batch
-from perflab.device import parse_dtype, resolve_device, synchronize
-from perflab.model import TransformerLM, get_preset
+from perflab.bench.steps import BenchConfig, build_step
+from perflab.device import resolve_device, synchronize
 
 ATTENTIONS = {
     "naive": naive_attention,
@@ -43,25 +42,15 @@ def record_step_trace(
     seed: int = 0,
 ) -> Path:
     """Profile ``steps`` steps after ``warmup`` unprofiled ones; write the trace to ``path``
-    (gzipped when it ends in .gz) and return the path."""
+    (gzipped when it ends in .gz) and return the path. Arguments are checked as
+    ``BenchConfig`` checks them."""
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")
-    config = get_preset(preset)
-    if not 1 <= context_length <= config.context_length:
-        raise ValueError(
-            f"context_length must be 1 to {config.context_length}, got {context_length}"
-        )
     device = resolve_device(device)
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = TransformerLM(config, attention_fn=ATTENTIONS[attention])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4) if mode == "train-step" else None
-    inputs, targets = random_batch(config.vocab_size, batch_size, context_length, device, seed)
-    step = make_step(model, inputs, targets, mode, parse_dtype(dtype), optimizer)
+    config = BenchConfig(
+        preset, context_length, mode, batch_size, warmup, steps, dtype, str(device)
+    )
+    step = build_step(config, seed=seed, attention_fn=ATTENTIONS[attention])
     for _ in range(warmup):
         step()
     synchronize(device)
