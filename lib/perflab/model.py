@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.attention import naive_attention
+from perflab.memory.checkpointing import check_strategy, run_blocks
 
 
 @dataclass(frozen=True)
@@ -220,6 +221,7 @@ class TransformerLM(nn.Module):
         self._init_weights()
         if attention_fn is not None:
             self.set_attention(attention_fn)
+        self.checkpointing: tuple[str, int | None] = ("none", None)
 
     def _init_weights(self) -> None:
         # Truncated normal with std 1/sqrt(fan_in), embeddings with std 1.
@@ -235,6 +237,12 @@ class TransformerLM(nn.Module):
         for block in self.blocks:
             block.attn.attention_fn = attention_fn
 
+    def set_checkpointing(self, strategy: str = "none", group_size: int | None = None) -> None:
+        """Activation checkpointing of the block stack: "none", "single" with ``group_size``
+        blocks per checkpoint, or "nested" (``perflab.memory.checkpointing``)."""
+        check_strategy(strategy, group_size, self.config.num_layers)
+        self.checkpointing = (strategy, group_size)
+
     def forward(self, token_ids: Tensor) -> Tensor:
         seq_len = token_ids.shape[-1]
         if seq_len > self.config.context_length:
@@ -242,9 +250,7 @@ class TransformerLM(nn.Module):
                 f"sequence length {seq_len} exceeds the model's context length "
                 f"{self.config.context_length}"
             )
-        x = self.embedding(token_ids)
-        for block in self.blocks:
-            x = block(x)
+        x = run_blocks(self.blocks, self.embedding(token_ids), *self.checkpointing)
         return self.lm_head(self.final_norm(x))
 
 

@@ -1,0 +1,1 @@
+"""Memory: timelines and peaks on either device, saved tensors, activation checkpointing."""

@@ -1,0 +1,110 @@
+"""Memory measurements of the workbook's model (notebook 04).
+
+Every number here is measured with ``perflab.memory.timeline.peak_memory`` (CUDA's peak counter,
+or the CPU allocator record of torch.profiler), next to the formula that predicts it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import torch
+
+from perflab.bench.steps import BenchConfig, build_step
+from perflab.device import resolve_device
+from perflab.memory.checkpointing import check_strategy, run_blocks
+from perflab.memory.timeline import peak_memory
+from perflab.model import ModelConfig, TransformerLM, get_preset
+
+
+def residual_stream_bytes(config: ModelConfig, batch_size: int, seq_len: int,
+                          dtype: torch.dtype = torch.float32) -> int:  # fmt: skip
+    """Bytes of the residual stream between two blocks: batch x seq x d_model elements."""
+    return batch_size * seq_len * config.d_model * torch.empty((), dtype=dtype).element_size()
+
+
+def measured_residual_bytes(config: ModelConfig, batch_size: int, seq_len: int,
+                            device: str | torch.device = "cpu") -> int:  # fmt: skip
+    """Bytes of the tensor that actually enters the second block (captured by a hook)."""
+    device = resolve_device(device)
+    with torch.device(device):
+        model = TransformerLM(replace(config, num_layers=2))
+    seen = []
+    handle = model.blocks[1].register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
+    with torch.no_grad():
+        model(torch.zeros(batch_size, seq_len, dtype=torch.long, device=device))
+    handle.remove()
+    return seen[0].nelement() * seen[0].element_size()
+
+
+def step_peak_memory(config: BenchConfig) -> dict:
+    """Peak bytes of one step of ``config.mode`` above the memory held before it (the model,
+    and for a training step its gradients and AdamW state, made by one warm-up step first)."""
+    device = resolve_device(config.device)
+    step = build_step(config)
+    for _ in range(config.warmup):
+        step()
+    return {"peak_bytes": peak_memory(step, device)}
+
+
+def blocks_fwd_bwd(model: TransformerLM, x: torch.Tensor, strategy: str,
+                   group_size: int | None) -> None:  # fmt: skip
+    """Forward and backward through the block stack only (no embedding, no LM head)."""
+    run_blocks(model.blocks, x, strategy, group_size).float().square().mean().backward()
+
+
+def checkpoint_peak(
+    preset: str,
+    num_layers: int,
+    batch_size: int,
+    seq_len: int,
+    strategy: str = "none",
+    group_size: int | None = None,
+    device: str | torch.device = "auto",
+    repeats: int = 1,
+) -> dict:
+    """Peak activation bytes and seconds of forward + backward through ``num_layers`` blocks of
+    ``preset``'s shape with a checkpointing strategy.
+
+    Gradients are allocated by a first pass and kept (``zero_grad(set_to_none=False)``), so
+    the peak counts activations and temporaries only, not gradient buffers.
+    """
+    check_strategy(strategy, group_size, num_layers)
+    device = resolve_device(device)
+    config = replace(get_preset(preset), num_layers=num_layers)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = TransformerLM(config)
+        x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)
+    blocks_fwd_bwd(model, x, strategy, group_size)  # allocates the gradients
+    model.zero_grad(set_to_none=False)
+    peak = peak_memory(lambda: blocks_fwd_bwd(model, x, strategy, group_size), device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        blocks_fwd_bwd(model, x, strategy, group_size)
+    seconds = (time.perf_counter() - start) / repeats
+    return {"peak_bytes": peak, "seconds": seconds}
+
+
+def group_sizes(num_layers: int) -> list[int]:
+    """Group sizes that divide the stack evenly (every checkpoint the same size)."""
+    return [g for g in range(1, num_layers + 1) if num_layers % g == 0]
+
+
+def nearest_grid_point(value: float, grid: list[int]) -> int:
+    """The grid value closest to ``value`` (e.g. sqrt(L) on the group-size grid)."""
+    return min(grid, key=lambda g: (abs(g - value), g))
+
+
+def log_fit(layers: list[int], peaks: list[float]) -> dict:
+    """Least-squares fit peak = a + b * log2(layers), with its coefficient of determination."""
+    x = torch.tensor([math.log2(n) for n in layers], dtype=torch.float64)
+    y = torch.tensor(peaks, dtype=torch.float64)
+    design = torch.stack([torch.ones_like(x), x], dim=1)
+    solution = torch.linalg.lstsq(design, y[:, None]).solution.squeeze(1)
+    fitted = design @ solution
+    r2 = 1 - ((y - fitted) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    return {"intercept": float(solution[0]), "slope_per_doubling": float(solution[1]),
+            "r2": float(r2)}  # fmt: skip
