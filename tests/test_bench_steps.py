@@ -133,3 +133,16 @@ def test_warmup_effect_ratios():
     assert effect.loc[0, "mean_over_warm"] == pytest.approx(0.8 / 0.5)
     assert effect.loc[0, "median_over_warm"] == pytest.approx(0.15 / 0.1)
     assert effect.loc[5].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])
+
+
+def test_dtype_speedup():
+    from perflab.bench.tables import dtype_speedup
+
+    rows = pd.DataFrame(
+        [{"preset": "p", "mode": "train-step", "status": "ok", "dtype": d, "median_s": s}
+         for d, s in (("float32", 2.0), ("bfloat16", 0.5))]
+    )  # fmt: skip
+    table = dtype_speedup(rows)
+    assert table.loc[0, "speedup_bfloat16"] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="no float16 rows"):
+        dtype_speedup(rows, baseline="float16")

@@ -74,6 +74,72 @@ PROFILING: dict[str, ProfilingProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class PrecisionProfile:
+    """Sizes of notebook 03's float32 vs bfloat16 benchmark."""
+
+    presets: tuple[str, ...]
+    context_length: int  # tokens per sequence
+    batch_size: int  # sequences per step
+    warmup: int  # untimed steps
+    steps: int  # timed steps
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+PRECISION: dict[str, PrecisionProfile] = {
+    "cpu": PrecisionProfile(
+        ("cpu-tiny", "cpu-small"), context_length=128, batch_size=4, warmup=2, steps=5
+    ),  # fmt: skip
+    "full": PrecisionProfile(
+        ("small", "medium", "large", "xl", "2.7B"),
+        context_length=512,
+        batch_size=4,
+        warmup=5,
+        steps=10,
+    ),  # fmt: skip
+}
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Sizes of notebook 04."""
+
+    preset: str  # model of the timelines and the peak-memory table
+    context_lengths: tuple[int, ...]  # of the peak-memory table
+    batch_size: int  # sequences per step
+    checkpoint_preset: str  # block shape of the checkpointing study
+    checkpoint_layers: tuple[int, ...]  # depths of the nested-checkpointing fit
+    group_sweep_layers: int  # depth of the single-level group-size sweep
+    checkpoint_seq_len: int  # tokens per sequence in the checkpointing study
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+MEMORY: dict[str, MemoryProfile] = {
+    "cpu": MemoryProfile(
+        "cpu-small",
+        (64, 128, 256, 512),
+        batch_size=4,
+        checkpoint_preset="cpu-tiny",
+        checkpoint_layers=(4, 8, 16, 32),
+        group_sweep_layers=16,
+        checkpoint_seq_len=128,
+    ),  # fmt: skip
+    "full": MemoryProfile(
+        "small",
+        (128, 256, 512),
+        batch_size=4,
+        checkpoint_preset="small",
+        checkpoint_layers=(4, 8, 16, 32),
+        group_sweep_layers=16,
+        checkpoint_seq_len=512,
+    ),  # fmt: skip
+}
+
+
 def get_profile(table: dict[str, P], name: str) -> P:
     """``table[name]`` or a ValueError listing the valid profile names."""
     try:

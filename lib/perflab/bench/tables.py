@@ -43,3 +43,17 @@ def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
     table["achieved_tflops"] = table.pop("achieved_flops_per_s") / 1e12
     table["mfu"] = table["achieved_tflops"] * 1e12 / peak_flops_per_s
     return table.reset_index(drop=True)
+
+
+def dtype_speedup(results: pd.DataFrame, baseline: str = "float32") -> pd.DataFrame:
+    """Median seconds per preset and mode for each dtype, and each dtype's speedup over
+    ``baseline`` (baseline median / its median; above 1 is faster)."""
+    ok = results[results["status"] == "ok"]
+    table = ok.pivot_table(index=["preset", "mode"], columns="dtype", values="median_s",
+                           sort=False)  # fmt: skip
+    if baseline not in table.columns:
+        raise ValueError(f"no {baseline} rows to compare with; dtypes: {list(table.columns)}")
+    for dtype in [c for c in table.columns if c != baseline]:
+        table[f"speedup_{dtype}"] = table[baseline] / table[dtype]
+    table.columns.name = None
+    return table.reset_index()
