@@ -120,8 +120,8 @@ class MemoryProfile:
 
 MEMORY: dict[str, MemoryProfile] = {
     "cpu": MemoryProfile(
-        "cpu-small",
-        (64, 128, 256, 512),
+        "cpu-tiny",
+        (64, 128, 256),
         batch_size=4,
         checkpoint_preset="cpu-tiny",
         checkpoint_layers=(4, 8, 16, 32),

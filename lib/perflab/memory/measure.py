@@ -10,13 +10,15 @@ import math
 import time
 from dataclasses import replace
 
+import pandas as pd
 import torch
 
-from perflab.bench.steps import BenchConfig, build_step
+from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
 from perflab.device import resolve_device
 from perflab.memory.checkpointing import check_strategy, run_blocks
+from perflab.memory.saved import saved_tensors
 from perflab.memory.timeline import peak_memory
-from perflab.model import ModelConfig, TransformerLM, get_preset
+from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset
 
 
 def residual_stream_bytes(config: ModelConfig, batch_size: int, seq_len: int,
@@ -39,9 +41,11 @@ def measured_residual_bytes(config: ModelConfig, batch_size: int, seq_len: int,
     return seen[0].nelement() * seen[0].element_size()
 
 
-def step_peak_memory(config: BenchConfig) -> dict:
-    """Peak bytes of one step of ``config.mode`` above the memory held before it (the model,
-    and for a training step its gradients and AdamW state, made by one warm-up step first)."""
+def step_peak_memory(config: dict) -> dict:
+    """Sweep measure function: peak bytes of one step of a ``BenchConfig`` (as a dict) above
+    the memory held before it (the model, and for a training step its gradients and AdamW
+    state, made by the config's warm-up steps)."""
+    config = BenchConfig(**config)
     device = resolve_device(config.device)
     step = build_step(config)
     for _ in range(config.warmup):
@@ -108,3 +112,56 @@ def log_fit(layers: list[int], peaks: list[float]) -> dict:
     r2 = 1 - ((y - fitted) ** 2).sum() / ((y - y.mean()) ** 2).sum()
     return {"intercept": float(solution[0]), "slope_per_doubling": float(solution[1]),
             "r2": float(r2)}  # fmt: skip
+
+
+def full_step_peak(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    strategy: str = "none",
+    group_size: int | None = None,
+    device: str | torch.device = "auto",
+) -> int:
+    """Peak bytes of a whole AdamW training step of ``config`` with a checkpointing strategy,
+    above the model, gradients and optimizer state (made by a warm-up step)."""
+    device = resolve_device(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = TransformerLM(config)
+    model.set_checkpointing(strategy, group_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device)
+    step = make_step(model, inputs, targets, "train-step", torch.float32, optimizer)
+    step()
+    return peak_memory(step, device)
+
+
+def compile_backend(device: str | torch.device) -> str:
+    """torch.compile backend for saved-tensor comparisons: "inductor" on CUDA; on CPU
+    "aot_eager_decomp_partition", the same decompositions and min-cut partitioner as inductor
+    (so the same tensors saved for backward) without its minutes of C++ code generation."""
+    return "inductor" if resolve_device(device).type == "cuda" else "aot_eager_decomp_partition"
+
+
+def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
+                        device: str | torch.device = "auto") -> pd.DataFrame:  # fmt: skip
+    """``saved_tensors`` of one TransformerBlock of ``preset``'s shape on a random input."""
+    device = resolve_device(device)
+    torch.manual_seed(0)
+    with torch.device(device):
+        block = TransformerLM(replace(get_preset(preset), num_layers=1)).blocks[0]
+        x = torch.randn(batch_size, seq_len, block.attn.out.in_features, requires_grad=True)
+    return saved_tensors(lambda: block(x), block.parameters())
+
+
+def rmsnorm_saved_tensors(d_model: int, batch_size: int, seq_len: int, compiled: bool,
+                          device: str | torch.device = "auto") -> pd.DataFrame:  # fmt: skip
+    """``saved_tensors`` of RMSNorm, eager or compiled with ``compile_backend(device)``."""
+    device = resolve_device(device)
+    with torch.device(device):
+        norm = RMSNorm(d_model)
+        x = torch.randn(batch_size, seq_len, d_model, requires_grad=True)
+    fn = torch.compile(norm, backend=compile_backend(device)) if compiled else norm
+    if compiled:
+        fn(x)  # compile outside the recording
+    return saved_tensors(lambda: fn(x), norm.parameters())

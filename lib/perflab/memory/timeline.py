@@ -85,12 +85,14 @@ def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
         {
             "time_ms": (times - times.min()) / 1e3 if len(times) else times,
             "delta_bytes": [int(e["args"]["Bytes"]) for e in memory],
-            "allocated_bytes": [int(e["args"]["Total Allocated"]) for e in memory],
             "origin": _innermost_op(ops, times),
         }
     )
-    return MemoryTimeline(frame.sort_values("time_ms", kind="stable").reset_index(drop=True),
-                          CPU_SOURCE)  # fmt: skip
+    frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
+    # The profiler's "Total Allocated" counter carries over from earlier recordings in the same
+    # process, so the running total is summed from this recording's own events.
+    frame.insert(2, "allocated_bytes", frame["delta_bytes"].cumsum())
+    return MemoryTimeline(frame, CPU_SOURCE)
 
 
 def _frame_origin(frames: list[dict]) -> str:

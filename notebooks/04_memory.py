@@ -1,0 +1,287 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 Memory: what a training step keeps, and how to keep less
+#
+# You will record memory over time for a forward pass and a training step, measure peak memory
+# against context length and precision, derive the size of the residual stream, count exactly
+# what autograd saves for the backward pass, and trade recomputation for memory with
+# activation checkpointing: single-level with every group size, and nested with a peak that
+# grows only with the logarithm of the depth.
+#
+# Every number is measured on this device. On CUDA the timelines come from a CUDA memory
+# snapshot (saved as a pickle for https://pytorch.org/memory_viz); on CPU, which keeps no such
+# record, from the CPU allocator events of `torch.profiler`. Both count only what is allocated
+# while recording, on top of what already existed (the model's weights).
+
+# %% tags=["parameters"]
+profile = "cpu"     # "cpu": small shapes for a CPU; "full": preset small, for a GPU
+device = "auto"     # "cuda" when present, else "cpu"
+resume = True       # skip peak-memory configurations already in this device's results file
+
+# %%
+import math
+from dataclasses import replace
+
+import pandas as pd
+
+from perflab.bench import BenchConfig, Sweep
+from perflab.bench.steps import build_step
+from perflab.device import describe, resolve_device
+from perflab.memory.measure import (
+    block_saved_tensors,
+    checkpoint_peak,
+    compile_backend,
+    full_step_peak,
+    group_sizes,
+    log_fit,
+    measured_residual_bytes,
+    nearest_grid_point,
+    residual_stream_bytes,
+    rmsnorm_saved_tensors,
+    step_peak_memory,
+)
+from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
+from perflab.memory.saved import saved_by_producer, saved_bytes
+from perflab.memory.timeline import record_timeline
+from perflab.model import get_preset
+from perflab.paths import display_path, results_dir
+from perflab.profiles import MEMORY, get_profile
+
+MiB = 2**20
+run = get_profile(MEMORY, profile)
+dev = resolve_device(device)
+config = get_preset(run.preset)
+out = results_dir("04_memory", dev)
+context = run.context_lengths[-1]
+print(f"profile {profile!r}: {run.preset}, batch {run.batch_size}, on {dev}")
+
+# %% [markdown]
+# ## 1. Memory over time
+#
+# One forward pass, and one full training step (forward, backward, AdamW; after a warm-up step,
+# so gradients and optimizer state already exist), at context length `context`.
+
+# %%
+timelines = {}
+for mode in ("forward", "train-step"):
+    step = build_step(BenchConfig(run.preset, context, mode, run.batch_size, device=str(dev)))
+    step()  # warm-up: allocates gradients and AdamW state for the training step
+    timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle")
+fig = plot_timelines(timelines)
+fig.savefig(out / "timelines.png", dpi=80)
+print(timelines["forward"].source)
+for mode, timeline in timelines.items():
+    print(f"{mode}: peak {timeline.peak_bytes / MiB:.1f} MiB above the memory held before")
+
+# %% [markdown]
+# The forward pass climbs as each layer's activations are kept for backward, peaks at the
+# logits and loss, and falls back when they are freed at the end (nothing holds on to them
+# without a backward). The training step climbs the same way, then the backward pass frees
+# each layer's activations as it consumes them.
+#
+# **The largest allocations of the training step, and the operation that made each:**
+
+# %%
+largest = timelines["train-step"].largest_allocations(top=8)
+largest.assign(MiB=largest["delta_bytes"] / MiB)
+
+# %%
+logits_bytes = run.batch_size * context * config.vocab_size * 4
+print(f"logits of batch x context x vocabulary = {run.batch_size} x {context} x "
+      f"{config.vocab_size} float32 = {logits_bytes / MiB:.2f} MiB; the largest allocation is "
+      f"{largest['delta_bytes'].iloc[0] / MiB:.2f} MiB ({largest['origin'].iloc[0]})")
+
+# %% [markdown]
+# With a 10,000-word vocabulary and a small model, the largest tensors are the logits and
+# their gradient (and their float32 log-softmax), not the activations of any layer.
+#
+# ## 2. Peak memory against context length and precision
+
+# %%
+peak_configs = [
+    BenchConfig(run.preset, n, mode, run.batch_size, warmup=1, steps=1, dtype=dtype,
+                device=str(dev))
+    for n in run.context_lengths
+    for dtype in ("float32", "bfloat16")
+    for mode in ("forward", "train-step")
+]
+sweep = Sweep(out / "peak_memory.csv", key=list(BenchConfig.__dataclass_fields__),
+              metadata={"profile": run.as_dict(), "machine": describe(dev)})
+peaks = sweep.run([c.as_dict() for c in peak_configs], step_peak_memory, resume=resume)
+table = peaks.pivot_table(index="context_length", columns=["mode", "dtype"],
+                          values="peak_bytes") / MiB
+table.round(2)
+
+# %%
+growth = table.iloc[-1] / table.iloc[0]
+ratio = run.context_lengths[-1] / run.context_lengths[0]
+print(f"from context {run.context_lengths[0]} to {run.context_lengths[-1]} ({ratio:.0f}x), "
+      "peak memory grows " + ", ".join(f"{m}/{d} {g:.1f}x" for (m, d), g in growth.items()))
+
+# %% [markdown]
+# Activations grow linearly with the context length, the attention scores
+# (batch x heads x context^2) quadratically, and fixed costs (under bfloat16 autocast, the
+# bfloat16 copies of the weights made for the step) not at all; the ratios above show which
+# dominates at these sizes. Under bfloat16 the matmul outputs are half the size, but the
+# float32 work (norms, the loss and its log-softmax over the vocabulary) stays float32.
+#
+# ## 3. The residual stream, derived and measured
+#
+# Between two blocks the model carries one tensor of batch x context x d_model elements.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+derived = residual_stream_bytes(config, run.batch_size, context)
+measured = measured_residual_bytes(config, run.batch_size, context, dev)
+print(f"derived: {run.batch_size} x {context} x {config.d_model} x 4 bytes = {derived} bytes; "
+      f"measured input of block 2: {measured} bytes; equal: {derived == measured}")
+
+# %% [markdown]
+# ## 4. What autograd saves for backward
+#
+# `saved_tensors_hooks` see every tensor an operation keeps for the backward pass. First
+# RMSNorm, eager against compiled: the eager version keeps its input, the reciprocal RMS and
+# the normalised output; the compiled one (AOTAutograd's min-cut partitioner) keeps only what
+# is cheapest to store and recomputes the rest in the backward pass. On CPU the compiled
+# version uses the backend `aot_eager_decomp_partition` (same decompositions and partitioner
+# as inductor, without generating C++), on CUDA `inductor` itself.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rms = {name: rmsnorm_saved_tensors(config.d_model, run.batch_size, context, compiled, dev)
+       for name, compiled in (("eager", False), ("compiled", True))}
+print(f"compile backend here: {compile_backend(dev)}")
+for name, saved in rms.items():
+    print(f"{name} RMSNorm saves {saved_bytes(saved)} bytes in {int(saved['counted'].sum())} "
+          f"tensors: {list(saved.loc[saved['counted'], 'shape'])}")
+print(f"compiled / eager: {saved_bytes(rms['compiled']) / saved_bytes(rms['eager']):.3f}")
+
+# %% [markdown]
+# One TransformerBlock of `checkpoint_preset`'s shape: which operations produce what it keeps.
+
+# %%
+block = block_saved_tensors(run.checkpoint_preset, run.batch_size, run.checkpoint_seq_len, dev)
+block_bytes = saved_bytes(block)
+residual = residual_stream_bytes(get_preset(run.checkpoint_preset), run.batch_size,
+                                 run.checkpoint_seq_len)
+print(f"one block keeps {block_bytes / MiB:.2f} MiB = {block_bytes / residual:.1f}x its "
+      "input (the residual stream)")
+saved_by_producer(block, top=5)
+
+# %% [markdown]
+# ## 5. Activation checkpointing
+#
+# Forward and backward through a stack of L blocks, keeping only each group's input and
+# recomputing the group during backward (`torch.utils.checkpoint`, non-reentrant). Gradients
+# exist before the measurement, so the peak counts activations and temporaries only.
+#
+# **Single level, every group size that divides L.** A simple cost model: the peak holds L/g
+# group inputs of size b (the residual stream) plus one group's activations, g blocks of A
+# each, so peak(g) ~ (L/g)·b + g·A, smallest at g* = sqrt(L·b/A). The textbook sqrt(L) (Chen et
+# al. 2016) is the case A = b, where each layer keeps only its output.
+
+# %%
+layers = run.group_sweep_layers
+rows = [{"group_size": g, **checkpoint_peak(run.checkpoint_preset, layers, run.batch_size,
+                                            run.checkpoint_seq_len, "single", g, dev)}
+        for g in group_sizes(layers)]
+groups = pd.DataFrame(rows)
+predicted = math.sqrt(layers * residual / block_bytes)
+fig = plot_group_sweep(groups, math.sqrt(layers), predicted)
+fig.savefig(out / "group_sweep.png", dpi=80)
+groups.assign(peak_MiB=groups["peak_bytes"] / MiB)
+
+# %%
+grid = list(groups["group_size"])
+best = int(groups.loc[groups["peak_bytes"].idxmin(), "group_size"])
+near_sqrt = nearest_grid_point(math.sqrt(layers), grid)
+near_model = nearest_grid_point(predicted, grid)
+print(f"L = {layers}: measured best group size {best}; nearest to sqrt(L) = "
+      f"{math.sqrt(layers):.1f}: {near_sqrt} ({abs(grid.index(best) - grid.index(near_sqrt))} "
+      f"grid steps away); cost-model optimum sqrt(L*b/A) = {predicted:.2f} -> {near_model} "
+      f"({abs(grid.index(best) - grid.index(near_model))} grid steps away)")
+
+# %% [markdown]
+# A Transformer block keeps many times its input (the table in section 4: attention scores,
+# SwiGLU intermediates), so A >> b and the optimum group is much smaller than sqrt(L): the
+# measured curve follows the cost model, not the rule of thumb, which holds only where a layer
+# keeps about as much as it passes on.
+#
+# **Nested checkpointing against depth.** Recursive halving keeps two inputs per level of the
+# recursion and one block's activations: peak ~ c + 2·b·log2(L).
+
+# %%
+depth_rows = []
+for n in run.checkpoint_layers:
+    for strategy in ("none", "nested"):
+        result = checkpoint_peak(run.checkpoint_preset, n, run.batch_size, run.checkpoint_seq_len,
+                                 strategy, device=dev)
+        depth_rows.append({"layers": n, "strategy": strategy, **result})
+depth = pd.DataFrame(depth_rows)
+fig = plot_depth(depth)
+fig.savefig(out / "depth.png", dpi=80)
+depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
+
+# %%
+nested = depth[depth["strategy"] == "nested"]
+fit = log_fit(list(nested["layers"]), list(nested["peak_bytes"]))
+plain = depth[depth["strategy"] == "none"]
+print(f"nested: peak = {fit['intercept'] / MiB:.2f} MiB + {fit['slope_per_doubling'] / MiB:.3f} "
+      f"MiB per doubling of depth (R^2 = {fit['r2']:.3f}); 2 x residual stream = "
+      f"{2 * residual / MiB:.3f} MiB")
+print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak grows "
+      f"{plain['peak_bytes'].iloc[-1] / plain['peak_bytes'].iloc[0]:.1f}x without checkpointing "
+      f"and {nested['peak_bytes'].iloc[-1] / nested['peak_bytes'].iloc[0]:.2f}x nested")
+
+# %% [markdown]
+# **What recomputation costs**: seconds of forward + backward at the deepest stack.
+
+# %%
+deepest = depth[depth["layers"] == depth["layers"].max()].set_index("strategy")
+best_time = groups.set_index("group_size").loc[best, "seconds"]
+plain_time = depth[(depth["layers"] == layers) & (depth["strategy"] == "none")]["seconds"].iloc[0]
+print(f"{layers} layers, single level g={best}: {best_time / plain_time:.2f}x the time of no "
+      "checkpointing (one extra forward of each group)")
+print(f"at {depth['layers'].max()} layers: nested takes "
+      f"{deepest.loc['nested', 'seconds'] / deepest.loc['none', 'seconds']:.2f}x the time of "
+      f"no checkpointing for {deepest.loc['nested', 'peak_bytes'] / deepest.loc['none', 'peak_bytes']:.1%} "
+      "of its peak memory")
+
+# %% [markdown]
+# ## 6. A whole training step with and without the best checkpointing
+
+# %%
+deep = replace(get_preset(run.checkpoint_preset), num_layers=layers)
+step_plain = full_step_peak(deep, run.batch_size, run.checkpoint_seq_len, "none", device=dev)
+step_best = full_step_peak(deep, run.batch_size, run.checkpoint_seq_len, "single", best, dev)
+print(f"{layers}-layer {run.checkpoint_preset} training step: peak {step_plain / MiB:.1f} MiB "
+      f"plain, {step_best / MiB:.1f} MiB with single-level checkpointing (g={best}): "
+      f"ratio {step_best / step_plain:.2f}")
+activation_ratio = groups["peak_bytes"].min() / plain["peak_bytes"][plain["layers"] == layers].iloc[0]
+print(f"the block stack alone: ratio {activation_ratio:.2f}")
+
+# %% [markdown]
+# The ratio is not the activations' ratio: the logits, their gradient and the optimizer's
+# temporaries do not shrink with checkpointing and now dominate the peak.
+#
+# ## Where the results are
+
+# %%
+for path in sorted(out.iterdir()):
+    print(display_path(path))

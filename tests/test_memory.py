@@ -1,0 +1,129 @@
+import math
+
+import pytest
+import torch
+
+from perflab.memory.checkpointing import run_blocks
+from perflab.memory.measure import (
+    checkpoint_peak,
+    log_fit,
+    measured_residual_bytes,
+    nearest_grid_point,
+    residual_stream_bytes,
+    rmsnorm_saved_tensors,
+)
+from perflab.memory.saved import saved_by_producer, saved_bytes, saved_tensors
+from perflab.memory.timeline import peak_memory, record_timeline, timeline_from_snapshot
+from perflab.model import PRESETS, TransformerLM, cross_entropy
+
+FOUR_MIB = 4 * 2**20
+
+
+def test_saved_tensors_of_a_hand_built_graph():
+    a = torch.randn(3, 4, requires_grad=True)  # 48 bytes
+
+    def forward():
+        b = a.exp()  # exp saves its result b (48 bytes)
+        return (b * a).sum()  # mul saves b (already counted) and a (48 bytes)
+
+    saved = saved_tensors(forward)
+    assert sorted(saved["producer"]) == ["ExpBackward0", "ExpBackward0", "leaf"]
+    counted = saved[saved["counted"]]
+    assert sorted(counted["producer"]) == ["ExpBackward0", "leaf"]  # b once, a once
+    assert saved_bytes(saved) == 96
+
+
+def test_parameters_are_listed_but_not_counted():
+    linear = torch.nn.Linear(8, 4, bias=False)
+    x = torch.randn(5, 8, requires_grad=True)
+    saved = saved_tensors(lambda: linear(x), linear.parameters())
+    assert saved["is_parameter"].any()
+    assert saved_bytes(saved) == 5 * 8 * 4  # only the input
+    by_producer = saved_by_producer(saved)
+    assert by_producer["bytes"].sum() == 160 and by_producer["share"].sum() == pytest.approx(1)
+
+
+def test_compiled_rmsnorm_saves_less_than_eager():
+    eager = rmsnorm_saved_tensors(64, 2, 16, compiled=False, device="cpu")
+    compiled = rmsnorm_saved_tensors(64, 2, 16, compiled=True, device="cpu")
+    # eager keeps x, 1/rms and x/rms; compiled keeps x and 1/rms and recomputes the rest.
+    assert saved_bytes(eager) == (2 * 16 * 64 * 2 + 2 * 16) * 4
+    assert saved_bytes(compiled) == (2 * 16 * 64 + 2 * 16) * 4
+
+
+@pytest.mark.parametrize("strategy, group_size", [("single", 1), ("single", 2), ("nested", None)])
+def test_checkpointed_gradients_equal_plain_gradients(strategy, group_size):
+    torch.manual_seed(0)
+    model = TransformerLM(PRESETS["cpu-tiny"]).double()
+    tokens = torch.randint(10_000, (2, 24))
+    grads = {}
+    for name, (s, g) in {"plain": ("none", None), "checkpointed": (strategy, group_size)}.items():
+        model.zero_grad(set_to_none=True)
+        model.set_checkpointing(s, g)
+        cross_entropy(model(tokens), tokens).backward()
+        grads[name] = [p.grad.clone() for p in model.parameters()]
+    for plain, checkpointed in zip(grads["plain"], grads["checkpointed"], strict=True):
+        torch.testing.assert_close(checkpointed, plain, rtol=1e-12, atol=1e-12)
+
+
+def test_bad_checkpointing_arguments():
+    model = TransformerLM(PRESETS["cpu-tiny"])
+    with pytest.raises(ValueError, match="group_size must be an integer from 1 to 2, got 3"):
+        model.set_checkpointing("single", 3)
+    with pytest.raises(ValueError, match="unknown strategy 'half'; valid: none, single, nested"):
+        model.set_checkpointing("half")
+    with pytest.raises(ValueError, match="group_size must be an integer from 1 to 2, got None"):
+        run_blocks(model.blocks, torch.randn(1, 4, 128), "single")
+
+
+def test_checkpointing_lowers_the_measured_peak():
+    plain = [checkpoint_peak("cpu-tiny", n, 2, 32, "none", device="cpu")["peak_bytes"]
+             for n in (4, 8)]  # fmt: skip
+    nested = [checkpoint_peak("cpu-tiny", n, 2, 32, "nested", device="cpu")["peak_bytes"]
+              for n in (4, 8)]  # fmt: skip
+    assert plain[1] > 1.8 * plain[0]  # linear in depth without checkpointing
+    assert nested[1] < 1.2 * nested[0] and nested[1] < plain[1] / 3
+
+
+def test_timeline_records_a_known_allocation():
+    def allocate():
+        x = torch.empty(2**20, dtype=torch.float32)  # 4 MiB
+        y = torch.empty(2**20, dtype=torch.float32)  # another 4 MiB while x lives
+        del x, y
+
+    timeline = record_timeline(allocate, "cpu")
+    assert FOUR_MIB * 2 <= timeline.peak_bytes < FOUR_MIB * 2 + 2**16
+    largest = timeline.largest_allocations(top=2)
+    assert list(largest["delta_bytes"]) == [FOUR_MIB, FOUR_MIB]
+    assert set(largest["origin"]) == {"aten::empty"}
+    assert timeline.events["allocated_bytes"].iloc[-1] == 0  # everything freed again
+    assert 2 * FOUR_MIB <= peak_memory(allocate, "cpu") < 2 * FOUR_MIB + 2**16
+
+
+def test_timeline_from_a_cuda_snapshot():
+    snapshot = {"device_traces": [[
+        {"action": "alloc", "size": 100, "time_us": 10, "frames": [
+            {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"},
+            {"filename": "/home/me/train.py", "line": 42, "name": "step"}]},
+        {"action": "alloc", "size": 50, "time_us": 20, "frames": []},
+        {"action": "free_requested", "size": 100, "time_us": 25, "frames": []},
+        {"action": "free_completed", "size": 100, "time_us": 30, "frames": []},
+    ]]}  # fmt: skip
+    frame = timeline_from_snapshot(snapshot)
+    assert list(frame["allocated_bytes"]) == [100, 150, 50]
+    assert frame["origin"].iloc[0] == "train.py:42 step"
+    assert list(frame["time_ms"]) == [0.0, 0.01, 0.02]
+
+
+def test_residual_stream_derived_equals_measured():
+    config = PRESETS["cpu-tiny"]
+    assert residual_stream_bytes(config, 3, 40) == 3 * 40 * 128 * 4
+    assert measured_residual_bytes(config, 3, 40, "cpu") == residual_stream_bytes(config, 3, 40)
+
+
+def test_log_fit_and_grid():
+    layers = [4, 8, 16, 32]
+    fit = log_fit(layers, [3 + 2 * math.log2(n) for n in layers])
+    assert fit["slope_per_doubling"] == pytest.approx(2) and fit["intercept"] == pytest.approx(3)
+    assert fit["r2"] == pytest.approx(1)
+    assert nearest_grid_point(4.0, [1, 2, 4, 8]) == 4 and nearest_grid_point(0.7, [1, 2]) == 1
