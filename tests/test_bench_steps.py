@@ -146,3 +146,10 @@ def test_dtype_speedup():
     assert table.loc[0, "speedup_bfloat16"] == pytest.approx(4.0)
     with pytest.raises(ValueError, match="no float16 rows"):
         dtype_speedup(rows, baseline="float16")
+
+
+def test_context_length_must_be_an_integer():
+    with pytest.raises(ValueError, match="context_length must be an integer >= 1, got 1.5"):
+        BenchConfig("cpu-tiny", context_length=1.5, mode="forward")
+    with pytest.raises(ValueError, match="context_length must be an integer >= 1, got 0"):
+        BenchConfig("cpu-tiny", context_length=0, mode="forward")

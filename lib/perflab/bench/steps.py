@@ -1,8 +1,9 @@
-"""What notebook 01 times: a forward pass, forward + backward, and a full AdamW training step.
+"""What the workbook times: a forward pass, forward + backward, and a full AdamW training step.
 
-``BenchConfig`` is one configuration (a CSV row's inputs); ``run_benchmark`` builds the model,
-times the chosen step with the one timer and returns the row. The CLI's ``perflab bench`` and
-the notebooks' sweeps both call it.
+``BenchConfig`` is one configuration (a CSV row's inputs); ``build_step`` makes its model and
+step function; ``run_benchmark`` times the step with the one timer and returns the row;
+``benchmark_sweep`` runs many through the sweep runner. Used by ``perflab bench`` and notebooks
+01 and 03 (timings), 02 (profiled steps) and 04 (peak memory).
 """
 
 from __future__ import annotations
@@ -45,11 +46,12 @@ class BenchConfig:
         config = get_preset(self.preset)
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
-        for name, minimum in (("batch_size", 1), ("warmup", 0), ("steps", 1)):
+        for name, minimum in (("context_length", 1), ("batch_size", 1), ("warmup", 0),
+                              ("steps", 1)):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, int) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-        if not 1 <= self.context_length <= config.context_length:
+        if self.context_length > config.context_length:
             raise ValueError(
                 f"context length {self.context_length} out of range for preset {self.preset!r}; "
                 f"valid: 1 to {config.context_length}"

@@ -7,7 +7,8 @@ the configurations whose key is already in the file (each row says when it was m
 the sweep goes on. Metadata (device, versions, what the key is) lives beside the CSV in a JSON
 file of the same name.
 
-Used by notebook 01 (preset timings, warm-up study); every sweep of the workbook goes through it.
+Used by notebooks 01 and 03 (timings), 04 (peak memory); every sweep of the workbook goes
+through it.
 """
 
 from __future__ import annotations
