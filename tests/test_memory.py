@@ -127,3 +127,12 @@ def test_log_fit_and_grid():
     assert fit["slope_per_doubling"] == pytest.approx(2) and fit["intercept"] == pytest.approx(3)
     assert fit["r2"] == pytest.approx(1)
     assert nearest_grid_point(4.0, [1, 2, 4, 8]) == 4 and nearest_grid_point(0.7, [1, 2]) == 1
+
+
+def test_timeline_from_a_snapshot_without_times_keeps_the_order():
+    snapshot = {"device_traces": [[
+        {"action": "alloc", "size": 8, "frames": []},
+        {"action": "free_completed", "size": 8, "frames": []},
+    ]]}  # fmt: skip
+    frame = timeline_from_snapshot(snapshot)
+    assert list(frame["allocated_bytes"]) == [8, 0] and list(frame["time_ms"]) == [0.0, 1.0]

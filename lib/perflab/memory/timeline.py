@@ -105,13 +105,18 @@ def _frame_origin(frames: list[dict]) -> str:
 
 
 def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFrame:
-    """Timeline rows from a CUDA memory snapshot's ``device_traces`` (alloc / free_completed)."""
+    """Timeline rows from a CUDA memory snapshot's ``device_traces`` (alloc / free_completed).
+
+    Entries carry ``time_us`` in recent PyTorch versions; without it, time_ms is the event's
+    position in the trace (one event per "millisecond"), which keeps the order and the shape.
+    """
     trace = snapshot["device_traces"][device_index]
     rows = []
-    for entry in trace:
+    for position, entry in enumerate(trace):
         sign = {"alloc": 1, "free_completed": -1}.get(entry["action"])
         if sign is not None:
-            rows.append((entry["time_us"], sign * entry["size"], _frame_origin(entry["frames"])))
+            time_us = entry.get("time_us", position * 1e3)
+            rows.append((time_us, sign * entry["size"], _frame_origin(entry.get("frames", []))))
     frame = pd.DataFrame(rows, columns=["time_us", "delta_bytes", "origin"])
     frame["time_ms"] = (frame["time_us"] - frame["time_us"].min()) / 1e3
     frame["allocated_bytes"] = frame["delta_bytes"].cumsum()

@@ -10,6 +10,7 @@ table layout as ``perflab.profiling.summary.kernel_summary``. Needs CUDA and ``n
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -35,8 +36,6 @@ def nsys_profile_command(report: Path, bench_args: list[str]) -> list[str]:
         "--capture-range=nvtx",
         f"--nvtx-capture={TIMED_RANGE}",
         "--capture-range-end=stop",
-        # torch.cuda.nvtx pushes unregistered strings; let nsys match them by name.
-        "--env-var=NSYS_NVTX_PROFILER_REGISTER_ONLY=0",
         "--force-overwrite=true",
         "--output", str(report),
         sys.executable, "-m", "perflab", "bench", *bench_args,
@@ -66,7 +65,10 @@ def nsys_kernel_summary(bench_args: list[str], output_dir: str | Path) -> Kernel
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     report = output_dir / "bench"
-    subprocess.run(nsys_profile_command(report, bench_args), check=True, capture_output=True)
+    # torch.cuda.nvtx pushes unregistered strings; this lets nsys match the capture range by name.
+    env = {**os.environ, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+    subprocess.run(nsys_profile_command(report, bench_args), check=True, capture_output=True,
+                   env=env)  # fmt: skip
     stats = subprocess.run(
         ["nsys", "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
          "--force-export=true", f"{report}.nsys-rep"],
