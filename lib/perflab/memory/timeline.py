@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity
 
 from perflab.device import resolve_device, synchronize
+from perflab.profiling.capture import profiling
 
 CPU_SOURCE = "torch.profiler memory events (CPU allocator)"
 CUDA_SOURCE = "CUDA memory snapshot (torch.cuda.memory._record_memory_history)"
@@ -67,7 +68,7 @@ def _innermost_op(ops: pd.DataFrame, times: np.ndarray) -> list[str]:
 
 
 def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with profiling(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"

@@ -8,9 +8,13 @@ On CUDA the trace holds device kernels, on CPU only CPU operators.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import shutil
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -26,6 +30,35 @@ ATTENTIONS = {
     "annotated": annotated_attention,
     "sdpa": F.scaled_dot_product_attention,
 }
+
+
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for a moment: Kineto prints a log line to it at every
+    profiler start and stop, which would otherwise land in every notebook output."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def profiling(**kwargs) -> Iterator[profile]:
+    """``torch.profiler.profile(**kwargs)`` whose start and stop print nothing; what runs
+    inside keeps its stderr."""
+    profiler = profile(**kwargs)
+    with _stderr_silenced():
+        profiler.start()
+    try:
+        yield profiler
+    finally:
+        with _stderr_silenced():
+            profiler.stop()
 
 
 def record_step_trace(
@@ -57,7 +90,7 @@ def record_step_trace(
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as profiler:
+    with profiling(activities=activities) as profiler:
         for _ in range(steps):
             step()
         synchronize(device)
