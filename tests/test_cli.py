@@ -30,7 +30,10 @@ def perflab(*args, **kwargs):
             "choose from 'float32'",
         ),
         (["run", "99_nothing"], "valid: 01_benchmarking"),
-        (["run", "01", "-p", "no_such_parameter", "1"], "valid: profile"),
+        (
+            ["run", "01", "-p", "no_such_parameter", "1"],
+            "no parameter no_such_parameter in 01_benchmarking; valid: device, dtype",
+        ),
         (["frobnicate"], "choose from 'run', 'bench'"),
     ],
 )
@@ -82,15 +85,15 @@ def test_bench_table_output():
     assert "median_s" in done.stdout and "cpu-tiny" in done.stdout
 
 
-def _notebook(path, *code):
-    """A notebook at ``path`` with a parameters cell ``x = 1`` and then ``code`` cells."""
+def _notebook(path, *code, parameters="x = 1"):
+    """A notebook at ``path`` with a ``parameters`` cell and then ``code`` cells."""
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
         "language": "python",
     }
-    params = nbformat.v4.new_code_cell("x = 1")
+    params = nbformat.v4.new_code_cell(parameters)
     params.metadata["tags"] = ["parameters"]
     notebook.cells = [params, *map(nbformat.v4.new_code_cell, code)]
     nbformat.write(notebook, path)
@@ -106,6 +109,20 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
     assert (tmp_path / "result.txt").read_text() == "42"
     assert (tmp_path / "out" / "07_tiny.ipynb").exists()
     assert "1 notebooks" in done.stdout and "0 failed" in done.stdout
+
+
+def test_run_passes_each_notebook_only_its_own_parameters(tmp_path):
+    first, second = tmp_path / "05_first.ipynb", tmp_path / "06_second.ipynb"
+    _notebook(first, "open('first.txt', 'w').write(str(x))")
+    _notebook(second, "open('second.txt', 'w').write(str(z))", parameters="z = 2")
+    done = perflab("run", str(first), str(second), "-p", "x", "7", "-p", "z", "9", "--output",
+                   str(tmp_path / "out"), cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "first.txt").read_text() == "7"
+    assert (tmp_path / "second.txt").read_text() == "9"
+    injected = [c.source for c in nbformat.read(tmp_path / "out" / "06_second.ipynb", 4).cells
+                if "injected-parameters" in c.metadata.get("tags", [])]  # fmt: skip
+    assert len(injected) == 1 and "z = 9" in injected[0] and "x" not in injected[0]
 
 
 def test_run_reports_a_failing_notebook_and_exits_1(tmp_path):

@@ -83,13 +83,15 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not notebooks:
         parser.error(f"no notebooks found in {NOTEBOOKS_DIR}")
     parameters = {name: parse_parameter_value(value) for name, value in args.parameter or []}
-    for notebook in notebooks:
-        known = papermill.inspect_notebook(str(notebook))
-        unknown = sorted(set(parameters) - set(known))
-        if unknown:
-            parser.error(
-                f"{notebook.stem} has no parameter {', '.join(unknown)}; valid: {', '.join(known)}"
-            )
+    # Each notebook gets the parameters it declares; a name that no notebook declares is an error.
+    declared = {notebook: set(papermill.inspect_notebook(str(notebook))) for notebook in notebooks}
+    everywhere = set().union(*declared.values())
+    unknown = sorted(set(parameters) - everywhere)
+    if unknown:
+        names = ", ".join(n.stem for n in notebooks)
+        parser.error(
+            f"no parameter {', '.join(unknown)} in {names}; valid: {', '.join(sorted(everywhere))}"
+        )
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -99,8 +101,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         target = output / notebook.name
         print(f"== {notebook.stem} -> {target}", flush=True)
         try:
+            own = {k: v for k, v in parameters.items() if k in declared[notebook]}
             papermill.execute_notebook(
-                str(notebook), str(target), parameters=parameters, cwd=str(notebook.parent)
+                str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
             )
         except papermill.PapermillExecutionError as error:
             failed.append(notebook.stem)
