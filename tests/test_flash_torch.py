@@ -1,0 +1,132 @@
+"""FlashAttentionTorch against a float64 naive reference on fresh random inputs.
+
+Tolerances: float32 inputs atol/rtol 2e-5 (outputs and gradients of order 1; the tiles sum in
+a different order than the reference); float16 inputs 2e-3 (float16 keeps 11 significant bits,
+so its inputs and outputs are rounded at ~5e-4 relative).
+"""
+
+import pytest
+import torch
+
+from perflab.attention import naive_attention
+from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
+from perflab.model import PRESETS, TransformerLM, cross_entropy
+
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3}
+
+
+def _inputs(batch, n_q, n_k, d, dtype, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, n, d, generator=generator).to(dtype).requires_grad_()
+            for n in (n_q, n_k, n_k)]  # fmt: skip
+
+
+def _reference(q, k, v, is_causal):
+    """Output, logsumexp and gradients in float64 (upstream gradient: fixed random)."""
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out = naive_attention(q64, k64, v64, is_causal=is_causal)
+    scores = q64 @ k64.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if is_causal:
+        n_q, n_k = q.shape[1], k.shape[1]
+        mask = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + (n_k - n_q)
+        scores = scores.masked_fill(mask, float("-inf"))
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(99), dtype=out.dtype)
+    out.backward(grad_out)
+    return out, torch.logsumexp(scores, dim=-1), grad_out, (q64.grad, k64.grad, v64.grad)
+
+
+CASES = [
+    # batch, n_q, n_k, d, causal (causal cases keep n_k >= n_q so every query sees a key)
+    (1, 1, 5, 16, False),
+    (3, 17, 40, 16, True),
+    (1, 100, 129, 64, True),
+    (3, 129, 100, 64, False),
+    (1, 129, 129, 16, True),
+    (3, 100, 17, 64, False),
+    (1, 17, 100, 64, True),
+    (3, 1, 129, 16, True),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("batch, n_q, n_k, d, causal", CASES)
+def test_matches_float64_reference(batch, n_q, n_k, d, causal, dtype):
+    q, k, v = _inputs(batch, n_q, n_k, d, dtype, seed=n_q * 1000 + n_k)
+    ref_out, ref_lse, grad_out, ref_grads = _reference(q, k, v, causal)
+    out = FlashAttentionTorch.apply(q, k, v, causal)
+    tol = TOLERANCE[dtype]
+    assert out.dtype == dtype and out.shape == (batch, n_q, d)
+    torch.testing.assert_close(out.double(), ref_out, atol=tol, rtol=tol)
+    lse = [t for t in out.grad_fn.saved_tensors if t.shape == (batch, n_q)]
+    assert len(lse) == 1  # the logsumexp, saved once
+    torch.testing.assert_close(lse[0].double(), ref_lse, atol=tol, rtol=tol)
+    out.backward(grad_out.to(dtype))
+    for grad, ref in zip((q.grad, k.grad, v.grad), ref_grads, strict=True):
+        assert grad.dtype == dtype
+        torch.testing.assert_close(grad.double(), ref, atol=5 * tol, rtol=5 * tol)
+
+
+def test_non_contiguous_inputs():
+    q, k, v = (t.detach().transpose(0, 1) for t in _inputs(20, 2, 2, 16, torch.float32, 1))
+    assert not q.is_contiguous()
+    torch.testing.assert_close(
+        FlashAttentionTorch.apply(q, k, v, True),
+        naive_attention(q, k, v, is_causal=True),
+        atol=2e-5,
+        rtol=2e-5,
+    )
+
+
+def test_queries_that_see_no_key_get_zeros():
+    q, k, v = (t.detach() for t in _inputs(1, 8, 3, 16, torch.float32, 2))
+    out = FlashAttentionTorch.apply(q, k, v, True)  # queries 0..4 precede every key
+    assert torch.equal(out[:, :5], torch.zeros_like(out[:, :5]))
+    torch.testing.assert_close(out[:, 5:], naive_attention(q, k, v, is_causal=True)[:, 5:])
+
+
+@pytest.mark.parametrize(
+    "shapes, dtypes, message",
+    [
+        (((2, 4, 8), (2, 5, 8), (2, 6, 8)), None, "shapes do not match"),
+        (((2, 4, 8), (3, 5, 8), (3, 5, 8)), None, "shapes do not match"),
+        (((4, 8), (5, 8), (5, 8)), None, "must be \\(batch, seq, d\\)"),
+        (((2, 4, 8),) * 3, (torch.float32, torch.float16, torch.float32), "dtypes differ"),
+    ],
+)
+def test_bad_inputs(shapes, dtypes, message):
+    dtypes = dtypes or (torch.float32,) * 3
+    tensors = [torch.randn(*s).to(d) for s, d in zip(shapes, dtypes, strict=True)]
+    with pytest.raises(ValueError, match=message):
+        FlashAttentionTorch.apply(*tensors, False)
+
+
+def test_compiled_backward_tiles_match_eager():
+    q, k, v = _inputs(2, 70, 70, 16, torch.float32, 3)
+    grads = {}
+    for compiled in (False, True):
+        FlashAttentionTorch.compile_tiles = compiled
+        try:
+            for t in (q, k, v):
+                t.grad = None
+            FlashAttentionTorch.apply(q, k, v, True).sum().backward()
+            grads[compiled] = [t.grad.clone() for t in (q, k, v)]
+        finally:
+            FlashAttentionTorch.compile_tiles = None
+    for eager, compiled in zip(grads[False], grads[True], strict=True):
+        torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
+def test_model_training_step_with_flash_matches_naive():
+    torch.manual_seed(0)
+    model = TransformerLM(PRESETS["cpu-tiny"])
+    tokens = torch.randint(10_000, (2, 70))
+    grads = {}
+    for name, attention in (("naive", naive_attention), ("flash", flash_attention_torch)):
+        model.zero_grad(set_to_none=True)
+        model.set_attention(attention)
+        loss = cross_entropy(model(tokens), tokens)
+        loss.backward()
+        grads[name] = (loss.item(), [p.grad.clone() for p in model.parameters()])
+    assert grads["flash"][0] == pytest.approx(grads["naive"][0], rel=1e-6)
+    for flash, naive in zip(grads["flash"][1], grads["naive"][1], strict=True):
+        torch.testing.assert_close(flash, naive, atol=1e-5, rtol=1e-4)
