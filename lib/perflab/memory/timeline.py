@@ -54,16 +54,32 @@ class MemoryTimeline:
         return largest[["time_ms", "delta_bytes", "origin"]].reset_index(drop=True)
 
 
-def _innermost_op(ops: pd.DataFrame, times: np.ndarray) -> list[str]:
-    """For each time, the name of the shortest operator interval that contains it."""
-    starts = ops["ts"].to_numpy()
-    ends = starts + ops["dur"].to_numpy()
-    names = ops["name"].to_numpy()
-    durations = ops["dur"].to_numpy()
-    origins = []
-    for t in times:
-        inside = np.flatnonzero((starts <= t) & (t <= ends))
-        origins.append(names[inside[np.argmin(durations[inside])]] if len(inside) else "(no op)")
+def _innermost_op(ops: pd.DataFrame, events: pd.DataFrame) -> list[str]:
+    """For each event (ts, tid), the innermost operator running on its thread at that moment.
+
+    Operators on one thread nest, so one sweep in time order with a stack of open operators
+    answers every event in O((ops + events) log) instead of comparing every pair.
+    """
+    origins = ["(no op)"] * len(events)
+    for tid, thread_events in events.groupby("tid"):
+        thread_ops = ops[ops["tid"] == tid].sort_values(["ts", "dur"], ascending=[True, False])
+        starts = thread_ops["ts"].to_numpy()
+        ends = starts + thread_ops["dur"].to_numpy()
+        names = thread_ops["name"].to_numpy()
+        stack: list[int] = []
+        next_op = 0
+        for position, t in sorted(
+            zip(thread_events.index, thread_events["ts"], strict=True), key=lambda x: x[1]
+        ):
+            while next_op < len(starts) and starts[next_op] <= t:
+                while stack and ends[stack[-1]] < starts[next_op]:
+                    stack.pop()
+                stack.append(next_op)
+                next_op += 1
+            while stack and ends[stack[-1]] < t:
+                stack.pop()
+            if stack:
+                origins[position] = names[stack[-1]]
     return origins
 
 
@@ -78,15 +94,16 @@ def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
         e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0
     ]
     ops = pd.DataFrame(
-        [(e["name"], e["ts"], e["dur"]) for e in events if e.get("cat") == "cpu_op"],
-        columns=["name", "ts", "dur"],
+        [(e["name"], e["ts"], e["dur"], e.get("tid")) for e in events if e.get("cat") == "cpu_op"],
+        columns=["name", "ts", "dur", "tid"],
     )
     times = np.array([e["ts"] for e in memory], dtype=float)
+    located = pd.DataFrame({"ts": times, "tid": [e.get("tid") for e in memory]})
     frame = pd.DataFrame(
         {
             "time_ms": (times - times.min()) / 1e3 if len(times) else times,
             "delta_bytes": [int(e["args"]["Bytes"]) for e in memory],
-            "origin": _innermost_op(ops, times),
+            "origin": _innermost_op(ops, located),
         }
     )
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)

@@ -1,4 +1,5 @@
-"""FlashAttentionTorch against a float64 naive reference on fresh random inputs.
+"""FlashAttentionTorch and FlashAttentionTriton (in the Triton interpreter on a CPU) against a
+float64 naive reference on fresh random inputs.
 
 Tolerances: float32 inputs atol/rtol 2e-5 (outputs and gradients of order 1; the tiles sum in
 a different order than the reference); float16 inputs 2e-3 (float16 keeps 11 significant bits,
@@ -10,9 +11,12 @@ import torch
 
 from perflab.attention import naive_attention
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
+from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
-TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3}
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+IMPLEMENTATIONS = {"torch": FlashAttentionTorch, "triton": FlashAttentionTriton}
+GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: needs CUDA")
 
 
 def _inputs(batch, n_q, n_k, d, dtype, seed):
@@ -48,12 +52,34 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("batch, n_q, n_k, d, causal", CASES)
-def test_matches_float64_reference(batch, n_q, n_k, d, causal, dtype):
-    q, k, v = _inputs(batch, n_q, n_k, d, dtype, seed=n_q * 1000 + n_k)
-    ref_out, ref_lse, grad_out, ref_grads = _reference(q, k, v, causal)
-    out = FlashAttentionTorch.apply(q, k, v, causal)
+def test_matches_float64_reference(implementation, batch, n_q, n_k, d, causal, dtype):
+    _check_against_reference(IMPLEMENTATIONS[implementation], batch, n_q, n_k, d, causal, dtype)
+
+
+@GPU
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize(
+    "batch, n_q, n_k, d, causal", [(2, 129, 300, 64, True), (1, 1000, 1000, 128, False)]
+)
+def test_bfloat16_and_compiled_kernels_on_gpu(implementation, batch, n_q, n_k, d, causal):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        _check_against_reference(
+            IMPLEMENTATIONS[implementation], batch, n_q, n_k, d, causal, dtype, device="cuda"
+        )
+
+
+def _check_against_reference(function, batch, n_q, n_k, d, causal, dtype, device="cpu"):
+    q, k, v = (
+        t.detach().to(device).requires_grad_()
+        for t in _inputs(batch, n_q, n_k, d, dtype, seed=n_q * 1000 + n_k)
+    )
+    ref_out, ref_lse, grad_out, ref_grads = (
+        _to(x, device) for x in _reference(q.cpu(), k.cpu(), v.cpu(), causal)
+    )
+    out = function.apply(q, k, v, causal)
     tol = TOLERANCE[dtype]
     assert out.dtype == dtype and out.shape == (batch, n_q, d)
     torch.testing.assert_close(out.double(), ref_out, atol=tol, rtol=tol)
@@ -66,20 +92,23 @@ def test_matches_float64_reference(batch, n_q, n_k, d, causal, dtype):
         torch.testing.assert_close(grad.double(), ref, atol=5 * tol, rtol=5 * tol)
 
 
-def test_non_contiguous_inputs():
+def _to(x, device):
+    return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_non_contiguous_inputs(implementation):
     q, k, v = (t.detach().transpose(0, 1) for t in _inputs(20, 2, 2, 16, torch.float32, 1))
     assert not q.is_contiguous()
-    torch.testing.assert_close(
-        FlashAttentionTorch.apply(q, k, v, True),
-        naive_attention(q, k, v, is_causal=True),
-        atol=2e-5,
-        rtol=2e-5,
-    )
+    out = IMPLEMENTATIONS[implementation].apply(q, k, v, True)
+    expected = naive_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
-def test_queries_that_see_no_key_get_zeros():
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_queries_that_see_no_key_get_zeros(implementation):
     q, k, v = (t.detach() for t in _inputs(1, 8, 3, 16, torch.float32, 2))
-    out = FlashAttentionTorch.apply(q, k, v, True)  # queries 0..4 precede every key
+    out = IMPLEMENTATIONS[implementation].apply(q, k, v, True)  # queries 0..4 see no key
     assert torch.equal(out[:, :5], torch.zeros_like(out[:, :5]))
     torch.testing.assert_close(out[:, 5:], naive_attention(q, k, v, is_causal=True)[:, 5:])
 
@@ -93,11 +122,21 @@ def test_queries_that_see_no_key_get_zeros():
         (((2, 4, 8),) * 3, (torch.float32, torch.float16, torch.float32), "dtypes differ"),
     ],
 )
-def test_bad_inputs(shapes, dtypes, message):
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_bad_inputs(implementation, shapes, dtypes, message):
     dtypes = dtypes or (torch.float32,) * 3
     tensors = [torch.randn(*s).to(d) for s, d in zip(shapes, dtypes, strict=True)]
     with pytest.raises(ValueError, match=message):
-        FlashAttentionTorch.apply(*tensors, False)
+        IMPLEMENTATIONS[implementation].apply(*tensors, False)
+
+
+def test_triton_refuses_what_its_kernels_cannot_do():
+    with pytest.raises(ValueError, match=r"head dimension 24 unsupported; valid: \(16, 32, 64"):
+        FlashAttentionTriton.apply(*(torch.randn(1, 4, 24) for _ in range(3)), False)
+    if INTERPRETED:
+        bf16 = [torch.randn(1, 4, 16, dtype=torch.bfloat16) for _ in range(3)]
+        with pytest.raises(ValueError, match="interpreter cannot compute bfloat16"):
+            FlashAttentionTriton.apply(*bf16, False)
 
 
 def test_compiled_backward_tiles_match_eager():

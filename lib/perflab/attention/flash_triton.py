@@ -1,0 +1,252 @@
+"""FlashAttention-2 as Triton kernels: forward, and a backward from the saved logsumexp in two
+kernels (one for dK and dV, one for dQ; no atomics).
+
+Same algorithm and conventions as ``flash_torch`` (read that module's docstring first). Memory
+traffic per (batch, head): the forward reads Q once and K, V once per query tile and writes O
+and L once; the backward recomputes the scores instead of reading a stored (n_q x n_k) matrix.
+
+Written with plain pointer arithmetic and masks (no block pointers, which current Triton no
+longer supports), so the same kernels run compiled on CUDA and in the Triton interpreter on a
+CPU (``TRITON_INTERPRET=1``, set here before the kernels are defined when there is no CUDA).
+The interpreter cannot compute bfloat16, so bfloat16 inputs are refused there. float32 dots use
+``input_precision="ieee"`` (no TF32), so results match a float32 reference.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from torch import Tensor
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import triton  # noqa: E402  (after TRITON_INTERPRET is decided)
+import triton.language as tl  # noqa: E402
+
+from perflab.attention.flash_torch import check_inputs  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs power-of-two sizes of at least 16
+INTERPRETER_TILE = 16  # small tiles: the interpreter runs each program in NumPy
+
+
+@triton.jit
+def _forward_kernel(
+    # tensors: Q (b, n_q, d), K and V (b, n_k, d), Out like Q, L (b, n_q) in float32
+    Q, K, V, Out, L,
+    # strides, in elements
+    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
+    stride_lb,
+    # sizes and the softmax scale 1/sqrt(d)
+    N_Q, N_K, scale,
+    # compile-time: head dimension, tile sizes, masking, dot precision
+    D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    tile, b = tl.program_id(0), tl.program_id(1)
+    offs_q = tile * BQ + tl.arange(0, BQ)
+    offs_d = tl.arange(0, D)
+    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
+                mask=offs_q[:, None] < N_Q, other=0.0)  # fmt: skip
+    row_max = tl.full((BQ,), float("-inf"), tl.float32)
+    row_sum = tl.zeros((BQ,), tl.float32)
+    acc = tl.zeros((BQ, D), tl.float32)
+    offset = N_K - N_Q
+    k_end = N_K
+    k_full = 0  # key tiles before this one are visible to every query of the tile
+    if IS_CAUSAL:
+        k_end = tl.minimum(N_K, (tile + 1) * BQ + offset)  # later tiles are entirely masked
+        k_full = tl.maximum(tile * BQ + offset + 1, 0) // BK * BK
+    for k_start in range(0, k_end, BK):
+        offs_k = k_start + tl.arange(0, BK)
+        k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
+                    mask=offs_k[:, None] < N_K, other=0.0)  # fmt: skip
+        v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :],
+                    mask=offs_k[:, None] < N_K, other=0.0)  # fmt: skip
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        visible = offs_k[None, :] < N_K
+        if IS_CAUSAL:
+            if k_start >= k_full:  # diagonal tiles only: the others need no causal mask
+                visible = visible & (offs_k[None, :] <= offs_q[:, None] + offset)
+        scores = tl.where(visible, scores, float("-inf"))
+        new_max = tl.maximum(row_max, tl.max(scores, 1))
+        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+        p = tl.exp(scores - safe_max[:, None])
+        correction = tl.exp(row_max - safe_max)
+        row_sum = correction * row_sum + tl.sum(p, 1)
+        acc = acc * correction[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        row_max = new_max
+    empty = row_sum == 0.0
+    out = acc / tl.where(empty, 1.0, row_sum)[:, None]
+    lse = tl.where(empty, float("-inf"), row_max + tl.log(tl.where(empty, 1.0, row_sum)))
+    tl.store(Out + b * stride_ob + offs_q[:, None] * stride_on + offs_d[None, :],
+             out.to(Out.dtype.element_ty), mask=offs_q[:, None] < N_Q)  # fmt: skip
+    tl.store(L + b * stride_lb + offs_q, lse, mask=offs_q < N_Q)
+
+
+@triton.jit
+def _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset,
+                        IS_CAUSAL: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+    """P = exp(S - L) for one tile, exactly 0 where masked or out of range."""
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+    visible = (offs_k[None, :] < N_K) & (offs_q[:, None] < N_Q)
+    if IS_CAUSAL:
+        visible = visible & (offs_k[None, :] <= offs_q[:, None] + offset)
+    safe_lse = tl.where(lse == float("-inf"), 0.0, lse)
+    return tl.where(visible, tl.exp(scores - safe_lse[:, None]), 0.0)
+
+
+@triton.jit
+def _backward_kv_kernel(
+    # tensors: inputs, upstream gradient dO, L and D = rowsum(dO * O) (b, n_q), outputs dK, dV
+    Q, K, V, DO, L, DELTA, DK, DV,
+    # strides, in elements (dO shares Q's layout, dK and dV share K's; L and D are contiguous)
+    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_lb,
+    N_Q, N_K, scale,
+    D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    tile, b = tl.program_id(0), tl.program_id(1)
+    offs_k = tile * BK + tl.arange(0, BK)
+    offs_d = tl.arange(0, D)
+    k_mask = offs_k[:, None] < N_K
+    k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :], mask=k_mask,
+                other=0.0)  # fmt: skip
+    v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :], mask=k_mask,
+                other=0.0)  # fmt: skip
+    grad_k = tl.zeros((BK, D), tl.float32)
+    grad_v = tl.zeros((BK, D), tl.float32)
+    offset = N_K - N_Q
+    q_begin = 0
+    if IS_CAUSAL:  # queries before this one see none of the tile's keys
+        q_begin = tl.maximum(tile * BK - offset, 0) // BQ * BQ
+    for q_start in range(q_begin, N_Q, BQ):
+        offs_q = q_start + tl.arange(0, BQ)
+        q_mask = offs_q[:, None] < N_Q
+        q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
+                    mask=q_mask, other=0.0)  # fmt: skip
+        grad_out = tl.load(DO + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
+                           mask=q_mask, other=0.0)  # fmt: skip
+        lse = tl.load(L + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
+        delta = tl.load(DELTA + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
+        p = _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset, IS_CAUSAL,
+                                PRECISION)  # fmt: skip
+        grad_v += tl.dot(tl.trans(p.to(grad_out.dtype)), grad_out, input_precision=PRECISION)
+        grad_p = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
+        grad_s = p * (grad_p - delta[:, None])
+        grad_k += tl.dot(tl.trans(grad_s.to(q.dtype)), q, input_precision=PRECISION) * scale
+    tl.store(DK + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
+             grad_k.to(DK.dtype.element_ty), mask=k_mask)  # fmt: skip
+    tl.store(DV + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
+             grad_v.to(DV.dtype.element_ty), mask=k_mask)  # fmt: skip
+
+
+@triton.jit
+def _backward_q_kernel(
+    # tensors: inputs, dO, L and D (b, n_q), output dQ (Q's layout)
+    Q, K, V, DO, L, DELTA, DQ,
+    stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_lb,
+    N_Q, N_K, scale,
+    D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    tile, b = tl.program_id(0), tl.program_id(1)
+    offs_q = tile * BQ + tl.arange(0, BQ)
+    offs_d = tl.arange(0, D)
+    q_mask = offs_q[:, None] < N_Q
+    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_mask,
+                other=0.0)  # fmt: skip
+    grad_out = tl.load(DO + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
+                       mask=q_mask, other=0.0)  # fmt: skip
+    lse = tl.load(L + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
+    delta = tl.load(DELTA + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
+    grad_q = tl.zeros((BQ, D), tl.float32)
+    offset = N_K - N_Q
+    k_end = N_K
+    if IS_CAUSAL:
+        k_end = tl.minimum(N_K, (tile + 1) * BQ + offset)
+    for k_start in range(0, k_end, BK):
+        offs_k = k_start + tl.arange(0, BK)
+        k_mask = offs_k[:, None] < N_K
+        k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
+                    mask=k_mask, other=0.0)  # fmt: skip
+        v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :],
+                    mask=k_mask, other=0.0)  # fmt: skip
+        p = _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset, IS_CAUSAL,
+                                PRECISION)  # fmt: skip
+        grad_p = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
+        grad_s = p * (grad_p - delta[:, None])
+        grad_q += tl.dot(grad_s.to(k.dtype), k, input_precision=PRECISION) * scale
+    tl.store(DQ + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
+             grad_q.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
+
+
+def _tiles(n_q: int, n_k: int) -> tuple[int, int]:
+    """(BQ, BK): small fixed tiles in the interpreter; on a GPU 64 x 64."""
+    if INTERPRETED:
+        return INTERPRETER_TILE, INTERPRETER_TILE
+    return 64, 64
+
+
+def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
+    check_inputs(q, k, v)
+    if q.shape[-1] not in HEAD_DIMS:
+        raise ValueError(f"head dimension {q.shape[-1]} unsupported; valid: {HEAD_DIMS}")
+    if q.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype {q.dtype} unsupported; valid: float32, float16, bfloat16")
+    if INTERPRETED and q.dtype == torch.bfloat16:
+        raise ValueError("the Triton interpreter cannot compute bfloat16; use float16 or float32")
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    """``FlashAttentionTriton.apply(q, k, v, is_causal=False)`` for q (b, n_q, d), k, v (b, n_k, d).
+
+    One program per (query tile, batch element) in the forward; saves q, k, v, the output and
+    the logsumexp (b, n_q) for backward.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+        _check(q, k, v)
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        batch, n_q, d = q.shape
+        n_k = k.shape[1]
+        out = torch.empty_like(q)
+        lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
+        bq, bk = _tiles(n_q, n_k)
+        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        _forward_kernel[(triton.cdiv(n_q, bq), batch)](
+            q, k, v, out, lse,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            out.stride(0), out.stride(1), lse.stride(0),
+            n_q, n_k, 1 / math.sqrt(d),
+            D=d, BQ=bq, BK=bk, IS_CAUSAL=is_causal, PRECISION=precision,
+        )  # fmt: skip
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.is_causal = is_causal
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        q, k, v, out, lse = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        batch, n_q, d = q.shape
+        n_k = k.shape[1]
+        delta = (grad_out.float() * out.float()).sum(dim=-1).contiguous()  # D = rowsum(dO * O)
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        bq, bk = _tiles(n_q, n_k)
+        precision = "ieee" if q.dtype == torch.float32 else "tf32"
+        strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+                   lse.stride(0))  # fmt: skip
+        meta = dict(D=d, BQ=bq, BK=bk, IS_CAUSAL=ctx.is_causal, PRECISION=precision)
+        _backward_kv_kernel[(triton.cdiv(n_k, bk), batch)](
+            q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, 1 / math.sqrt(d),
+            **meta,
+        )  # fmt: skip
+        _backward_q_kernel[(triton.cdiv(n_q, bq), batch)](
+            q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, 1 / math.sqrt(d), **meta
+        )
+        return grad_q, grad_k, grad_v, None
