@@ -169,3 +169,31 @@ def test_model_training_step_with_flash_matches_naive():
     assert grads["flash"][0] == pytest.approx(grads["naive"][0], rel=1e-6)
     for flash, naive in zip(grads["flash"][1], grads["naive"][1], strict=True):
         torch.testing.assert_close(flash, naive, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (17, 5), (3, 33, 70), (129, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_weighted_sum_triton_forward_and_backward(shape, dtype):
+    from perflab.attention.weighted_sum import WeightedSumTriton
+
+    generator = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(*shape, generator=generator).to(dtype).requires_grad_()
+    w = torch.randn(shape[-1], generator=generator).to(dtype).requires_grad_()
+    x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
+    y = WeightedSumTriton.apply(x, w)
+    reference = x64 @ w64
+    tol = TOLERANCE[dtype]
+    assert y.shape == shape[:-1] and y.dtype == dtype
+    torch.testing.assert_close(y.double(), reference, atol=5 * tol, rtol=5 * tol)
+    grad = torch.randn(shape[:-1], generator=generator, dtype=torch.float64)
+    y.backward(grad.to(dtype))
+    reference.backward(grad)
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=5 * tol, rtol=5 * tol)
+    torch.testing.assert_close(w.grad.double(), w64.grad, atol=20 * tol, rtol=5 * tol)
+
+
+def test_weighted_sum_bad_inputs():
+    from perflab.attention.weighted_sum import WeightedSumTriton
+
+    with pytest.raises(ValueError, match=r"need x \(..., D\) and w \(D,\)"):
+        WeightedSumTriton.apply(torch.randn(3, 4), torch.randn(5))
