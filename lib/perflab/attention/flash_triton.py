@@ -31,6 +31,7 @@ from perflab.attention.flash_torch import check_inputs  # noqa: E402
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs power-of-two sizes of at least 16
 INTERPRETER_TILE = 16  # small tiles: the interpreter runs each program in NumPy
+# On a GPU the tile sizes, warps and stages are autotuned per (n_q, n_k, d, causal).
 
 
 @triton.jit
@@ -184,11 +185,23 @@ def _backward_q_kernel(
              grad_q.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
 
 
-def _tiles(n_q: int, n_k: int) -> tuple[int, int]:
-    """(BQ, BK): small fixed tiles in the interpreter; on a GPU 64 x 64."""
+def _tuned(kernel):
+    """``kernel`` autotuned over tile sizes on a GPU; in the interpreter, fixed small tiles."""
     if INTERPRETED:
-        return INTERPRETER_TILE, INTERPRETER_TILE
-    return 64, 64
+        return kernel
+    configs = [
+        triton.Config({"BQ": bq, "BK": bk}, num_warps=warps, num_stages=stages)
+        for bq, bk in ((64, 64), (128, 64), (64, 128), (128, 128), (32, 64))
+        for warps, stages in ((4, 2), (8, 3))
+    ]
+    return triton.autotune(configs=configs, key=["N_Q", "N_K", "D", "IS_CAUSAL"])(kernel)
+
+
+_forward = _tuned(_forward_kernel)
+_backward_kv = _tuned(_backward_kv_kernel)
+_backward_q = _tuned(_backward_q_kernel)
+#: Tile sizes passed explicitly in the interpreter; the autotuner picks them on a GPU.
+_FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED else {}
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -216,14 +229,13 @@ class FlashAttentionTriton(torch.autograd.Function):
         n_k = k.shape[1]
         out = torch.empty_like(q)
         lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
-        bq, bk = _tiles(n_q, n_k)
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
-        _forward_kernel[(triton.cdiv(n_q, bq), batch)](
+        _forward[lambda meta: (triton.cdiv(n_q, meta["BQ"]), batch)](
             q, k, v, out, lse,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
             out.stride(0), out.stride(1), lse.stride(0),
             n_q, n_k, 1 / math.sqrt(d),
-            D=d, BQ=bq, BK=bk, IS_CAUSAL=is_causal, PRECISION=precision,
+            D=d, IS_CAUSAL=is_causal, PRECISION=precision, **_FIXED_TILES,
         )  # fmt: skip
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.is_causal = is_causal
@@ -237,16 +249,15 @@ class FlashAttentionTriton(torch.autograd.Function):
         n_k = k.shape[1]
         delta = (grad_out.float() * out.float()).sum(dim=-1).contiguous()  # D = rowsum(dO * O)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        bq, bk = _tiles(n_q, n_k)
         precision = "ieee" if q.dtype == torch.float32 else "tf32"
         strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                    lse.stride(0))  # fmt: skip
-        meta = dict(D=d, BQ=bq, BK=bk, IS_CAUSAL=ctx.is_causal, PRECISION=precision)
-        _backward_kv_kernel[(triton.cdiv(n_k, bk), batch)](
-            q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, 1 / math.sqrt(d),
-            **meta,
-        )  # fmt: skip
-        _backward_q_kernel[(triton.cdiv(n_q, bq), batch)](
-            q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, 1 / math.sqrt(d), **meta
+        meta = dict(D=d, IS_CAUSAL=ctx.is_causal, PRECISION=precision, **_FIXED_TILES)
+        scale = 1 / math.sqrt(d)
+        _backward_kv[lambda m: (triton.cdiv(n_k, m["BK"]), batch)](
+            q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta
+        )
+        _backward_q[lambda m: (triton.cdiv(n_q, m["BQ"]), batch)](
+            q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta
         )
         return grad_q, grad_k, grad_v, None
