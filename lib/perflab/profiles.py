@@ -140,6 +140,95 @@ MEMORY: dict[str, MemoryProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class AttentionProfile:
+    """Sizes of notebook 05."""
+
+    batch: int  # sequences per call (no heads)
+    head_dims: tuple[int, ...]  # d of q, k, v
+    seq_lens: tuple[int, ...]  # sequence lengths
+    warmup: int  # untimed calls
+    steps: int  # timed calls
+    model_preset: str  # the model compiled whole
+    model_context_length: int  # tokens per sequence for the whole-model comparison
+    model_batch_size: int  # sequences per step for the whole-model comparison
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+ATTENTION: dict[str, AttentionProfile] = {
+    "cpu": AttentionProfile(
+        8,
+        (16, 64),
+        (128, 256, 512),
+        warmup=1,
+        steps=3,
+        model_preset="cpu-tiny",
+        model_context_length=128,
+        model_batch_size=4,
+    ),  # fmt: skip
+    "full": AttentionProfile(
+        8,
+        (16, 32, 64, 128),
+        (256, 1024, 4096, 8192, 16384),
+        warmup=5,
+        steps=20,
+        model_preset="small",
+        model_context_length=512,
+        model_batch_size=4,
+    ),  # fmt: skip
+}
+
+
+@dataclass(frozen=True)
+class FlashProfile:
+    """Sizes of notebook 06."""
+
+    batch: int  # sequences per call
+    head_dims: tuple[int, ...]  # d of q, k, v
+    seq_lens: tuple[int, ...]  # sequence lengths
+    dtypes: tuple[str, ...]  # input dtypes
+    warmup: int  # untimed calls
+    steps: int  # timed calls
+    max_seq_len: tuple[tuple[str, int], ...]  # implementations run only up to this length
+    memory_batch: int  # the long-context memory comparison
+    memory_seq_len: int
+    memory_head_dim: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FLASH: dict[str, FlashProfile] = {
+    # The interpreter runs Triton programs in NumPy: its rows are correctness runs, kept tiny.
+    "cpu": FlashProfile(
+        4,
+        (16, 64),
+        (128, 256, 512),
+        ("float32",),
+        warmup=1,
+        steps=3,
+        max_seq_len=(("flash_triton", 128),),
+        memory_batch=8,
+        memory_seq_len=4096,
+        memory_head_dim=64,
+    ),  # fmt: skip
+    "full": FlashProfile(
+        1,
+        (16, 32, 64, 128),
+        tuple(2**i for i in range(7, 17)),
+        ("float32", "bfloat16"),
+        warmup=5,
+        steps=20,
+        max_seq_len=(("flash_torch", 8192),),
+        memory_batch=8,
+        memory_seq_len=4096,
+        memory_head_dim=64,
+    ),  # fmt: skip
+}
+
+
 def get_profile(table: dict[str, P], name: str) -> P:
     """``table[name]`` or a ValueError listing the valid profile names."""
     try:
