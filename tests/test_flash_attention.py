@@ -1,42 +1,26 @@
 """FlashAttentionTorch and FlashAttentionTriton (in the Triton interpreter on a CPU) against a
 float64 naive reference on fresh random inputs.
 
-Tolerances: float32 inputs atol/rtol 2e-5 (outputs and gradients of order 1; the tiles sum in
-a different order than the reference); float16 inputs 2e-3 (float16 keeps 11 significant bits,
-so its inputs and outputs are rounded at ~5e-4 relative).
+Tolerances (``perflab.attention.check.TOLERANCE``): float32 inputs atol/rtol 2e-5 for outputs
+and logsumexp (the tiles sum in another order than the reference), float16 2e-3 (11
+significant bits); gradients 5x those.
 """
 
 import pytest
 import torch
 
 from perflab.attention import naive_attention
+from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
 from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
-TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 IMPLEMENTATIONS = {"torch": FlashAttentionTorch, "triton": FlashAttentionTriton}
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: needs CUDA")
 
 
 def _inputs(batch, n_q, n_k, d, dtype, seed):
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randn(batch, n, d, generator=generator).to(dtype).requires_grad_()
-            for n in (n_q, n_k, n_k)]  # fmt: skip
-
-
-def _reference(q, k, v, is_causal):
-    """Output, logsumexp and gradients in float64 (upstream gradient: fixed random)."""
-    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
-    out = naive_attention(q64, k64, v64, is_causal=is_causal)
-    scores = q64 @ k64.transpose(-2, -1) / q.shape[-1] ** 0.5
-    if is_causal:
-        n_q, n_k = q.shape[1], k.shape[1]
-        mask = torch.arange(n_k)[None, :] > torch.arange(n_q)[:, None] + (n_k - n_q)
-        scores = scores.masked_fill(mask, float("-inf"))
-    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(99), dtype=out.dtype)
-    out.backward(grad_out)
-    return out, torch.logsumexp(scores, dim=-1), grad_out, (q64.grad, k64.grad, v64.grad)
+    return random_qkv(batch, n_q, n_k, d, dtype, seed)
 
 
 CASES = [
@@ -76,9 +60,7 @@ def _check_against_reference(function, batch, n_q, n_k, d, causal, dtype, device
         t.detach().to(device).requires_grad_()
         for t in _inputs(batch, n_q, n_k, d, dtype, seed=n_q * 1000 + n_k)
     )
-    ref_out, ref_lse, grad_out, ref_grads = (
-        _to(x, device) for x in _reference(q.cpu(), k.cpu(), v.cpu(), causal)
-    )
+    ref_out, ref_lse, grad_out, ref_grads = (_to(x, device) for x in reference(q, k, v, causal))
     out = function.apply(q, k, v, causal)
     tol = TOLERANCE[dtype]
     assert out.dtype == dtype and out.shape == (batch, n_q, d)
@@ -197,3 +179,20 @@ def test_weighted_sum_bad_inputs():
 
     with pytest.raises(ValueError, match=r"need x \(..., D\) and w \(D,\)"):
         WeightedSumTriton.apply(torch.randn(3, 4), torch.randn(5))
+
+
+def test_correctness_table_flags_a_wrong_implementation():
+    class OnePercentOff(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, is_causal):
+            ctx.save_for_backward(q, k, v)
+            return naive_attention(q, k, v, is_causal=is_causal) * 1.01
+
+        @staticmethod
+        def backward(ctx, grad):
+            return tuple(torch.zeros_like(t) for t in ctx.saved_tensors) + (None,)
+
+    good = correctness_table(FlashAttentionTorch, [(2, 17, 33, 16, True)], torch.float32)
+    assert good["within_tolerance"].all() and good["output"].iloc[0] < 1e-5
+    bad = correctness_table(OnePercentOff, [(2, 17, 33, 16, True)], torch.float32)
+    assert not bad["within_tolerance"].any() and bad["output"].iloc[0] > 1e-3

@@ -1,0 +1,76 @@
+"""Correctness of an attention implementation against a float64 reference (tests, notebook 06).
+
+The reference is ``naive_attention`` in float64 on the same (rounded) inputs, with its
+logsumexp and the gradients for a fixed random upstream gradient; differences are reported
+per quantity as the largest absolute error divided by max(1, largest reference magnitude),
+next to the tolerance for the input dtype.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from perflab.attention.reference import attention_scores, naive_attention
+
+#: Absolute and relative tolerance of outputs and logsumexp per input dtype; gradients get 5x.
+#: float32: tiles sum in another order than the reference; float16 keeps 11 significant bits.
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def random_qkv(batch: int, n_q: int, n_k: int, d: int, dtype: torch.dtype, seed: int,
+               device: str | torch.device = "cpu") -> list[Tensor]:  # fmt: skip
+    """Fresh random q (batch, n_q, d), k and v (batch, n_k, d) that require grad."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(batch, n, d, generator=generator).to(device=device, dtype=dtype)
+            .requires_grad_() for n in (n_q, n_k, n_k)]  # fmt: skip
+
+
+def reference(q: Tensor, k: Tensor, v: Tensor, is_causal: bool, seed: int = 99):
+    """(output, logsumexp, upstream gradient, (dq, dk, dv)) in float64 on the CPU."""
+    q64, k64, v64 = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
+    out = naive_attention(q64, k64, v64, is_causal=is_causal)
+    lse = torch.logsumexp(attention_scores(q64, k64, is_causal=is_causal), dim=-1)
+    grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed),
+                           dtype=torch.float64)  # fmt: skip
+    out.backward(grad_out)
+    return out.detach(), lse.detach(), grad_out, (q64.grad, k64.grad, v64.grad)
+
+
+def errors_against_reference(function: Callable, q: Tensor, k: Tensor, v: Tensor,
+                             is_causal: bool) -> dict[str, float]:  # fmt: skip
+    """Scaled largest error of output, saved logsumexp and the three gradients."""
+    ref_out, ref_lse, grad_out, ref_grads = reference(q, k, v, is_causal)
+    out = function.apply(q, k, v, is_causal)
+    lse = [t for t in out.grad_fn.saved_tensors if t.shape == q.shape[:2]]
+    out.backward(grad_out.to(device=q.device, dtype=q.dtype))
+    pairs = {"output": (out.detach(), ref_out), "logsumexp": (lse[0] if lse else None, ref_lse)}
+    pairs.update(zip(("dq", "dk", "dv"), zip((q.grad, k.grad, v.grad), ref_grads, strict=True),
+                     strict=True))  # fmt: skip
+    return {name: _error(got, ref) for name, (got, ref) in pairs.items()}
+
+
+def _error(got: Tensor | None, ref: Tensor) -> float:
+    if got is None:
+        return float("nan")
+    return ((got.cpu().double() - ref).abs().max() / ref.abs().max().clamp(min=1)).item()
+
+
+def correctness_table(function: Callable, cases: Iterable[tuple], dtype: torch.dtype,
+                      device: str | torch.device = "cpu") -> pd.DataFrame:  # fmt: skip
+    """One row per case (batch, n_q, n_k, d, causal): the errors and whether all are within
+    tolerance (outputs and logsumexp: TOLERANCE; gradients: 5x)."""
+    tol = TOLERANCE[dtype]
+    rows = []
+    for seed, (batch, n_q, n_k, d, causal) in enumerate(cases):
+        q, k, v = random_qkv(batch, n_q, n_k, d, dtype, seed, device)
+        errors = errors_against_reference(function, q, k, v, causal)
+        within = (errors["output"] <= tol and errors["logsumexp"] <= tol
+                  and max(errors["dq"], errors["dk"], errors["dv"]) <= 5 * tol)  # fmt: skip
+        rows.append({"batch": batch, "n_q": n_q, "n_k": n_k, "d": d, "causal": causal,
+                     "dtype": str(dtype).removeprefix("torch."), **errors,
+                     "within_tolerance": within})  # fmt: skip
+    return pd.DataFrame(rows)
