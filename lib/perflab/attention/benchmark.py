@@ -122,3 +122,55 @@ def measure_attention(config: dict) -> dict:
         "peak_bytes": peak_memory(forward_backward, device),
         "speed_measurement": not (config["implementation"] == "flash_triton" and INTERPRETED),
     }
+
+
+def flash_benchmark_configs(profile, device: torch.device,
+                            implementations=("naive", "sdpa", "flash_torch", "flash_triton"),
+                            causal: bool = True) -> list[dict]:  # fmt: skip
+    """Notebook 06's grid from a ``FlashProfile``: every implementation, d, length and dtype,
+    skipping lengths above an implementation's ``max_seq_len`` and what the device cannot run
+    (bfloat16 in the Triton interpreter). Interpreted Triton rows get one call, no warm-up:
+    they check that the kernels run, they measure nothing about speed."""
+    limits = dict(profile.max_seq_len)
+    configs = []
+    for impl in implementations:
+        interpreted = impl == "flash_triton" and INTERPRETED
+        for dtype in profile.dtypes:
+            if interpreted and dtype == "bfloat16":
+                continue
+            for d in profile.head_dims:
+                for n in profile.seq_lens:
+                    if n > limits.get(impl, n):
+                        continue
+                    configs.append({
+                        "implementation": impl, "batch": profile.batch, "seq_len": n,
+                        "head_dim": d, "dtype": dtype, "causal": causal, "device": str(device),
+                        "warmup": 0 if interpreted else profile.warmup,
+                        "steps": 1 if interpreted else profile.steps,
+                    })  # fmt: skip
+    return configs
+
+
+def attention_peak_memory(implementation: str, batch: int, seq_len: int, head_dim: int,
+                          device: str | torch.device = "auto", causal: bool = False,
+                          dtype: str = "float32") -> dict:  # fmt: skip
+    """Peak bytes of one forward + backward (after a warm-up one that allocates the input
+    gradients), and the bytes held between forward and backward."""
+    device = resolve_device(device)
+    fn = get_implementation(implementation)
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (
+        torch.randn(batch, seq_len, head_dim, device=device, dtype=parse_dtype(dtype),
+                    generator=generator).requires_grad_()
+        for _ in range(3)
+    )  # fmt: skip
+
+    def forward():
+        return fn(q, k, v, is_causal=causal)
+
+    def forward_backward():
+        forward().sum().backward()
+
+    forward_backward()
+    return {"implementation": implementation, "peak_bytes": peak_memory(forward_backward, device),
+            "held_before_backward_bytes": _held_after_forward(forward, device)}  # fmt: skip
