@@ -12,7 +12,11 @@ import torch
 from perflab.attention import naive_attention
 from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
-from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
+from perflab.attention.flash_triton import (
+    INTERPRETED,
+    FlashAttentionTriton,
+    flash_attention_triton,
+)
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 IMPLEMENTATIONS = {"torch": FlashAttentionTorch, "triton": FlashAttentionTriton}
@@ -137,12 +141,13 @@ def test_compiled_backward_tiles_match_eager():
         torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
 
 
-def test_model_training_step_with_flash_matches_naive():
+@pytest.mark.parametrize("flash", [flash_attention_torch, flash_attention_triton])
+def test_model_training_step_with_flash_matches_naive(flash):
     torch.manual_seed(0)
     model = TransformerLM(PRESETS["cpu-tiny"])
     tokens = torch.randint(10_000, (2, 70))
     grads = {}
-    for name, attention in (("naive", naive_attention), ("flash", flash_attention_torch)):
+    for name, attention in (("naive", naive_attention), ("flash", flash)):
         model.zero_grad(set_to_none=True)
         model.set_attention(attention)
         loss = cross_entropy(model(tokens), tokens)

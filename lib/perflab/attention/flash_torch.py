@@ -177,10 +177,19 @@ class FlashAttentionTorch(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None
 
 
-def flash_attention_torch(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> Tensor:
-    """``FlashAttentionTorch`` for inputs with any leading dimensions (..., seq, d), so that it
-    plugs into ``TransformerLM.set_attention`` (which passes (batch, heads, seq, head_dim))."""
-    lead = q.shape[:-2]
-    flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
-    out = FlashAttentionTorch.apply(*flat, is_causal)
-    return out.reshape(*lead, *out.shape[-2:])
+def as_model_attention(function: type[torch.autograd.Function]):
+    """An attention function for ``TransformerLM.set_attention`` (which passes q, k, v of shape
+    (batch, heads, seq, head_dim)) from a FlashAttention ``autograd.Function`` taking
+    (batch, seq, d): the leading dimensions are flattened into one batch dimension."""
+
+    def attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> Tensor:
+        lead = q.shape[:-2]
+        flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
+        out = function.apply(*flat, is_causal)
+        return out.reshape(*lead, *out.shape[-2:])
+
+    attention.__name__ = f"{function.__name__}_attention"
+    return attention
+
+
+flash_attention_torch = as_model_attention(FlashAttentionTorch)

@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 import triton  # noqa: E402  (after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
 
-from perflab.attention.flash_torch import check_inputs  # noqa: E402
+from perflab.attention.flash_torch import as_model_attention, check_inputs  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs power-of-two sizes of at least 16
@@ -261,3 +261,7 @@ class FlashAttentionTriton(torch.autograd.Function):
             q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta
         )
         return grad_q, grad_k, grad_v, None
+
+
+#: ``FlashAttentionTriton`` for ``TransformerLM.set_attention``.
+flash_attention_triton = as_model_attention(FlashAttentionTriton)
