@@ -107,7 +107,8 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "result.txt").read_text() == "42"
-    assert (tmp_path / "out" / "07_tiny.ipynb").exists()
+    executed = nbformat.read(tmp_path / "out" / "07_tiny.ipynb", 4)
+    assert executed.metadata["papermill"]["input_path"] == "07_tiny.ipynb"  # no machine path
     assert "1 notebooks" in done.stdout and "0 failed" in done.stdout
 
 

@@ -65,6 +65,19 @@ def resolve_notebook(name: str, directory: Path = NOTEBOOKS_DIR) -> Path:
     return matches[0]
 
 
+def _drop_machine_paths(path: Path) -> None:
+    """Keep only file names in papermill's record of where a notebook was run from and to,
+    so that executed notebooks carry no paths of the machine that ran them."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    record = notebook.metadata.get("papermill", {})
+    for key in ("input_path", "output_path"):
+        if record.get(key):
+            record[key] = Path(record[key]).name
+    nbformat.write(notebook, path)
+
+
 def parse_parameter_value(text: str) -> object:
     """A Python literal (10, 0.5, True, None, ["small"]) or else the text itself."""
     try:
@@ -105,6 +118,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
             )
+            _drop_machine_paths(target)
         except papermill.PapermillExecutionError as error:
             failed.append(notebook.stem)
             print(
