@@ -26,10 +26,10 @@
 #
 # Every number below comes from `perflab`; the notebook only calls it and reads the results.
 # The default `profile = "cpu"` runs small presets in about a minute on a 2-core CPU; on a GPU
-# box run `perflab run 01 -p profile full` for WORKBOOK.md's sizes.
+# box run `perflab run 01 -p profile full` for the full sizes.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small presets for a CPU; "full": WORKBOOK.md sizes, for a GPU
+profile = "cpu"     # "cpu": small presets for a CPU; "full": full sizes, for a GPU
 presets = None      # list of preset names, e.g. ["small", "medium"]; None: the profile's
 device = "auto"     # "cuda" when present, else "cpu"
 dtype = "float32"   # "float32", or "bfloat16" / "float16" autocast
@@ -66,7 +66,7 @@ pd.Series(machine, name="this run")
 # %% [markdown]
 # ## The models and what they cost
 #
-# The presets of WORKBOOK.md (plus CPU-sized ones of the same family), with the parameter
+# The workbook's presets (plus CPU-sized ones of the same family), with the parameter
 # count and the matmul FLOPs of one step at batch 4 and context 512, from
 # `ModelConfig.forward_flops`: each multiply-add is 2 FLOPs, the backward pass costs two
 # forwards, so a training step is 3x a forward.

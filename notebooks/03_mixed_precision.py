@@ -24,7 +24,7 @@
 # runs on; what would differ on the other device is said, and labelled where it is GPU-only.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small presets for a CPU; "full": WORKBOOK.md sizes, for a GPU
+profile = "cpu"     # "cpu": small presets for a CPU; "full": full sizes, for a GPU
 device = "auto"     # "cuda" when present, else "cpu"
 resume = True       # skip benchmark configurations already in this device's results file
 

@@ -24,11 +24,11 @@
 # memory with a formula, and then compare `torch.compile`d attention, and the whole model
 # compiled against eager, with the compile time reported apart.
 #
-# The default CPU profile uses small sizes; `perflab run 05 -p profile full` runs WORKBOOK.md's
+# The default CPU profile uses small sizes; `perflab run 05 -p profile full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU, where the largest sizes run out of memory.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small grid for a CPU; "full": WORKBOOK.md's grid, for a GPU
+profile = "cpu"     # "cpu": small grid for a CPU; "full": the full grid, for a GPU
 device = "auto"     # "cuda" when present, else "cpu"
 resume = True       # skip configurations already in this device's results file
 

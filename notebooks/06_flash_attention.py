@@ -30,7 +30,7 @@
 # Compiled kernels, bfloat16 and autotuned tiles are GPU-only: `perflab run 06 -p profile full`.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small grid (Triton interpreted); "full": WORKBOOK.md grid, for a GPU
+profile = "cpu"     # "cpu": small grid (Triton interpreted); "full": the full grid, for a GPU
 device = "auto"     # "cuda" when present, else "cpu"
 resume = True       # skip configurations already in this device's results file
 

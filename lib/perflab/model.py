@@ -93,7 +93,7 @@ def _preset(name: str, d_model: int, d_ff: int, num_layers: int, num_heads: int)
     return ModelConfig(name, d_model=d_model, d_ff=d_ff, num_layers=num_layers, num_heads=num_heads)
 
 
-#: WORKBOOK.md's presets (vocabulary 10,000, context 512) plus CPU presets of the same
+#: The specification's presets (vocabulary 10,000, context 512) plus CPU presets of the same
 #: family (d_ff = 4 d_model, head dimension 64) small enough for a 2-core CPU.
 PRESETS: dict[str, ModelConfig] = {
     c.name: c

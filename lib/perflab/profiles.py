@@ -1,7 +1,7 @@
 """Run profiles: the sizes a notebook runs at, defined once and saved with the results.
 
 Every notebook has a ``profile`` parameter. ``"cpu"`` (the committed default) keeps all
-notebooks together under 10 minutes on a 2-core CPU; ``"full"`` runs WORKBOOK.md's sizes and
+notebooks together under 10 minutes on a 2-core CPU; ``"full"`` runs the full sizes and
 is meant for a GPU (``perflab run -p profile full``).
 """
 
