@@ -35,6 +35,13 @@ INTERPRETER_TILE = 16  # small tiles: the interpreter runs each program in NumPy
 
 
 @triton.jit
+def _load_rows(base, offs, stride, offs_d, n):
+    """Rows ``offs`` (all D columns) of a (n, D) matrix at ``base``; zeros past row n."""
+    return tl.load(base + offs[:, None] * stride + offs_d[None, :], mask=offs[:, None] < n,
+                   other=0.0)  # fmt: skip
+
+
+@triton.jit
 def _forward_kernel(
     # tensors: Q (b, n_q, d), K and V (b, n_k, d), Out like Q, L (b, n_q) in float32
     Q, K, V, Out, L,
@@ -50,8 +57,7 @@ def _forward_kernel(
     tile, b = tl.program_id(0), tl.program_id(1)
     offs_q = tile * BQ + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
-    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
-                mask=offs_q[:, None] < N_Q, other=0.0)  # fmt: skip
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
     row_max = tl.full((BQ,), float("-inf"), tl.float32)
     row_sum = tl.zeros((BQ,), tl.float32)
     acc = tl.zeros((BQ, D), tl.float32)
@@ -63,10 +69,8 @@ def _forward_kernel(
         k_full = tl.maximum(tile * BQ + offset + 1, 0) // BK * BK
     for k_start in range(0, k_end, BK):
         offs_k = k_start + tl.arange(0, BK)
-        k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
-                    mask=offs_k[:, None] < N_K, other=0.0)  # fmt: skip
-        v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :],
-                    mask=offs_k[:, None] < N_K, other=0.0)  # fmt: skip
+        k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, N_K)
+        v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, N_K)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
         visible = offs_k[None, :] < N_K
         if IS_CAUSAL:
@@ -114,10 +118,8 @@ def _backward_kv_kernel(
     offs_k = tile * BK + tl.arange(0, BK)
     offs_d = tl.arange(0, D)
     k_mask = offs_k[:, None] < N_K
-    k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :], mask=k_mask,
-                other=0.0)  # fmt: skip
-    v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :], mask=k_mask,
-                other=0.0)  # fmt: skip
+    k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, N_K)
+    v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, N_K)
     grad_k = tl.zeros((BK, D), tl.float32)
     grad_v = tl.zeros((BK, D), tl.float32)
     offset = N_K - N_Q
@@ -126,11 +128,8 @@ def _backward_kv_kernel(
         q_begin = tl.maximum(tile * BK - offset, 0) // BQ * BQ
     for q_start in range(q_begin, N_Q, BQ):
         offs_q = q_start + tl.arange(0, BQ)
-        q_mask = offs_q[:, None] < N_Q
-        q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
-                    mask=q_mask, other=0.0)  # fmt: skip
-        grad_out = tl.load(DO + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
-                           mask=q_mask, other=0.0)  # fmt: skip
+        q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
+        grad_out = _load_rows(DO + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
         lse = tl.load(L + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
         delta = tl.load(DELTA + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
         p = _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset, IS_CAUSAL,
@@ -158,10 +157,8 @@ def _backward_q_kernel(
     offs_q = tile * BQ + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
     q_mask = offs_q[:, None] < N_Q
-    q = tl.load(Q + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :], mask=q_mask,
-                other=0.0)  # fmt: skip
-    grad_out = tl.load(DO + b * stride_qb + offs_q[:, None] * stride_qn + offs_d[None, :],
-                       mask=q_mask, other=0.0)  # fmt: skip
+    q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
+    grad_out = _load_rows(DO + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
     lse = tl.load(L + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
     delta = tl.load(DELTA + b * stride_lb + offs_q, mask=offs_q < N_Q, other=0.0)
     grad_q = tl.zeros((BQ, D), tl.float32)
@@ -171,11 +168,8 @@ def _backward_q_kernel(
         k_end = tl.minimum(N_K, (tile + 1) * BQ + offset)
     for k_start in range(0, k_end, BK):
         offs_k = k_start + tl.arange(0, BK)
-        k_mask = offs_k[:, None] < N_K
-        k = tl.load(K + b * stride_kb + offs_k[:, None] * stride_kn + offs_d[None, :],
-                    mask=k_mask, other=0.0)  # fmt: skip
-        v = tl.load(V + b * stride_vb + offs_k[:, None] * stride_vn + offs_d[None, :],
-                    mask=k_mask, other=0.0)  # fmt: skip
+        k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, N_K)
+        v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, N_K)
         p = _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset, IS_CAUSAL,
                                 PRECISION)  # fmt: skip
         grad_p = tl.dot(grad_out, tl.trans(v), input_precision=PRECISION)
