@@ -49,8 +49,8 @@ class Sweep:
         self.metadata_path = self.path.with_suffix(".json")
         self.metadata = dict(metadata or {})
 
-    def _key_of(self, row: dict) -> tuple[str, ...]:
-        # CSV stores text, so keys are compared as the text csv.writer writes.
+    def key_of(self, row: dict) -> tuple[str, ...]:
+        """The key fields of ``row`` as text (CSV stores text; keys compare as written)."""
         return tuple(str(row[k]) for k in self.key)
 
     def _repair(self) -> None:
@@ -70,7 +70,7 @@ class Sweep:
 
     def done(self) -> set[tuple[str, ...]]:
         """Keys of the rows already in the file."""
-        return {self._key_of(row) for row in self._rows()[1]}
+        return {self.key_of(row) for row in self._rows()[1]}
 
     def append(self, row: dict) -> None:
         """Add one row and force it to disk. A row with new columns rewrites the file (atomically)
@@ -107,6 +107,24 @@ class Sweep:
         self.metadata_path.parent.mkdir(parents=True, exist_ok=True)
         self.metadata_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
+    def todo(self, configs: Iterable[dict], *, resume: bool = True) -> list[dict]:
+        """Prepare the files (repair a cut-off last line, write the metadata) and return the
+        ``configs`` not measured yet (all of them when ``resume`` is False). For sweeps that
+        measure several configurations in one go (notebook 07's launches) and ``record`` them."""
+        configs = list(configs)
+        for config in configs:
+            missing = [k for k in self.key if k not in config]
+            if missing:
+                raise ValueError(f"configuration {config} lacks key fields {missing}")
+        self._repair()
+        self._write_metadata()
+        done = self.done() if resume else set()
+        return [config for config in configs if self.key_of(config) not in done]
+
+    def record(self, row: dict) -> None:
+        """Append ``row`` stamped with ``measured_at``."""
+        self.append({**row, "measured_at": datetime.now(UTC).isoformat(timespec="seconds")})
+
     def read(self) -> pd.DataFrame:
         """Every row in the file as a DataFrame (empty if nothing was measured yet)."""
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -129,18 +147,12 @@ class Sweep:
         ``resume=False`` measures everything again, appending new rows after the old ones.
         """
         configs = list(configs)
-        for config in configs:
-            missing = [k for k in self.key if k not in config]
-            if missing:
-                raise ValueError(f"configuration {config} lacks key fields {missing}")
-        self._repair()
-        self._write_metadata()
-        done = self.done() if resume else set()
+        todo = {self.key_of(config) for config in self.todo(configs, resume=resume)}
         skipped = 0
         bar = tqdm(configs, desc=desc or self.path.stem, unit="config")
         for config in bar:
-            key = self._key_of(config)
-            if key in done:
+            key = self.key_of(config)
+            if key not in todo:
                 skipped += 1
                 bar.set_postfix(skipped=skipped)
                 continue
@@ -156,9 +168,8 @@ class Sweep:
                     torch.cuda.empty_cache()
                 row = {**config, "status": status, "error": message}
             row.update({k: config[k] for k in self.key})
-            row["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-            self.append(row)
-            done.add(key)
+            self.record(row)
+            todo.discard(key)
         bar.close()
         return self.select(configs)
 
@@ -170,6 +181,6 @@ class Sweep:
         text = pd.read_csv(self.path, dtype=str, keep_default_na=False)
         keys = text[list(self.key)].apply(tuple, axis=1)
         frame = frame.assign(_key=keys).drop_duplicates("_key", keep="last").set_index("_key")
-        wanted = [self._key_of(c) for c in configs]
+        wanted = [self.key_of(c) for c in configs]
         wanted = [k for k in wanted if k in frame.index]
         return frame.loc[wanted].reset_index(drop=True)

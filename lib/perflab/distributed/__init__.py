@@ -1,0 +1,23 @@
+"""Distributed training on N ranks (notebooks 07 and 08): launching, the all-reduce benchmark,
+four data-parallel variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the
+parallelism calculators. Gloo on CPU, NCCL on GPUs, the same code."""
+
+from perflab.distributed.launch import (
+    RankError,
+    check_world_size,
+    free_port,
+    init_process_group_from_env,
+    launch,
+    max_world_size,
+    rank_device,
+)
+
+__all__ = [
+    "RankError",
+    "check_world_size",
+    "free_port",
+    "init_process_group_from_env",
+    "launch",
+    "max_world_size",
+    "rank_device",
+]

@@ -1,0 +1,228 @@
+"""Start a function on N ranks, from a notebook or the shell, and bring back what each returned.
+
+``launch(fn, world_size, args)`` starts ``world_size`` processes (``torch.multiprocessing``,
+forkserver with torch preloaded, so that only the first launch pays for importing torch), sets
+the ``torchrun`` environment variables in each (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT`` on a free port), joins the process group (NCCL with one GPU
+per rank when CUDA is present, Gloo otherwise) and calls ``fn(*args)``. ``fn`` must live in an
+importable module (never in a notebook): child processes import it by name.
+
+Failure handling: the first rank to raise ends the run; the other ranks are killed (they may be
+blocked in a collective waiting for the dead one) and ``RankError`` carries the failing rank
+and its traceback into the caller. A rank that dies without a traceback (a signal, a segfault)
+and a run longer than ``timeout_s`` end it the same way. Ranks die with their parent, so no
+process is left behind.
+
+Under ``torchrun`` (several machines, or ``python -m perflab.distributed``), the same ``fn``
+runs after ``init_process_group_from_env()``, which reads the variables torchrun sets.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import multiprocessing
+import os
+import queue
+import signal
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+#: Gloo ranks may share cores (a collective still works, only slower); beyond this many ranks
+#: per core a CPU run measures the scheduler rather than the communication.
+GLOO_RANKS_PER_CORE = 4
+#: Seconds a collective may block before the process group gives up.
+COLLECTIVE_TIMEOUT_S = 120
+
+
+class RankError(RuntimeError):
+    """A rank of a distributed run failed; ``rank`` and ``rank_traceback`` say where and how."""
+
+    def __init__(self, rank: int, rank_traceback: str):
+        self.rank = rank
+        self.rank_traceback = rank_traceback
+        super().__init__(f"rank {rank} failed:\n{rank_traceback}")
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """``"auto"`` -> NCCL when CUDA is present, else Gloo."""
+    valid = ("auto", "gloo", "nccl")
+    if backend not in valid:
+        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(valid)}")
+    if backend == "auto":
+        return "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("backend 'nccl' needs CUDA, which is not available; valid here: gloo")
+    return backend
+
+
+def max_world_size(backend: str = "auto") -> int:
+    """How many ranks this machine holds: one GPU per NCCL rank; up to
+    ``GLOO_RANKS_PER_CORE`` Gloo ranks per CPU core."""
+    if resolve_backend(backend) == "nccl":
+        return torch.cuda.device_count()
+    return GLOO_RANKS_PER_CORE * (os.cpu_count() or 1)
+
+
+def check_world_size(world_size: int, backend: str = "auto") -> None:
+    """One clear ValueError for a world size that is not positive or that the machine cannot
+    hold."""
+    limit = max_world_size(backend)
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    if world_size > limit:
+        raise ValueError(
+            f"world_size {world_size} does not fit this machine: {resolve_backend(backend)} "
+            f"holds 1 to {limit} ranks here"
+        )
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_device() -> torch.device:
+    """This rank's device: its own GPU (``LOCAL_RANK``) under NCCL, else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def init_process_group_from_env(backend: str = "auto") -> None:
+    """Join the process group described by torchrun's environment variables; under NCCL each
+    rank takes GPU ``LOCAL_RANK``."""
+    backend = resolve_backend(backend)
+    device_id = None
+    if backend == "nccl":
+        device_id = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device_id)
+    dist.init_process_group(
+        backend, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S), device_id=device_id
+    )
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no orphans if the caller is
+    killed); a no-op elsewhere."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_rank(rank, world_size, port, backend, threads, fn, args, results) -> None:
+    _die_with_parent()
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+    )
+    torch.set_num_threads(threads)
+    try:
+        init_process_group_from_env(backend)
+        results.put((rank, "ok", fn(*args)))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+_CONTEXT = None
+
+
+def _context():
+    """A forkserver that has imported torch once; each rank is forked from it."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "perflab.distributed"])
+    return _CONTEXT
+
+
+def _stop(processes, grace_s: float) -> None:
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def launch(
+    fn: Callable[..., Any],
+    world_size: int,
+    args: tuple = (),
+    *,
+    backend: str = "auto",
+    timeout_s: float = 600,
+    threads_per_rank: int | None = None,
+) -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` ranks; return each rank's result, by rank.
+
+    ``threads_per_rank`` defaults to the CPU cores divided among the ranks (at least 1).
+    Raises ``RankError`` (rank + traceback) as soon as any rank fails, ``TimeoutError`` after
+    ``timeout_s``; either way every rank is stopped before this returns.
+    """
+    backend = resolve_backend(backend)
+    check_world_size(world_size, backend)
+    if getattr(fn, "__module__", "__main__") in ("__main__", "__mp_main__"):
+        raise ValueError(
+            f"{getattr(fn, '__name__', fn)!r} is defined in __main__ (a notebook or script); "
+            "ranks can only run functions importable from a module, e.g. in perflab"
+        )
+    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    context = _context()
+    results = context.Queue()
+    port = free_port()
+    processes = [
+        context.Process(
+            target=_run_rank,
+            args=(rank, world_size, port, backend, threads, fn, args, results),
+            daemon=True,
+        )
+        for rank in range(world_size)
+    ]
+    for process in processes:
+        process.start()
+    returned: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(returned) < world_size:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                running = sorted(set(range(world_size)) - set(returned))
+                raise TimeoutError(
+                    f"distributed run did not finish within {timeout_s} s; "
+                    f"ranks still running: {running}"
+                )
+            try:
+                rank, status, payload = results.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                for rank, process in enumerate(processes):
+                    if rank not in returned and process.exitcode not in (None, 0):
+                        raise RankError(
+                            rank, f"process exited with code {process.exitcode} (no traceback)"
+                        ) from None
+                continue
+            if status == "error":
+                raise RankError(rank, payload)
+            returned[rank] = payload
+    except BaseException:
+        _stop(processes, grace_s=0)
+        raise
+    _stop(processes, grace_s=30)
+    return [returned[rank] for rank in range(world_size)]

@@ -1,0 +1,76 @@
+"""Sweeps whose every configuration is measured on all ranks of a distributed run.
+
+``launch_sweep`` groups the configurations by ``world_size``, launches each group once (a
+launch costs seconds) and lets rank 0 append each row to the ``Sweep`` CSV the moment it is
+measured, so a run that dies keeps every finished row. If a rank fails, its configuration
+becomes an "error" row with the rank's message and the rest of the group is launched again;
+a world size the machine cannot hold becomes "error" rows too. The sweep always goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+import torch.distributed as dist
+from tqdm.auto import tqdm
+
+from perflab.bench.sweep import Sweep
+from perflab.distributed.launch import RankError, check_world_size, launch
+
+
+def _sweep_rank(path, key, configs, measure_rank, args) -> None:
+    sweep = Sweep(path, key)
+    for config in configs:
+        row = measure_rank(config, *args)
+        if dist.get_rank() == 0:
+            sweep.record({**config, "status": "ok", "error": "", **row, **config})
+
+
+def _error_message(error: BaseException) -> str:
+    if isinstance(error, RankError):
+        last = [line for line in error.rank_traceback.splitlines() if line.strip()][-1:]
+        return f"rank {error.rank}: {last[0] if last else 'failed'}"
+    return f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+
+
+def launch_sweep(
+    sweep: Sweep,
+    configs: Iterable[dict],
+    measure_rank: Callable[..., dict],
+    args: tuple = (),
+    *,
+    resume: bool = True,
+    timeout_s: float = 600,
+    desc: str = "configurations",
+) -> pd.DataFrame:
+    """Measure every configuration (each with a ``world_size``) not yet in ``sweep``:
+    ``measure_rank(config, *args)`` runs on every rank and returns the row (rank 0's is kept).
+    Returns the rows of ``configs``."""
+    configs = list(configs)
+    todo = sweep.todo(configs, resume=resume)
+    bar = tqdm(total=len(todo), desc=desc, unit="config")
+    for world_size in dict.fromkeys(c["world_size"] for c in todo):
+        group = [c for c in todo if c["world_size"] == world_size]
+        while group:
+            done_before = sweep.done()
+            try:
+                check_world_size(world_size)
+                launch(
+                    _sweep_rank,
+                    world_size,
+                    (str(sweep.path), sweep.key, group, measure_rank, args),
+                    timeout_s=timeout_s,
+                )
+                bar.update(len(group))
+                group = []
+            except (ValueError, RankError, TimeoutError) as error:
+                finished = sweep.done() - done_before
+                rest = [c for c in group if sweep.key_of(c) not in finished]
+                failed = rest if isinstance(error, ValueError) else rest[:1]
+                for config in failed:
+                    sweep.record({**config, "status": "error", "error": _error_message(error)})
+                bar.update(len(group) - len(rest) + len(failed))
+                group = rest[len(failed) :]
+    bar.close()
+    return sweep.select(configs)
