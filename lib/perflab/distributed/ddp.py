@@ -60,6 +60,14 @@ class _DataParallel(nn.Module):
         raise NotImplementedError
 
 
+class NoSync(_DataParallel):
+    """Broadcast at construction, then no communication: each rank keeps its local gradients.
+    Not data parallelism; the benchmark's compute-only baseline."""
+
+    def finish_gradient_synchronization(self) -> None:
+        pass
+
+
 class DDPNaive(_DataParallel):
     """One blocking all-reduce per gradient, after backward."""
 
@@ -185,9 +193,31 @@ class DDPBucketed(_DataParallel):
             bucket.work = None
 
 
+class TorchDDP(nn.parallel.DistributedDataParallel):
+    """PyTorch's own DDP with the same interface: it synchronises during backward (buckets of
+    ``bucket_cap_mb`` MiB), so there is nothing left to finish."""
+
+    def finish_gradient_synchronization(self) -> None:
+        pass
+
+
 VARIANTS = {
+    "none": NoSync,
     "naive": DDPNaive,
     "flat": DDPFlat,
     "overlapped": DDPIndividualParameters,
     "bucketed": DDPBucketed,
+    "torch": TorchDDP,
 }
+
+
+def make_data_parallel(variant: str, module: nn.Module, bucket_size_mb: float = 25) -> nn.Module:
+    """Wrap ``module`` in one of ``VARIANTS``; ``bucket_size_mb`` is used by "bucketed" (MB)
+    and "torch" (its ``bucket_cap_mb``, MiB)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown data-parallel variant {variant!r}; valid: {', '.join(VARIANTS)}")
+    if variant == "bucketed":
+        return DDPBucketed(module, bucket_size_mb)
+    if variant == "torch":
+        return TorchDDP(module, bucket_cap_mb=bucket_size_mb)
+    return VARIANTS[variant](module)

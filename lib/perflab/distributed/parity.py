@@ -1,0 +1,100 @@
+"""Does distributed training compute what one process computes? Rank functions for
+``launch`` that train a model both ways on the same global batches and report the
+differences (notebooks 07 and 08, and the tests).
+
+Every rank builds its model from a different seed, so a wrapper that forgot to broadcast
+rank 0's parameters fails the check. Each rank trains on its slice of the global batch;
+the single-process reference, a copy of the broadcast model, trains on the whole batch with
+the same optimizer, on every rank.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from perflab.distributed.ddp import make_data_parallel
+from perflab.distributed.toy import build_model, global_batch, loss_fn
+
+
+def local_slice(tensor: Tensor) -> Tensor:
+    """This rank's equal share of a global batch (the batch must divide by the world size)."""
+    world_size = dist.get_world_size()
+    if tensor.shape[0] % world_size:
+        raise ValueError(f"global batch {tensor.shape[0]} does not divide among {world_size} ranks")
+    return tensor.chunk(world_size)[dist.get_rank()]
+
+
+def reference_copy(module: nn.Module, model: str) -> nn.Module:
+    """A fresh model with ``module``'s current values and dtype (ties kept)."""
+    reference = build_model(model, seed=0, dtype=next(module.parameters()).dtype)
+    reference.load_state_dict(module.state_dict())
+    return reference
+
+
+def max_difference(params: list[Tensor], reference: list[Tensor]) -> float:
+    return max(float((p.detach().double() - r.detach().double()).abs().max()) for p, r in
+               zip(params, reference, strict=True))  # fmt: skip
+
+
+def spread_across_ranks(tensors: list[Tensor]) -> float:
+    """Largest difference between this rank's tensors and any other rank's (0: identical)."""
+    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, flat)
+    return max(float((g - flat).abs().max()) for g in gathered)
+
+
+def ddp_parity(
+    variant: str,
+    bucket_size_mb: float = 0.01,
+    model: str = "toy",
+    steps: int = 4,
+    batch_size: int = 8,
+    seq_len: int = 16,
+    lr: float = 1e-2,
+    dtype: torch.dtype = torch.float64,
+) -> dict:
+    """Train ``variant`` (see ``ddp.VARIANTS``) and the single-process reference ``steps``
+    AdamW steps; report the largest parameter difference, whether the synchronised gradients
+    are identical on all ranks and have their parameters' dtypes and shapes, and whether the
+    frozen parameters stayed untouched. In float64 (the default) the only differences left
+    are the order of the additions, ~1e-15 relative."""
+    module = build_model(model, seed=dist.get_rank(), dtype=dtype)
+    wrapped = make_data_parallel(variant, module, bucket_size_mb)
+    reference = reference_copy(module, model)
+    frozen = {n: p.detach().clone() for n, p in module.named_parameters() if not p.requires_grad}
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=lr)
+    for step in range(steps):
+        inputs, targets = global_batch(module, batch_size, seq_len, step)
+        optimizer.zero_grad()
+        loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
+        wrapped.finish_gradient_synchronization()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        loss_fn(reference, inputs, targets).backward()
+        reference_optimizer.step()
+    trained = [p for p in module.parameters() if p.requires_grad]
+    return {
+        "variant": variant,
+        "rank": dist.get_rank(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "parameter_tensors": len(list(module.parameters())),
+        "max_param_diff": max_difference(list(module.parameters()), list(reference.parameters())),
+        "grad_spread_across_ranks": spread_across_ranks([p.grad for p in trained]),
+        "grads_match_params": all(
+            p.grad.dtype == p.dtype and p.grad.shape == p.shape for p in trained
+        ),
+        "frozen_untouched": all(
+            p.grad is None and torch.equal(p, frozen[n])
+            for n, p in module.named_parameters()
+            if not p.requires_grad
+        ),
+    }
+
+
+def ddp_parity_all(variants: list[str], **kwargs) -> list[dict]:
+    """``ddp_parity`` for each of ``variants`` in one launch."""
+    return [ddp_parity(variant, **kwargs) for variant in variants]
