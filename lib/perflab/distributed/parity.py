@@ -98,3 +98,67 @@ def ddp_parity(
 def ddp_parity_all(variants: list[str], **kwargs) -> list[dict]:
     """``ddp_parity`` for each of ``variants`` in one launch."""
     return [ddp_parity(variant, **kwargs) for variant in variants]
+
+
+OPTIMIZERS = {
+    "sgd": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),
+    "adamw": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
+}
+
+
+def _two_groups(module: nn.Module) -> tuple[list[Tensor], list[Tensor]]:
+    """Trained matrices, and trained vectors (a second parameter group)."""
+    trained = [p for p in module.parameters() if p.requires_grad]
+    return [p for p in trained if p.ndim >= 2], [p for p in trained if p.ndim < 2]
+
+
+def zero_parity(
+    optimizer: str,
+    model: str = "toy",
+    steps: int = 4,
+    batch_size: int = 8,
+    seq_len: int = 16,
+    dtype: torch.dtype = torch.float64,
+) -> dict:
+    """Train with ``ShardedOptimizer(optimizer)`` (gradients averaged by ``DDPFlat``) and
+    with the plain optimizer on one process; the vectors join as a second group, with half
+    the learning rate, through ``add_param_group``. Reports the largest parameter difference,
+    the spread of parameters across ranks, and the optimizer-state bytes of both."""
+    from perflab.distributed.ddp import DDPFlat
+    from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
+
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+    optimizer_cls, kwargs = OPTIMIZERS[optimizer]
+    module = build_model(model, seed=dist.get_rank(), dtype=dtype)
+    wrapped = DDPFlat(module)
+    reference = reference_copy(module, model)
+    matrices, vectors = _two_groups(module)
+    sharded = ShardedOptimizer(matrices, optimizer_cls, **kwargs)
+    sharded.add_param_group({"params": vectors, "lr": kwargs["lr"] / 2})
+    ref_matrices, ref_vectors = _two_groups(reference)
+    plain = optimizer_cls(ref_matrices, **kwargs)
+    plain.add_param_group({"params": ref_vectors, "lr": kwargs["lr"] / 2})
+    for step in range(steps):
+        inputs, targets = global_batch(module, batch_size, seq_len, step)
+        sharded.zero_grad()
+        loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
+        wrapped.finish_gradient_synchronization()
+        sharded.step()
+        plain.zero_grad()
+        loss_fn(reference, inputs, targets).backward()
+        plain.step()
+    return {
+        "optimizer": optimizer,
+        "rank": dist.get_rank(),
+        "max_param_diff": max_difference(list(module.parameters()), list(reference.parameters())),
+        "param_spread_across_ranks": spread_across_ranks(list(module.parameters())),
+        "sharded_state_bytes": sharded.local_state_bytes(),
+        "unsharded_state_bytes": optimizer_state_bytes(plain),
+        "groups": len(sharded.param_groups),
+    }
+
+
+def zero_parity_all(optimizers: list[str], **kwargs) -> list[dict]:
+    """``zero_parity`` for each of ``optimizers`` in one launch."""
+    return [zero_parity(name, **kwargs) for name in optimizers]
