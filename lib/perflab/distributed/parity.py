@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from perflab.distributed.ddp import make_data_parallel
+from perflab.distributed.ddp import broadcast_from_rank0, make_data_parallel
 from perflab.distributed.toy import build_model, global_batch, loss_fn
 
 
@@ -162,3 +162,93 @@ def zero_parity(
 def zero_parity_all(optimizers: list[str], **kwargs) -> list[dict]:
     """``zero_parity`` for each of ``optimizers`` in one launch."""
     return [zero_parity(name, **kwargs) for name in optimizers]
+
+
+def fsdp_parity(
+    compute_dtype: str | None = None,
+    model: str = "toy",
+    steps: int = 3,
+    batch_size: int = 8,
+    seq_len: int = 16,
+    lr: float = 0.05,
+) -> dict:
+    """Train ``FSDP(compute_dtype)`` and the single-process fp32 model ``steps`` SGD steps;
+    report the largest difference of the full parameters, the gradients' dtypes and shapes,
+    the replicated gradients' spread across ranks, and parameter bytes held per rank."""
+    from perflab.distributed.fsdp import FSDP
+
+    dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
+    module = build_model(model, seed=dist.get_rank())
+    full_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
+    broadcast_from_rank0(module)  # FSDP does it too, but takes the parameters off the module
+    reference = reference_copy(module, model)
+    sharded = FSDP(module, compute_dtype=dtype)
+    optimizer = torch.optim.SGD(sharded.parameters(), lr=lr)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    for step in range(steps):
+        inputs, targets = global_batch(reference, batch_size, seq_len, step)
+        optimizer.zero_grad()
+        loss_fn(sharded, local_slice(inputs), local_slice(targets)).backward()
+        sharded.finish_gradient_synchronization()
+        optimizer.step()
+        reference_optimizer.zero_grad()
+        loss_fn(reference, inputs, targets).backward()
+        reference_optimizer.step()
+    full = sharded.gather_full_params()
+    names = [name for name, _ in reference.named_parameters()]
+    trained = [p for p in sharded.parameters() if p.requires_grad]
+    replicated = [p for p in trained if not sharded.specs[p].sharded]
+    return {
+        "compute_dtype": compute_dtype or "float32",
+        "rank": dist.get_rank(),
+        "max_param_diff": max_difference(
+            [full[n] for n in names], [p for _, p in reference.named_parameters()]
+        ),  # fmt: skip
+        "grads_fp32_shard_shaped": all(
+            p.grad.dtype == torch.float32 and p.grad.shape == p.shape for p in trained
+        ),
+        "replicated_grad_spread": spread_across_ranks([p.grad for p in replicated]),
+        "param_bytes_per_rank": sum(p.numel() * p.element_size() for p in sharded.parameters()),
+        "param_bytes_replicated": full_bytes,
+        "backward_gathers": sharded.backward_gathers,
+        "names_complete": set(full)
+        == set(dict(reference.named_parameters(remove_duplicate=False))),
+    }
+
+
+def torch_fsdp_comparison(
+    model: str = "toy", steps: int = 3, batch_size: int = 8, seq_len: int = 16, lr: float = 0.05
+) -> dict:
+    """Train ``FSDP`` and PyTorch's ``fully_shard`` (FSDP2) side by side from the same weights
+    with SGD; report the largest difference of their full parameters and the parameter bytes
+    each holds on this rank."""
+    from torch.distributed.fsdp import fully_shard
+
+    from perflab.distributed.fsdp import FSDP
+
+    module = build_model(model, seed=dist.get_rank())
+    broadcast_from_rank0(module)
+    theirs = reference_copy(module, model)
+    ours = FSDP(module)
+    fully_shard(theirs)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=lr) for m in (ours, theirs)]
+    for step in range(steps):
+        inputs, targets = global_batch(theirs, batch_size, seq_len, step)
+        for wrapped, optimizer in zip((ours, theirs), optimizers, strict=True):
+            optimizer.zero_grad()
+            loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
+            if wrapped is ours:
+                ours.finish_gradient_synchronization()
+            optimizer.step()
+    full = ours.gather_full_params()
+    names, params = zip(*theirs.named_parameters(), strict=True)
+    return {
+        "rank": dist.get_rank(),
+        "max_param_diff_vs_torch": max_difference(
+            [full[n] for n in names], [p.full_tensor() for p in params]
+        ),
+        "param_bytes_ours": sum(p.numel() * p.element_size() for p in ours.parameters()),
+        "param_bytes_torch": sum(
+            p.to_local().numel() * p.to_local().element_size() for p in params
+        ),
+    }

@@ -1,0 +1,245 @@
+"""Fully sharded data parallelism (notebook 08), after ZeRO stage 3 (Rajbhandari et al. 2020)
+and PyTorch FSDP (Zhao et al. 2023).
+
+- Every parameter of two or more dimensions, whatever module holds it, is flattened, padded
+  to a multiple of the world size and cut into equal shards; each rank keeps one shard as an
+  fp32 (the model's dtype) master ``nn.Parameter``. One-dimensional parameters (norm gains,
+  biases) are replicated, their gradients all-reduced in ``finish_gradient_synchronization``.
+- Just before a module's forward, its weights are all-gathered (in ``compute_dtype`` if given)
+  and set on the module; the next module's gather is started asynchronously (prefetch); after
+  its forward they are dropped. Tensors that backward needs from a gathered weight are not
+  kept: a saved-tensor hook stores where they came from and gathers the weight again when
+  backward unpacks it, so full weights live only while in use.
+- Backward reduce-scatters each weight's gradient in fp32: every rank gets the sum over ranks
+  of its shard's gradient, divided by the world size.
+
+The optimizer sees the shards (``FSDP(...).parameters()``); ``gather_full_params()`` returns
+the full fp32 tensors by the wrapped model's parameter names. Floating-point inputs are cast to
+``compute_dtype``; outputs stay in it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from perflab.distributed.ddp import broadcast_from_rank0
+
+
+class _ShardSpec:
+    """Where one parameter lives: its full shape and, if sharded, its shard."""
+
+    def __init__(self, name: str, shape: torch.Size, world_size: int, sharded: bool):
+        self.name = name
+        self.shape = shape
+        self.numel = math.prod(shape)
+        self.sharded = sharded
+        self.shard_numel = -(-self.numel // world_size) if sharded else self.numel
+
+
+def _gather(shard: Tensor, spec: _ShardSpec, dtype: torch.dtype, async_op: bool = False):
+    """All-gather ``shard`` (cast to ``dtype``) into the padded flat full tensor."""
+    flat = torch.empty(spec.shard_numel * dist.get_world_size(), dtype=dtype, device=shard.device)
+    work = dist.all_gather_single(flat, shard.detach().to(dtype), async_op=async_op)
+    return flat, work
+
+
+def _full_view(flat: Tensor, spec: _ShardSpec) -> Tensor:
+    return flat[: spec.numel].view(spec.shape)
+
+
+class _ShardedWeight(torch.autograd.Function):
+    """shard -> full weight (given, already gathered); backward reduce-scatters the full
+    weight's gradient, in fp32, into the shard's gradient (averaged over ranks)."""
+
+    @staticmethod
+    def forward(ctx, shard: Tensor, flat: Tensor, spec: _ShardSpec) -> Tensor:
+        ctx.spec = spec
+        ctx.shard_dtype = shard.dtype
+        return _full_view(flat, spec)
+
+    @staticmethod
+    def backward(ctx, grad_full: Tensor):
+        spec = ctx.spec
+        world_size = dist.get_world_size()
+        flat = torch.zeros(spec.shard_numel * world_size, dtype=torch.float32,
+                           device=grad_full.device)  # fmt: skip
+        flat[: spec.numel] = grad_full.reshape(-1)
+        grad_shard = torch.empty(spec.shard_numel, dtype=torch.float32, device=flat.device)
+        dist.reduce_scatter_single(grad_shard, flat)
+        return grad_shard.div_(world_size).to(ctx.shard_dtype), None, None
+
+
+class _Cast(torch.autograd.Function):
+    """A replicated parameter in the compute dtype; its gradient comes back in its own."""
+
+    @staticmethod
+    def forward(ctx, param: Tensor, dtype: torch.dtype) -> Tensor:
+        ctx.param_dtype = param.dtype
+        return param.to(dtype) if dtype != param.dtype else param.view_as(param)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad.to(ctx.param_dtype), None
+
+
+class FSDP(nn.Module):
+    """Shard ``module``'s weights across ranks; compute in ``compute_dtype`` (None: the
+    parameters' dtype) with master weights and gradients in the parameters' dtype."""
+
+    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError(
+                "FSDP needs a process group: run it under perflab.distributed.launch or torchrun"
+            )
+        self.module = module
+        self.world_size = dist.get_world_size()
+        self.rank = dist.get_rank()
+        broadcast_from_rank0(module)
+        params = dict(module.named_parameters())  # first name of each (tied) parameter
+        self.compute_dtype = compute_dtype
+        first_name = {p: name for name, p in params.items()}
+        self.aliases = {  # every name of every parameter -> its first name
+            name: first_name[p] for name, p in module.named_parameters(remove_duplicate=False)
+        }
+        self.flat_params = nn.ParameterList()
+        self.specs: dict[nn.Parameter, _ShardSpec] = {}  # keyed by the local (shard) parameter
+        local_of: dict[nn.Parameter, nn.Parameter] = {}
+        for name, param in params.items():
+            spec = _ShardSpec(name, param.shape, self.world_size, sharded=param.ndim >= 2)
+            data = param.detach().reshape(-1)
+            if spec.sharded:
+                padded = torch.zeros(spec.shard_numel * self.world_size, dtype=param.dtype,
+                                     device=param.device)  # fmt: skip
+                padded[: spec.numel] = data
+                data = padded.chunk(self.world_size)[self.rank]
+            local = nn.Parameter(data.clone(), requires_grad=param.requires_grad)
+            self.flat_params.append(local)
+            self.specs[local] = spec
+            local_of[param] = local
+        # Every module that holds a parameter (twice for tied weights), in registration order.
+        self.units: list[tuple[nn.Module, list[tuple[str, nn.Parameter]]]] = []
+        for submodule in module.modules():
+            held = [(attr, local_of[p]) for attr, p in submodule._parameters.items()
+                    if p is not None]  # fmt: skip
+            if not held:
+                continue
+            for attr, _ in held:
+                del submodule._parameters[attr]
+                setattr(submodule, attr, None)
+            self.units.append((submodule, held))
+            submodule.register_forward_pre_hook(self._make_pre_hook(len(self.units) - 1))
+            submodule.register_forward_hook(self._make_post_hook(len(self.units) - 1))
+        self._prefetched: dict[nn.Parameter, tuple[Tensor, dist.Work]] = {}
+        self._live: dict[int, nn.Parameter] = {}  # storage address of a gathered weight -> shard
+        self.backward_gathers = 0  # weights gathered again for backward, since construction
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return self.compute_dtype or self.flat_params[0].dtype
+
+    # --- forward: gather, prefetch, drop --------------------------------------------------
+    def _gathered(self, local: nn.Parameter) -> Tensor:
+        if local in self._prefetched:
+            flat, work = self._prefetched.pop(local)
+            work.wait()
+        else:
+            flat, _ = _gather(local, self.specs[local], self._dtype)
+        self._live[flat.untyped_storage().data_ptr()] = local
+        return _ShardedWeight.apply(local, flat, self.specs[local])
+
+    def _prefetch(self, unit: int) -> None:
+        if unit >= len(self.units):
+            return
+        for _, local in self.units[unit][1]:
+            if self.specs[local].sharded and local not in self._prefetched:
+                self._prefetched[local] = _gather(local, self.specs[local], self._dtype, True)
+
+    def _make_pre_hook(self, unit: int):
+        def pre_hook(submodule, args):
+            for attr, local in self.units[unit][1]:
+                if self.specs[local].sharded:
+                    full = self._gathered(local)
+                else:
+                    full = _Cast.apply(local, self._dtype)
+                setattr(submodule, attr, full)
+            self._prefetch(unit + 1)
+
+        return pre_hook
+
+    def _make_post_hook(self, unit: int):
+        def post_hook(submodule, args, output):
+            for attr, local in self.units[unit][1]:
+                full = getattr(submodule, attr)
+                if self.specs[local].sharded:
+                    self._live.pop(full.untyped_storage().data_ptr(), None)
+                setattr(submodule, attr, None)
+
+        return post_hook
+
+    # --- backward: gather again what backward needs ----------------------------------------
+    def _pack(self, tensor: Tensor):
+        local = self._live.get(tensor.untyped_storage().data_ptr())
+        if local is None:
+            return tensor
+        return (local, tensor.size(), tensor.stride(), tensor.storage_offset())
+
+    def _unpack(self, packed):
+        if isinstance(packed, Tensor):
+            return packed
+        local, size, stride, offset = packed
+        self.backward_gathers += 1
+        flat, _ = _gather(local, self.specs[local], self._dtype)
+        return flat.as_strided(size, stride, offset)
+
+    def forward(self, *args, **kwargs):
+        if self.compute_dtype is not None:
+            args = [_cast_floating(a, self.compute_dtype) for a in args]
+            kwargs = {k: _cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                return self.module(*args, **kwargs)
+        finally:
+            for _flat, work in self._prefetched.values():  # gathered for a module never run
+                work.wait()
+            self._prefetched.clear()
+            self._live.clear()
+
+    # --- after backward ---------------------------------------------------------------------
+    def finish_gradient_synchronization(self) -> None:
+        """Average the replicated parameters' gradients (the shards' were reduce-scattered
+        during backward)."""
+        grads = []
+        for local in self.flat_params:
+            if local.requires_grad and not self.specs[local].sharded:
+                if local.grad is None:
+                    local.grad = torch.zeros_like(local)
+                grads.append(local.grad)
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        for grad, synced in zip(grads, flat.split([g.numel() for g in grads]), strict=True):
+            grad.copy_(synced.view_as(grad))
+
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, Tensor]:
+        """Full parameters (master dtype) by every name the wrapped model gave them."""
+        full = {}
+        for local in self.flat_params:
+            spec = self.specs[local]
+            value = _full_view(_gather(local, spec, local.dtype)[0], spec) if spec.sharded \
+                else local.detach().clone()  # fmt: skip
+            full[spec.name] = value
+        return {name: full[first] for name, first in self.aliases.items()}
+
+
+def _cast_floating(value, dtype: torch.dtype):
+    if isinstance(value, Tensor) and value.is_floating_point():
+        return value.to(dtype)
+    return value
