@@ -10,8 +10,8 @@ importable module (never in a notebook): child processes import it by name.
 Failure handling: the first rank to raise ends the run; the other ranks are killed (they may be
 blocked in a collective waiting for the dead one) and ``RankError`` carries the failing rank
 and its traceback into the caller. A rank that dies without a traceback (a signal, a segfault)
-and a run longer than ``timeout_s`` end it the same way. Ranks die with their parent, so no
-process is left behind.
+and a run longer than ``timeout_s`` end it the same way. Ranks also end when the caller dies,
+so no process is left behind.
 
 Under ``torchrun`` (several machines, or ``python -m perflab.distributed``), the same ``fn``
 runs after ``init_process_group_from_env()``, which reads the variables torchrun sets.
@@ -19,13 +19,12 @@ runs after ``init_process_group_from_env()``, which reads the variables torchrun
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import multiprocessing
 import os
 import queue
-import signal
 import socket
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -110,17 +109,36 @@ def init_process_group_from_env(backend: str = "auto") -> None:
     )
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (no orphans if the caller is
-    killed); a no-op elsewhere."""
+def _alive(pid: int) -> bool:
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has died
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
-def _run_rank(rank, world_size, port, backend, threads, fn, args, results) -> None:
-    _die_with_parent()
+def _die_with_caller(caller_pid: int) -> None:
+    """End this rank when the process that launched it dies (no orphans even if the caller is
+    killed with SIGKILL): a daemon thread checks every half second. The ranks' parent is the
+    forkserver, which outlives the caller while it has children, so the parent-death signal
+    alone would not do."""
+
+    def watch() -> None:
+        while _alive(caller_pid):
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="perflab-caller-watch", daemon=True).start()
+
+
+def _run_rank(rank, world_size, port, backend, threads, fn, args, results, caller) -> None:
+    _die_with_caller(caller)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(port),
@@ -191,7 +209,7 @@ def launch(
     processes = [
         context.Process(
             target=_run_rank,
-            args=(rank, world_size, port, backend, threads, fn, args, results),
+            args=(rank, world_size, port, backend, threads, fn, args, results, os.getpid()),
             daemon=True,
         )
         for rank in range(world_size)
@@ -226,3 +244,13 @@ def launch(
         raise
     _stop(processes, grace_s=30)
     return [returned[rank] for rank in range(world_size)]
+
+
+def raise_on_rank(failing_rank: int, message: str = "this rank failed on purpose") -> int:
+    """Rank ``failing_rank`` raises; the others wait in an all-reduce that can never complete.
+    What a failure looks like (notebook 07, tests): the launcher reports the rank and its
+    traceback and stops the waiting ranks instead of hanging."""
+    if dist.get_rank() == failing_rank:
+        raise RuntimeError(message)
+    dist.all_reduce(torch.ones(1))
+    return dist.get_rank()
