@@ -21,6 +21,7 @@ from perflab.distributed import RankError, launch
 from perflab.distributed.collectives import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
 from perflab.distributed.launch import _alive, raise_on_rank
+from perflab.distributed.memory import fsdp_memory, zero_memory
 from perflab.distributed.parity import (
     ddp_parity_all,
     fsdp_parity,
@@ -183,3 +184,18 @@ def test_torchrun_runs_the_same_functions():
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[1.0, 2.0]"
+
+
+def test_zero_and_fsdp_memory_measured_equals_computed():
+    zero = launch(zero_memory, 2, ("lm:64:2",))
+    for row in zero:
+        assert row["state_measured_sharded"] == row["state_computed_sharded"]
+        assert row["state_measured_unsharded"] == row["state_computed_unsharded"]
+    assert sum(r["state_measured_sharded"] for r in zero) == zero[0]["state_measured_unsharded"]
+    # Largest-first balancing: the two shards differ by less than 5 %.
+    owned = [r["owned_parameters"] for r in zero]
+    assert abs(owned[0] - owned[1]) < 0.05 * zero[0]["parameters"]
+    for row in launch(fsdp_memory, 2, ("lm:64:2",)):
+        assert row["param_bytes_measured"] == row["param_bytes_computed"]
+        assert row["state_bytes_measured"] == row["state_bytes_computed"]
+        assert row["param_bytes_measured"] < 0.6 * row["param_bytes_replicated"]

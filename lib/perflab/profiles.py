@@ -229,6 +229,86 @@ FLASH: dict[str, FlashProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class CommunicationProfile:
+    """Sizes of notebook 07. Models are ``perflab.distributed.toy.build_model`` names."""
+
+    sizes_mb: tuple[float, ...]  # all-reduce sizes, MB = 10^6 bytes
+    world_sizes: tuple[int, ...]  # ranks per all-reduce run (as many as the machine holds)
+    allreduce_warmup: int
+    allreduce_steps: int
+    parity_models: tuple[str, ...]  # trained with each variant next to one process
+    ddp_model: str  # the benchmarked model (at least 50 parameter tensors)
+    ddp_world_size: int
+    batch_per_rank: int
+    seq_len: int
+    warmup: int
+    steps: int
+    bucket_sizes_mb: tuple[float, ...]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+COMMUNICATION: dict[str, CommunicationProfile] = {
+    # 1 GB all-reduces take seconds each on Gloo over loopback: the full profile has them.
+    "cpu": CommunicationProfile(
+        sizes_mb=(1, 10, 100),
+        world_sizes=(2, 4, 6),
+        allreduce_warmup=2,
+        allreduce_steps=5,
+        parity_models=("toy", "lm:64:8"),
+        ddp_model="lm:128:8",
+        ddp_world_size=2,
+        batch_per_rank=4,
+        seq_len=64,
+        warmup=2,
+        steps=5,
+        bucket_sizes_mb=(1, 10, 100, 1000),
+    ),
+    "full": CommunicationProfile(
+        sizes_mb=(1, 10, 100, 1000),
+        world_sizes=(2, 4, 6),
+        allreduce_warmup=5,
+        allreduce_steps=20,
+        parity_models=("toy", "lm:64:8"),
+        ddp_model="lm:768:12",
+        ddp_world_size=2,
+        batch_per_rank=4,
+        seq_len=512,
+        warmup=5,
+        steps=10,
+        bucket_sizes_mb=(1, 10, 100, 1000),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ShardingProfile:
+    """Sizes of notebook 08."""
+
+    world_size: int
+    memory_model: str  # whose optimizer-state and parameter memory is measured
+    fp16_parity_model: str  # FSDP with an fp16 compute dtype against fp32 on one process
+    calculator_presets: tuple[str, ...]  # model presets of the calculators
+    calculator_seq_len: int
+    calculator_batch_sizes: tuple[int, ...]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+_CALCULATOR_BATCHES = tuple(2**i for i in range(0, 15))
+SHARDING: dict[str, ShardingProfile] = {
+    "cpu": ShardingProfile(
+        2, "lm:128:8", "lm:64:2", ("small", "xl", "10B"), 1024, _CALCULATOR_BATCHES
+    ),  # fmt: skip
+    "full": ShardingProfile(
+        2, "lm:768:12", "lm:64:2", ("small", "xl", "10B"), 1024, _CALCULATOR_BATCHES
+    ),  # fmt: skip
+}
+
+
 def get_profile(table: dict[str, P], name: str) -> P:
     """``table[name]`` or a ValueError listing the valid profile names."""
     try:

@@ -1,7 +1,7 @@
 """Optimizer-state sharding, ZeRO stage 1 (Rajbhandari et al. 2020), around any
 ``torch.optim.Optimizer`` class (notebook 08).
 
-Each parameter is owned by one rank (parameters go, in order, to the rank owning the fewest
+Each parameter is owned by one rank (largest first, each to the rank owning the fewest
 elements so far); a rank keeps optimizer state (AdamW: two moments, 8 bytes per fp32
 parameter) for its own parameters only and updates only those; after its step, every
 parameter is broadcast from its owner. Gradients must already be averaged across ranks (any
@@ -45,7 +45,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         mine = []
-        for param in group["params"]:
+        # Largest first, each to the rank holding the fewest elements so far (LPT balancing).
+        for param in sorted(group["params"], key=lambda p: -p.numel()):
             owner = min(range(self.world_size), key=self.elements_per_rank.__getitem__)
             self.elements_per_rank[owner] += param.numel()
             self.owner[param] = owner

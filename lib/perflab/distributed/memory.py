@@ -1,0 +1,99 @@
+"""Memory per rank with and without sharding (notebook 08): measured on the ranks, and
+computed from the parameter counts.
+
+AdamW in fp32 keeps two moments per element (8 bytes) and a float32 step counter per tensor
+(4 bytes). Per rank, for ``P`` parameters on ``N`` ranks (Rajbhandari et al. 2020, fp32):
+
+- replicated (DDP):          params 4P + grads 4P + state 8P
+- ZeRO-1 (sharded state):    params 4P + grads 4P + state 8P / N
+- FSDP (ZeRO-3, matrices):   params, grads and state of the matrices / N, vectors replicated
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from perflab.distributed.ddp import DDPFlat
+from perflab.distributed.fsdp import FSDP
+from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
+from perflab.distributed.toy import build_model, loss_fn, vocab_size
+
+ADAMW_BYTES_PER_ELEMENT = 8  # exp_avg + exp_avg_sq, fp32
+ADAMW_BYTES_PER_TENSOR = 4  # the step counter, a float32 scalar tensor
+
+
+def adamw_state_bytes(elements: int, tensors: int) -> int:
+    """Computed AdamW state for ``tensors`` parameters with ``elements`` elements in all."""
+    return ADAMW_BYTES_PER_ELEMENT * elements + ADAMW_BYTES_PER_TENSOR * tensors
+
+
+def _one_step(wrapped, optimizer, model) -> None:
+    ids = torch.randint(0, vocab_size(model), (2, 17), generator=torch.Generator().manual_seed(0))
+    optimizer.zero_grad()
+    loss_fn(wrapped, ids[:, :-1], ids[:, 1:]).backward()
+    wrapped.finish_gradient_synchronization()
+    optimizer.step()
+
+
+def zero_memory(model: str) -> dict:
+    """On every rank: AdamW state after one step, sharded (``ShardedOptimizer``) and not,
+    measured (bytes of the state tensors) and computed (``adamw_state_bytes``)."""
+    module = build_model(model, seed=0)
+    wrapped = DDPFlat(module)
+    sharded = ShardedOptimizer(module.parameters(), torch.optim.AdamW, lr=1e-3)
+    _one_step(wrapped, sharded, module)
+    plain = torch.optim.AdamW(module.parameters(), lr=1e-3)  # same gradients, one more step
+    plain.step()
+    owned = [p for p, rank in sharded.owner.items() if rank == dist.get_rank()]
+    params = list(module.parameters())
+    return {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "parameters": sum(p.numel() for p in params),
+        "owned_parameters": sum(p.numel() for p in owned),
+        "owned_tensors": len(owned),
+        "state_measured_sharded": sharded.local_state_bytes(),
+        "state_computed_sharded": adamw_state_bytes(sum(p.numel() for p in owned), len(owned)),
+        "state_measured_unsharded": optimizer_state_bytes(plain),
+        "state_computed_unsharded": adamw_state_bytes(sum(p.numel() for p in params), len(params)),
+    }
+
+
+def fsdp_memory(model: str) -> dict:
+    """On every rank: parameter, gradient and AdamW-state bytes held under ``FSDP`` after one
+    step, measured, and the same computed from the shard sizes; and the replicated total."""
+    module = build_model(model, seed=0)
+    full = list(module.parameters())
+    replicated_bytes = sum(p.numel() * p.element_size() for p in full)
+    sharded = FSDP(module)
+    optimizer = torch.optim.AdamW(sharded.parameters(), lr=1e-3)
+    _one_step(sharded, optimizer, module)
+    world_size = dist.get_world_size()
+    locals_ = list(sharded.parameters())
+    computed_elements = sum(-(-p.numel() // world_size) if p.ndim >= 2 else p.numel() for p in full)
+    return {
+        "rank": dist.get_rank(),
+        "world_size": world_size,
+        "param_bytes_measured": sum(p.numel() * p.element_size() for p in locals_),
+        "param_bytes_computed": 4 * computed_elements,
+        "grad_bytes_measured": sum(p.grad.numel() * p.grad.element_size() for p in locals_),
+        "state_bytes_measured": optimizer_state_bytes(optimizer),
+        "state_bytes_computed": adamw_state_bytes(computed_elements, len(locals_)),
+        "param_bytes_replicated": replicated_bytes,
+        "state_bytes_replicated": adamw_state_bytes(sum(p.numel() for p in full), len(full)),
+    }
+
+
+def memory_per_rank_formula(parameters: int, world_sizes, bytes_per_param: int = 4) -> list:
+    """Computed bytes per rank of parameters + gradients + AdamW moments for replicated
+    training, ZeRO-1 and FSDP (every parameter sharded), for each world size."""
+    rows = []
+    for n in world_sizes:
+        p = parameters
+        rows += [
+            {"world_size": n, "strategy": "replicated", "bytes": (2 * bytes_per_param + 8) * p},
+            {"world_size": n, "strategy": "ZeRO-1", "bytes": 2 * bytes_per_param * p + 8 * p / n},
+            {"world_size": n, "strategy": "FSDP", "bytes": (2 * bytes_per_param + 8) * p / n},
+        ]
+    return rows
