@@ -79,6 +79,7 @@ def ddp_parity(
     trained = [p for p in module.parameters() if p.requires_grad]
     return {
         "variant": variant,
+        "model": model,
         "rank": dist.get_rank(),
         "dtype": str(dtype).removeprefix("torch."),
         "parameter_tensors": len(list(module.parameters())),
@@ -95,9 +96,9 @@ def ddp_parity(
     }
 
 
-def ddp_parity_all(variants: list[str], **kwargs) -> list[dict]:
-    """``ddp_parity`` for each of ``variants`` in one launch."""
-    return [ddp_parity(variant, **kwargs) for variant in variants]
+def ddp_parity_all(variants: list[str], model: str = "toy", **kwargs) -> list[dict]:
+    """``ddp_parity`` for each of ``variants`` on ``model`` in one launch."""
+    return [ddp_parity(variant, model=model, **kwargs) for variant in variants]
 
 
 OPTIMIZERS = {
