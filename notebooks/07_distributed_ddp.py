@@ -40,14 +40,15 @@ import pandas as pd
 from perflab.distributed import RankError, launch, max_world_size
 from perflab.distributed.collectives import allreduce_sweep, bus_factor, check_allreduce_rank
 from perflab.distributed.ddp_benchmark import ddp_configs, ddp_sweep, relative_to_naive
-from perflab.distributed.launch import raise_on_rank, rank_device, resolve_backend
+from perflab.device import resolve_device
+from perflab.distributed.launch import raise_on_rank, resolve_backend
 from perflab.distributed.parity import ddp_parity_all
 from perflab.distributed.plots import plot_allreduce, plot_bucket_sweep, plot_ddp_steps
 from perflab.paths import display_path, results_dir
 from perflab.profiles import COMMUNICATION, get_profile
 
 run = get_profile(COMMUNICATION, profile)
-out = results_dir("07_distributed_ddp", rank_device())
+out = results_dir("07_distributed_ddp", resolve_device("auto"))
 print(f"profile {profile!r}: backend {resolve_backend()}, this machine holds up to "
       f"{max_world_size()} ranks; all-reduce {run.sizes_mb} MB on {run.world_sizes} ranks")
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import time_fn
-from perflab.device import describe, synchronize
+from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.launch import rank_device
 from perflab.distributed.sweeps import launch_sweep
 
@@ -81,7 +81,9 @@ def allreduce_sweep(
 ) -> pd.DataFrame:
     """All-reduce time and bandwidth for every (world size, size) pair; rows in the Sweep CSV
     at ``path``. A world size the machine cannot hold becomes "error" rows."""
-    sweep = Sweep(path, SWEEP_KEY, metadata={**describe(rank_device()), "collective": "all_reduce"})
+    sweep = Sweep(
+        path, SWEEP_KEY, metadata={**describe(resolve_device("auto")), "collective": "all_reduce"}
+    )
     configs = [{"world_size": w, "size_mb": s} for w in world_sizes for s in sizes_mb]
     return launch_sweep(
         sweep, configs, _allreduce_measure, (warmup, steps), resume=resume, desc="all-reduce"

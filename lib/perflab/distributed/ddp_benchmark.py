@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import time_fn
-from perflab.device import describe
+from perflab.device import describe, resolve_device
 from perflab.distributed.ddp import make_data_parallel
 from perflab.distributed.launch import rank_device
 from perflab.distributed.sweeps import launch_sweep
@@ -37,7 +37,7 @@ def _slowest(value: float) -> float:
 def _measure_step(config: dict, batch_size: int, seq_len: int, warmup: int, steps: int) -> dict:
     """On every rank: time ``steps`` training steps of ``config["variant"]``."""
     device = rank_device()
-    module = build_model(config["model"], seed=0).to(device)
+    module = build_model(config["model"], seed=0)
     wrapped = make_data_parallel(config["variant"], module, config["bucket_size_mb"])
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=1e-4)
     generator = torch.Generator().manual_seed(dist.get_rank())
@@ -90,7 +90,7 @@ def ddp_sweep(
     resume: bool = True,
 ) -> pd.DataFrame:
     """Measure ``configs`` (``ddp_configs``), rows appended to the Sweep CSV at ``path``."""
-    sweep = Sweep(path, SWEEP_KEY, metadata=describe(rank_device()))
+    sweep = Sweep(path, SWEEP_KEY, metadata=describe(resolve_device("auto")))
     args = (batch_size, seq_len, warmup, steps)
     return launch_sweep(sweep, configs, _measure_step, args, resume=resume, desc="DDP variants")
 

@@ -36,7 +36,12 @@ def plot_ddp_steps(frame: pd.DataFrame) -> Figure:
     ]
     compute = frame["step_ms"] * (1 - frame["comm_share"])
     ax.bar(labels, compute, label="compute-only step")
-    ax.bar(labels, frame["step_ms"] - compute, bottom=compute, label="the rest: communication not hidden")
+    ax.bar(
+        labels,
+        frame["step_ms"] - compute,
+        bottom=compute,
+        label="the rest: communication not hidden",
+    )
     ax.set_ylabel("step time (ms)")
     ax.set_title("Data-parallel step time, slowest rank's median")
     ax.tick_params(axis="x", labelsize=8)

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from perflab.distributed.launch import rank_device
 from perflab.model import ModelConfig, TransformerLM
 
 
@@ -38,16 +39,17 @@ class TiedToyModel(nn.Module):
 
 def build_model(name: str, seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
     """``"toy"`` (TiedToyModel) or a ``TransformerLM`` given as ``"lm:<d_model>:<layers>"``
-    (d_ff 4 d_model, 64-dim heads at most), initialised from ``seed``, in ``dtype``."""
+    (d_ff 4 d_model, 64-dim heads at most), initialised from ``seed``, in ``dtype``, on this
+    rank's device (its GPU under NCCL, else the CPU)."""
     torch.manual_seed(seed)
     if name == "toy":
-        return TiedToyModel().to(dtype)
+        return TiedToyModel().to(rank_device(), dtype)
     parts = name.split(":")
     if len(parts) != 3 or parts[0] != "lm" or not all(p.isdigit() for p in parts[1:]):
         raise ValueError(f"unknown model {name!r}; valid: 'toy', 'lm:<d_model>:<layers>'")
     d_model, layers = int(parts[1]), int(parts[2])
     config = ModelConfig(name, d_model, 4 * d_model, layers, max(1, d_model // 64))
-    return TransformerLM(config).to(dtype)
+    return TransformerLM(config).to(rank_device(), dtype)
 
 
 def vocab_size(model: nn.Module) -> int:
@@ -64,6 +66,8 @@ def global_batch(model: nn.Module, batch_size: int, seq_len: int, step: int) -> 
 def loss_fn(model: nn.Module, inputs: Tensor, targets: Tensor) -> Tensor:
     """Mean next-token cross-entropy in float32 or wider (a mean over equal local batches
     averages to the mean over the global batch, which is what makes data parallelism exact)."""
-    logits = model(inputs)
+    device = next(model.parameters()).device
+    logits = model(inputs.to(device))
+    targets = targets.to(device)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -1,0 +1,249 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 Sharding: ZeRO-1, fully sharded data parallel, and how far each strategy scales
+#
+# Data parallelism keeps a full copy of the parameters, gradients and optimizer state on every
+# rank. You will shard the optimizer state (ZeRO stage 1) around any `torch.optim.Optimizer`,
+# then the weights themselves (fully sharded data parallel, FSDP), check both against training
+# on one process and against PyTorch's own FSDP, measure what each rank holds and compare it
+# with the formulas, and finally compute, for data-parallel, fully-sharded, tensor-parallel
+# and 2D training, how many devices a step can use before communication outlasts compute.
+#
+# Ranks run on Gloo on a CPU (NCCL on GPUs) through `perflab.distributed.launch`. Memory here is
+# counted in bytes of the tensors each rank holds, which is what sharding changes; the
+# bandwidths in the calculators are datasheet numbers of a GPU cluster, not measurements.
+
+# %% tags=["parameters"]
+profile = "cpu"     # "cpu": small models; "full": a 124M-parameter model for the memory tables
+
+# %%
+import pandas as pd
+
+from perflab.distributed import launch
+from perflab.distributed.calculators import (
+    H100_NODE,
+    STRATEGIES,
+    Workload,
+    estimate,
+    max_compute_bound_devices,
+    max_devices_table,
+)
+from perflab.device import resolve_device
+from perflab.distributed.memory import fsdp_memory, memory_per_rank_formula, zero_memory
+from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
+from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank
+from perflab.model import get_preset
+from perflab.paths import display_path, results_dir
+from perflab.profiles import SHARDING, get_profile
+
+MB = 1e6
+run = get_profile(SHARDING, profile)
+out = results_dir("08_sharding", resolve_device("auto"))
+print(f"profile {profile!r}: {run.world_size} ranks, memory measured on {run.memory_model}")
+
+# %% [markdown]
+# ## 1. ZeRO stage 1: each rank keeps the optimizer state of its own parameters
+#
+# `ShardedOptimizer(params, optimizer_cls, **kwargs)` gives each parameter an owner (largest
+# first, each to the rank holding the fewest elements so far), runs `optimizer_cls` on the
+# rank's own parameters only, then broadcasts every parameter from its owner. It is a
+# `torch.optim.Optimizer` itself, so `zero_grad`, learning-rate schedulers and
+# `add_param_group` work as usual. The check trains a toy model (tied embeddings, a frozen
+# parameter) with SGD+momentum and with AdamW, the vectors added later as a second group with
+# half the learning rate, against the unsharded optimizer on one process, in float64.
+
+# %%
+zero = pd.DataFrame([row for rows in launch(zero_parity_all, run.world_size, (["sgd", "adamw"],))
+                     for row in rows])
+zero
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(zero.assign(matches_one_process=zero["max_param_diff"] < 1e-10,
+                  same_params_on_all_ranks=zero["param_spread_across_ranks"] == 0,
+                  state_smaller=zero["sharded_state_bytes"] < zero["unsharded_state_bytes"])
+      [["optimizer", "rank", "groups", "matches_one_process", "same_params_on_all_ranks",
+        "state_smaller"]].to_string(index=False))
+
+# %% [markdown]
+# ### Optimizer-state memory per rank, measured and computed
+#
+# AdamW keeps two fp32 moments per element (8 bytes) and a 4-byte step counter per tensor.
+# Measured: the bytes of the state tensors on each rank after one step. Computed: the same
+# from the parameters each rank owns.
+
+# %%
+zero_mem = pd.DataFrame(launch(zero_memory, run.world_size, (run.memory_model,)))
+zero_mem.to_csv(out / "zero_memory.csv", index=False)
+zero_mem
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("measured == computed, sharded:",
+      bool((zero_mem["state_measured_sharded"] == zero_mem["state_computed_sharded"]).all()))
+print("measured == computed, unsharded:",
+      bool((zero_mem["state_measured_unsharded"] == zero_mem["state_computed_unsharded"]).all()))
+print("shards add up to the unsharded state:",
+      int(zero_mem["state_measured_sharded"].sum()) == int(zero_mem["state_measured_unsharded"][0]))
+
+# %%
+saving = zero_mem["state_measured_sharded"].max() / zero_mem["state_measured_unsharded"][0]
+print(f"{run.memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; AdamW state "
+      f"per rank {zero_mem['state_measured_unsharded'][0] / MB:.1f} MB unsharded, "
+      f"{zero_mem['state_measured_sharded'].max() / MB:.1f} MB on the fuller rank "
+      f"({saving:.2f}x; the ideal is 1/{run.world_size})")
+
+# %% [markdown]
+# With more ranks, only the state shrinks; parameters and gradients stay whole. The formula
+# for fp32 training (params 4 + grads 4 + AdamW 8 bytes per parameter), for this model:
+
+# %%
+formula = pd.DataFrame(memory_per_rank_formula(int(zero_mem["parameters"][0]), range(1, 9)))
+fig = plot_memory_per_rank(formula)
+fig.savefig(out / "memory_per_rank.png", dpi=80)
+formula.pivot(index="world_size", columns="strategy", values="bytes").div(MB).round(1)
+
+# %% [markdown]
+# ## 2. Fully sharded data parallel
+#
+# `FSDP(module, compute_dtype=None)` shards every parameter of two or more dimensions,
+# whatever module holds it (linear, embedding, the tied output projection); vectors (norm
+# gains, biases) stay replicated. Before each module's forward its weights are all-gathered
+# and the next module's gather is started (prefetch); after it, they are dropped. Backward
+# gathers them again when it needs them (a saved-tensor hook keeps a note instead of the
+# weight) and reduce-scatters their gradients in fp32. With `compute_dtype=torch.float16` the
+# gathers and the arithmetic are fp16 while the shards (master weights) and gradients stay
+# fp32.
+#
+# Checked against fp32 training on one process (SGD, 3 steps): the toy model (tied, frozen
+# parameter) in fp32, and a small Transformer with fp16 compute.
+
+# %%
+fsdp = pd.DataFrame(launch(fsdp_parity, run.world_size, (None, "toy"))
+                    + launch(fsdp_parity, run.world_size, ("float16", run.fp16_parity_model)))
+fsdp
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tolerance = fsdp["compute_dtype"].map({"float32": 1e-6, "float16": 1e-4})
+print(fsdp.assign(within_tolerance=fsdp["max_param_diff"] < tolerance,
+                  tolerance=tolerance,
+                  replicated_grads_identical=fsdp["replicated_grad_spread"] == 0,
+                  regathered_for_backward=fsdp["backward_gathers"] > 0)
+      [["compute_dtype", "rank", "tolerance", "within_tolerance", "grads_fp32_shard_shaped",
+        "replicated_grads_identical", "regathered_for_backward", "names_complete"]]
+      .to_string(index=False))
+
+# %% [markdown]
+# ### Parameter, gradient and optimizer memory per rank under FSDP
+#
+# Each rank holds `ceil(numel / N)` elements of every matrix and all of every vector, for the
+# parameters, their gradients and the AdamW state alike.
+
+# %%
+fsdp_mem = pd.DataFrame(launch(fsdp_memory, run.world_size, (run.memory_model,)))
+fsdp_mem.to_csv(out / "fsdp_memory.csv", index=False)
+fsdp_mem
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("parameters measured == computed:",
+      bool((fsdp_mem["param_bytes_measured"] == fsdp_mem["param_bytes_computed"]).all()))
+print("optimizer state measured == computed:",
+      bool((fsdp_mem["state_bytes_measured"] == fsdp_mem["state_bytes_computed"]).all()))
+
+# %%
+ratio = fsdp_mem["param_bytes_measured"] / fsdp_mem["param_bytes_replicated"]
+print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {run.world_size} "
+      f"ranks ({fsdp_mem['param_bytes_measured'].max() / MB:.2f} MB vs "
+      f"{fsdp_mem['param_bytes_replicated'][0] / MB:.2f} MB)")
+
+# %% [markdown]
+# ### Against PyTorch's FSDP
+#
+# `torch.distributed.fsdp.fully_shard` (FSDP2) trained from the same weights on the same
+# batches; it shards the vectors too (as `DTensor`s), which is the small difference in bytes.
+
+# %%
+versus = pd.DataFrame(launch(torch_fsdp_comparison, run.world_size, ("toy",)))
+versus
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("same parameters as torch's FSDP (|diff| < 1e-6):",
+      bool((versus["max_param_diff_vs_torch"] < 1e-6).all()))
+
+# %% [markdown]
+# ## 3. How many devices stay compute-bound?
+#
+# A step of `6 N B S` FLOPs split over the devices shrinks as devices are added, while each
+# device's communication does not: data parallelism all-reduces the gradients
+# (`2 (n-1)/n N b` bytes), FSDP gathers the weights twice and reduce-scatters the gradients
+# (`3 (n-1)/n N b`), tensor parallelism all-reduces activations four times per layer
+# (`8 L (t-1)/t B S d b`, on the fast links within a node). Once communication takes longer
+# than compute it can no longer hide behind it. The formulas and their closed forms are in
+# `perflab.distributed.calculators`; the hardware is an H100 node (datasheet numbers).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(H100_NODE)
+
+# %%
+config = get_preset("xl")
+work = Workload.from_config(config, batch_size=256, seq_len=run.calculator_seq_len)
+examples = pd.DataFrame([
+    estimate("dp", work, H100_NODE, 64).as_dict(),
+    estimate("fsdp", work, H100_NODE, 64).as_dict(),
+    estimate("tp", work, H100_NODE, 8).as_dict(),
+    estimate("fsdp+tp", work, H100_NODE, 32, tp_degree=8).as_dict(),
+])
+examples.assign(comm_over_compute=examples["comm_s"] / examples["compute_s"])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{config.name}, batch 256 x {run.calculator_seq_len} tokens: largest compute-bound "
+      "device count: " + ", ".join(
+          f"{s} {max_compute_bound_devices(s, work, H100_NODE)}" for s in STRATEGIES))
+
+# %%
+table = pd.concat([max_devices_table(get_preset(name), H100_NODE, run.calculator_batch_sizes,
+                                     run.calculator_seq_len)
+                   for name in run.calculator_presets])
+table.to_csv(out / "max_devices.csv", index=False)
+fig = plot_max_devices(table)
+fig.savefig(out / "max_devices.png", dpi=80)
+shown = table[table["batch_size"].isin([1, 16, 256, 4096])]
+shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devices")
+
+# %% [markdown]
+# Data parallelism and FSDP scale with the batch: the compute per device falls as `1/n` while
+# the gradient traffic does not, so a larger global batch buys more devices (FSDP a third
+# fewer than DP, for 1.5x the traffic, in exchange for holding `1/n` of the model). Their
+# limits do not depend on the model's size at all (the three panels agree): compute and
+# traffic both grow with `N`. Tensor
+# parallelism does not depend on the batch at all: its traffic grows with the tokens exactly
+# as its compute does, and its limit is set by the width `d` and the fast-link bandwidth, and
+# by the number of heads. 2D training multiplies the two limits, which is why the largest
+# runs combine them.
+#
+# ## Where the results are
+
+# %%
+for path in sorted(out.iterdir()):
+    print(display_path(path))
