@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from perflab.distributed import RankError, launch
+from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.collectives import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
 from perflab.distributed.launch import _alive, raise_on_rank
@@ -37,6 +37,10 @@ def _no_children_left():
     return not multiprocessing.active_children()
 
 
+def test_sharded_optimizer_is_an_optimizer():
+    assert issubclass(ShardedOptimizer, torch.optim.Optimizer)
+
+
 def test_all_reduce_on_two_ranks():
     assert launch(check_allreduce_rank, 2) == [[1.0, 2.0], [1.0, 2.0]]
 
@@ -51,6 +55,7 @@ def test_each_variant_matches_single_process_training():
             assert row["max_param_diff"] < 1e-10, row
             assert row["grad_spread_across_ranks"] == 0.0, row
             assert row["grads_match_params"] and row["frozen_untouched"], row
+            assert row["exposes_module"], row
         # Negative control: without synchronisation the check must fail.
         assert by_variant["none"]["max_param_diff"] > 1e-4
         assert by_variant["none"]["grad_spread_across_ranks"] > 0
@@ -78,6 +83,7 @@ def test_fsdp_fp32_matches_exactly_and_fp16_within_1e_4():
         assert row["replicated_grad_spread"] == 0.0, row
         assert row["param_bytes_per_rank"] < row["param_bytes_replicated"], row
         assert row["backward_gathers"] > 0, row  # weights were gathered again for backward
+        assert row["exposes_module"], row
     for row in launch(fsdp_parity, 2, ("float16", "lm:64:2")):
         assert row["max_param_diff"] < 1e-4, row
         assert row["grads_fp32_shard_shaped"], row
@@ -155,8 +161,9 @@ def test_functions_from_main_are_refused():
 
 @pytest.mark.parametrize("size", [0, -1.5])
 def test_non_positive_bucket_size_is_one_clear_error(size):
-    with pytest.raises(ValueError, match="bucket_size_mb must be positive"):
-        plan_buckets([torch.zeros(3)], size)
+    with pytest.raises(ValueError, match="bucket_size_mb must be positive, got") as caught:
+        DDPBucketed(torch.nn.Linear(3, 3), size)
+    assert "\n" not in str(caught.value)
 
 
 def test_buckets_follow_reverse_order_and_size():

@@ -242,8 +242,8 @@ class CommunicationProfile:
     ddp_world_size: int
     batch_per_rank: int
     seq_len: int
-    warmup: int
-    steps: int
+    warmup: int  # untimed rounds (one step of every variant per round)
+    rounds: int  # timed rounds
     bucket_sizes_mb: tuple[float, ...]
 
     def as_dict(self) -> dict:
@@ -263,7 +263,7 @@ COMMUNICATION: dict[str, CommunicationProfile] = {
         batch_per_rank=4,
         seq_len=64,
         warmup=2,
-        steps=5,
+        rounds=8,
         bucket_sizes_mb=(1, 10, 100, 1000),
     ),
     "full": CommunicationProfile(
@@ -276,8 +276,8 @@ COMMUNICATION: dict[str, CommunicationProfile] = {
         ddp_world_size=2,
         batch_per_rank=4,
         seq_len=512,
-        warmup=5,
-        steps=10,
+        warmup=3,
+        rounds=10,
         bucket_sizes_mb=(1, 10, 100, 1000),
     ),
 }

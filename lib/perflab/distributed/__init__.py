@@ -2,6 +2,15 @@
 four data-parallel variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the
 parallelism calculators. Gloo on CPU, NCCL on GPUs, the same code."""
 
+from perflab.distributed.ddp import (
+    DDPBucketed,
+    DDPFlat,
+    DDPIndividualParameters,
+    DDPNaive,
+    TorchDDP,
+    make_data_parallel,
+)
+from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import (
     RankError,
     check_world_size,
@@ -11,13 +20,22 @@ from perflab.distributed.launch import (
     max_world_size,
     rank_device,
 )
+from perflab.distributed.sharded_optimizer import ShardedOptimizer
 
 __all__ = [
+    "DDPBucketed",
+    "DDPFlat",
+    "DDPIndividualParameters",
+    "DDPNaive",
+    "FSDP",
     "RankError",
+    "ShardedOptimizer",
+    "TorchDDP",
     "check_world_size",
     "free_port",
     "init_process_group_from_env",
     "launch",
+    "make_data_parallel",
     "max_world_size",
     "rank_device",
 ]

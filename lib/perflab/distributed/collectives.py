@@ -78,11 +78,18 @@ def allreduce_sweep(
     warmup: int = 2,
     steps: int = 5,
     resume: bool = True,
+    metadata: dict | None = None,
 ) -> pd.DataFrame:
     """All-reduce time and bandwidth for every (world size, size) pair; rows in the Sweep CSV
     at ``path``. A world size the machine cannot hold becomes "error" rows."""
     sweep = Sweep(
-        path, SWEEP_KEY, metadata={**describe(resolve_device("auto")), "collective": "all_reduce"}
+        path,
+        SWEEP_KEY,
+        metadata={
+            **describe(resolve_device("auto")),
+            "collective": "all_reduce",
+            **(metadata or {}),
+        },
     )
     configs = [{"world_size": w, "size_mb": s} for w in world_sizes for s in sizes_mb]
     return launch_sweep(

@@ -172,7 +172,9 @@ class DDPBucketed(_DataParallel):
 
     def _on_grad_ready(self, param: Tensor) -> None:
         bucket = self._bucket_of[param]
-        bucket.slot(param).copy_(param.grad)
+        slot = bucket.slot(param)
+        if param.grad.data_ptr() != slot.data_ptr():  # accumulated into the view: already there
+            slot.copy_(param.grad)
         bucket.ready.add(param)
         if len(bucket.ready) == len(bucket.params):
             bucket.work = dist.all_reduce(bucket.buffer, async_op=True)
@@ -187,8 +189,8 @@ class DDPBucketed(_DataParallel):
         for bucket in self.buckets:
             bucket.work.wait()
             bucket.buffer.div_(self.world_size)
-            for param in bucket.params:
-                _grad_or_zeros(param).copy_(bucket.slot(param))
+            for param in bucket.params:  # the gradient becomes a view of the bucket: no copy
+                param.grad = bucket.slot(param)
             bucket.ready.clear()
             bucket.work = None
 

@@ -229,7 +229,8 @@ class FSDP(nn.Module):
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, Tensor]:
-        """Full parameters (master dtype) by every name the wrapped model gave them."""
+        """Full parameters (master dtype) by every name the wrapped model gave them (tied
+        weights under each of their names). A collective: call it on every rank."""
         full = {}
         for local in self.flat_params:
             spec = self.specs[local]

@@ -83,6 +83,7 @@ def ddp_parity(
         "rank": dist.get_rank(),
         "dtype": str(dtype).removeprefix("torch."),
         "parameter_tensors": len(list(module.parameters())),
+        "exposes_module": wrapped.module is module,
         "max_param_diff": max_difference(list(module.parameters()), list(reference.parameters())),
         "grad_spread_across_ranks": spread_across_ranks([p.grad for p in trained]),
         "grads_match_params": all(
@@ -212,6 +213,7 @@ def fsdp_parity(
         "param_bytes_per_rank": sum(p.numel() * p.element_size() for p in sharded.parameters()),
         "param_bytes_replicated": full_bytes,
         "backward_gathers": sharded.backward_gathers,
+        "exposes_module": sharded.module is module,
         "names_complete": set(full)
         == set(dict(reference.named_parameters(remove_duplicate=False))),
     }

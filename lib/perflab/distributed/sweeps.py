@@ -27,7 +27,8 @@ def _sweep_rank(path, key, configs, measure_rank, args) -> None:
             sweep.record({**config, "status": "ok", "error": "", **row, **config})
 
 
-def _error_message(error: BaseException) -> str:
+def error_message(error: BaseException) -> str:
+    """One line for a sweep row: the failing rank's last traceback line, or the error's."""
     if isinstance(error, RankError):
         last = [line for line in error.rank_traceback.splitlines() if line.strip()][-1:]
         return f"rank {error.rank}: {last[0] if last else 'failed'}"
@@ -69,7 +70,7 @@ def launch_sweep(
                 rest = [c for c in group if sweep.key_of(c) not in finished]
                 failed = rest if isinstance(error, ValueError) else rest[:1]
                 for config in failed:
-                    sweep.record({**config, "status": "error", "error": _error_message(error)})
+                    sweep.record({**config, "status": "error", "error": error_message(error)})
                 bar.update(len(group) - len(rest) + len(failed))
                 group = rest[len(failed) :]
     bar.close()
