@@ -30,7 +30,7 @@
 # bandwidths in the calculators are datasheet numbers of a GPU cluster, not measurements.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small models; "full": a 124M-parameter model for the memory tables
+profile = "cpu"     # "cpu": small models; "full": the small preset's shape (129 M parameters)
 
 # %%
 import pandas as pd
@@ -132,7 +132,10 @@ formula.pivot(index="world_size", columns="strategy", values="bytes").div(MB).ro
 # fp32.
 #
 # Checked against fp32 training on one process (SGD, 3 steps): the toy model (tied, frozen
-# parameter) in fp32, and a small Transformer with fp16 compute.
+# parameter) in fp32, and a small Transformer with fp16 compute. `backward_gathers` counts the
+# weights gathered again for backward; `full_weights_kept_for_backward` counts the gathered
+# weights still in memory between forward and backward (weak references): 0 means the saved
+# tensor hook really left them out.
 
 # %%
 fsdp = pd.DataFrame(launch(fsdp_parity, run.world_size, (None, "toy"))
@@ -145,9 +148,11 @@ tolerance = fsdp["compute_dtype"].map({"float32": 1e-6, "float16": 1e-4})
 print(fsdp.assign(within_tolerance=fsdp["max_param_diff"] < tolerance,
                   tolerance=tolerance,
                   replicated_grads_identical=fsdp["replicated_grad_spread"] == 0,
-                  regathered_for_backward=fsdp["backward_gathers"] > 0)
+                  regathered_for_backward=fsdp["backward_gathers"] > 0,
+                  none_kept_for_backward=fsdp["full_weights_kept_for_backward"] == 0)
       [["compute_dtype", "rank", "tolerance", "within_tolerance", "grads_fp32_shard_shaped",
-        "replicated_grads_identical", "regathered_for_backward", "names_complete"]]
+        "replicated_grads_identical", "regathered_for_backward", "none_kept_for_backward",
+        "names_complete"]]
       .to_string(index=False))
 
 # %% [markdown]

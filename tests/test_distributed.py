@@ -83,6 +83,7 @@ def test_fsdp_fp32_matches_exactly_and_fp16_within_1e_4():
         assert row["replicated_grad_spread"] == 0.0, row
         assert row["param_bytes_per_rank"] < row["param_bytes_replicated"], row
         assert row["backward_gathers"] > 0, row  # weights were gathered again for backward
+        assert row["full_weights_kept_for_backward"] == 0, row  # ... none was kept
         assert row["exposes_module"], row
     for row in launch(fsdp_parity, 2, ("float16", "lm:64:2")):
         assert row["max_param_diff"] < 1e-4, row

@@ -6,10 +6,11 @@ and PyTorch FSDP (Zhao et al. 2023).
   fp32 (the model's dtype) master ``nn.Parameter``. One-dimensional parameters (norm gains,
   biases) are replicated, their gradients all-reduced in ``finish_gradient_synchronization``.
 - Just before a module's forward, its weights are all-gathered (in ``compute_dtype`` if given)
-  and set on the module; the next module's gather is started asynchronously (prefetch); after
-  its forward they are dropped. Tensors that backward needs from a gathered weight are not
-  kept: a saved-tensor hook stores where they came from and gathers the weight again when
-  backward unpacks it, so full weights live only while in use.
+  and set on the module; the next module's gather (in registration order) is started
+  asynchronously (prefetch); after its forward they are dropped. Tensors that backward needs
+  from a gathered weight are not kept: a saved-tensor hook stores where they came from and
+  gathers the weight again, synchronously, when backward unpacks it, so full weights live only
+  while in use. (Real FSDP also prefetches in backward, and gathers whole blocks at once.)
 - Backward reduce-scatters each weight's gradient in fp32: every rank gets the sum over ranks
   of its shard's gradient, divided by the world size.
 
@@ -21,6 +22,7 @@ the full fp32 tensors by the wrapped model's parameter names. Floating-point inp
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -137,6 +139,7 @@ class FSDP(nn.Module):
         self._prefetched: dict[nn.Parameter, tuple[Tensor, dist.Work]] = {}
         self._live: dict[int, nn.Parameter] = {}  # storage address of a gathered weight -> shard
         self.backward_gathers = 0  # weights gathered again for backward, since construction
+        self._forward_gathers: list[weakref.ref] = []  # this forward's gathered buffers
 
     @property
     def _dtype(self) -> torch.dtype:
@@ -150,6 +153,7 @@ class FSDP(nn.Module):
         else:
             flat, _ = _gather(local, self.specs[local], self._dtype)
         self._live[flat.untyped_storage().data_ptr()] = local
+        self._forward_gathers.append(weakref.ref(flat))
         return _ShardedWeight.apply(local, flat, self.specs[local])
 
     def _prefetch(self, unit: int) -> None:
@@ -200,6 +204,7 @@ class FSDP(nn.Module):
         if self.compute_dtype is not None:
             args = [_cast_floating(a, self.compute_dtype) for a in args]
             kwargs = {k: _cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
+        self._forward_gathers.clear()
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 return self.module(*args, **kwargs)
@@ -208,6 +213,11 @@ class FSDP(nn.Module):
                 work.wait()
             self._prefetched.clear()
             self._live.clear()
+
+    def full_weights_alive(self) -> int:
+        """How many of the last forward's gathered weights are still in memory (0 after the
+        forward: backward gathers them again)."""
+        return sum(ref() is not None for ref in self._forward_gathers)
 
     # --- after backward ---------------------------------------------------------------------
     def finish_gradient_synchronization(self) -> None:

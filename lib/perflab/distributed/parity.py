@@ -187,10 +187,13 @@ def fsdp_parity(
     sharded = FSDP(module, compute_dtype=dtype)
     optimizer = torch.optim.SGD(sharded.parameters(), lr=lr)
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+    alive_before_backward = []
     for step in range(steps):
         inputs, targets = global_batch(reference, batch_size, seq_len, step)
         optimizer.zero_grad()
-        loss_fn(sharded, local_slice(inputs), local_slice(targets)).backward()
+        loss = loss_fn(sharded, local_slice(inputs), local_slice(targets))
+        alive_before_backward.append(sharded.full_weights_alive())
+        loss.backward()
         sharded.finish_gradient_synchronization()
         optimizer.step()
         reference_optimizer.zero_grad()
@@ -213,6 +216,7 @@ def fsdp_parity(
         "param_bytes_per_rank": sum(p.numel() * p.element_size() for p in sharded.parameters()),
         "param_bytes_replicated": full_bytes,
         "backward_gathers": sharded.backward_gathers,
+        "full_weights_kept_for_backward": max(alive_before_backward),
         "exposes_module": sharded.module is module,
         "names_complete": set(full)
         == set(dict(reference.named_parameters(remove_duplicate=False))),
