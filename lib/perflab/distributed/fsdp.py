@@ -22,6 +22,7 @@ the full fp32 tensors by the wrapped model's parameter names. Floating-point inp
 from __future__ import annotations
 
 import math
+import time
 import weakref
 
 import torch
@@ -214,10 +215,18 @@ class FSDP(nn.Module):
             self._prefetched.clear()
             self._live.clear()
 
-    def full_weights_alive(self) -> int:
+    def full_weights_alive(self, settle_s: float = 1.0) -> int:
         """How many of the last forward's gathered weights are still in memory (0 after the
-        forward: backward gathers them again)."""
-        return sum(ref() is not None for ref in self._forward_gathers)
+        forward: backward gathers them again). A prefetched gather that just completed stays
+        referenced by the backend's worker thread for a moment (Gloo: about a millisecond), so
+        this waits up to ``settle_s`` for the count to reach 0; a weight that something really
+        keeps stays counted."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            alive = sum(ref() is not None for ref in self._forward_gathers)
+            if alive == 0 or time.monotonic() >= deadline:
+                return alive
+            time.sleep(0.001)
 
     # --- after backward ---------------------------------------------------------------------
     def finish_gradient_synchronization(self) -> None:
