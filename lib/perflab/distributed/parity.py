@@ -46,6 +46,19 @@ def spread_across_ranks(tensors: list[Tensor]) -> float:
     return max(float((g - flat).abs().max()) for g in gathered)
 
 
+def train_both(wrapped, optimizer, reference, reference_optimizer, step, batch_size, seq_len):
+    """One step of distributed training on this rank's slice of the global batch, and one of
+    the single-process reference on the whole batch."""
+    inputs, targets = global_batch(reference, batch_size, seq_len, step)
+    optimizer.zero_grad()
+    loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
+    wrapped.finish_gradient_synchronization()
+    optimizer.step()
+    reference_optimizer.zero_grad()
+    loss_fn(reference, inputs, targets).backward()
+    reference_optimizer.step()
+
+
 def ddp_parity(
     variant: str,
     bucket_size_mb: float = 0.01,
@@ -68,14 +81,7 @@ def ddp_parity(
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr)
     reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=lr)
     for step in range(steps):
-        inputs, targets = global_batch(module, batch_size, seq_len, step)
-        optimizer.zero_grad()
-        loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
-        wrapped.finish_gradient_synchronization()
-        optimizer.step()
-        reference_optimizer.zero_grad()
-        loss_fn(reference, inputs, targets).backward()
-        reference_optimizer.step()
+        train_both(wrapped, optimizer, reference, reference_optimizer, step, batch_size, seq_len)
     trained = [p for p in module.parameters() if p.requires_grad]
     return {
         "variant": variant,
@@ -142,14 +148,7 @@ def zero_parity(
     plain = optimizer_cls(ref_matrices, **kwargs)
     plain.add_param_group({"params": ref_vectors, "lr": kwargs["lr"] / 2})
     for step in range(steps):
-        inputs, targets = global_batch(module, batch_size, seq_len, step)
-        sharded.zero_grad()
-        loss_fn(wrapped, local_slice(inputs), local_slice(targets)).backward()
-        wrapped.finish_gradient_synchronization()
-        sharded.step()
-        plain.zero_grad()
-        loss_fn(reference, inputs, targets).backward()
-        plain.step()
+        train_both(wrapped, sharded, reference, plain, step, batch_size, seq_len)
     return {
         "optimizer": optimizer,
         "rank": dist.get_rank(),
