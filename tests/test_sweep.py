@@ -32,6 +32,22 @@ def test_rows_are_written_and_a_rerun_skips_them(tmp_path):
     assert '"what": "test"' in meta and '"key"' in meta
 
 
+def test_a_none_field_is_found_again_on_rerun_and_selected(tmp_path):
+    """``None`` is written as an empty cell; the key must compare as read back, or the row is
+    measured again on every run and ``select`` finds nothing."""
+    configs = [{"size": 1, "group": None}, {"size": 2, "group": 8}, {"size": 3, "group": 0.5}]
+    calls = []
+
+    def measure(config):
+        calls.append(config["size"])
+        return {"value": config["size"]}
+
+    first = Sweep(tmp_path / "s.csv", key=["size", "group"]).run(configs, measure)
+    again = Sweep(tmp_path / "s.csv", key=["size", "group"]).run(configs, measure)
+    assert calls == [1, 2, 3]
+    assert first["value"].tolist() == again["value"].tolist() == [1, 2, 3]
+
+
 def test_resume_false_measures_again_and_select_keeps_the_newest(tmp_path):
     sweep = Sweep(tmp_path / "s.csv", key=["size"])
     sweep.run([{"size": 1}], lambda c: {"value": 1})

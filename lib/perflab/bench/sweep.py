@@ -36,6 +36,11 @@ def is_out_of_memory(error: BaseException) -> bool:
     )
 
 
+def _as_csv_text(value) -> str:
+    """How ``csv.writer`` writes ``value``: ``None`` as an empty cell, anything else as str."""
+    return "" if value is None else str(value)
+
+
 class Sweep:
     """Results of one sweep in ``path`` (CSV) keyed by the configuration fields ``key``."""
 
@@ -50,8 +55,9 @@ class Sweep:
         self.metadata = dict(metadata or {})
 
     def key_of(self, row: dict) -> tuple[str, ...]:
-        """The key fields of ``row`` as text (CSV stores text; keys compare as written)."""
-        return tuple(str(row[k]) for k in self.key)
+        """The key fields of ``row`` as the CSV file holds them once read back (``None`` is an
+        empty cell, everything else its ``str``), so a configuration finds its row."""
+        return tuple(_as_csv_text(row[k]) for k in self.key)
 
     def _repair(self) -> None:
         """Drop a last line cut off by a crash mid-write; it will be measured again."""
