@@ -84,7 +84,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return self.local_optimizer.state_dict()
 
     def load_state_dict(self, state_dict: dict) -> None:
+        """Load this rank's shard (saved by ``state_dict`` on the same world size), with the
+        saved hyperparameters: ``step`` copies the outer groups' values (what schedulers
+        change) onto the local ones, so the outer groups take the loaded values too."""
         self.local_optimizer.load_state_dict(state_dict)
+        for group, local_group in zip(
+            self.param_groups, self.local_optimizer.param_groups, strict=True
+        ):
+            group.update({k: v for k, v in local_group.items() if k != "params"})
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
