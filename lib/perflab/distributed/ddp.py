@@ -16,13 +16,34 @@ backward and before the optimizer step, and leave parameters that do not require
 A parameter shared by two modules (tied weights) is one parameter with one gradient.
 Every rank must compute gradients for the same parameters (as DDP without
 ``find_unused_parameters``); a parameter with no gradient on this step counts as zeros.
+
+Gradient accumulation: backward passes inside ``with wrapper.no_sync():`` accumulate local
+gradients without communicating (as PyTorch's DDP); the first backward after it synchronises
+the sum. Two backward passes without ``no_sync`` are exact for the variants that communicate
+after backward (naive, flat); the overlapped variants would start a second all-reduce on a
+buffer still in flight, so they raise a ``RuntimeError`` that says to use ``no_sync``.
+
+One wrapper per module: wrapping a module again (a re-run notebook cell) removes the older
+wrapper's hooks, and the older wrapper refuses to synchronise from then on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import weakref
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+
+def _second_backward_error(wrapper: nn.Module) -> RuntimeError:
+    return RuntimeError(
+        f"{type(wrapper).__name__}: a second backward pass before "
+        "finish_gradient_synchronization() would all-reduce gradients already in flight; "
+        "for gradient accumulation run the earlier backward passes inside `with model.no_sync():`"
+    )
 
 
 def broadcast_from_rank0(module: nn.Module) -> None:
@@ -38,8 +59,12 @@ def _grad_or_zeros(param: Tensor) -> Tensor:
     return param.grad
 
 
+_OWNER = "_perflab_data_parallel"  # attribute of a parameter: weakref to its wrapper
+
+
 class _DataParallel(nn.Module):
-    """What the four variants share: the wrapped module, the broadcast, the parameter list."""
+    """What the four variants share: the wrapped module, the broadcast, the parameter list,
+    ``no_sync``, and the hooks (removed when a newer wrapper takes the module over)."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
@@ -50,13 +75,53 @@ class _DataParallel(nn.Module):
             )
         self.module = module
         self.world_size = dist.get_world_size()
+        self.require_sync = True
+        self.replaced = False
+        self._hooks: list = []
         broadcast_from_rank0(module)
         self.trained = [p for p in module.parameters() if p.requires_grad]
+        for param in self.trained:
+            older = getattr(param, _OWNER, lambda: None)()
+            if older is not None and older is not self:
+                older.release()
+            setattr(param, _OWNER, weakref.ref(self))
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
+    def _hook_every_parameter(self, hook) -> None:
+        self._hooks = [p.register_post_accumulate_grad_hook(hook) for p in self.trained]
+
+    def release(self) -> None:
+        """Remove this wrapper's hooks; it no longer synchronises (a newer wrapper took the
+        module over)."""
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks.clear()
+        self.replaced = True
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Backward passes inside accumulate local gradients without communication; the first
+        backward after the block synchronises the accumulated sum."""
+        previous, self.require_sync = self.require_sync, False
+        try:
+            yield
+        finally:
+            self.require_sync = previous
+
     def finish_gradient_synchronization(self) -> None:
+        """Wait for (or run) the gradient all-reduces and average them; call after the last
+        backward of a step, before the optimizer step."""
+        if self.replaced:
+            raise RuntimeError(
+                f"this {type(self).__name__} was replaced by a newer wrapper of the same module; "
+                "use the newer one"
+            )
+        if self.require_sync:
+            self._synchronize()
+
+    def _synchronize(self) -> None:
         raise NotImplementedError
 
 
@@ -64,14 +129,14 @@ class NoSync(_DataParallel):
     """Broadcast at construction, then no communication: each rank keeps its local gradients.
     Not data parallelism; the benchmark's compute-only baseline."""
 
-    def finish_gradient_synchronization(self) -> None:
+    def _synchronize(self) -> None:
         pass
 
 
 class DDPNaive(_DataParallel):
     """One blocking all-reduce per gradient, after backward."""
 
-    def finish_gradient_synchronization(self) -> None:
+    def _synchronize(self) -> None:
         for param in self.trained:
             grad = _grad_or_zeros(param)
             dist.all_reduce(grad)
@@ -81,7 +146,7 @@ class DDPNaive(_DataParallel):
 class DDPFlat(_DataParallel):
     """One blocking all-reduce of all gradients, flattened into one buffer, after backward."""
 
-    def finish_gradient_synchronization(self) -> None:
+    def _synchronize(self) -> None:
         grads = [_grad_or_zeros(p) for p in self.trained]
         for dtype in dict.fromkeys(g.dtype for g in grads):  # one buffer per dtype
             same = [g for g in grads if g.dtype == dtype]
@@ -98,13 +163,16 @@ class DDPIndividualParameters(_DataParallel):
     def __init__(self, module: nn.Module):
         super().__init__(module)
         self._pending: dict[Tensor, dist.Work] = {}
-        for param in self.trained:
-            param.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._hook_every_parameter(self._on_grad_ready)
 
     def _on_grad_ready(self, param: Tensor) -> None:
+        if not self.require_sync:
+            return
+        if param in self._pending:
+            raise _second_backward_error(self)
         self._pending[param] = dist.all_reduce(param.grad, async_op=True)
 
-    def finish_gradient_synchronization(self) -> None:
+    def _synchronize(self) -> None:
         for param in self.trained:  # unused this step: launched now, in the same order everywhere
             if param not in self._pending:
                 self._pending[param] = dist.all_reduce(_grad_or_zeros(param), async_op=True)
@@ -167,11 +235,14 @@ class DDPBucketed(_DataParallel):
         self.bucket_size_mb = bucket_size_mb
         self.buckets = [_Bucket(params) for params in plan]
         self._bucket_of = {p: bucket for bucket in self.buckets for p in bucket.params}
-        for param in self.trained:
-            param.register_post_accumulate_grad_hook(self._on_grad_ready)
+        self._hook_every_parameter(self._on_grad_ready)
 
     def _on_grad_ready(self, param: Tensor) -> None:
+        if not self.require_sync:
+            return
         bucket = self._bucket_of[param]
+        if bucket.work is not None:
+            raise _second_backward_error(self)
         slot = bucket.slot(param)
         if param.grad.data_ptr() != slot.data_ptr():  # accumulated into the view: already there
             slot.copy_(param.grad)
@@ -179,7 +250,7 @@ class DDPBucketed(_DataParallel):
         if len(bucket.ready) == len(bucket.params):
             bucket.work = dist.all_reduce(bucket.buffer, async_op=True)
 
-    def finish_gradient_synchronization(self) -> None:
+    def _synchronize(self) -> None:
         for bucket in self.buckets:  # buckets with unused parameters: launched now, in order
             if bucket.work is None:
                 for param in bucket.params:

@@ -10,6 +10,8 @@ the same optimizer, on every rank.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
@@ -103,6 +105,85 @@ def ddp_parity(
     }
 
 
+def accumulation_parity(
+    variant: str,
+    use_no_sync: bool,
+    micro_batches: int = 2,
+    model: str = "toy",
+    steps: int = 3,
+    batch_size: int = 8,
+    seq_len: int = 16,
+    lr: float = 1e-2,
+) -> dict:
+    """Gradient accumulation in float64: each rank splits its slice of the global batch into
+    ``micro_batches`` backward passes (loss scaled by 1 / micro_batches), the earlier ones
+    inside ``no_sync()`` when ``use_no_sync``, then synchronises once and steps AdamW; the
+    reference trains on the whole batch at once. Reports the largest parameter difference, or
+    the error the variant raised (``error``, empty when none)."""
+    module = build_model(model, seed=dist.get_rank(), dtype=torch.float64)
+    wrapped = make_data_parallel(variant, module, bucket_size_mb=0.01)
+    reference = reference_copy(module, model)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=lr)
+    row = {"variant": variant, "no_sync": use_no_sync, "rank": dist.get_rank(), "error": ""}
+    try:
+        for step in range(steps):
+            inputs, targets = global_batch(reference, batch_size, seq_len, step)
+            parts = zip(local_slice(inputs).chunk(micro_batches),
+                        local_slice(targets).chunk(micro_batches), strict=True)  # fmt: skip
+            optimizer.zero_grad()
+            for index, (part_inputs, part_targets) in enumerate(parts):
+                last = index == micro_batches - 1
+                quiet = wrapped.no_sync() if use_no_sync and not last else contextlib.nullcontext()
+                with quiet:
+                    (loss_fn(wrapped, part_inputs, part_targets) / micro_batches).backward()
+            wrapped.finish_gradient_synchronization()
+            optimizer.step()
+            reference_optimizer.zero_grad()
+            loss_fn(reference, inputs, targets).backward()
+            reference_optimizer.step()
+    except RuntimeError as error:
+        row["error"] = str(error).splitlines()[0]
+        dist.barrier()  # the other rank raised the same; nothing may be left in flight
+        return row
+    row["max_param_diff"] = max_difference(list(module.parameters()),
+                                           list(reference.parameters()))  # fmt: skip
+    return row
+
+
+def accumulation_parity_all(variants: list[str], **kwargs) -> list[dict]:
+    """``accumulation_parity`` for each variant, with and without ``no_sync``, in one launch."""
+    return [accumulation_parity(v, s, **kwargs) for v in variants for s in (True, False)]
+
+
+def rewrap_parity(variant: str, steps: int = 2, model: str = "toy") -> dict:
+    """Wrap the same module twice (a re-run notebook cell) and train with the second wrapper
+    against one process; the first wrapper must refuse to synchronise."""
+    module = build_model(model, seed=dist.get_rank(), dtype=torch.float64)
+    first = make_data_parallel(variant, module, bucket_size_mb=0.01)
+    wrapped = make_data_parallel(variant, module, bucket_size_mb=0.01)
+    reference = reference_copy(module, model)
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=1e-2)
+    reference_optimizer = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    for step in range(steps):
+        train_both(wrapped, optimizer, reference, reference_optimizer, step, 8, 16)
+    try:
+        first.finish_gradient_synchronization()
+        old_wrapper_error = ""
+    except RuntimeError as error:
+        old_wrapper_error = str(error)
+    return {
+        "variant": variant,
+        "max_param_diff": max_difference(list(module.parameters()),
+                                         list(reference.parameters())),  # fmt: skip
+        "old_wrapper_error": old_wrapper_error,
+    }
+
+
+def rewrap_parity_all(variants: list[str]) -> list[dict]:
+    return [rewrap_parity(variant) for variant in variants]
+
+
 def ddp_parity_all(variants: list[str], model: str = "toy", **kwargs) -> list[dict]:
     """``ddp_parity`` for each of ``variants`` on ``model`` in one launch."""
     return [ddp_parity(variant, model=model, **kwargs) for variant in variants]
@@ -157,6 +238,43 @@ def zero_parity(
         "sharded_state_bytes": sharded.local_state_bytes(),
         "unsharded_state_bytes": optimizer_state_bytes(plain),
         "groups": len(sharded.param_groups),
+    }
+
+
+def zero_resume_parity(steps_before: int = 2, steps_after: int = 2, model: str = "toy") -> dict:
+    """Save a ``ShardedOptimizer``'s state after ``steps_before`` steps, load it into one
+    rebuilt with another learning rate, and train on: the parameters must equal those of an
+    uninterrupted run (same world size). Also reports the learning rate used after loading."""
+    from perflab.distributed.ddp import DDPFlat
+    from perflab.distributed.sharded_optimizer import ShardedOptimizer
+
+    modules = [build_model(model, seed=dist.get_rank(), dtype=torch.float64) for _ in range(2)]
+    wrapped = [DDPFlat(m) for m in modules]
+    straight = ShardedOptimizer(modules[0].parameters(), torch.optim.AdamW, lr=0.01)
+    resumed = ShardedOptimizer(modules[1].parameters(), torch.optim.AdamW, lr=0.01)
+
+    def step(index, wrapper, optimizer):
+        inputs, targets = global_batch(modules[0], 8, 16, index)
+        optimizer.zero_grad()
+        loss_fn(wrapper, local_slice(inputs), local_slice(targets)).backward()
+        wrapper.finish_gradient_synchronization()
+        optimizer.step()
+
+    for index in range(steps_before):
+        step(index, wrapped[0], straight)
+        step(index, wrapped[1], resumed)
+    saved = resumed.state_dict()
+    resumed = ShardedOptimizer(modules[1].parameters(), torch.optim.AdamW, lr=0.1)
+    resumed.load_state_dict(saved)
+    for index in range(steps_before, steps_before + steps_after):
+        step(index, wrapped[0], straight)
+        step(index, wrapped[1], resumed)
+    return {
+        "rank": dist.get_rank(),
+        "max_param_diff": max_difference(list(modules[1].parameters()),
+                                         list(modules[0].parameters())),  # fmt: skip
+        "lr_after_load": resumed.local_optimizer.param_groups[0]["lr"],
+        "outer_lr_after_load": resumed.param_groups[0]["lr"],
     }
 
 
