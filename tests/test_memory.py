@@ -85,6 +85,19 @@ def test_checkpointing_lowers_the_measured_peak():
     assert nested[1] < 1.2 * nested[0] and nested[1] < plain[1] / 3
 
 
+def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
+    """The recomputation cost goes through ``time_fn``, which waits for the device before and
+    after each step (a bare perf_counter would time only the kernel launches on a GPU)."""
+    import perflab.bench.timer as timer
+
+    synced = []
+    monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
+    result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device="cpu",
+                             repeats=3)  # fmt: skip
+    assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
+    assert result["seconds"] > 0
+
+
 def test_timeline_records_a_known_allocation():
     def allocate():
         x = torch.empty(2**20, dtype=torch.float32)  # 4 MiB

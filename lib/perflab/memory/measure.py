@@ -7,13 +7,13 @@ or the CPU allocator record of torch.profiler), next to the formula that predict
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import pandas as pd
 import torch
 
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
+from perflab.bench.timer import time_fn
 from perflab.device import resolve_device
 from perflab.memory.checkpointing import check_strategy, run_blocks
 from perflab.memory.saved import saved_tensors
@@ -69,8 +69,9 @@ def checkpoint_peak(
     device: str | torch.device = "auto",
     repeats: int = 1,
 ) -> dict:
-    """Peak activation bytes and seconds of forward + backward through ``num_layers`` blocks of
-    ``preset``'s shape with a checkpointing strategy.
+    """Peak activation bytes and seconds (median of ``repeats`` steps of the workbook's timer,
+    device synchronised) of forward + backward through ``num_layers`` blocks of ``preset``'s
+    shape with a checkpointing strategy.
 
     Gradients are allocated by a first pass and kept (``zero_grad(set_to_none=False)``), so
     the peak counts activations and temporaries only, not gradient buffers.
@@ -85,11 +86,9 @@ def checkpoint_peak(
     blocks_fwd_bwd(model, x, strategy, group_size)  # allocates the gradients
     model.zero_grad(set_to_none=False)
     peak = peak_memory(lambda: blocks_fwd_bwd(model, x, strategy, group_size), device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        blocks_fwd_bwd(model, x, strategy, group_size)
-    seconds = (time.perf_counter() - start) / repeats
-    return {"peak_bytes": peak, "seconds": seconds}
+    timing = time_fn(lambda: blocks_fwd_bwd(model, x, strategy, group_size), warmup=0,
+                     steps=repeats, device=device)  # fmt: skip
+    return {"peak_bytes": peak, "seconds": timing.median}
 
 
 def group_sizes(num_layers: int) -> list[int]:
