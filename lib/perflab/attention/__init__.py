@@ -1,6 +1,13 @@
-"""Attention implementations that plug into ``TransformerLM.set_attention``."""
+"""Attention implementations that plug into ``TransformerLM.set_attention``.
+
+``FlashAttentionTorch`` and ``FlashAttentionTriton`` are ``torch.autograd.Function`` classes
+called as ``.apply(q, k, v, is_causal=False)`` with q (batch, n_q, d), k and v (batch, n_k, d).
+The Triton one is imported on first use: importing it loads Triton and, without CUDA, switches
+the Triton interpreter on (``flash_triton``'s docstring).
+"""
 
 from perflab.attention.annotated import ATTENTION_RANGES, annotated_attention, attention_part_flops
+from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.reference import (
     attention_scores,
     attention_softmax,
@@ -11,6 +18,8 @@ from perflab.attention.reference import (
 
 __all__ = [
     "ATTENTION_RANGES",
+    "FlashAttentionTorch",
+    "FlashAttentionTriton",
     "annotated_attention",
     "attention_part_flops",
     "attention_scores",
@@ -19,3 +28,11 @@ __all__ = [
     "naive_attention",
     "weighted_sum",
 ]
+
+
+def __getattr__(name: str):
+    if name == "FlashAttentionTriton":
+        from perflab.attention.flash_triton import FlashAttentionTriton
+
+        return FlashAttentionTriton
+    raise AttributeError(f"module 'perflab.attention' has no attribute {name!r}")
