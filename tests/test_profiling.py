@@ -96,50 +96,75 @@ def test_summary_of_the_real_trace_restricted_to_the_forward_range():
         kernel_summary(trace, "nope")
 
 
-@pytest.mark.parametrize(
-    "name, category",
-    [
-        (
-            "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
-            "communication",
-        ),
-        (
-            "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
-            "communication",
-        ),
-        (
-            "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(...)",
-            "compute-bound",
-        ),
-        (
-            "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolution",
-            "compute-bound",
-        ),
-        ("ampere_sgemm_32x128_nt", "compute-bound"),
-        ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "compute-bound"),
-        ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32", "compute-bound"),
-        (
-            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
-            "memory-bound",
-        ),
-        ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>", "memory-bound"),
-        ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", "memory-bound"),
-        (
-            "(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>",
-            "memory-bound",
-        ),
-        ("triton_poi_fused_add_mul_0", "memory-bound"),
-        ("triton_tem_fused_mm_1", "compute-bound"),
-        ("aten::mm", "compute-bound"),
-        ("aten::addmm", "compute-bound"),
-        ("aten::_scaled_dot_product_flash_attention_for_cpu", "compute-bound"),
-        ("aten::_log_softmax", "memory-bound"),
-        ("aten::commit_something", "other"),
-        ("cask_cudnn_infer::computeOffsetsKernel<false, false>", "other"),
-    ],
-)
-def test_classification_rules(name, category):
-    assert classify(name) == category
+A100_TRACE = "data/traces/a100_ddp_rank0.pt.trace.json.gz (HolisticTraceAnalysis test data)"
+#: Kernel and operator names as they appear in real traces and reports, with where each was
+#: seen, and the category each must get.
+PUBLIC_KERNEL_NAMES = [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+     "communication", A100_TRACE),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+     "communication", A100_TRACE),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(...)",
+     "compute-bound", A100_TRACE),
+    ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolution",
+     "compute-bound", A100_TRACE),
+    ("ampere_sgemm_32x128_nt", "compute-bound", A100_TRACE),
+    ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "compute-bound", A100_TRACE),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32", "compute-bound", A100_TRACE),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+     "memory-bound", A100_TRACE),
+    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>", "memory-bound",
+     A100_TRACE),
+    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", "memory-bound",
+     A100_TRACE),
+    ("(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>",
+     "memory-bound", A100_TRACE),
+    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, true, true, "
+     "false>", "memory-bound", A100_TRACE),
+    ("cask_cudnn_infer::computeOffsetsKernel<false, false>", "other", A100_TRACE),
+    # Inductor's generated kernels: the kind prefix decides, not the fused op names.
+    ("triton_poi_fused_addmm_gelu_0", "memory-bound", "issue 10 of this project (a trace)"),
+    ("triton_red_fused_mm_sum_2", "memory-bound", "issue 10 of this project (a trace)"),
+    ("triton_poi_fused_add_cos_sin_0", "memory-bound", "pytorch/pytorch#106351 (trace screenshot)"),
+    ("triton_poi_fused_embedding_1", "memory-bound", "pytorch/pytorch#138645 (output_code.py)"),
+    ("triton_per_fused__softmax_0", "memory-bound",
+     "torch/_inductor naming: triton_<kind>_fused_<ops>_<n>, kind 'per' (persistent reduction)"),
+    ("triton_for_fused_0", "memory-bound", "pytorch/pytorch#108449 (foreach kernels: triton_for_)"),
+    ("triton_tem_fused_mm_1", "compute-bound", "pytorch/pytorch#108449 (templates: triton_tem_)"),
+    # Hopper cuBLAS GEMMs.
+    ("nvjet_hsh_192x192_64x3_2x1_v_bz_coopB_NTN", "compute-bound",
+     "NVIDIA/Fuser#3137 (nsys kernel summary, H100)"),
+    ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT", "compute-bound",
+     "NVIDIA/Fuser#3279 (nsys kernel summary, H100)"),
+    ("nvjet_sm90_hss_320x128", "compute-bound", "GindaChen/nsys-ai#582 (H100 capture)"),
+    # FlashAttention, the library's and the workbook's own Triton kernels.
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<(int)32, (int)128, (int)128, (int)4, "
+     "(bool)0, (bool)0, cutlass::half_t>>(Flash_fwd_params)", "compute-bound",
+     "Dao-AILab/flash-attention#1202 (nsys)"),
+    ("_flash_forward_kernel", "compute-bound", "perflab.attention.flash_triton"),
+    ("_flash_backward_kv_kernel", "compute-bound", "perflab.attention.flash_triton"),
+    ("_flash_backward_q_kernel", "compute-bound", "perflab.attention.flash_triton"),
+    ("_weighted_sum_forward_kernel", "memory-bound", "perflab.attention.weighted_sum"),
+    # CPU operators (torch.profiler on a CPU; collectives on Gloo).
+    ("aten::broadcast_to", "other", "huggingface/blog#3408 (view ops launch no kernel)"),
+    ("aten::as_strided", "other", "huggingface/blog#3408 (view ops launch no kernel)"),
+    ("aten::_unsafe_view", "other", "huggingface/blog#3408 (view ops launch no kernel)"),
+    ("aten::t", "other", "huggingface/blog#3408 (view ops launch no kernel)"),
+    ("gloo:all_reduce", "communication", "torch.profiler of a Gloo all_reduce (notebook 07)"),
+    ("c10d::allreduce_", "communication", "torch.profiler of a c10d collective"),
+    ("record_param_comms", "communication", "torch.profiler of a c10d collective"),
+    ("aten::mm", "compute-bound", "torch.profiler on CPU"),
+    ("aten::addmm", "compute-bound", "torch.profiler on CPU"),
+    ("aten::_scaled_dot_product_flash_attention_for_cpu", "compute-bound", "torch.profiler on CPU"),
+    ("aten::_log_softmax", "memory-bound", "torch.profiler on CPU"),
+    ("aten::copy_", "memory-bound", "torch.profiler on CPU"),
+    ("aten::commit_something", "other", "negative control: no rule matches"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name, category, source", PUBLIC_KERNEL_NAMES)
+def test_classification_rules(name, category, source):
+    assert classify(name) == category, f"{name} (seen in {source})"
 
 
 def test_short_names_drop_void_and_arguments():

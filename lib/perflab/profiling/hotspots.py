@@ -8,22 +8,33 @@ A trace without kernels (a CPU run) falls back to CPU operators' self time, labe
 
 Categories, by the first rule that matches the lower-cased kernel name:
 
-1. **communication**: collectives and point-to-point transfers: ``nccl``, ``gloo``,
-   ``allreduce`` / ``all_reduce``, ``allgather``, ``reducescatter``, ``broadcast``,
-   ``alltoall``, ``sendrecv``, ``c10d``.
-2. **compute-bound**: dense matrix products and what is built from them: ``gemm``, ``matmul``,
-   the ATen ops ``mm`` / ``bmm`` / ``addmm`` / ``baddbmm`` / ``linear`` as whole words,
-   ``conv`` (not ``convert``), cuDNN's ``scudnn``, ``cutlass``, ``cublas``,
-   ``xmma`` / ``wgmma`` / ``hmma``,
-   fused attention (``flash``, ``fmha``, ``attention``, ``scaled_dot_product``) and Triton
-   templates of a matmul (``triton_tem``).
-3. **memory-bound**: work that moves each byte a few times: elementwise and vectorized
+1. **Inductor's generated kernels by their kind prefix** (``torch._inductor`` names a Triton
+   kernel ``triton_<kind>_fused_<ops>_<n>``): ``triton_poi_`` (pointwise), ``triton_red_``
+   (reduction), ``triton_per_`` (persistent reduction), ``triton_for_`` (foreach) are
+   **memory-bound** even when the fused ops are named ``addmm`` or ``mm``: the matmul itself
+   runs as an extern GEMM beside them; ``triton_tem_`` (a matmul template) is
+   **compute-bound**.
+2. **communication**: names of NCCL, Gloo and c10d only (``nccl``, ``gloo``, ``c10d``,
+   ``record_param_comms``), so that ``aten::broadcast_to`` is not a collective.
+3. **other**: ATen view operators (``aten::view``, ``aten::broadcast_to``, ``aten::t`` ...),
+   which only rewrite shape and strides and launch no kernel.
+4. **memory-bound**: split-K reductions of GEMM partial results (``splitKreduce``,
+   ``ReduceSplitK``), though cuBLAS and CUTLASS name them.
+5. **compute-bound**: dense matrix products and what is built from them: ``gemm``,
+   ``matmul``, the ATen ops ``mm`` / ``bmm`` / ``addmm`` / ``baddbmm`` / ``linear`` as whole
+   words, ``conv`` (not ``convert``), cuDNN's ``scudnn``, ``cutlass``, ``cublas``,
+   ``xmma`` / ``wgmma`` / ``hmma``, Hopper cuBLAS's ``nvjet``, fused attention (``flash``,
+   the workbook's ``_flash_*_kernel`` included, ``fmha``, ``attention``,
+   ``scaled_dot_product``).
+6. **memory-bound**: work that moves each byte a few times: elementwise and vectorized
    kernels, reductions, copies and fills, layout changes (``nchw``/``nhwc``, transpose,
    ``cat``), normalisation (``norm``, ``bn_``), softmax, embedding, index/gather/scatter,
    optimizer updates (``adam``, ``sgd``, ``foreach``), activations and arithmetic
-   (``add``, ``mul``, ``exp``, ``sqrt`` ...), Triton pointwise and reduction kernels
-   (``triton_poi`` / ``triton_red`` / ``triton_per``).
-4. **other**: none of the above.
+   (``add``, ``mul``, ``exp``, ``sqrt`` ...), the workbook's weighted sum.
+7. **other**: none of the above.
+
+``tests/test_profiling.py`` checks the rules on kernel names gathered from public traces and
+reports, each with its source.
 """
 
 from __future__ import annotations
@@ -47,17 +58,23 @@ from perflab.profiling.trace import (
 
 CATEGORIES = ("communication", "compute-bound", "memory-bound", "other")
 
+_VIEW_OPS = ("view|_unsafe_view|reshape|_reshape_alias|expand|expand_as|broadcast_to|as_strided"
+             "|t|transpose|permute|unsqueeze|squeeze|slice|select|split|chunk|narrow|detach"
+             "|alias|flatten|unflatten|unbind")
 _RULES = [
-    ("communication", r"nccl|gloo|all_?reduce|all_?gather|reduce_?scatter|broadcast"
-                      r"|all_?to_?all|send_?recv|c10d"),
+    ("memory-bound", r"^triton_(poi|red|per|for)_"),
+    ("compute-bound", r"^triton_tem_"),
+    ("communication", r"nccl|gloo|c10d|record_param_comms"),
+    ("other", rf"^aten::({_VIEW_OPS})$"),
+    ("memory-bound", r"split_?k_?reduce|reduce_?split_?k"),
     ("compute-bound", r"gemm|matmul|(?<![a-z])(mm|bmm|addmm|baddbmm|linear)(?![a-z])"
-                      r"|conv(?!ert)|scudnn|cutlass|cublas|[xwh]mma|flash|fmha|attention"
-                      r"|scaled_dot_product|triton_tem"),
+                      r"|conv(?!ert)|scudnn|cutlass|cublas|[xwh]mma|nvjet|flash|fmha|attention"
+                      r"|scaled_dot_product"),
     ("memory-bound", r"elementwise|vectorized|reduce|reduction|copy|memcpy|memset|fill"
                      r"|nchw|nhwc|transpose|permute|contiguous|(?<![a-z])cat(?![a-z])"
                      r"|norm|bn_|softmax|embedding|index|gather|scatter|adam|sgd|foreach"
                      r"|relu|gelu|silu|sigmoid|tanh|threshold|clamp|dropout|where|add|mul|div"
-                     r"|sub|exp|log|sqrt|pow|neg|abs|sum|mean|triton_(poi|red|per)"),
+                     r"|sub|exp|log|sqrt|pow|neg|abs|sum|mean"),
 ]  # fmt: skip
 _COMPILED = [(category, re.compile(pattern)) for category, pattern in _RULES]
 
