@@ -20,7 +20,13 @@ import torch
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.collectives import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
-from perflab.distributed.launch import _alive, raise_on_rank
+from perflab.distributed.launch import (
+    PERFLAB_DIR,
+    _alive,
+    parent_pid,
+    raise_on_rank,
+    unpicklable_result,
+)
 from perflab.distributed.memory import fsdp_memory, zero_memory
 from perflab.distributed.parity import (
     accumulation_parity_all,
@@ -241,3 +247,28 @@ def test_sharded_optimizer_state_dict_resumes_exactly_with_the_saved_learning_ra
     for row in launch(zero_resume_parity, 2):
         assert row["lr_after_load"] == row["outer_lr_after_load"] == 0.01, row
         assert row["max_param_diff"] == 0.0, row
+
+
+def test_a_result_that_cannot_be_pickled_is_reported_at_once_naming_the_rank():
+    start = time.monotonic()
+    with pytest.raises(RankError, match="cannot be pickled") as caught:
+        launch(unpicklable_result, 2, timeout_s=120)
+    assert time.monotonic() - start < 30  # not the 120 s timeout
+    assert caught.value.rank in (0, 1)
+    assert f"rank {caught.value.rank}: the return value of unpicklable_result" in str(caught.value)
+    assert _no_children_left()
+
+
+def test_the_forkserver_restarts_when_perflab_sources_change():
+    """Ranks fork from a long-lived server that has perflab imported; after a source file
+    changes (here: its modification time), the next launch must use a fresh server."""
+    first = launch(parent_pid, 2)
+    assert launch(parent_pid, 2) == first  # unchanged sources: the same server
+    source = PERFLAB_DIR / "distributed" / "toy.py"
+    times = source.stat()
+    try:
+        os.utime(source, ns=(times.st_atime_ns, times.st_mtime_ns + 1_000_000_000))
+        after = launch(parent_pid, 2)
+    finally:
+        os.utime(source, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert set(after).isdisjoint(first)

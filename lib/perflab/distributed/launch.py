@@ -9,9 +9,14 @@ importable module (never in a notebook): child processes import it by name.
 
 Failure handling: the first rank to raise ends the run; the other ranks are killed (they may be
 blocked in a collective waiting for the dead one) and ``RankError`` carries the failing rank
-and its traceback into the caller. A rank that dies without a traceback (a signal, a segfault)
-and a run longer than ``timeout_s`` end it the same way. Ranks also end when the caller dies,
-so no process is left behind.
+and its traceback into the caller. A rank whose return value cannot be pickled fails the same
+way, at once. A rank that dies without a traceback (a signal, a segfault) and a run longer than
+``timeout_s`` end it the same way. Ranks also end when the caller dies, so no process is left
+behind.
+
+Fresh code: the forkserver has perflab imported, so after a perflab source file is edited (and
+reloaded in a notebook) its ranks would run the old code. ``launch`` fingerprints perflab's
+sources (paths, sizes, modification times) and starts a new forkserver when they changed.
 
 Under ``torchrun`` (several machines, or ``python -m perflab.distributed``), the same ``fn``
 runs after ``init_process_group_from_env()``, which reads the variables torchrun sets.
@@ -20,14 +25,18 @@ runs after ``init_process_group_from_env()``, which reads the variables torchrun
 from __future__ import annotations
 
 import datetime
+import hashlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
+import pickle
 import queue
 import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -150,7 +159,15 @@ def _run_rank(rank, world_size, port, backend, threads, fn, args, results, calle
     torch.set_num_threads(threads)
     try:
         init_process_group_from_env(backend)
-        results.put((rank, "ok", fn(*args)))
+        result = fn(*args)
+        try:  # here, not in the queue's feeder thread, which would only print the error
+            payload = pickle.dumps(result)
+        except Exception as error:
+            raise TypeError(
+                f"rank {rank}: the return value of {getattr(fn, '__name__', fn)} cannot be "
+                f"pickled to send it to the caller ({type(result).__name__}): {error}"
+            ) from error
+        results.put((rank, "ok", payload))
     except BaseException:
         results.put((rank, "error", traceback.format_exc()))
     finally:
@@ -159,14 +176,33 @@ def _run_rank(rank, world_size, port, backend, threads, fn, args, results, calle
 
 
 _CONTEXT = None
+_SOURCES_SEEN: str | None = None
+PERFLAB_DIR = Path(__file__).resolve().parents[1]
+
+
+def source_fingerprint(root: Path = PERFLAB_DIR) -> str:
+    """A digest of every .py file's path, size and modification time under ``root``: changes
+    when a source file is edited, added or removed."""
+    digest = hashlib.sha1()
+    for path in sorted(root.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
 
 
 def _context():
-    """A forkserver that has imported torch once; each rank is forked from it."""
-    global _CONTEXT
+    """A forkserver that has imported torch once; each rank is forked from it. Started anew
+    when perflab's sources changed since the last launch (its ranks would run the old code)."""
+    global _CONTEXT, _SOURCES_SEEN
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "perflab.distributed"])
+    sources = source_fingerprint()
+    if _SOURCES_SEEN is not None and sources != _SOURCES_SEEN:
+        # The next process start launches a fresh server. ``_stop`` is the standard library's
+        # own way to stop it (used by its tests); no rank of an earlier launch is still alive.
+        multiprocessing.forkserver._forkserver._stop()
+    _SOURCES_SEEN = sources
     return _CONTEXT
 
 
@@ -238,12 +274,24 @@ def launch(
                 continue
             if status == "error":
                 raise RankError(rank, payload)
-            returned[rank] = payload
+            returned[rank] = pickle.loads(payload)
     except BaseException:
         _stop(processes, grace_s=0)
         raise
     _stop(processes, grace_s=30)
     return [returned[rank] for rank in range(world_size)]
+
+
+def parent_pid() -> int:
+    """This rank's parent process: the forkserver it was forked from (tests use it to see
+    that a new forkserver starts after perflab's sources change)."""
+    return os.getppid()
+
+
+def unpicklable_result() -> object:
+    """A return value that cannot be sent back (a lambda): the launcher must report it at
+    once, naming the rank, instead of waiting for the timeout."""
+    return lambda: None
 
 
 def raise_on_rank(failing_rank: int, message: str = "this rank failed on purpose") -> int:
