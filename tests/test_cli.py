@@ -35,6 +35,8 @@ def perflab(*args, **kwargs):
             "no parameter no_such_parameter in 01_benchmarking; valid: device, dtype",
         ),
         (["frobnicate"], "choose from 'run', 'bench'"),
+        (["kernels", "--target", "sm_75"], "choose from 'sm_80', 'sm_90', 'sm_100'"),
+        (["kernels", "--dtype", "fp8"], "choose from 'fp32', 'fp16', 'bf16'"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args, message):
@@ -153,3 +155,14 @@ def test_notebook_names_resolve():
 )
 def test_parameter_values(text, value):
     assert parse_parameter_value(text) == value
+
+
+def test_kernels_compiles_for_a_target_and_prints_the_table():
+    done = perflab("kernels", "--kernel", "weighted_sum_forward", "flash_forward",
+                   "--target", "sm_90", "--head-dim", "64", "--summary")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["kernel", "target", "compiles", "failed"]
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    assert rows["flash_forward"][1:4] == ["sm_90", "20", "0"]  # 10 configs, causal and not
+    assert rows["weighted_sum_forward"][1:4] == ["sm_90", "1", "0"]

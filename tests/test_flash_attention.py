@@ -201,3 +201,53 @@ def test_correctness_table_flags_a_wrong_implementation():
     assert good["within_tolerance"].all() and good["output"].iloc[0] < 1e-5
     bad = correctness_table(OnePercentOff, [(2, 17, 33, 16, True)], torch.float32)
     assert not bad["within_tolerance"].any() and bad["output"].iloc[0] > 1e-3
+
+
+def test_launch_grid_puts_the_batch_on_the_unlimited_axis():
+    """CUDA allows 2^31 - 1 programs on grid axis 0 but 65,535 on axis 1: the batch (batch x
+    heads from the model, easily past 65,535) goes on axis 0, the tiles on axis 1."""
+    from perflab.attention.flash_triton import MAX_GRID_Y, launch_grid
+
+    assert launch_grid(70_000, 1000, 64) == (70_000, 16)
+    assert launch_grid(1, 64 * MAX_GRID_Y, 64) == (1, MAX_GRID_Y)
+    with pytest.raises(ValueError, match="at most 2\\^31 - 1 batch elements"):
+        launch_grid(1, 64 * MAX_GRID_Y + 1, 64)
+
+
+def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
+    """Forward and backward on inputs whose third batch element starts 2^31 + 2^11 elements
+    into its buffer (4 GiB buffers, allocated lazily: ~0.4 GB touched), against float64. Run in
+    a child process, so that a wrong address fails the test instead of crashing pytest. The
+    interpreter computes offsets in 64 bits either way; that the compiled kernels do is
+    checked in their IR (``test_aot_compile``)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import torch
+        from perflab.attention import flash_triton as ft
+        from perflab.attention.reference import naive_attention
+        torch.manual_seed(0)
+        batch, n, d = 3, 32, 16
+        stride = 2**30 + 2**10
+        def view():
+            buf = torch.empty(stride * (batch - 1) + n * d, dtype=torch.float16)
+            return buf.as_strided((batch, n, d), (stride, d, 1))
+        q, k, out, dq, dk, dv = (view() for _ in range(6))
+        q.copy_(torch.randn(batch, n, d))
+        k.copy_(torch.randn(batch, n, d))
+        lse = torch.empty(batch, n)
+        ft.launch_forward(q, k, k, out, lse, True)
+        qs, ks, vs = (t.contiguous().double().requires_grad_() for t in (q, k, k))
+        ref = naive_attention(qs, ks, vs, is_causal=True)
+        ref.backward(q.contiguous().double())  # dO = q's values, read through q's strides
+        delta = (q.float() * out.float()).sum(-1).contiguous()
+        ft.launch_backward(q, k, k, q, lse, delta, dq, dk, dv, True)
+        for got, want in ((out, ref), (dq, qs.grad), (dk, ks.grad), (dv, vs.grad)):
+            assert (got.double() - want.detach()).abs().max() < 1e-2
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

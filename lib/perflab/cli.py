@@ -4,10 +4,14 @@
     perflab bench --preset NAME --context-length N --mode MODE --warmup W --steps N
                   [--batch-size B] [--dtype D] [--device D] [--format {table,json}]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
+    perflab kernels [--target sm_80|sm_90|sm_100 ...] [--dtype fp16 ...] [--head-dim D ...]
+                    [--summary] [--format {table,csv}]
 
 ``run`` executes notebooks with papermill; ``bench`` times one configuration (the command that
 ``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a Chrome/Kineto trace, or compares
-a baseline trace with an optimized one. Bad arguments exit with status 2 and a one-line message
+a baseline trace with an optimized one; ``kernels`` compiles every Triton kernel of the workbook
+for GPU targets (no GPU needed) and prints registers, spills and shared memory per
+configuration. Bad arguments exit with status 2 and a one-line message
 naming the valid choices.
 """
 
@@ -209,9 +213,32 @@ def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
+def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.attention.aot import KERNEL_NAMES, compile_table, jobs, summary
+
+    try:
+        job_list = jobs(kernels=args.kernel or KERNEL_NAMES, targets=args.target, dtypes=args.dtype,
+                        head_dims=args.head_dim)  # fmt: skip
+    except ValueError as error:
+        parser.error(str(error))
+    table = compile_table(job_list)
+    shown = summary(table) if args.summary else table
+    if args.format == "csv":
+        print(shown.to_csv(index=False), end="")
+    else:
+        columns = [c for c in shown.columns if c not in ("error", "max_shared_bytes")]
+        print(shown[columns].to_string(index=False))
+    failed = table[table["status"] != "ok"]
+    for _, row in failed.iterrows():
+        print(f"{row['kernel']} {row['target']} {row['dtype']}: {row['error']}", file=sys.stderr)
+    return 1 if len(failed) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,bench,hotspots}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{run,bench,hotspots,kernels}"
+    )
 
     run = commands.add_parser("run", help="execute notebooks with papermill")
     run.add_argument(
@@ -255,6 +282,22 @@ def build_parser() -> argparse.ArgumentParser:
     hotspots.add_argument("--top", type=_count(1), help="show only the first K rows")
     hotspots.add_argument("--format", choices=("table", "csv"), default="table")
     hotspots.set_defaults(handler=_hotspots, subparser=hotspots)
+
+    from perflab.attention.aot import DTYPES as KERNEL_DTYPES
+    from perflab.attention.aot import KERNEL_NAMES
+    from perflab.attention.triton_compile import TARGETS
+
+    kernels = commands.add_parser(
+        "kernels", help="compile the Triton kernels for GPU targets; registers, spills, shared"
+    )
+    kernels.add_argument("--target", nargs="+", choices=list(TARGETS), default=["sm_90"])
+    kernels.add_argument("--dtype", nargs="+", choices=KERNEL_DTYPES, default=["fp16"])
+    kernels.add_argument("--head-dim", nargs="+", type=int, choices=(16, 32, 64, 128),
+                         default=[128])  # fmt: skip
+    kernels.add_argument("--kernel", nargs="+", choices=KERNEL_NAMES, help="default: all")
+    kernels.add_argument("--summary", action="store_true", help="one row per kernel and target")
+    kernels.add_argument("--format", choices=("table", "csv"), default="table")
+    kernels.set_defaults(handler=_kernels, subparser=kernels)
     return parser
 
 

@@ -9,7 +9,14 @@ Written with plain pointer arithmetic and masks (no block pointers, which curren
 longer supports), so the same kernels run compiled on CUDA and in the Triton interpreter on a
 CPU (``TRITON_INTERPRET=1``, set here before the kernels are defined when there is no CUDA).
 The interpreter cannot compute bfloat16, so bfloat16 inputs are refused there. float32 dots use
-``input_precision="ieee"`` (no TF32), so results match a float32 reference.
+``input_precision="ieee"`` (no TF32), so results match a float32 reference. The interpreter does
+not type-check what the compiler rejects, so ``perflab.attention.aot`` compiles every kernel
+for sm_80, sm_90 and sm_100 in the test suite.
+
+Launch grid: (batch, tiles), the batch (batch x heads when called from the model) on axis 0,
+which CUDA allows up to 2^31 - 1 programs, the tiles on axis 1 (at most 65,535). Offsets to a
+batch element are 64-bit (``b * stride`` passes 2^31 elements in large inputs); offsets within
+one (n, d) matrix stay 32-bit, enough for n * d < 2^31.
 """
 
 from __future__ import annotations
@@ -27,11 +34,21 @@ import triton  # noqa: E402  (after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
 
 from perflab.attention.flash_torch import as_model_attention, check_inputs  # noqa: E402
+from perflab.attention.triton_compile import TRITON_DTYPES, Target, compile_kernel  # noqa: E402
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs power-of-two sizes of at least 16
 INTERPRETER_TILE = 16  # small tiles: the interpreter runs each program in NumPy
-# On a GPU the tile sizes, warps and stages are autotuned per (n_q, n_k, d, causal).
+#: CUDA's limit on grid axes 1 and 2 (axis 0 takes up to 2^31 - 1).
+MAX_GRID_Y = 65_535
+#: On a GPU the tile sizes, warps and stages are autotuned per (n_q, n_k, d, causal) over these
+#: (BQ, BK, num_warps, num_stages), after dropping those that need more shared memory than the
+#: GPU has.
+AUTOTUNE_CONFIGS = [
+    (bq, bk, warps, stages)
+    for bq, bk in ((64, 64), (128, 64), (64, 128), (128, 128), (32, 64))
+    for warps, stages in ((4, 2), (8, 3))
+]
 
 
 @triton.jit
@@ -42,7 +59,7 @@ def _load_rows(base, offs, stride, offs_d, n):
 
 
 @triton.jit
-def _forward_kernel(
+def _flash_forward_kernel(
     # tensors: Q (b, n_q, d), K and V (b, n_k, d), Out like Q, L (b, n_q) in float32
     Q, K, V, Out, L,
     # strides, in elements
@@ -54,7 +71,7 @@ def _forward_kernel(
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    tile, b = tl.program_id(0), tl.program_id(1)
+    b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
     offs_q = tile * BQ + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
     q = _load_rows(Q + b * stride_qb, offs_q, stride_qn, offs_d, N_Q)
@@ -72,7 +89,9 @@ def _forward_kernel(
         k = _load_rows(K + b * stride_kb, offs_k, stride_kn, offs_d, N_K)
         v = _load_rows(V + b * stride_vb, offs_k, stride_vn, offs_d, N_K)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
-        visible = offs_k[None, :] < N_K
+        # (BQ, BK) from the start: a branch may not change a variable's shape (the compiler
+        # rejects it; the interpreter does not check).
+        visible = tl.broadcast_to(offs_k[None, :] < N_K, (BQ, BK))
         if IS_CAUSAL:
             if k_start >= k_full:  # diagonal tiles only: the others need no causal mask
                 visible = visible & (offs_k[None, :] <= offs_q[:, None] + offset)
@@ -105,7 +124,7 @@ def _tile_probabilities(q, k, lse, offs_q, offs_k, N_Q, N_K, scale, offset,
 
 
 @triton.jit
-def _backward_kv_kernel(
+def _flash_backward_kv_kernel(
     # tensors: inputs, upstream gradient dO, L and D = rowsum(dO * O) (b, n_q), outputs dK, dV
     Q, K, V, DO, L, DELTA, DK, DV,
     # strides, in elements (dO shares Q's layout, dK and dV share K's; L and D are contiguous)
@@ -114,7 +133,7 @@ def _backward_kv_kernel(
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    tile, b = tl.program_id(0), tl.program_id(1)
+    b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
     offs_k = tile * BK + tl.arange(0, BK)
     offs_d = tl.arange(0, D)
     k_mask = offs_k[:, None] < N_K
@@ -145,7 +164,7 @@ def _backward_kv_kernel(
 
 
 @triton.jit
-def _backward_q_kernel(
+def _flash_backward_q_kernel(
     # tensors: inputs, dO, L and D (b, n_q), output dQ (Q's layout)
     Q, K, V, DO, L, DELTA, DQ,
     stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_lb,
@@ -153,7 +172,7 @@ def _backward_q_kernel(
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):  # fmt: skip
-    tile, b = tl.program_id(0), tl.program_id(1)
+    b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
     offs_q = tile * BQ + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
     q_mask = offs_q[:, None] < N_Q
@@ -179,23 +198,140 @@ def _backward_q_kernel(
              grad_q.to(DQ.dtype.element_ty), mask=q_mask)  # fmt: skip
 
 
+def _triton_configs() -> list:
+    return [triton.Config({"BQ": bq, "BK": bk}, num_warps=warps, num_stages=stages)
+            for bq, bk, warps, stages in AUTOTUNE_CONFIGS]  # fmt: skip
+
+
+def argument_types(args: dict) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Triton types of a launch's runtime arguments (tensors as pointers, ints as i32 or i64,
+    floats as fp32) and the names Triton's launcher marks divisible by 16."""
+    types, divisible = {}, []
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            types[name] = "*" + TRITON_DTYPES[value.dtype]
+            aligned = value.data_ptr() % 16 == 0
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        elif isinstance(value, int):
+            types[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            aligned = value % 16 == 0
+        else:
+            types[name] = "fp32"
+            aligned = False
+        if aligned:
+            divisible.append(name)
+    return types, tuple(divisible)
+
+
+def configs_that_fit(kernel, configs: list, args: dict, constexprs: dict, target: Target) -> list:
+    """The autotune ``configs`` whose compiled ``kernel`` needs no more shared memory than
+    ``target`` has, for a launch with runtime ``args`` and compile-time ``constexprs``.
+
+    Each configuration is compiled once (Triton caches it, so autotuning reuses the binary)."""
+    types, divisible = argument_types(args)
+    kept = []
+    for config in configs:
+        compiled = compile_kernel(kernel, types, {**constexprs, **config.kwargs},
+                                  num_warps=config.num_warps, num_stages=config.num_stages,
+                                  target=target, divisible=divisible)  # fmt: skip
+        if compiled.metadata.shared <= target.max_shared_bytes:
+            kept.append(config)
+    if not kept:
+        raise ValueError(
+            f"no autotune configuration of {kernel.__name__} fits in {target.max_shared_bytes} "
+            f"bytes of shared memory on {target.name} (constexprs {constexprs})"
+        )
+    return kept
+
+
+def _current_target() -> Target:  # GPU-only
+    from triton.runtime import driver
+
+    device = torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(device)
+    shared = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+    return Target(f"sm_{major}{minor}", 10 * major + minor, torch.cuda.get_device_name(device),
+                  shared)  # fmt: skip
+
+
+def _shared_memory_pruner(kernel):
+    """``early_config_prune`` for ``triton.autotune``: drops configurations that would not fit
+    this GPU's shared memory before any is benchmarked (GPU-only)."""
+
+    def prune(configs, named_args, **kwargs):
+        constexprs = {k: v for k, v in kwargs.items() if k in kernel.arg_names}
+        runtime = {k: v for k, v in named_args.items() if k not in constexprs}
+        return configs_that_fit(kernel, configs, runtime, constexprs, _current_target())
+
+    return prune
+
+
 def _tuned(kernel):
-    """``kernel`` autotuned over tile sizes on a GPU; in the interpreter, fixed small tiles."""
+    """``kernel`` autotuned over ``AUTOTUNE_CONFIGS`` on a GPU; in the interpreter, fixed small
+    tiles."""
     if INTERPRETED:
         return kernel
-    configs = [
-        triton.Config({"BQ": bq, "BK": bk}, num_warps=warps, num_stages=stages)
-        for bq, bk in ((64, 64), (128, 64), (64, 128), (128, 128), (32, 64))
-        for warps, stages in ((4, 2), (8, 3))
-    ]
-    return triton.autotune(configs=configs, key=["N_Q", "N_K", "D", "IS_CAUSAL"])(kernel)
+    return triton.autotune(configs=_triton_configs(), key=["N_Q", "N_K", "D", "IS_CAUSAL"],
+                           prune_configs_by={"early_config_prune": _shared_memory_pruner(kernel)}
+                           )(kernel)  # fmt: skip
 
 
-_forward = _tuned(_forward_kernel)
-_backward_kv = _tuned(_backward_kv_kernel)
-_backward_q = _tuned(_backward_q_kernel)
+_forward = _tuned(_flash_forward_kernel)
+_backward_kv = _tuned(_flash_backward_kv_kernel)
+_backward_q = _tuned(_flash_backward_q_kernel)
 #: Tile sizes passed explicitly in the interpreter; the autotuner picks them on a GPU.
 _FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED else {}
+
+
+def launch_grid(batch: int, n: int, tile: int) -> tuple[int, int]:
+    """The grid of a kernel over ``batch`` (axis 0) and tiles of ``tile`` rows of ``n`` (axis 1),
+    or one clear error where CUDA could not launch it."""
+    tiles = triton.cdiv(n, tile)
+    if batch > 2**31 - 1 or tiles > MAX_GRID_Y:
+        raise ValueError(
+            f"grid ({batch}, {tiles}) too large: at most 2^31 - 1 batch elements (batch x heads) "
+            f"and {MAX_GRID_Y} tiles of {tile} (sequence length {n})"
+        )
+    return batch, tiles
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def launch_forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                   is_causal: bool) -> None:  # fmt: skip
+    """The forward kernel on q (b, n_q, d), k, v (b, n_k, d) writing out (like q) and the
+    logsumexp lse (b, n_q, float32). Rows must be contiguous (stride 1 along d); the batch
+    stride may be anything, 2^31 elements or more included."""
+    batch, n_q, d = q.shape
+    _forward[lambda meta: launch_grid(batch, n_q, meta["BQ"])](
+        q, k, v, out, lse,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), lse.stride(0),
+        n_q, k.shape[1], 1 / math.sqrt(d),
+        D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_FIXED_TILES,
+    )  # fmt: skip
+
+
+def launch_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, lse: Tensor,
+                    delta: Tensor, grad_q: Tensor, grad_k: Tensor, grad_v: Tensor,
+                    is_causal: bool) -> None:  # fmt: skip
+    """The two backward kernels. dO and dQ share q's strides, dK and dV k's (v may differ);
+    lse and delta = rowsum(dO * O) are (b, n_q) float32 with one stride."""
+    batch, n_q, d = q.shape
+    n_k = k.shape[1]
+    strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+               lse.stride(0))  # fmt: skip
+    meta = dict(D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_FIXED_TILES)
+    scale = 1 / math.sqrt(d)
+    _backward_kv[lambda m: launch_grid(batch, n_k, m["BK"])](
+        q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta
+    )
+    _backward_q[lambda m: launch_grid(batch, n_q, m["BQ"])](
+        q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta
+    )
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -211,7 +347,7 @@ def _check(q: Tensor, k: Tensor, v: Tensor) -> None:
 class FlashAttentionTriton(torch.autograd.Function):
     """``FlashAttentionTriton.apply(q, k, v, is_causal=False)`` for q (b, n_q, d), k, v (b, n_k, d).
 
-    One program per (query tile, batch element) in the forward; saves q, k, v, the output and
+    One program per (batch element, query tile) in the forward; saves q, k, v, the output and
     the logsumexp (b, n_q) for backward.
     """
 
@@ -219,18 +355,10 @@ class FlashAttentionTriton(torch.autograd.Function):
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
         _check(q, k, v)
         q, k, v = (t.contiguous() for t in (q, k, v))
-        batch, n_q, d = q.shape
-        n_k = k.shape[1]
+        batch, n_q, _ = q.shape
         out = torch.empty_like(q)
         lse = torch.empty(batch, n_q, device=q.device, dtype=torch.float32)
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
-        _forward[lambda meta: (triton.cdiv(n_q, meta["BQ"]), batch)](
-            q, k, v, out, lse,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            out.stride(0), out.stride(1), lse.stride(0),
-            n_q, n_k, 1 / math.sqrt(d),
-            D=d, IS_CAUSAL=is_causal, PRECISION=precision, **_FIXED_TILES,
-        )  # fmt: skip
+        launch_forward(q, k, v, out, lse, is_causal)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.is_causal = is_causal
         return out
@@ -239,21 +367,9 @@ class FlashAttentionTriton(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
         grad_out = grad_out.contiguous()
-        batch, n_q, d = q.shape
-        n_k = k.shape[1]
         delta = (grad_out.float() * out.float()).sum(dim=-1).contiguous()  # D = rowsum(dO * O)
         grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        precision = "ieee" if q.dtype == torch.float32 else "tf32"
-        strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                   lse.stride(0))  # fmt: skip
-        meta = dict(D=d, IS_CAUSAL=ctx.is_causal, PRECISION=precision, **_FIXED_TILES)
-        scale = 1 / math.sqrt(d)
-        _backward_kv[lambda m: (triton.cdiv(n_k, m["BK"]), batch)](
-            q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta
-        )
-        _backward_q[lambda m: (triton.cdiv(n_q, m["BQ"]), batch)](
-            q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta
-        )
+        launch_backward(q, k, v, grad_out, lse, delta, grad_q, grad_k, grad_v, ctx.is_causal)
         return grad_q, grad_k, grad_v, None
 
 

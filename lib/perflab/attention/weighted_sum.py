@@ -6,6 +6,7 @@ writes rows; it does 2*rows*D FLOPs, so it is memory-bound on every device. Back
 dx = dy[:, None] * w (an outer product, written once), dw = sum_rows dy[:, None] * x, summed per
 row tile in the kernel and across tiles in PyTorch (one partial row per program, no atomics).
 Each program handles ROWS rows and walks the D axis in chunks of COLS with masks, so any D works.
+Row offsets are 64-bit: ``row * stride`` passes 2^31 elements in a large input.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ COLS = 32  # columns per chunk of the D axis
 
 
 @triton.jit
-def _forward_kernel(
+def _weighted_sum_forward_kernel(
     X, W, Y,  # x (rows, D) with row stride, w (D,), y (rows,)
     stride_x, N_ROWS, D,  # sizes
     ROWS: tl.constexpr, COLS: tl.constexpr,  # tile sizes
 ):  # fmt: skip
-    offs_r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    offs_r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     acc = tl.zeros((ROWS,), tl.float32)
     for start in range(0, D, COLS):
         offs_c = start + tl.arange(0, COLS)
@@ -38,12 +39,12 @@ def _forward_kernel(
 
 
 @triton.jit
-def _backward_kernel(
+def _weighted_sum_backward_kernel(
     X, W, DY, DX, DW_PARTIAL,  # inputs, upstream gradient, dx (like x), dw partials (tiles, D)
     stride_x, stride_dx, N_ROWS, D,  # strides and sizes
     ROWS: tl.constexpr, COLS: tl.constexpr,  # tile sizes
 ):  # fmt: skip
-    tile = tl.program_id(0)
+    tile = tl.program_id(0).to(tl.int64)
     offs_r = tile * ROWS + tl.arange(0, ROWS)
     dy = tl.load(DY + offs_r, mask=offs_r < N_ROWS, other=0.0).to(tl.float32)
     for start in range(0, D, COLS):
@@ -77,7 +78,7 @@ class WeightedSumTriton(torch.autograd.Function):
         w = w.contiguous()
         y = torch.empty(x2.shape[0], device=x.device, dtype=x.dtype)
         grid = (triton.cdiv(x2.shape[0], ROWS),)
-        _forward_kernel[grid](
+        _weighted_sum_forward_kernel[grid](
             x2, w, y, x2.stride(0), x2.shape[0], x2.shape[1], ROWS=ROWS, COLS=COLS
         )
         ctx.save_for_backward(x2, w)
@@ -91,7 +92,9 @@ class WeightedSumTriton(torch.autograd.Function):
         tiles = triton.cdiv(x2.shape[0], ROWS)
         grad_x = torch.empty_like(x2)
         partial = torch.empty(tiles, x2.shape[1], device=x2.device, dtype=torch.float32)
-        _backward_kernel[(tiles,)](x2, w, grad_y, grad_x, partial, x2.stride(0), grad_x.stride(0),
-                                   x2.shape[0], x2.shape[1], ROWS=ROWS, COLS=COLS)  # fmt: skip
+        _weighted_sum_backward_kernel[(tiles,)](
+            x2, w, grad_y, grad_x, partial, x2.stride(0), grad_x.stride(0), x2.shape[0],
+            x2.shape[1], ROWS=ROWS, COLS=COLS,
+        )  # fmt: skip
         grad_w = partial.sum(dim=0).to(w.dtype)
         return grad_x.reshape(*ctx.lead, x2.shape[1]), grad_w

@@ -1,0 +1,271 @@
+"""Every Triton kernel of the workbook compiled ahead of time for real GPU targets, on a CPU.
+
+The Triton interpreter runs the kernels on a CPU but does not type-check what the compiler
+rejects, so a kernel can pass every interpreted test and fail on its first GPU launch. Here
+each kernel is compiled to a cubin (``triton_compile``) for each target of ``TARGETS``
+(sm_80 A100, sm_90 H100, sm_100 B200), each autotune configuration, causal and not, each
+dtype it accepts; a row per compile records registers, stack, spills, shared memory against
+the target's limit, the strides widened to 64-bit offsets, compile seconds, and the error if
+it failed. The test suite compiles the
+whole matrix (``tests/test_aot_compile.py``); notebook 06 and ``perflab kernels`` show it.
+
+A process that runs kernels on a CPU has them interpreted (``TRITON_INTERPRET=1``), and an
+interpreted kernel cannot be compiled, so ``compile_table`` compiles in child processes that
+import the kernels with ``TRITON_INTERPRET=0``; Triton caches each binary (``~/.triton``), so
+repeated tables take seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from perflab.attention.triton_compile import TARGETS, get_target
+
+#: dtypes a kernel may be compiled for, as Triton names them.
+DTYPES = ("fp32", "fp16", "bf16")
+#: Triton's defaults for a CUDA launch without a config (the weighted-sum kernels).
+DEFAULT_WARPS, DEFAULT_STAGES = 4, 3
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How to compile one kernel: where it lives, its argument types, its configurations."""
+
+    name: str  # as the tables show it
+    module: str
+    attr: str
+    pointers: dict[str, str]  # pointer argument -> "input" (the input dtype) or a Triton dtype
+    floats: tuple[str, ...] = ()
+    attention: bool = False  # takes D, IS_CAUSAL, PRECISION and autotunes BQ, BK
+    fixed: dict = field(default_factory=dict)  # constexprs of kernels that do not autotune
+
+    def load(self):
+        """The kernel's ``JITFunction`` (fails in a process with ``TRITON_INTERPRET=1``)."""
+        import importlib
+
+        kernel = getattr(importlib.import_module(self.module), self.attr)
+        if not hasattr(kernel, "arg_names") or type(kernel).__name__ != "JITFunction":
+            raise RuntimeError(
+                f"{self.name} is interpreted here (TRITON_INTERPRET=1); compile it in a process "
+                "started with TRITON_INTERPRET=0, as compile_table does"
+            )
+        return kernel
+
+
+_FLASH = "perflab.attention.flash_triton"
+_WSUM = "perflab.attention.weighted_sum"
+_QKV = {"Q": "input", "K": "input", "V": "input"}
+KERNELS = (
+    KernelSpec("flash_forward", _FLASH, "_flash_forward_kernel",
+               {**_QKV, "Out": "input", "L": "fp32"}, ("scale",), attention=True),
+    KernelSpec("flash_backward_kv", _FLASH, "_flash_backward_kv_kernel",
+               {**_QKV, "DO": "input", "L": "fp32", "DELTA": "fp32", "DK": "input",
+                "DV": "input"}, ("scale",), attention=True),
+    KernelSpec("flash_backward_q", _FLASH, "_flash_backward_q_kernel",
+               {**_QKV, "DO": "input", "L": "fp32", "DELTA": "fp32", "DQ": "input"},
+               ("scale",), attention=True),
+    KernelSpec("weighted_sum_forward", _WSUM, "_weighted_sum_forward_kernel",
+               {"X": "input", "W": "input", "Y": "input"}, fixed={"ROWS": 16, "COLS": 32}),
+    KernelSpec("weighted_sum_backward", _WSUM, "_weighted_sum_backward_kernel",
+               {"X": "input", "W": "input", "DY": "input", "DX": "input", "DW_PARTIAL": "fp32"},
+               fixed={"ROWS": 16, "COLS": 32}),
+)  # fmt: skip
+KERNEL_NAMES = tuple(spec.name for spec in KERNELS)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One compile: a kernel, a target, a dtype and a configuration."""
+
+    kernel: str
+    target: str
+    dtype: str
+    head_dim: int | None = None
+    causal: bool | None = None
+    block_q: int | None = None
+    block_k: int | None = None
+    num_warps: int = DEFAULT_WARPS
+    num_stages: int = DEFAULT_STAGES
+
+
+def jobs(kernels: Iterable[str] = KERNEL_NAMES, targets: Iterable[str] = tuple(TARGETS),
+         dtypes: Iterable[str] = ("fp16", "bf16"), head_dims: Iterable[int] = (128,),
+         causal: Iterable[bool] = (False, True),
+         configs: list[tuple[int, int, int, int]] | None = None) -> list[Job]:  # fmt: skip
+    """Every combination: attention kernels over head dims, causal flags and autotune configs
+    (``flash_triton.AUTOTUNE_CONFIGS`` unless given); the weighted sum once per dtype."""
+    kernels, targets, dtypes = list(kernels), list(targets), list(dtypes)
+    for name in kernels:
+        if name not in KERNEL_NAMES:
+            raise ValueError(f"unknown kernel {name!r}; valid: {', '.join(KERNEL_NAMES)}")
+    for target in targets:
+        get_target(target)
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    specs = {spec.name: spec for spec in KERNELS}
+    if configs is None:
+        from perflab.attention.flash_triton import AUTOTUNE_CONFIGS as configs
+    out = []
+    for name in kernels:
+        for target in targets:
+            for dtype in dtypes:
+                if not specs[name].attention:
+                    out.append(Job(name, target, dtype))
+                    continue
+                for d in head_dims:
+                    for is_causal in causal:
+                        for bq, bk, warps, stages in configs:
+                            out.append(Job(name, target, dtype, d, is_causal, bq, bk, warps,
+                                           stages))  # fmt: skip
+    return out
+
+
+def _compile_job(job: Job) -> dict:
+    """Compile ``job`` in this process (which must import the kernels uninterpreted)."""
+    from perflab.attention.triton_compile import compile_kernel, resource_usage
+
+    spec = next(s for s in KERNELS if s.name == job.kernel)
+    kernel = spec.load()
+    types = {n: "*" + (job.dtype if t == "input" else t) for n, t in spec.pointers.items()}
+    types.update({n: "fp32" for n in spec.floats})
+    constexprs = dict(spec.fixed)
+    if spec.attention:
+        constexprs.update(D=job.head_dim, IS_CAUSAL=job.causal, BQ=job.block_q, BK=job.block_k,
+                          PRECISION="ieee" if job.dtype == "fp32" else "tf32")  # fmt: skip
+    for name in kernel.arg_names:  # strides and sizes
+        if name not in types and name not in constexprs:
+            types[name] = "i32"
+    # As Triton's launcher specializes them: aligned pointers, strides that are multiples of 16.
+    divisible = tuple(spec.pointers) + tuple(
+        n for n in kernel.arg_names if n.startswith("stride") and n not in ("stride_lb",)
+    )
+    target = get_target(job.target)
+    row = {**asdict(job), "max_shared_bytes": target.max_shared_bytes}
+    start = time.perf_counter()
+    try:
+        compiled = compile_kernel(kernel, types, constexprs, num_warps=job.num_warps,
+                                  num_stages=job.num_stages, target=target,
+                                  divisible=divisible)  # fmt: skip
+        row.update(status="ok", error="", **resource_usage(compiled))
+        # Strides sign-extended to 64 bits before they multiply an index (``b * stride_qb``
+        # past 2^31 elements): read from the Triton IR, where the compiler keeps the names.
+        widened = re.findall(r"arith\.extsi %(stride_\w+) : i32 to i64", compiled.asm["ttir"])
+        row["int64_strides"] = " ".join(sorted(set(widened)))
+        row["fits_shared_memory"] = row["shared_bytes"] <= target.max_shared_bytes
+    except Exception as error:  # a compile error is a row of the table, not the end of it
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        row.update(status="error", error=f"{type(error).__name__}: {' | '.join(lines[-3:])}")
+    row["compile_s"] = time.perf_counter() - start
+    return row
+
+
+def _warn_once_quiet() -> None:
+    # Triton 3.9 warns on every process that TRITON_DEFAULT_FP_FUSION is unset; keep its default.
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
+    """Compile in this process (``workers`` > 1: in a pool of child processes). The caller must
+    have started Python with ``TRITON_INTERPRET=0``."""
+    _warn_once_quiet()
+    if workers <= 1:
+        yield from map(_compile_job, job_list)
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        yield from pool.map(_compile_job, job_list, chunksize=4)
+
+
+def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFrame:
+    """One row per job (``jobs()``), compiled in a child process without the Triton
+    interpreter, ``workers`` compiles at a time (default: one per CPU core)."""
+    workers = workers or os.cpu_count() or 1
+    payload = json.dumps([asdict(job) for job in job_list])
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-m", "perflab.attention.aot", str(workers)],
+                          input=payload, capture_output=True, text=True, env=env)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"ahead-of-time compile failed:\n{done.stderr[-4000:]}")
+    return pd.DataFrame([json.loads(line) for line in done.stdout.splitlines() if line])
+
+
+_USAGE = ("registers", "stack_bytes", "spill_stores", "spill_loads", "shared_bytes")
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel and target: compiles, failures, configurations over the shared memory limit,
+    most registers, any spills, compile seconds."""
+    table = table.reindex(columns=[*table.columns, *(c for c in _USAGE if c not in table)])
+    ok = table["status"] == "ok"
+    grouped = table.assign(
+        failed=~ok,
+        over_limit=ok & (table["shared_bytes"] > table["max_shared_bytes"]),
+        spills=table["spill_stores"].fillna(0) > 0,
+    ).groupby(["kernel", "target"], sort=False)
+    return grouped.agg(
+        compiles=("status", "size"),
+        failed=("failed", "sum"),
+        over_shared_limit=("over_limit", "sum"),
+        max_registers=("registers", "max"),
+        configs_spilling=("spills", "sum"),
+        compile_s=("compile_s", "sum"),
+    ).reset_index()
+
+
+def over_shared_limit(table: pd.DataFrame) -> pd.DataFrame:
+    """The compiled configurations that need more shared memory than their target has: the
+    ones ``flash_triton``'s autotuner prunes on that GPU before benchmarking."""
+    ok = table[table["status"] == "ok"]
+    over = ok[ok["shared_bytes"] > ok["max_shared_bytes"]]
+    columns = ["kernel", "target", "dtype", "head_dim", "causal", "block_q", "block_k",
+               "num_warps", "num_stages", "shared_bytes", "max_shared_bytes"]  # fmt: skip
+    return over[columns].reset_index(drop=True)
+
+
+def plot_shared_memory(table: pd.DataFrame):
+    """Shared memory per autotune configuration of each attention kernel, one panel per
+    kernel, bars per target, the targets' limits as dashed lines."""
+    import matplotlib.pyplot as plt
+
+    flash = table[(table["status"] == "ok") & table["block_q"].notna()].copy()
+    flash["config"] = flash.apply(
+        lambda r: f"{r.block_q:.0f}x{r.block_k:.0f} w{r.num_warps} s{r.num_stages}", axis=1
+    )
+    kernels = list(dict.fromkeys(flash["kernel"]))
+    targets = list(dict.fromkeys(flash["target"]))
+    fig, axes = plt.subplots(1, len(kernels), figsize=(4 * len(kernels), 3.6), sharey=True)
+    for ax, kernel in zip(list(getattr(axes, "flat", [axes])), kernels, strict=True):
+        rows = flash[flash["kernel"] == kernel]
+        per = rows.pivot_table(index="config", columns="target", values="shared_bytes",
+                               aggfunc="max", sort=False)[targets] / 1024  # fmt: skip
+        per.plot.bar(ax=ax, width=0.8)
+        for i, target in enumerate(targets):
+            limit = TARGETS[target].max_shared_bytes / 1024
+            ax.axhline(limit, color=f"C{i}", linestyle="--", linewidth=1)
+        ax.set_title(kernel)
+        ax.set_xlabel("BQ x BK, warps, stages")
+        ax.set_ylabel("shared memory (KiB); dashed: limit")
+    fig.tight_layout()
+    return fig
+
+
+def _main() -> None:
+    """Child process: read jobs as JSON on stdin, print one JSON row per compile."""
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    job_list = [Job(**job) for job in json.loads(sys.stdin.read())]
+    for row in compile_jobs_here(job_list, workers):
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    _main()
