@@ -163,10 +163,12 @@ print(f"derived: {run.batch_size} x {context} x {config.d_model} x 4 bytes = {de
 # as inductor, without generating C++), on CUDA `inductor` itself.
 
 # %%
+print(f"compile backend here: {compile_backend(dev)}")
+
+# %%
 # NBVAL_CHECK_OUTPUT
 rms = {name: rmsnorm_saved_tensors(config.d_model, run.batch_size, context, compiled, dev)
        for name, compiled in (("eager", False), ("compiled", True))}
-print(f"compile backend here: {compile_backend(dev)}")
 for name, saved in rms.items():
     print(f"{name} RMSNorm saves {saved_bytes(saved)} bytes in {int(saved['counted'].sum())} "
           f"tensors: {list(saved.loc[saved['counted'], 'shape'])}")

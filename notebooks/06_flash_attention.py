@@ -20,19 +20,22 @@
 #
 # You will write Triton kernels, starting with a weighted sum, then build FlashAttention-2:
 # tiled with an online softmax in plain PyTorch (`FlashAttentionTorch`), then as Triton kernels
-# (`FlashAttentionTriton`: one program per query tile and batch element, causal tiles in the
+# (`FlashAttentionTriton`: one program per batch element and query tile, causal tiles in the
 # future skipped, the logsumexp saved, a backward in two kernels without atomics). Both are
 # checked against a float64 reference, then measured against naive attention and PyTorch's
 # `scaled_dot_product_attention`.
 #
 # On a CPU the Triton kernels run in the **Triton interpreter**, which executes every program in
 # NumPy: its timings say nothing about speed and are labelled so (`speed_measurement` False).
+# Section 3 compiles the same kernels for A100 and H100 binaries on this machine, without a GPU.
 # Compiled kernels, bfloat16 and autotuned tiles are GPU-only: `perflab run 06 -p profile full`.
 
 # %% tags=["parameters"]
 profile = "cpu"     # "cpu": small grid (Triton interpreted); "full": the full grid, for a GPU
 device = "auto"     # "cuda" when present, else "cpu"
 resume = True       # skip configurations already in this device's results file
+kernel_targets = ["sm_80", "sm_90"]  # GPU architectures to compile the Triton kernels for
+kernel_dtypes = ["fp16"]             # their input dtypes: fp16, bf16, fp32
 
 # %%
 import matplotlib.pyplot as plt
@@ -40,6 +43,13 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from perflab.attention.aot import (
+    compile_table,
+    jobs,
+    over_shared_limit,
+    plot_shared_memory,
+    summary,
+)
 from perflab.attention.benchmark import (
     attention_peak_memory,
     flash_benchmark_configs,
@@ -47,7 +57,8 @@ from perflab.attention.benchmark import (
 )
 from perflab.attention.check import TOLERANCE, correctness_table
 from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
+from perflab.attention.flash_triton import AUTOTUNE_CONFIGS, INTERPRETED, FlashAttentionTriton
+from perflab.attention.triton_compile import TARGETS
 from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
 from perflab.device import describe, resolve_device
@@ -106,7 +117,65 @@ print(f"{checks['within_tolerance'].sum()} of {len(checks)} checks within tolera
       f"tolerances {({str(k).removeprefix('torch.'): v for k, v in TOLERANCE.items()})}")
 
 # %% [markdown]
-# ## 3. Speed and memory against naive attention and SDPA
+# ## 3. The kernels compiled for real GPUs, on this machine
+#
+# The interpreter runs the kernels but does not type-check them as the compiler does: a
+# variable whose shape changes inside an `if` (the causal mask once did) runs fine here and
+# fails on the first GPU launch. Triton's CUDA backend, with the `ptxas` shipped in its wheel,
+# compiles every kernel to a GPU binary for a named architecture without any GPU, so here
+# every kernel is compiled for each target and autotune configuration (head dimension 128, the
+# largest), causal and not. From each binary: registers per thread, spill stores (local-memory
+# instructions in the machine code), shared memory per block against the target's limit, and
+# which strides are widened to 64 bits. (`perflab kernels --target sm_90` prints the same; the
+# test suite compiles bfloat16 and sm_100 too.)
+
+# %%
+compiled = compile_table(jobs(targets=kernel_targets, dtypes=kernel_dtypes, head_dims=(128,)))
+compiled.to_csv(out / "compiled_kernels.csv", index=False)
+summary(compiled)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{len(compiled)} compiles of {compiled['kernel'].nunique()} kernels for "
+      f"{', '.join(kernel_targets)}; failed: {int((compiled['status'] != 'ok').sum())}")
+
+# %%
+flash_rows = compiled[compiled["causal"].astype(bool) & (compiled["target"] == kernel_targets[-1])]
+flash_rows[["kernel", "block_q", "block_k", "num_warps", "num_stages", "registers",
+            "spill_stores", "shared_bytes", "max_shared_bytes", "int64_strides"]]
+
+# %%
+fig = plot_shared_memory(compiled)
+fig.savefig(out / "compiled_shared_memory.png", dpi=80)
+
+# %%
+over = over_shared_limit(compiled).drop_duplicates(
+    ["kernel", "target", "dtype", "block_q", "block_k", "num_warps", "num_stages"])
+for target in kernel_targets:
+    print(f"{target} ({TARGETS[target].example}): {TARGETS[target].max_shared_bytes // 1024} KiB "
+          "of shared memory per block")
+for (kernel, target, dtype), rows in over.groupby(["kernel", "target", "dtype"], sort=False):
+    configs = ", ".join(f"{r.block_q:.0f}x{r.block_k:.0f}/{r.num_warps}w/{r.num_stages}s"
+                        for r in rows.itertuples())
+    print(f"{kernel} {dtype} on {target}: {len(rows)} of {len(AUTOTUNE_CONFIGS)} configurations "
+          f"do not fit, pruned before autotuning: {configs}")
+if over.empty:
+    print("every configuration fits every target's shared memory")
+attention_rows = compiled[compiled["block_q"].notna() & (compiled["status"] == "ok")]
+spilling = attention_rows.assign(spills=attention_rows["spill_stores"] > 0).groupby(
+    "num_warps")["spills"].agg(["sum", "size"])
+for warps, row in spilling.iterrows():
+    print(f"{warps} warps: {row['sum']} of {row['size']} compiled configurations spill registers")
+
+# %% [markdown]
+# Shared memory grows with the tiles and with the pipeline stages (each stage keeps its own
+# copy of the K and V tiles), and the targets differ (printed above). A configuration that does
+# not fit would fail to launch on that GPU, so the autotuner drops it before benchmarking
+# (`flash_triton.configs_that_fit`, the same compile on the device). Configurations that spill
+# registers stay candidates: the autotuner measures them and keeps one only if it is fastest.
+# None of this ran on a GPU here: it is what the compiler produces for one.
+#
+# ## 4. Speed and memory against naive attention and SDPA
 #
 # Causal attention, forward, backward and end to end, with TFLOP/s from the FLOP model
 # (forward 4·b·n²·d, halved for causal; backward 2.5x). Every row lands in `flash.csv` as soon as
@@ -147,7 +216,7 @@ ratios
 # naive attention and SDPA; its point there is memory. On a GPU the compiled Triton kernel is
 # the one that should approach or beat SDPA (GPU-only; the full profile measures it).
 #
-# ## 4. Memory at a long context
+# ## 5. Memory at a long context
 #
 # Batch `memory_batch`, sequence `memory_seq_len`, d `memory_head_dim`, float32, forward +
 # backward. (The Triton interpreter is left out on a CPU: at this size it runs for many minutes.)

@@ -174,8 +174,7 @@ def rewrap_parity(variant: str, steps: int = 2, model: str = "toy") -> dict:
         old_wrapper_error = str(error)
     return {
         "variant": variant,
-        "max_param_diff": max_difference(list(module.parameters()),
-                                         list(reference.parameters())),  # fmt: skip
+        "max_param_diff": max_difference(list(module.parameters()), list(reference.parameters())),
         "old_wrapper_error": old_wrapper_error,
     }
 
@@ -271,8 +270,9 @@ def zero_resume_parity(steps_before: int = 2, steps_after: int = 2, model: str =
         step(index, wrapped[1], resumed)
     return {
         "rank": dist.get_rank(),
-        "max_param_diff": max_difference(list(modules[1].parameters()),
-                                         list(modules[0].parameters())),  # fmt: skip
+        "max_param_diff": max_difference(
+            list(modules[1].parameters()), list(modules[0].parameters())
+        ),
         "lr_after_load": resumed.local_optimizer.param_groups[0]["lr"],
         "outer_lr_after_load": resumed.param_groups[0]["lr"],
     }
