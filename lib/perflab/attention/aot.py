@@ -254,7 +254,7 @@ def plot_shared_memory(table: pd.DataFrame):
             ax.axhline(limit, color=f"C{i}", linestyle="--", linewidth=1)
         ax.set_title(kernel)
         ax.set_xlabel("BQ x BK, warps, stages")
-        ax.set_ylabel("shared memory (KiB); dashed: limit")
+        ax.set_ylabel("shared KiB (dashed: limit)")
     fig.tight_layout()
     return fig
 
