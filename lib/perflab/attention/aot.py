@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -170,15 +171,9 @@ def _compile_job(job: Job) -> dict:
     return row
 
 
-def _warn_once_quiet() -> None:
-    # Triton 3.9 warns on every process that TRITON_DEFAULT_FP_FUSION is unset; keep its default.
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-
-
 def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
-    """Compile in this process (``workers`` > 1: in a pool of child processes). The caller must
-    have started Python with ``TRITON_INTERPRET=0``."""
-    _warn_once_quiet()
+    """Compile in this process (``workers`` > 1: in a pool of child processes), yielding rows
+    in order. The caller must have started Python with ``TRITON_INTERPRET=0``."""
     if workers <= 1:
         yield from map(_compile_job, job_list)
         return
@@ -188,38 +183,27 @@ def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
 
 def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFrame:
     """One row per job (``jobs()``), compiled in a child process without the Triton
-    interpreter, ``workers`` compiles at a time (default: one per CPU core)."""
+    interpreter, ``workers`` compiles at a time (default: one per CPU core), with a progress
+    bar (seconds each when not in Triton's cache)."""
+    from tqdm.auto import tqdm
+
     workers = workers or os.cpu_count() or 1
-    payload = json.dumps([asdict(job) for job in job_list])
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-    done = subprocess.run([sys.executable, "-m", "perflab.attention.aot", str(workers)],
-                          input=payload, capture_output=True, text=True, env=env)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"ahead-of-time compile failed:\n{done.stderr[-4000:]}")
-    return pd.DataFrame([json.loads(line) for line in done.stdout.splitlines() if line])
-
-
-_USAGE = ("registers", "stack_bytes", "spill_stores", "spill_loads", "shared_bytes")
-
-
-def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel and target: compiles, failures, configurations over the shared memory limit,
-    most registers, any spills, compile seconds."""
-    table = table.reindex(columns=[*table.columns, *(c for c in _USAGE if c not in table)])
-    ok = table["status"] == "ok"
-    grouped = table.assign(
-        failed=~ok,
-        over_limit=ok & (table["shared_bytes"] > table["max_shared_bytes"]),
-        spills=table["spill_stores"].fillna(0) > 0,
-    ).groupby(["kernel", "target"], sort=False)
-    return grouped.agg(
-        compiles=("status", "size"),
-        failed=("failed", "sum"),
-        over_shared_limit=("over_limit", "sum"),
-        max_registers=("registers", "max"),
-        configs_spilling=("spills", "sum"),
-        compile_s=("compile_s", "sum"),
-    ).reset_index()
+    rows = []
+    with tempfile.TemporaryFile("w+") as errors:
+        child = subprocess.Popen([sys.executable, "-m", "perflab.attention.aot", str(workers)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                 text=True, env=env)  # fmt: skip
+        child.stdin.write(json.dumps([asdict(job) for job in job_list]))
+        child.stdin.close()
+        with tqdm(total=len(job_list), desc="compiling", unit="kernel") as bar:
+            for line in child.stdout:
+                rows.append(json.loads(line))
+                bar.update()
+        if child.wait() != 0:
+            errors.seek(0)
+            raise RuntimeError(f"ahead-of-time compile failed:\n{errors.read()[-4000:]}")
+    return pd.DataFrame(rows)
 
 
 def over_shared_limit(table: pd.DataFrame) -> pd.DataFrame:

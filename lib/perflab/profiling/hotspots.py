@@ -58,9 +58,11 @@ from perflab.profiling.trace import (
 
 CATEGORIES = ("communication", "compute-bound", "memory-bound", "other")
 
-_VIEW_OPS = ("view|_unsafe_view|reshape|_reshape_alias|expand|expand_as|broadcast_to|as_strided"
-             "|t|transpose|permute|unsqueeze|squeeze|slice|select|split|chunk|narrow|detach"
-             "|alias|flatten|unflatten|unbind")
+_VIEW_OPS = (
+    "view|_unsafe_view|reshape|_reshape_alias|expand|expand_as|broadcast_to|as_strided"
+    "|t|transpose|permute|unsqueeze|squeeze|slice|select|split|chunk|narrow|detach"
+    "|alias|flatten|unflatten|unbind"
+)
 _RULES = [
     ("memory-bound", r"^triton_(poi|red|per|for)_"),
     ("compute-bound", r"^triton_tem_"),
