@@ -23,8 +23,7 @@ DEVICE_DEPENDENT_CALLS = re.compile(
 )
 #: Words that only a device-dependent value would print.
 DEVICE_WORDS = re.compile(
-    r"aot_eager|inductor|\bgloo\b|\bnccl\b|cuda:\d|device\(type=|"
-    + re.escape(device_name("cpu")),
+    r"aot_eager|inductor|\bgloo\b|\bnccl\b|cuda:\d|device\(type=|" + re.escape(device_name("cpu")),
     re.IGNORECASE,
 )
 
