@@ -206,6 +206,29 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+_USAGE = ("registers", "stack_bytes", "spill_stores", "spill_loads", "shared_bytes")
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel and target: compiles, failures, configurations over the shared memory limit,
+    most registers, any spills, compile seconds."""
+    table = table.reindex(columns=[*table.columns, *(c for c in _USAGE if c not in table)])
+    ok = table["status"] == "ok"
+    grouped = table.assign(
+        failed=~ok,
+        over_limit=ok & (table["shared_bytes"] > table["max_shared_bytes"]),
+        spills=table["spill_stores"].fillna(0) > 0,
+    ).groupby(["kernel", "target"], sort=False)
+    return grouped.agg(
+        compiles=("status", "size"),
+        failed=("failed", "sum"),
+        over_shared_limit=("over_limit", "sum"),
+        max_registers=("registers", "max"),
+        configs_spilling=("spills", "sum"),
+        compile_s=("compile_s", "sum"),
+    ).reset_index()
+
+
 def over_shared_limit(table: pd.DataFrame) -> pd.DataFrame:
     """The compiled configurations that need more shared memory than their target has: the
     ones ``flash_triton``'s autotuner prunes on that GPU before benchmarking."""
