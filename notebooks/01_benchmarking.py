@@ -50,7 +50,8 @@ from perflab.bench.warmup import (
     warmup_effect,
     warmup_samples,
 )
-from perflab.device import describe, measure_peak_matmul, resolve_device
+from perflab.bench.peak import measure_peak_matmul
+from perflab.device import describe, resolve_device
 from perflab.model import presets_table
 from perflab.paths import display_path, results_dir
 from perflab.profiles import BENCHMARKING, get_profile

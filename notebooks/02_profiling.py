@@ -62,7 +62,7 @@ print(f"profile {profile!r}: {run.preset}, context {run.context_length}, batch {
 # %% [markdown]
 # ## 1. Ranges both profilers see
 #
-# `perflab.profiling.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA) and a
+# `perflab.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA) and a
 # `torch.profiler.record_function` range at once. Every step the workbook times is annotated
 # with `step`, `forward`, `backward` and `optimizer`; the annotated attention adds
 # `attention/scores`, `attention/softmax` and `attention/weighted_sum`. We record a trace of a

@@ -38,7 +38,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from perflab.attention.benchmark import measure_attention, naive_memory_bytes
+from perflab.bench.attention import measure_attention, naive_memory_bytes
 from perflab.bench import Sweep
 from perflab.bench.compiled import compile_vs_eager
 from perflab.device import describe, resolve_device

@@ -50,7 +50,7 @@ from perflab.attention.aot import (
     plot_shared_memory,
     summary,
 )
-from perflab.attention.benchmark import (
+from perflab.bench.attention import (
     attention_peak_memory,
     flash_benchmark_configs,
     measure_attention,

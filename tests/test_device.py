@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
-from perflab.device import describe, measure_peak_matmul, parse_dtype, resolve_device
+from perflab.bench.peak import measure_peak_matmul
+from perflab.device import describe, parse_dtype, resolve_device
 
 
 def test_auto_device_is_cuda_only_when_present():

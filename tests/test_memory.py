@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from perflab.memory.checkpointing import run_blocks
+from perflab.checkpointing import run_blocks
 from perflab.memory.measure import (
     checkpoint_peak,
     log_fit,

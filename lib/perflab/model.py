@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.attention import naive_attention
-from perflab.memory.checkpointing import check_strategy, run_blocks
+from perflab.checkpointing import check_strategy, run_blocks
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ class TransformerLM(nn.Module):
 
     def set_checkpointing(self, strategy: str = "none", group_size: int | None = None) -> None:
         """Activation checkpointing of the block stack: "none", "single" with ``group_size``
-        blocks per checkpoint, or "nested" (``perflab.memory.checkpointing``)."""
+        blocks per checkpoint, or "nested" (``perflab.checkpointing``)."""
         check_strategy(strategy, group_size, self.config.num_layers)
         self.checkpointing = (strategy, group_size)
 

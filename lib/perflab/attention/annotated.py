@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from perflab.attention.reference import attention_scores, attention_softmax, weighted_sum
-from perflab.profiling.ranges import annotate
+from perflab.ranges import annotate
 
 ATTENTION_RANGES = ("attention/scores", "attention/softmax", "attention/weighted_sum")
 

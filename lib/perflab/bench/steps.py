@@ -22,7 +22,7 @@ from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
 from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import PRESETS, AttentionFn, TransformerLM, cross_entropy, get_preset
-from perflab.profiling.ranges import annotate
+from perflab.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;
 #: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.
@@ -91,7 +91,7 @@ def make_step(
 
     ``train-step`` needs an optimizer; gradients are reset with ``set_to_none`` at each step.
     The step and its parts are annotated with the ranges "step", "forward", "backward" and
-    "optimizer" (``perflab.profiling.ranges``), visible to nsys and torch.profiler.
+    "optimizer" (``perflab.ranges``), visible to nsys and torch.profiler.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")

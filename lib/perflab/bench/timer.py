@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from perflab.device import synchronize
-from perflab.profiling.ranges import TIMED_RANGE, annotate
+from perflab.ranges import TIMED_RANGE, annotate
 
 TIMING_METHOD = "perflab.bench.time_fn: perf_counter per step, device synchronised before and after"
 

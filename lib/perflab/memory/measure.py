@@ -14,8 +14,8 @@ import torch
 
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
 from perflab.bench.timer import time_fn
+from perflab.checkpointing import check_strategy, run_blocks
 from perflab.device import resolve_device
-from perflab.memory.checkpointing import check_strategy, run_blocks
 from perflab.memory.saved import saved_tensors
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset

@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.profiling.ranges import TIMED_RANGE
 from perflab.profiling.summary import SUMMARY_COLUMNS, KernelSummary
+from perflab.ranges import TIMED_RANGE
 
 
 def nsys_available() -> bool:
