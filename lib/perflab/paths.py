@@ -37,13 +37,6 @@ def results_dir(notebook: str, device: torch.device | str) -> Path:
     return path
 
 
-def figures_dir(notebook: str) -> Path:
-    """``data/figures/<notebook>/``, created if missing."""
-    path = data_dir() / "figures" / notebook
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def display_path(path: str | Path) -> str:
     """``path`` relative to the data folder's parent, so outputs carry no machine paths."""
     path = Path(path).resolve()

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 
 import torch
 
-#: The ranges ``perflab.bench.make_step`` opens around each part of a training step, and the one
-#: the timer opens around the timed steps (the capture range that makes nsys skip warm-up).
-STEP_RANGES = ("step", "forward", "backward", "optimizer")
+#: The range the timer opens around the timed steps (the capture range that makes nsys skip the
+#: warm-up). ``perflab.bench.make_step`` opens "step", "forward", "backward" and "optimizer".
 TIMED_RANGE = "timed"
 
 
