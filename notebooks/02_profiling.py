@@ -124,7 +124,6 @@ others[["Time (%)", "Instances", "Avg (ns)", "Name", "category"]]
 
 # %%
 shares = pd.DataFrame({"forward": forward.category_shares(), "training step": step.category_shares()})
-shares = shares.fillna(0.0)
 print(f"matmuls (compute-bound) hold {shares.loc['compute-bound', 'forward']:.1%} of the forward "
       f"pass and {shares.loc['compute-bound', 'training step']:.1%} of the training step")
 shares

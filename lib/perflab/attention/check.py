@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from perflab.attention.reference import attention_scores, naive_attention
+from perflab.device import dtype_name
 
 #: Absolute and relative tolerance of outputs and logsumexp per input dtype; gradients get 5x.
 #: float32: tiles sum in another order than the reference; float16 keeps 11 significant bits.
@@ -71,6 +72,6 @@ def correctness_table(function: Callable, cases: Iterable[tuple], dtype: torch.d
         within = (errors["output"] <= tol and errors["logsumexp"] <= tol
                   and max(errors["dq"], errors["dk"], errors["dv"]) <= 5 * tol)  # fmt: skip
         rows.append({"batch": batch, "n_q": n_q, "n_k": n_k, "d": d, "causal": causal,
-                     "dtype": str(dtype).removeprefix("torch."), **errors,
+                     "dtype": dtype_name(dtype), **errors,
                      "within_tolerance": within})  # fmt: skip
     return pd.DataFrame(rows)

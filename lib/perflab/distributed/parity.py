@@ -15,8 +15,12 @@ import contextlib
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.fsdp import fully_shard
 
-from perflab.distributed.ddp import broadcast_from_rank0, make_data_parallel
+from perflab.device import dtype_name
+from perflab.distributed.ddp import DDPFlat, broadcast_from_rank0, make_data_parallel
+from perflab.distributed.fsdp import FSDP
+from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.distributed.toy import build_model, global_batch, loss_fn
 
 
@@ -89,7 +93,7 @@ def ddp_parity(
         "variant": variant,
         "model": model,
         "rank": dist.get_rank(),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_name(dtype),
         "parameter_tensors": len(list(module.parameters())),
         "exposes_module": wrapped.module is module,
         "max_param_diff": max_difference(list(module.parameters()), list(reference.parameters())),
@@ -212,9 +216,6 @@ def zero_parity(
     with the plain optimizer on one process; the vectors join as a second group, with half
     the learning rate, through ``add_param_group``. Reports the largest parameter difference,
     the spread of parameters across ranks, and the optimizer-state bytes of both."""
-    from perflab.distributed.ddp import DDPFlat
-    from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
-
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     optimizer_cls, kwargs = OPTIMIZERS[optimizer]
@@ -244,9 +245,6 @@ def zero_resume_parity(steps_before: int = 2, steps_after: int = 2, model: str =
     """Save a ``ShardedOptimizer``'s state after ``steps_before`` steps, load it into one
     rebuilt with another learning rate, and train on: the parameters must equal those of an
     uninterrupted run (same world size). Also reports the learning rate used after loading."""
-    from perflab.distributed.ddp import DDPFlat
-    from perflab.distributed.sharded_optimizer import ShardedOptimizer
-
     modules = [build_model(model, seed=dist.get_rank(), dtype=torch.float64) for _ in range(2)]
     wrapped = [DDPFlat(m) for m in modules]
     straight = ShardedOptimizer(modules[0].parameters(), torch.optim.AdamW, lr=0.01)
@@ -294,8 +292,6 @@ def fsdp_parity(
     """Train ``FSDP(compute_dtype)`` and the single-process fp32 model ``steps`` SGD steps;
     report the largest difference of the full parameters, the gradients' dtypes and shapes,
     the replicated gradients' spread across ranks, and parameter bytes held per rank."""
-    from perflab.distributed.fsdp import FSDP
-
     dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
     module = build_model(model, seed=dist.get_rank())
     full_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
@@ -346,10 +342,6 @@ def torch_fsdp_comparison(
     """Train ``FSDP`` and PyTorch's ``fully_shard`` (FSDP2) side by side from the same weights
     with SGD; report the largest difference of their full parameters and the parameter bytes
     each holds on this rank."""
-    from torch.distributed.fsdp import fully_shard
-
-    from perflab.distributed.fsdp import FSDP
-
     module = build_model(model, seed=dist.get_rank())
     broadcast_from_rank0(module)
     theirs = reference_copy(module, model)

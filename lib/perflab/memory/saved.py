@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 import pandas as pd
 import torch
 
+from perflab.device import dtype_name
+
 
 def _producer(tensor: torch.Tensor) -> str:
     return type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "leaf"
@@ -41,7 +43,7 @@ def saved_tensors(fn: Callable[[], object], parameters: Iterable[torch.Tensor] =
             {
                 "producer": _producer(tensor),
                 "shape": tuple(tensor.shape),
-                "dtype": str(tensor.dtype).removeprefix("torch."),
+                "dtype": dtype_name(tensor.dtype),
                 "bytes": storage.nbytes(),
                 "is_parameter": is_parameter,
                 "counted": counted,

@@ -141,10 +141,15 @@ def kernel_hotspots(trace_path: Trace | str | Path, top: int | None = None) -> p
     return table.head(top) if top is not None else table
 
 
+def shares_by_category(names: pd.Series, durations: pd.Series) -> pd.Series:
+    """Share of the total duration per category of ``names`` (all four, zeros included)."""
+    totals = durations.groupby(names.map(classify).to_numpy()).sum()
+    return (totals / durations.sum()).reindex(list(CATEGORIES), fill_value=0.0)
+
+
 def category_shares(hotspots: pd.DataFrame) -> pd.Series:
-    """Share of the total kernel time per category (all four, zeros included)."""
-    shares = hotspots.groupby("category")["total_us"].sum() / hotspots["total_us"].sum()
-    return shares.reindex(list(CATEGORIES), fill_value=0.0)
+    """Share of the total kernel time per category of a ``kernel_hotspots`` table."""
+    return shares_by_category(hotspots["name"], hotspots["total_us"])
 
 
 def busy_fraction(trace: Trace) -> float:

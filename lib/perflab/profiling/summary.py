@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from perflab.profiling.hotspots import classify
+from perflab.profiling.hotspots import classify, shares_by_category
 from perflab.profiling.trace import (
     CPU_OP,
     CPU_OPERATORS,
@@ -51,9 +51,8 @@ class KernelSummary:
         return self.table.assign(category=self.table["Name"].map(classify))
 
     def category_shares(self) -> pd.Series:
-        """Share of the total time per category."""
-        table = self.with_categories()
-        return table.groupby("category")["Total Time (ns)"].sum() / self.total_ns
+        """Share of the total time per category (all four, zeros included)."""
+        return shares_by_category(self.table["Name"], self.table["Total Time (ns)"])
 
 
 def summarize_durations(names: pd.Series, durations_ns: pd.Series) -> pd.DataFrame:
