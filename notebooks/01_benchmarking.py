@@ -99,7 +99,8 @@ print(f"{peak.device_name}: {peak.flops_per_s / 1e12:.3f} TFLOP/s "
 print(f"profile {profile!r}: presets {chosen}, batch {run.batch_size}, "
       f"context {run.context_length}, warm-up {run.warmup}, timed steps {run.steps}, {dtype}")
 configs = [
-    BenchConfig(p, run.context_length, mode, run.batch_size, run.warmup, run.steps, dtype, str(dev))
+    BenchConfig(preset=p, context_length=run.context_length, mode=mode, batch_size=run.batch_size,
+                warmup=run.warmup, steps=run.steps, dtype=dtype, device=str(dev))
     for p in chosen
     for mode in MODES
 ]
@@ -159,8 +160,9 @@ print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in by_pr
 # warm-up effects happen once per process and would be invisible after the runs above.
 
 # %%
-base = BenchConfig(run.warmup_study_preset, run.context_length, "train-step", run.batch_size,
-                   0, run.warmup_study_steps, dtype, str(dev))
+base = BenchConfig(preset=run.warmup_study_preset, context_length=run.context_length,
+                   mode="train-step", batch_size=run.batch_size, warmup=0,
+                   steps=run.warmup_study_steps, dtype=dtype, device=str(dev))
 study = benchmark_sweep(warmup_configs(base, run.warmup_study_warmups), out / "warmup.csv",
                         measure=measure_in_fresh_process, resume=resume, desc="warm-up study")
 samples = warmup_samples(study)

@@ -39,6 +39,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from perflab.attention import ATTENTION_RANGES
+from perflab.bench import BenchConfig
 from perflab.device import resolve_device
 from perflab.model import get_preset
 from perflab.paths import REPO_ROOT, display_path, results_dir
@@ -69,10 +70,10 @@ print(f"profile {profile!r}: {run.preset}, context {run.context_length}, batch {
 # training step with `torch.profiler` and list the ranges found in it.
 
 # %%
-trace_path = record_step_trace(
-    out / "train_step_annotated.json.gz", run.preset, run.context_length, run.batch_size,
-    attention="annotated", warmup=run.warmup, steps=run.steps, device=dev,
-)
+step_config = BenchConfig(preset=run.preset, context_length=run.context_length,
+                          mode="train-step", batch_size=run.batch_size, warmup=run.warmup,
+                          steps=run.steps, device=str(dev))
+trace_path = record_step_trace(out / "train_step_annotated.json.gz", step_config, "annotated")
 trace = load_trace(trace_path)
 print(display_path(trace_path))
 
@@ -163,10 +164,7 @@ print(f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls fo
 
 # %%
 if nsys_available():
-    bench_args = ["--preset", run.preset, "--context-length", str(run.context_length),
-                  "--batch-size", str(run.batch_size), "--mode", "train-step",
-                  "--warmup", str(run.warmup), "--steps", str(run.steps)]
-    from_nsys = nsys_kernel_summary(bench_args, out / "nsys")
+    from_nsys = nsys_kernel_summary(step_config.command_line(), out / "nsys")
     display(from_nsys.table.head(top))
 else:
     print("GPU-only: CUDA and nsys are not both present here, so the nsys summary is skipped.")
@@ -211,9 +209,7 @@ print(f"the GPU runs a kernel during {busy:.1%} of the traced span")
 
 # %%
 pair = {
-    name: record_step_trace(out / f"train_step_{name}.json.gz", run.preset, run.context_length,
-                            run.batch_size, attention=name, warmup=run.warmup, steps=run.steps,
-                            device=dev)
+    name: record_step_trace(out / f"train_step_{name}.json.gz", step_config, attention=name)
     for name in ("naive", "sdpa")
 }
 comparison = compare_traces(pair["naive"], pair["sdpa"])

@@ -142,8 +142,9 @@ print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by
 
 # %%
 configs = [
-    BenchConfig(p, run.context_length, "train-step", run.batch_size, run.warmup, run.steps,
-                dtype, str(dev))
+    BenchConfig(preset=p, context_length=run.context_length, mode="train-step",
+                batch_size=run.batch_size, warmup=run.warmup, steps=run.steps, dtype=dtype,
+                device=str(dev))
     for p in run.presets
     for dtype in ("float32", "bfloat16")
 ]

@@ -80,7 +80,8 @@ print(f"profile {profile!r}: {run.preset}, batch {run.batch_size}, on {dev}")
 # %%
 timelines = {}
 for mode in ("forward", "train-step"):
-    step = build_step(BenchConfig(run.preset, context, mode, run.batch_size, device=str(dev)))
+    step = build_step(BenchConfig(preset=run.preset, context_length=context, mode=mode,
+                                  batch_size=run.batch_size, device=str(dev)))
     step()  # warm-up: allocates gradients and AdamW state for the training step
     timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle")
 fig = plot_timelines(timelines)
@@ -115,8 +116,8 @@ print(f"logits of batch x context x vocabulary = {run.batch_size} x {context} x 
 
 # %%
 peak_configs = [
-    BenchConfig(run.preset, n, mode, run.batch_size, warmup=1, steps=1, dtype=dtype,
-                device=str(dev))
+    BenchConfig(preset=run.preset, context_length=n, mode=mode, batch_size=run.batch_size,
+                warmup=1, steps=1, dtype=dtype, device=str(dev))
     for n in run.context_lengths
     for dtype in ("float32", "bfloat16")
     for mode in ("forward", "train-step")

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from perflab.attention import ATTENTION_RANGES, annotated_attention, naive_attention
+from perflab.bench import BenchConfig
 from perflab.profiling import (
     TraceError,
     category_shares,
@@ -45,7 +46,9 @@ def _kernel(name, ts, dur):
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("traces") / "step.json.gz"
-    return load_trace(record_step_trace(path, "cpu-tiny", 32, batch_size=2, warmup=1))
+    config = BenchConfig(preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2,
+                         warmup=1, steps=1)  # fmt: skip
+    return load_trace(record_step_trace(path, config))
 
 
 # --- the real A100 trace -------------------------------------------------------------------
@@ -401,11 +404,8 @@ def test_cli_hotspots_bad_file_is_one_line(tmp_path):
 
 
 def test_record_step_trace_rejects_bad_arguments(tmp_path):
+    config = BenchConfig(preset="cpu-tiny", context_length=16, mode="train-step")
     with pytest.raises(
         ValueError, match="unknown attention 'flash'; valid: naive, annotated, sdpa"
     ):
-        record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, attention="flash")
-    with pytest.raises(ValueError, match="valid: 1 to 512"):
-        record_step_trace(tmp_path / "t.json", "cpu-tiny", 1000)
-    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
-        record_step_trace(tmp_path / "t.json", "cpu-tiny", 16, steps=0)
+        record_step_trace(tmp_path / "t.json", config, attention="flash")

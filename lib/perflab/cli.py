@@ -24,10 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from perflab.bench.steps import MODES, BenchConfig, run_benchmark
+from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
-from perflab.device import DTYPES
-from perflab.model import PRESETS
 from perflab.paths import NOTEBOOKS_DIR
 
 
@@ -149,18 +147,8 @@ _TABLE_FIELDS = (
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    context_length = args.context_length or PRESETS[args.preset].context_length
     try:
-        config = BenchConfig(
-            preset=args.preset,
-            context_length=context_length,
-            mode=args.mode,
-            batch_size=args.batch_size,
-            warmup=args.warmup,
-            steps=args.steps,
-            dtype=args.dtype,
-            device=args.device,
-        )
+        config = BenchConfig.from_arguments(args)
         row, timing = run_benchmark(config)
     except ValueError as error:
         parser.error(str(error))
@@ -256,23 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run, subparser=run)
 
     bench = commands.add_parser("bench", help="time one model configuration")
-    bench.add_argument("--preset", required=True, choices=list(PRESETS))
-    bench.add_argument(
-        "--context-length",
-        type=_count(1),
-        help="tokens per sequence (default: the preset's maximum)",
-    )
-    bench.add_argument("--mode", required=True, choices=MODES)
-    bench.add_argument("--warmup", type=_count(0), default=5, help="untimed steps")
-    bench.add_argument("--steps", type=_count(1), default=10, help="timed steps")
-    bench.add_argument("--batch-size", type=_count(1), default=4)
-    bench.add_argument(
-        "--dtype",
-        choices=list(DTYPES),
-        default="float32",
-        help="float32, or autocast to a lower precision",
-    )
-    bench.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    BenchConfig.add_arguments(bench, count_type=_count)
     bench.add_argument("--format", choices=("table", "json"), default="table")
     bench.set_defaults(handler=_bench, subparser=bench)
 

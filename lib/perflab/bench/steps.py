@@ -12,7 +12,7 @@ import contextlib
 import gc
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +20,7 @@ import torch
 
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
-from perflab.device import describe, parse_dtype, resolve_device
+from perflab.device import DTYPES, describe, parse_dtype, resolve_device
 from perflab.model import PRESETS, AttentionFn, TransformerLM, cross_entropy, get_preset
 from perflab.ranges import annotate
 
@@ -31,26 +31,68 @@ MODES = ("forward", "forward-backward", "train-step")
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One benchmark configuration; validated on construction with one-line errors."""
+    """One benchmark configuration; validated on construction with one-line errors.
 
-    preset: str
-    context_length: int
-    mode: str
-    batch_size: int = 4
-    warmup: int = 5
-    steps: int = 10
-    dtype: str = "float32"
-    device: str = "auto"
+    Declared once: ``perflab bench``'s arguments (``add_arguments``, ``from_arguments``) and the
+    command line that runs a configuration in another process (``command_line``) are derived
+    from these fields and their ``help`` and ``choices``.
+    """
+
+    preset: str = field(metadata={"help": "model size", "choices": tuple(PRESETS)})
+    context_length: int = field(metadata={
+        "help": "tokens per sequence (default: the preset's maximum)", "minimum": 1})  # fmt: skip
+    mode: str = field(metadata={"help": "what one step does", "choices": MODES})
+    batch_size: int = field(default=4, metadata={"help": "sequences per step", "minimum": 1})
+    warmup: int = field(default=5, metadata={"help": "untimed steps", "minimum": 0})
+    steps: int = field(default=10, metadata={"help": "timed steps", "minimum": 1})
+    dtype: str = field(default="float32", metadata={
+        "help": "float32, or autocast to a lower precision", "choices": tuple(DTYPES)})  # fmt: skip
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+
+    @classmethod
+    def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]]) -> None:
+        """One ``--field-name`` option per field; ``count_type(minimum)`` parses an integer
+        field with its minimum. ``--context-length`` may be left out."""
+        for f in fields(cls):
+            options = {"help": f.metadata["help"]}
+            if "minimum" in f.metadata:
+                options["type"] = count_type(f.metadata["minimum"])
+            if "choices" in f.metadata:
+                options["choices"] = list(f.metadata["choices"])
+            if f.name == "context_length":
+                options["default"] = None
+            elif f.default is f.default_factory:  # no default: required
+                options["required"] = True
+            else:
+                options["default"] = f.default
+            parser.add_argument("--" + f.name.replace("_", "-"), **options)
+
+    @classmethod
+    def from_arguments(cls, args) -> BenchConfig:
+        """The configuration parsed by ``add_arguments``; a left-out context length is the
+        preset's maximum."""
+        values = {f.name: getattr(args, f.name) for f in fields(cls)}
+        if values["context_length"] is None:
+            values["context_length"] = get_preset(values["preset"]).context_length
+        return cls(**values)
+
+    def command_line(self) -> list[str]:
+        """``perflab bench``'s arguments for this configuration."""
+        return [
+            text
+            for f in fields(self)
+            for text in ("--" + f.name.replace("_", "-"), str(getattr(self, f.name)))
+        ]
 
     def __post_init__(self) -> None:
         config = get_preset(self.preset)
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
-        for name, minimum in (("context_length", 1), ("batch_size", 1), ("warmup", 0),
-                              ("steps", 1)):  # fmt: skip
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        for f in fields(self):
+            if "minimum" in f.metadata:
+                value, minimum = getattr(self, f.name), f.metadata["minimum"]
+                if not isinstance(value, int) or value < minimum:
+                    raise ValueError(f"{f.name} must be an integer >= {minimum}, got {value!r}")
         if self.context_length > config.context_length:
             raise ValueError(
                 f"context length {self.context_length} out of range for preset {self.preset!r}; "

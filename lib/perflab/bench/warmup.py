@@ -23,18 +23,7 @@ def measure_in_fresh_process(config: dict, timeout_s: float = 1800) -> dict:
     """Sweep measure function: one benchmark in a new interpreter; its result row with the
     samples as JSON text in ``samples_s``."""
     config = BenchConfig(**config)
-    command = [
-        sys.executable, "-m", "perflab", "bench",
-        "--preset", config.preset,
-        "--context-length", str(config.context_length),
-        "--mode", config.mode,
-        "--batch-size", str(config.batch_size),
-        "--warmup", str(config.warmup),
-        "--steps", str(config.steps),
-        "--dtype", config.dtype,
-        "--device", config.device,
-        "--format", "json",
-    ]  # fmt: skip
+    command = [sys.executable, "-m", "perflab", "bench", *config.command_line(), "--format", "json"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.strip().splitlines()[-20:])

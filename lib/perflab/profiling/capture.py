@@ -17,7 +17,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
@@ -62,36 +61,23 @@ def profiling(**kwargs) -> Iterator[profile]:
 
 
 def record_step_trace(
-    path: str | Path,
-    preset: str,
-    context_length: int,
-    batch_size: int = 4,
-    attention: str = "annotated",
-    mode: str = "train-step",
-    warmup: int = 2,
-    steps: int = 1,
-    dtype: str = "float32",
-    device: str | torch.device = "auto",
-    seed: int = 0,
+    path: str | Path, config: BenchConfig, attention: str = "annotated", seed: int = 0
 ) -> Path:
-    """Profile ``steps`` steps after ``warmup`` unprofiled ones; write the trace to ``path``
-    (gzipped when it ends in .gz) and return the path. Arguments are checked as
-    ``BenchConfig`` checks them."""
+    """Profile ``config.steps`` steps of ``config`` after ``config.warmup`` unprofiled ones,
+    with one of ``ATTENTIONS``; write the trace to ``path`` (gzipped when it ends in .gz) and
+    return the path."""
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
-    device = resolve_device(device)
-    config = BenchConfig(
-        preset, context_length, mode, batch_size, warmup, steps, dtype, str(device)
-    )
+    device = resolve_device(config.device)
     step = build_step(config, seed=seed, attention_fn=ATTENTIONS[attention])
-    for _ in range(warmup):
+    for _ in range(config.warmup):
         step()
     synchronize(device)
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profiling(activities=activities) as profiler:
-        for _ in range(steps):
+        for _ in range(config.steps):
             step()
         synchronize(device)
 
