@@ -228,7 +228,8 @@ def configs_that_fit(kernel, configs: list, args: dict, constexprs: dict, target
     """The autotune ``configs`` whose compiled ``kernel`` needs no more shared memory than
     ``target`` has, for a launch with runtime ``args`` and compile-time ``constexprs``.
 
-    Each configuration is compiled once (Triton caches it, so autotuning reuses the binary)."""
+    Each configuration is compiled here for the check (Triton caches the binary on disk, so a
+    later run pays nothing; autotuning compiles its own, specialised launch as usual)."""
     types, divisible = argument_types(args)
     kept = []
     for config in configs:
