@@ -1,6 +1,10 @@
 """The public API that ``../shared/WORKBOOK.md`` specifies and notebooks rely on, imported the
 way it is documented."""
 
+import os
+import subprocess
+import sys
+
 import torch
 
 
@@ -34,3 +38,35 @@ def test_model_and_distributed_names():
         assert callable(wrapper.finish_gradient_synchronization)
     for wrapper in (DDPIndividualParameters, DDPBucketed):
         assert callable(wrapper.no_sync)
+
+
+def test_triton_imported_before_perflab_is_one_clear_error():
+    """torch.compile imports Triton; if that happens before perflab chose the interpreter, the
+    interpreted kernels would fail deep inside Triton: refuse with the reason instead."""
+    code = (
+        "import torch\n"
+        "torch.compile(lambda x: x * 2, backend='aot_eager_decomp_partition')(torch.ones(2))\n"
+        "import triton.language\n"
+        "from perflab.attention import FlashAttentionTriton\n"
+        "FlashAttentionTriton.apply\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode != 0
+    assert "before TRITON_INTERPRET=1 was set" in done.stderr.strip().splitlines()[-1]
+
+
+def test_torch_compile_after_import_perflab_leaves_the_kernels_working():
+    code = (
+        "import perflab, torch\n"
+        "torch.compile(lambda x: x * 2, backend='aot_eager_decomp_partition')(torch.ones(2))\n"
+        "from perflab.attention import FlashAttentionTriton\n"
+        "q = torch.randn(1, 20, 16)\n"
+        "print(FlashAttentionTriton.apply(q, q, q, True).shape)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch.Size([1, 20, 16])" in done.stdout

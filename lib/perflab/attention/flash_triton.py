@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import torch
 from torch import Tensor
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+    if "triton.language" in sys.modules:  # too late: its kernels would fail when interpreted
+        raise ImportError(
+            "Triton was imported (e.g. by torch.compile) before TRITON_INTERPRET=1 was set; "
+            "import perflab first, or start Python with TRITON_INTERPRET=1"
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import triton  # noqa: E402  (after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
