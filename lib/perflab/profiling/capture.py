@@ -69,7 +69,7 @@ def record_step_trace(
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
     device = resolve_device(config.device)
-    step = build_step(config, seed=seed, attention_fn=ATTENTIONS[attention])
+    step = build_step(config, device, seed=seed, attention_fn=ATTENTIONS[attention])
     for _ in range(config.warmup):
         step()
     synchronize(device)

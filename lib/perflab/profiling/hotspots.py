@@ -47,13 +47,11 @@ import numpy as np
 import pandas as pd
 
 from perflab.profiling.trace import (
-    CPU_OP,
-    CPU_OPERATORS,
     DEVICE_KERNELS,
     KERNEL,
     Trace,
     load_trace,
-    self_times,
+    timed_events,
 )
 
 CATEGORIES = ("communication", "compute-bound", "memory-bound", "other")
@@ -103,21 +101,6 @@ def short_name(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def _durations(trace: Trace) -> tuple[pd.DataFrame, str]:
-    """(events with a 'us' column, source): device kernels, else CPU operators' self time."""
-    if trace.has_kernels:
-        kernels = trace.of(KERNEL)
-        return kernels.assign(us=kernels["dur"]), DEVICE_KERNELS
-    ops = trace.of(CPU_OP)
-    if ops.empty:
-        raise ValueError(
-            f"{trace.path.name} has no device kernels (cat 'kernel') and no CPU operators "
-            "(cat 'cpu_op'); nothing to analyse"
-        )
-    ops = self_times(ops)
-    return ops.assign(us=ops["self_us"]), CPU_OPERATORS
-
-
 def _as_trace(trace: Trace | str | Path) -> Trace:
     return trace if isinstance(trace, Trace) else load_trace(trace)
 
@@ -130,7 +113,7 @@ def kernel_hotspots(trace_path: Trace | str | Path, top: int | None = None) -> p
     """
     if top is not None and top < 1:
         raise ValueError(f"top must be a positive number of rows, got {top}")
-    events, source = _durations(_as_trace(trace_path))
+    events, source = timed_events(_as_trace(trace_path))
     grouped = events.groupby("name")["us"]
     table = pd.DataFrame({"instances": grouped.size(), "total_us": grouped.sum()}).reset_index()
     table["share"] = table["total_us"] / table["total_us"].sum()

@@ -16,16 +16,11 @@ import pandas as pd
 
 from perflab.profiling.hotspots import classify, shares_by_category
 from perflab.profiling.trace import (
-    CPU_OP,
-    CPU_OPERATORS,
     CPU_RANGE,
-    DEVICE_KERNELS,
     GPU_RANGE,
-    KERNEL,
     Trace,
     kernels_launched_in,
-    self_times,
-    within,
+    timed_events,
 )
 
 SUMMARY_COLUMNS = [
@@ -98,19 +93,9 @@ def kernel_summary(trace: Trace, range_name: str | None = None) -> KernelSummary
     Device kernels count for a range when they were launched inside it
     (``kernels_launched_in``); CPU operators when they ran inside it.
     """
-    if trace.has_kernels:
-        events, source = trace.of(KERNEL), DEVICE_KERNELS
-        if range_name is not None:
-            events = kernels_launched_in(trace, _ranges_named(trace, range_name))
-        durations = events["dur"]
-    else:
-        events, source = self_times(trace.of(CPU_OP)), CPU_OPERATORS
-        if events.empty:
-            raise ValueError(f"{trace.path.name} has neither device kernels nor CPU operators")
-        if range_name is not None:
-            events = within(events, _ranges_named(trace, range_name))
-        durations = events["self_us"]
-    table = summarize_durations(events["name"], durations * 1e3)  # trace microseconds -> ns
+    ranges = None if range_name is None else _ranges_named(trace, range_name)
+    events, source = timed_events(trace, ranges)
+    table = summarize_durations(events["name"], events["us"] * 1e3)  # trace microseconds -> ns
     return KernelSummary(table, source, range_name)
 
 

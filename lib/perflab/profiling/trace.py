@@ -152,3 +152,22 @@ def self_times(events: pd.DataFrame) -> pd.DataFrame:
             self_us[stack[-1]] -= durations[i]
         stack.append(i)
     return frame.assign(self_us=self_us)
+
+
+def timed_events(trace: Trace, ranges: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+    """(events with a ``us`` column, source): the device kernels (those launched inside
+    ``ranges`` when given), else, for a trace without kernels, the CPU operators' self time
+    (those that ran inside ``ranges``). The one place that chooses between the two."""
+    if trace.has_kernels:
+        events = trace.of(KERNEL) if ranges is None else kernels_launched_in(trace, ranges)
+        return events.assign(us=events["dur"]), DEVICE_KERNELS
+    ops = trace.of(CPU_OP)
+    if ops.empty:
+        raise ValueError(
+            f"{trace.path.name} has no device kernels (cat 'kernel') and no CPU operators "
+            "(cat 'cpu_op'); nothing to analyse"
+        )
+    ops = self_times(ops)
+    if ranges is not None:
+        ops = within(ops, ranges)
+    return ops.assign(us=ops["self_us"]), CPU_OPERATORS
