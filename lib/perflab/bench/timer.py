@@ -3,7 +3,8 @@
 Each measured step is ``synchronize(); t0 = perf_counter(); fn(); synchronize(); t1`` so that
 queued GPU work is neither charged to the step nor left out of it. Statistics are computed
 from the samples; the median with the 20th and 80th percentiles is the robust summary
-(Triton's ``do_bench`` reports the same quantiles).
+(Triton's ``do_bench`` reports the same quantiles), and every summary carries the IQR, a 95%
+bootstrap interval of the median and the ``unstable`` flag (``perflab.bench.stats``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from perflab.bench.stats import bootstrap_ci, iqr, is_unstable
 from perflab.device import synchronize
 from perflab.ranges import TIMED_RANGE, annotate
 
@@ -58,18 +60,36 @@ class Timing:
     def p80(self) -> float:
         return float(np.percentile(self.samples, 80))
 
+    @property
+    def iqr(self) -> float:
+        return iqr(self.samples)
+
+    @property
+    def median_ci(self) -> tuple[float, float]:
+        """95% bootstrap confidence interval of the median (``perflab.bench.stats``)."""
+        return bootstrap_ci(self.samples)
+
+    @property
+    def unstable(self) -> bool:
+        """Too spread to conclude from (the rule is in ``perflab.bench.stats``)."""
+        return is_unstable(self.samples)
+
     def summary(self) -> dict[str, float | int | str]:
         """The statistics as a flat dict (seconds), ready to be a result row."""
         stats = {f"{name}_s": getattr(self, name) for name in STATISTICS}
+        low, high = self.median_ci
         return {
             "warmup": self.warmup,
             "steps": len(self.samples),
             **stats,
+            "median_ci_low_s": low,
+            "median_ci_high_s": high,
+            "unstable": self.unstable,
             "timing_method": self.method,
         }
 
 
-STATISTICS = ("mean", "std", "median", "min", "max", "p20", "p80")
+STATISTICS = ("mean", "std", "median", "min", "max", "p20", "p80", "iqr")
 
 
 def _check_count(name: str, value: int, minimum: int) -> None:
@@ -109,3 +129,37 @@ def time_fn(
             sync()
             samples.append(time.perf_counter() - start)
     return Timing(tuple(samples), warmup)
+
+
+class PhaseClock:
+    """Device-synchronised times of the phases inside each step (forward, backward, optimizer).
+
+    ``start()`` at the top of a step, ``mark(phase)`` at the end of each phase, ``finish()``
+    at its end: each phase's time is from the previous mark, so the phases of a step are
+    non-negative and add up to the step by construction. The synchronisation at each boundary
+    costs a little on a GPU (the next phase's first kernel cannot be queued early).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.steps: list[dict[str, float]] = []
+        self._current: dict[str, float] = {}
+        self._last = 0.0
+
+    def start(self) -> None:
+        synchronize(self.device)
+        self._current = {}
+        self._last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        synchronize(self.device)
+        now = time.perf_counter()
+        self._current[phase] = self._current.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def finish(self) -> None:
+        self.steps.append(self._current)
+
+    def last(self, steps: int) -> list[dict[str, float]]:
+        """The phase times of the last ``steps`` steps (the timed ones after a warm-up)."""
+        return self.steps[-steps:] if steps else []
