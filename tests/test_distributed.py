@@ -6,6 +6,7 @@ Parity tolerances: float64 training (DDP, ZeRO-1) leaves only the order of addit
 (measured ~2e-7); with fp16 compute: < 1e-4 (measured ~7e-6).
 """
 
+import json
 import multiprocessing
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
-from perflab.distributed.collectives import allreduce_sweep, check_allreduce_rank
+from perflab.distributed.allreduce_benchmark import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
 from perflab.distributed.launch import (
     PERFLAB_DIR,
@@ -27,7 +28,7 @@ from perflab.distributed.launch import (
     raise_on_rank,
     unpicklable_result,
 )
-from perflab.distributed.memory import fsdp_memory, zero_memory
+from perflab.distributed.memory_per_rank import fsdp_memory, zero_memory
 from perflab.distributed.parity import (
     accumulation_parity_all,
     ddp_parity_all,
@@ -55,7 +56,7 @@ def test_all_reduce_on_two_ranks():
 
 
 def test_each_variant_matches_single_process_training():
-    variants = ["naive", "flat", "overlapped", "bucketed", "torch", "none"]
+    variants = ["naive", "flat", "individual", "bucketed", "torch", "none"]
     ranks = launch(ddp_parity_all, 2, (variants,))
     for rows in ranks:
         by_variant = {row["variant"]: row for row in rows}
@@ -196,7 +197,8 @@ def test_allreduce_sweep_keeps_going_past_bad_configurations(tmp_path):
 def test_torchrun_runs_the_same_functions():
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "-m", "perflab.distributed", "perflab.distributed.collectives:check_allreduce_rank"],
+         "-m", "perflab.distributed",
+         "perflab.distributed.allreduce_benchmark:check_allreduce_rank"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
@@ -223,7 +225,7 @@ def test_gradient_accumulation_with_no_sync_matches_and_without_is_exact_or_refu
     one process. Without: naive, flat and PyTorch's DDP still do (they all-reduce accumulated
     gradients); the overlapped ones raise the error that names ``no_sync`` (before, they gave a
     max error of 1.56 and 2.03)."""
-    variants = ["naive", "flat", "overlapped", "bucketed", "torch"]
+    variants = ["naive", "flat", "individual", "bucketed", "torch"]
     for rows in launch(accumulation_parity_all, 2, (variants,)):
         for row in rows:
             if row["no_sync"] or row["variant"] in ("naive", "flat", "torch"):
@@ -234,7 +236,7 @@ def test_gradient_accumulation_with_no_sync_matches_and_without_is_exact_or_refu
 
 
 def test_wrapping_a_module_twice_leaves_one_working_wrapper():
-    variants = ["naive", "flat", "overlapped", "bucketed"]
+    variants = ["naive", "flat", "individual", "bucketed"]
     for rows in launch(rewrap_parity_all, 2, (variants,)):
         for row in rows:
             assert row["max_param_diff"] < 1e-10, row
@@ -272,3 +274,21 @@ def test_the_forkserver_restarts_when_perflab_sources_change():
     finally:
         os.utime(source, ns=(times.st_atime_ns, times.st_mtime_ns))
     assert set(after).isdisjoint(first)
+
+
+def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
+    from perflab.distributed.ddp_benchmark import ddp_comparisons, ddp_configs, ddp_sweep
+
+    configs = ddp_configs(2, "toy", [1]) + ddp_configs(10_000, "toy", [1])[:1]
+    frame = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0, rounds=2)
+    ok = frame[frame["status"] == "ok"]
+    assert sorted(ok["variant"]) == sorted(c["variant"] for c in configs[:-1])
+    assert (ok["step_ms"] > 0).all()
+    assert ok["round_ms"].map(lambda text: len(json.loads(text))).eq(2).all()
+    against = ddp_comparisons(frame, "naive")
+    assert set(against["b"]) == set(ok["variant"]) - {"naive", "bucketed"} | {"bucketed 1 MB"}
+    assert against["verdict"].isin(["same", "faster", "slower"]).all()
+    (error,) = frame[frame["status"] == "error"].itertuples()
+    assert error.world_size == 10_000 and "does not fit" in error.error
+    again = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0, rounds=2)
+    assert len(again) == len(configs)  # resumed: nothing measured twice

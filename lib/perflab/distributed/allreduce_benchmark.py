@@ -24,7 +24,7 @@ from perflab.bench.sweep import Sweep
 from perflab.bench.timer import time_fn
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.launch import rank_device
-from perflab.distributed.sweeps import launch_sweep
+from perflab.distributed.launch_sweep import launch_sweep
 
 MB = 10**6  # nccl-tests sizes are decimal: 1 MB = 10^6 bytes
 BUS_FACTORS = {

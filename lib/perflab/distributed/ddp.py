@@ -278,7 +278,7 @@ VARIANTS = {
     "none": NoSync,
     "naive": DDPNaive,
     "flat": DDPFlat,
-    "overlapped": DDPIndividualParameters,
+    "individual": DDPIndividualParameters,
     "bucketed": DDPBucketed,
     "torch": TorchDDP,
 }

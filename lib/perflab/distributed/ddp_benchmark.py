@@ -13,6 +13,7 @@ communication at all), measured in the same rounds.
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -20,11 +21,12 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from perflab.bench.compare import paired_comparison
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
-from perflab.distributed.launch import RankError, check_world_size, launch, rank_device
-from perflab.distributed.sweeps import error_message
+from perflab.distributed.launch import rank_device
+from perflab.distributed.launch_sweep import launch_sweep
 from perflab.distributed.toy import build_model, loss_fn, vocab_size
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
@@ -62,10 +64,11 @@ class _Trainer:
             self.syncs.append(sync_end - sync_start)
 
 
-def _slowest(value: float) -> float:
-    values = [None] * dist.get_world_size()
-    dist.all_gather_object(values, value)
-    return max(values)
+def _slowest(values: list[float]) -> list[float]:
+    """Per round, the slowest rank's time (a step takes as long as its slowest rank)."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, values)
+    return [max(times) for times in zip(*gathered, strict=True)]
 
 
 def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, rounds: int):
@@ -80,10 +83,12 @@ def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, r
     rows = []
     for config, trainer in zip(configs, trainers, strict=True):
         trained = [p for p in trainer.module.parameters() if p.requires_grad]
+        round_ms = [t * 1e3 for t in _slowest(trainer.steps)]
         rows.append({
             **config,
-            "step_ms": _slowest(statistics.median(trainer.steps)) * 1e3,
-            "sync_ms": _slowest(statistics.median(trainer.syncs)) * 1e3,
+            "step_ms": statistics.median(round_ms),
+            "sync_ms": statistics.median(_slowest(trainer.syncs)) * 1e3,
+            "round_ms": json.dumps(round_ms),
             "parameter_tensors": len(trained),
             "gradient_mb": sum(p.numel() * p.element_size() for p in trained) / 1e6,
             "buckets": len(getattr(trainer.wrapped, "buckets", [])) or "",
@@ -96,9 +101,10 @@ def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, r
 
 
 def ddp_configs(world_size: int, model: str, bucket_sizes_mb, torch_bucket_mb: float = 25):
-    """The variants of notebook 07: none (compute only), naive, flat, overlapped, bucketed at
-    each size, and PyTorch's DDP (its default 25 MiB buckets)."""
-    fixed = [("none", 0), ("naive", 0), ("flat", 0), ("overlapped", 0)]
+    """The variants of notebook 07: none (compute only), naive, flat, individual (one
+    overlapped all-reduce per parameter), bucketed at each size, and PyTorch's DDP (its
+    default 25 MiB buckets)."""
+    fixed = [("none", 0), ("naive", 0), ("flat", 0), ("individual", 0)]
     bucketed = [("bucketed", size) for size in bucket_sizes_mb]
     return [
         {"world_size": world_size, "model": model, "variant": v, "bucket_size_mb": size}
@@ -119,24 +125,15 @@ def ddp_sweep(
     timeout_s: float = 600,
 ) -> pd.DataFrame:
     """Measure ``configs`` (``ddp_configs``) not yet in the Sweep CSV at ``path``, one launch
-    per world size; a failed launch or a world size the machine cannot hold becomes "error"
-    rows."""
+    per world size in which the variants take turns; a failed launch or a world size the
+    machine cannot hold becomes "error" rows."""
     sweep = Sweep(
         path, SWEEP_KEY, metadata={**describe(resolve_device("auto")), **(metadata or {})}
     )
-    todo = sweep.todo(configs, resume=resume)
-    for world_size in dict.fromkeys(c["world_size"] for c in todo):
-        group = [c for c in todo if c["world_size"] == world_size]
-        try:
-            check_world_size(world_size)
-            args = (group, batch_size, seq_len, warmup, rounds)
-            measured = launch(_ddp_rank, world_size, args, timeout_s=timeout_s)[0]
-            rows = [{**row, "status": "ok", "error": ""} for row in measured]
-        except (ValueError, RankError, TimeoutError) as error:
-            rows = [{**c, "status": "error", "error": error_message(error)} for c in group]
-        for row in rows:
-            sweep.record(row)
-    return sweep.select(configs)
+    args = (batch_size, seq_len, warmup, rounds)
+    return launch_sweep(
+        sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True
+    )
 
 
 def relative_to_naive(frame: pd.DataFrame) -> pd.DataFrame:
@@ -150,3 +147,20 @@ def relative_to_naive(frame: pd.DataFrame) -> pd.DataFrame:
     frame["comm_share"] = 1 - pd.Series([by_variant.get((*k, "none")) for k in base],
                                         index=frame.index) / frame["step_ms"]  # fmt: skip
     return frame
+
+
+def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFrame:
+    """Every variant's step against ``baseline``'s, paired by round (they took turns in the
+    same launch): ``Comparison.as_row`` per variant, bucketed ones named with their size."""
+    ok = frame[frame["status"] == "ok"]
+
+    def name(row) -> str:
+        return f"bucketed {row.bucket_size_mb:g} MB" if row.variant == "bucketed" else row.variant
+
+    rounds = {name(row): json.loads(row.round_ms) for row in ok.itertuples()}
+    if baseline not in rounds:
+        raise ValueError(f"no {baseline!r} rows to compare with; variants: {', '.join(rounds)}")
+    return pd.DataFrame([
+        paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
+        for variant, times in rounds.items() if variant != baseline
+    ])  # fmt: skip

@@ -5,6 +5,8 @@ launch costs seconds) and lets rank 0 append each row to the ``Sweep`` CSV the m
 measured, so a run that dies keeps every finished row. If a rank fails, its configuration
 becomes an "error" row with the rank's message and the rest of the group is launched again;
 a world size the machine cannot hold becomes "error" rows too. The sweep always goes on.
+With ``together=True`` one call measures the whole group (variants that take turns, as in
+notebook 07's DDP benchmark), and a failure turns the whole unfinished group into error rows.
 """
 
 from __future__ import annotations
@@ -27,6 +29,14 @@ def _sweep_rank(path, key, configs, measure_rank, args) -> None:
             sweep.record({**config, "status": "ok", "error": "", **row, **config})
 
 
+def _group_rank(path, key, configs, measure_group, args) -> None:
+    rows = measure_group(configs, *args)
+    if dist.get_rank() == 0:
+        sweep = Sweep(path, key)
+        for config, row in zip(configs, rows, strict=True):
+            sweep.record({**config, "status": "ok", "error": "", **row, **config})
+
+
 def error_message(error: BaseException) -> str:
     """One line for a sweep row: the failing rank's last traceback line, or the error's."""
     if isinstance(error, RankError):
@@ -44,10 +54,12 @@ def launch_sweep(
     resume: bool = True,
     timeout_s: float = 600,
     desc: str = "configurations",
+    together: bool = False,
 ) -> pd.DataFrame:
     """Measure every configuration (each with a ``world_size``) not yet in ``sweep``:
-    ``measure_rank(config, *args)`` runs on every rank and returns the row (rank 0's is kept).
-    Returns the rows of ``configs``."""
+    ``measure_rank(config, *args)`` runs on every rank and returns the row (rank 0's is kept);
+    with ``together``, ``measure_rank(configs, *args)`` measures a world size's configurations
+    in one call and returns their rows in order on rank 0. Returns the rows of ``configs``."""
     configs = list(configs)
     todo = sweep.todo(configs, resume=resume)
     bar = tqdm(total=len(todo), desc=desc, unit="config")
@@ -58,7 +70,7 @@ def launch_sweep(
             try:
                 check_world_size(world_size)
                 launch(
-                    _sweep_rank,
+                    _group_rank if together else _sweep_rank,
                     world_size,
                     (str(sweep.path), sweep.key, group, measure_rank, args),
                     timeout_s=timeout_s,
@@ -68,10 +80,14 @@ def launch_sweep(
             except (ValueError, RankError, TimeoutError) as error:
                 finished = sweep.done() - done_before
                 rest = [c for c in group if sweep.key_of(c) not in finished]
-                failed = rest if isinstance(error, ValueError) else rest[:1]
+                failed = rest if together or isinstance(error, ValueError) else rest[:1]
                 for config in failed:
                     sweep.record({**config, "status": "error", "error": error_message(error)})
                 bar.update(len(group) - len(rest) + len(failed))
                 group = rest[len(failed) :]
     bar.close()
-    return sweep.select(configs)
+    rows = sweep.select(configs)
+    note = sweep.earlier_rows_note(rows, len(todo))
+    if note:
+        print(note)
+    return rows

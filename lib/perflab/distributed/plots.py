@@ -71,10 +71,10 @@ def plot_bucket_sweep(frame: pd.DataFrame) -> Figure:
 def plot_memory_per_rank(frame: pd.DataFrame) -> Figure:
     """Computed bytes per rank against world size for each strategy."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    data = frame.assign(MB=frame["bytes"] / 1e6)
-    sns.lineplot(data=data, x="world_size", y="MB", hue="strategy", marker="o", ax=ax)
+    data = frame.assign(MiB=frame["bytes"] / 2**20)
+    sns.lineplot(data=data, x="world_size", y="MiB", hue="strategy", marker="o", ax=ax)
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("params + grads + AdamW state per rank (MB)")
+    ax.set_ylabel("params + grads + AdamW state per rank (MiB)")
     fig.tight_layout()
     return fig
 
