@@ -1,8 +1,11 @@
+import json
+
 import pandas as pd
 import pytest
 import torch
 
 from perflab.bench import BenchConfig, make_step, random_batch, run_benchmark
+from perflab.bench.steps import phase_columns
 from perflab.bench.tables import phase_breakdown, throughput
 from perflab.bench.warmup import warmup_samples
 from perflab.model import PRESETS, TransformerLM
@@ -82,6 +85,7 @@ def test_run_benchmark_row(dtype):
 
 def _results(forward, forward_backward, train_step):
     means = {"forward": forward, "forward-backward": forward_backward, "train-step": train_step}
+    phases = {"forward": [1.0, 1.2, 0.8], "backward": [2.0, 2.6, 1.6], "optimizer": [0.5] * 3}
     return pd.DataFrame(
         [
             {
@@ -93,18 +97,51 @@ def _results(forward, forward_backward, train_step):
                 "median_s": s,
                 "tokens_per_s": 100 / s,
                 "achieved_flops_per_s": 1e12 / s,
-            }
+                "unstable": False,
+                **(
+                    phase_columns(
+                        [
+                            dict(zip(phases, v, strict=True))
+                            for v in zip(*phases.values(), strict=True)
+                        ]
+                    )
+                    if m == "train-step"
+                    else {}
+                ),
+            }  # fmt: skip
             for m, s in means.items()
         ]
         + [{"preset": "q", "mode": "forward", "status": "oom"}]
     )
 
 
-def test_phase_breakdown_subtracts_modes():
-    table = phase_breakdown(_results(1.0, 3.0, 3.5))
+def test_phase_breakdown_from_inside_the_step_with_subtraction_beside_it():
+    table = phase_breakdown(_results(1.0, 3.0, 3.4))
     row = table.set_index("preset").loc["p"]
-    assert (row.forward_s, row.backward_s, row.optimizer_s, row.step_s) == (1.0, 2.0, 0.5, 3.5)
+    assert (row.forward_s, row.backward_s, row.optimizer_s) == pytest.approx(
+        (1.0, 2.0 + 0.2 / 3, 0.5)
+    )
+    assert row.step_s == pytest.approx(row.forward_s + row.backward_s + row.optimizer_s)
+    assert row.forward_share + row.backward_share + row.optimizer_share == pytest.approx(1.0)
+    assert row.backward_over_forward == pytest.approx(2.0)  # median of 2.0, 2.1667, 2.0
+    assert row.backward_over_forward_ci_low <= 2.0 <= row.backward_over_forward_ci_high
+    assert (row.backward_by_subtraction_s, row.optimizer_by_subtraction_s) == pytest.approx(
+        (2.0, 0.4)
+    )
     assert "q" not in set(table["preset"])
+
+
+def test_phases_are_measured_inside_each_step_and_add_up():
+    config = BenchConfig(preset="cpu-tiny", context_length=16, mode="train-step", batch_size=2,
+                         warmup=1, steps=3, device="cpu")  # fmt: skip
+    row, timing = run_benchmark(config)
+    phases = json.loads(row["phase_samples_s"])
+    assert list(phases) == ["forward", "backward", "optimizer"]
+    assert all(len(v) == 3 and min(v) >= 0 for v in phases.values())
+    clocked = [sum(step) for step in zip(*phases.values(), strict=True)]
+    assert all(c <= t for c, t in zip(clocked, timing.samples, strict=True))  # inside the step
+    total = row["forward_phase_s"] + row["backward_phase_s"] + row["optimizer_phase_s"]
+    assert total == pytest.approx(sum(clocked) / 3)
 
 
 def test_throughput_mfu_against_peak():
@@ -123,29 +160,65 @@ def test_warmup_samples_long_form():
 
 
 def test_warmup_effect_ratios():
-    from perflab.bench.warmup import warmup_effect
+    from perflab.bench.warmup import warmup_conclusion, warmup_effect
 
     study = pd.DataFrame(
         {"warmup": [0, 5], "samples_s": ["[0.4, 0.1, 0.1, 0.2]", "[0.1, 0.1, 0.1, 0.2]"]}
     )
     effect = warmup_effect(study).set_index("warmup")
-    assert effect.loc[0, "first_over_warm_median"] == pytest.approx(4.0)
-    assert effect.loc[0, "mean_over_warm"] == pytest.approx(0.8 / 0.5)
-    assert effect.loc[0, "median_over_warm"] == pytest.approx(0.15 / 0.1)
-    assert effect.loc[5].tolist() == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    assert effect.loc[0, "first_over_settled_median"] == pytest.approx(4.0)
+    assert effect.loc[0, "mean_over_settled"] == pytest.approx(0.8 / 0.5)
+    assert effect.loc[0, "median_over_settled"] == pytest.approx(0.15 / 0.1)
+    settled = ["first_over_settled_median", "median_over_settled", "mean_over_settled"]
+    assert effect.loc[5, settled].tolist() == pytest.approx([1.0, 1.0, 1.0])
+    assert bool(effect.loc[5, "overlaps_settled"])
+    assert warmup_conclusion(effect.reset_index()).startswith(
+        "Without warm-up the first timed step took 4.00x the settled median (after 5 warm-up"
+    )
 
 
-def test_dtype_speedup():
-    from perflab.bench.tables import dtype_speedup
+def test_warmup_conclusion_claims_only_what_the_intervals_show():
+    from perflab.bench.warmup import warmup_conclusion, warmup_effect
 
-    rows = pd.DataFrame(
-        [{"preset": "p", "mode": "train-step", "status": "ok", "dtype": d, "median_s": s}
-         for d, s in (("float32", 2.0), ("bfloat16", 0.5))]
-    )  # fmt: skip
-    table = dtype_speedup(rows)
-    assert table.loc[0, "speedup_bfloat16"] == pytest.approx(4.0)
-    with pytest.raises(ValueError, match="no float16 rows"):
-        dtype_speedup(rows, baseline="float16")
+    slow = pd.DataFrame(
+        {
+            "warmup": [0, 1, 5],
+            "samples_s": [
+                "[0.5, 0.3, 0.31, 0.3, 0.29]",
+                "[0.1, 0.1, 0.11, 0.1, 0.1]",
+                "[0.1, 0.1, 0.1, 0.11, 0.1]",
+            ],
+        }
+    )
+    text = warmup_conclusion(warmup_effect(slow))
+    assert "the 95% intervals do not overlap" in text and "from 1 warm-up steps on" in text
+    one_slow_step = pd.DataFrame(
+        {"warmup": [0, 5], "samples_s": ["[0.5, 0.1, 0.1, 0.1, 0.1]", "[0.1, 0.1, 0.1, 0.1, 0.1]"]}
+    )
+    assert "not the median" in warmup_conclusion(warmup_effect(one_slow_step))
+    no_effect = pd.DataFrame(
+        {
+            "warmup": [0, 5],
+            "samples_s": ["[0.1, 0.1, 0.11, 0.1, 0.1]", "[0.1, 0.11, 0.1, 0.1, 0.1]"],
+        }
+    )
+    text = warmup_conclusion(warmup_effect(no_effect))
+    assert "not above the settled median's 95% interval" in text
+    assert "no one-off cost shows" in text and "slow first step" not in text
+
+
+def test_configurations_compared_interleaved_are_named_by_their_difference():
+    from dataclasses import replace
+
+    from perflab.bench.steps import compare_configs
+
+    a = BenchConfig(preset="cpu-tiny", context_length=8, mode="train-step", batch_size=1,
+                    device="cpu")  # fmt: skip
+    result = compare_configs(a, replace(a, dtype="bfloat16"), torch.device("cpu"), rounds=3,
+                             warmup=1)  # fmt: skip
+    assert (result.name_a, result.name_b) == ("float32", "bfloat16")
+    assert len(result.times_a) == len(result.times_b) == 3
+    assert result.verdict in ("same", "faster", "slower")
 
 
 def test_context_length_must_be_an_integer():

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from perflab.bench.checks import check_results
-from perflab.bench.compare import paired_comparison
+from perflab.bench.comparison import paired_comparison
 from perflab.bench.conclusions import UNSTABLE_SENTENCE, conclude
 from perflab.cli import main
 

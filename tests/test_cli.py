@@ -32,7 +32,7 @@ def perflab(*args, **kwargs):
         (["run", "99_nothing"], "valid: 01_benchmarking"),
         (
             ["run", "01", "-p", "no_such_parameter", "1"],
-            "no parameter no_such_parameter in 01_benchmarking; valid: device, dtype",
+            "no parameter no_such_parameter in 01_benchmarking; valid: batch_size, context_length",
         ),
         (["frobnicate"], "choose from 'run', 'bench'"),
         (["kernels", "--target", "sm_75"], "choose from 'sm_80', 'sm_90', 'sm_100'"),

@@ -5,8 +5,8 @@ burst of competing work) and twice the work must always read "slower" with a rat
 import numpy as np
 import pytest
 
-from perflab.bench import Timing
-from perflab.bench.compare import compare, describe_ratio, noise_check, paired_comparison, verdict
+from perflab.bench import Timing, compare
+from perflab.bench.comparison import describe_ratio, noise_check, paired_comparison, verdict
 from perflab.bench.stats import bootstrap_ci, is_unstable
 
 
@@ -33,7 +33,10 @@ def test_sentences_follow_the_verdict():
         "compiled is 2.00x faster than eager (95% CI 1.82–2.22x)"
     )
     assert describe_ratio("fp32", "bf16", 1.8, (1.6, 2.0)).startswith("bf16 is 1.80x slower")
-    assert "same within noise" in describe_ratio("a", "b", 1.01, (0.97, 1.05))
+    assert "the same time within the ±3% noise band" in describe_ratio("a", "b", 1.0, (0.98, 1.02))
+    assert "no difference between b and a beyond noise is established" in describe_ratio(
+        "a", "b", 0.93, (0.89, 0.99)
+    )
 
 
 def test_paired_times_give_the_ratio_of_each_round():

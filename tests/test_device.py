@@ -5,6 +5,8 @@ from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.peak import measure_peak_matmul
 from perflab.device import describe, parse_dtype, resolve_device
 
+CPU = torch.device("cpu")
+
 
 def test_auto_device_is_cuda_only_when_present():
     expected = "cuda" if torch.cuda.is_available() else "cpu"
@@ -33,11 +35,11 @@ def test_describe_names_device_and_versions():
 
 
 def test_peak_matmul_reports_the_fastest_size():
-    peak = measure_peak_matmul("cpu", sizes=(64, 128), warmup=1, steps=3)
+    peak = measure_peak_matmul(CPU, sizes=(64, 128), warmup=1, steps=3)
     assert peak.size in (64, 128) and peak.dtype == "float32"
     assert peak.flops_per_s == pytest.approx(2 * peak.size**3 / peak.median_s)
     with pytest.raises(ValueError, match="positive ints"):
-        measure_peak_matmul("cpu", sizes=())
+        measure_peak_matmul(CPU, sizes=())
 
 
 def test_matmul_size_for_a_target_time():
@@ -46,7 +48,7 @@ def test_matmul_size_for_a_target_time():
 
 
 def test_compare_timers_table():
-    table = compare_timers(64, "cpu", warmup=1, steps=5, rounds=2)
+    table = compare_timers(64, CPU, warmup=1, steps=5, rounds=2)
     assert table["timer"].iloc[0] == "perflab.bench.time_fn"
     assert "torch.utils.benchmark.Timer.blocked_autorange" in set(table["timer"])
     assert table["ratio_to_perflab"].iloc[0] == 1.0 and (table["rounds"] == 2).all()

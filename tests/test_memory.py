@@ -16,6 +16,8 @@ from perflab.memory.saved import saved_by_producer, saved_bytes, saved_tensors
 from perflab.memory.timeline import peak_memory, record_timeline, timeline_from_snapshot
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
+CPU = torch.device("cpu")
+
 FOUR_MIB = 4 * 2**20
 
 
@@ -44,8 +46,8 @@ def test_parameters_are_listed_but_not_counted():
 
 
 def test_compiled_rmsnorm_saves_less_than_eager():
-    eager = rmsnorm_saved_tensors(64, 2, 16, compiled=False, device="cpu")
-    compiled = rmsnorm_saved_tensors(64, 2, 16, compiled=True, device="cpu")
+    eager = rmsnorm_saved_tensors(64, 2, 16, compiled=False, device=CPU)
+    compiled = rmsnorm_saved_tensors(64, 2, 16, compiled=True, device=CPU)
     # eager keeps x, 1/rms and x/rms; compiled keeps x and 1/rms and recomputes the rest.
     assert saved_bytes(eager) == (2 * 16 * 64 * 2 + 2 * 16) * 4
     assert saved_bytes(compiled) == (2 * 16 * 64 + 2 * 16) * 4
@@ -77,9 +79,9 @@ def test_bad_checkpointing_arguments():
 
 
 def test_checkpointing_lowers_the_measured_peak():
-    plain = [checkpoint_peak("cpu-tiny", n, 2, 32, "none", device="cpu")["peak_bytes"]
+    plain = [checkpoint_peak("cpu-tiny", n, 2, 32, "none", device=CPU)["peak_bytes"]
              for n in (4, 8)]  # fmt: skip
-    nested = [checkpoint_peak("cpu-tiny", n, 2, 32, "nested", device="cpu")["peak_bytes"]
+    nested = [checkpoint_peak("cpu-tiny", n, 2, 32, "nested", device=CPU)["peak_bytes"]
               for n in (4, 8)]  # fmt: skip
     assert plain[1] > 1.8 * plain[0]  # linear in depth without checkpointing
     assert nested[1] < 1.2 * nested[0] and nested[1] < plain[1] / 3
@@ -92,7 +94,7 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
 
     synced = []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
-    result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device="cpu",
+    result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU,
                              repeats=3)  # fmt: skip
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
     assert result["seconds"] > 0
@@ -104,13 +106,13 @@ def test_timeline_records_a_known_allocation():
         y = torch.empty(2**20, dtype=torch.float32)  # another 4 MiB while x lives
         del x, y
 
-    timeline = record_timeline(allocate, "cpu")
+    timeline = record_timeline(allocate, CPU)
     assert FOUR_MIB * 2 <= timeline.peak_bytes < FOUR_MIB * 2 + 2**16
     largest = timeline.largest_allocations(top=2)
     assert list(largest["delta_bytes"]) == [FOUR_MIB, FOUR_MIB]
     assert set(largest["origin"]) == {"aten::empty"}
     assert timeline.events["allocated_bytes"].iloc[-1] == 0  # everything freed again
-    assert 2 * FOUR_MIB <= peak_memory(allocate, "cpu") < 2 * FOUR_MIB + 2**16
+    assert 2 * FOUR_MIB <= peak_memory(allocate, CPU) < 2 * FOUR_MIB + 2**16
 
 
 def test_timeline_from_a_cuda_snapshot():
@@ -131,7 +133,7 @@ def test_timeline_from_a_cuda_snapshot():
 def test_residual_stream_derived_equals_measured():
     config = PRESETS["cpu-tiny"]
     assert residual_stream_bytes(config, 3, 40) == 3 * 40 * 128 * 4
-    assert measured_residual_bytes(config, 3, 40, "cpu") == residual_stream_bytes(config, 3, 40)
+    assert measured_residual_bytes(config, 3, 40, CPU) == residual_stream_bytes(config, 3, 40)
 
 
 def test_log_fit_and_grid():

@@ -40,6 +40,13 @@ def test_model_and_distributed_names():
         assert callable(wrapper.no_sync)
 
 
+def _fresh_cpu_python(code: str) -> subprocess.CompletedProcess:
+    """``code`` in a new interpreter that sees no GPU and has not chosen TRITON_INTERPRET."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+
+
 def test_triton_imported_before_perflab_is_one_clear_error():
     """torch.compile imports Triton; if that happens before perflab chose the interpreter, the
     interpreted kernels would fail deep inside Triton: refuse with the reason instead."""
@@ -50,9 +57,7 @@ def test_triton_imported_before_perflab_is_one_clear_error():
         "from perflab.attention import FlashAttentionTriton\n"
         "FlashAttentionTriton.apply\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    done = _fresh_cpu_python(code)
     assert done.returncode != 0
     assert "before TRITON_INTERPRET=1 was set" in done.stderr.strip().splitlines()[-1]
 
@@ -65,8 +70,6 @@ def test_torch_compile_after_import_perflab_leaves_the_kernels_working():
         "q = torch.randn(1, 20, 16)\n"
         "print(FlashAttentionTriton.apply(q, q, q, True).shape)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    done = _fresh_cpu_python(code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "torch.Size([1, 20, 16])" in done.stdout

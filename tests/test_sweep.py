@@ -128,3 +128,13 @@ def test_sweep_killed_midway_then_rerun_loses_and_duplicates_nothing(tmp_path):
     assert after["i"].tolist() == list(range(8))
     # The rows measured before the kill are kept as they were, not measured again.
     pd.testing.assert_frame_equal(after.iloc[:5], before)
+
+
+def test_rows_measured_earlier_are_announced_with_time_and_commit(tmp_path, capsys):
+    sweep = Sweep(tmp_path / "s.csv", key=["n"])
+    sweep.run([{"n": 1}], lambda c: {"x": c["n"]})
+    assert capsys.readouterr().out == ""  # everything measured now: nothing to announce
+    rows = Sweep(tmp_path / "s.csv", key=["n"]).run([{"n": 1}, {"n": 2}], lambda c: {"x": 1})
+    out = capsys.readouterr().out
+    assert "s.csv: 1 of 2 rows were measured earlier" in out
+    assert rows["measured_at"].notna().all() and "commit" in rows

@@ -1,17 +1,22 @@
 """``perflab`` on the command line (also ``python -m perflab``).
 
-    perflab run [NOTEBOOK ...] [-p NAME VALUE ...] [--output DIR]
+    perflab run [NOTEBOOK ...] [--full] [-p NAME VALUE ...] [--output DIR]
     perflab bench --preset NAME --context-length N --mode MODE --warmup W --steps N
                   [--batch-size B] [--dtype D] [--device D] [--format {table,json}]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
+    perflab check-results DIR
+    perflab noise-check [--runs N] [--burst]
     perflab kernels [--target sm_80|sm_90|sm_100 ...] [--dtype fp16 ...] [--head-dim D ...]
                     [--summary] [--format {table,csv}]
 
-``run`` executes notebooks with papermill; ``bench`` times one configuration (the command that
+``run`` executes notebooks with papermill (``--full``: each notebook at the full sizes of
+``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration (the command that
 ``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a Chrome/Kineto trace, or compares
 a baseline trace with an optimized one; ``kernels`` compiles every Triton kernel of the workbook
 for GPU targets (no GPU needed) and prints registers, spills and shared memory per
-configuration. Bad arguments exit with status 2 and a one-line message
+configuration; ``check-results`` flags contradictions in saved results (exit 1 if any);
+``noise-check`` measures how often ``perflab.bench.compare`` calls identical work different
+(A/A) and finds a 2x difference (A/B). Bad arguments exit with status 2 and a one-line message
 naming the valid choices.
 """
 
@@ -27,6 +32,7 @@ from pathlib import Path
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
 from perflab.paths import NOTEBOOKS_DIR
+from perflab.settings import full_sizes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -116,7 +122,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         target = output / notebook.name
         print(f"== {notebook.stem} -> {target}", flush=True)
         try:
-            own = {k: v for k, v in parameters.items() if k in declared[notebook]}
+            own = full_sizes(notebook.stem) if args.full else {}
+            own.update({k: v for k, v in parameters.items() if k in declared[notebook]})
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
             )
@@ -222,10 +229,47 @@ def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 1 if len(failed) else 0
 
 
+def _check_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.bench.checks import check_results, checked_files
+
+    try:
+        findings = check_results(args.directory)
+    except ValueError as error:
+        parser.error(str(error))
+    for row in findings.itertuples():
+        print(f"{row.file}: {row.rule}: {row.detail}")
+    count = checked_files(args.directory)
+    print(f"{count} result files checked, {len(findings)} contradictions")
+    return 1 if len(findings) else 0
+
+
+def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.bench.comparison import noise_check
+
+    table = noise_check(runs=args.runs, burst=args.burst)
+    summary = table.groupby("test").agg(
+        runs=("verdict", "size"),
+        same=("verdict", lambda v: int((v == "same").sum())),
+        slower=("verdict", lambda v: int((v == "slower").sum())),
+        faster=("verdict", lambda v: int((v == "faster").sum())),
+        median_ratio=("ratio_b_over_a", "median"),
+        min_ratio=("ratio_b_over_a", "min"),
+        max_ratio=("ratio_b_over_a", "max"),
+    )
+    print(summary.to_string())
+    aa, ab = summary.loc["A/A"], summary.loc["A/B 2x"]
+    burst = " (under a burst of competing work)" if args.burst else ""
+    print(f"A/A false alarms: {aa.runs - aa.same} of {aa.runs}; "
+          f"A/B 2x detected: {ab.slower} of {ab.runs}{burst}")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(
-        dest="command", required=True, metavar="{run,bench,hotspots,kernels}"
+        dest="command",
+        required=True,
+        metavar="{run,bench,hotspots,kernels,check-results,noise-check}",
     )
 
     run = commands.add_parser("run", help="execute notebooks with papermill")
@@ -239,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar=("NAME", "VALUE"),
         help="notebook parameter; VALUE is a Python literal or else a string",
+    )
+    run.add_argument(
+        "--full",
+        action="store_true",
+        help="the full sizes (perflab.settings.FULL_SIZES), for a GPU",
     )
     run.add_argument("--output", default="output", help="folder for executed notebooks")
     run.set_defaults(handler=_run, subparser=run)
@@ -270,6 +319,15 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--summary", action="store_true", help="one row per kernel and target")
     kernels.add_argument("--format", choices=("table", "csv"), default="table")
     kernels.set_defaults(handler=_kernels, subparser=kernels)
+
+    check = commands.add_parser("check-results", help="flag contradictions in saved results")
+    check.add_argument("directory", metavar="DIR", help="e.g. data/results")
+    check.set_defaults(handler=_check_results, subparser=check)
+
+    noise = commands.add_parser("noise-check", help="A/A and A/B runs of perflab.bench.compare")
+    noise.add_argument("--runs", type=_count(1), default=20, help="comparisons of each kind")
+    noise.add_argument("--burst", action="store_true", help="under competing busy processes")
+    noise.set_defaults(handler=_noise_check, subparser=noise)
     return parser
 
 

@@ -45,3 +45,38 @@ def display_path(path: str | Path) -> str:
         return str(path.relative_to(base))
     except ValueError:
         return path.name
+
+
+def git_commit() -> str | None:
+    """The repository's current commit (short hash, '+dirty' with uncommitted changes), or
+    None outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "")
+
+
+def save_table(table, path: str | Path, metadata: dict | None = None) -> Path:
+    """``table`` (a DataFrame) as CSV at ``path``, and beside it ``<name>.json`` with
+    ``metadata`` (the notebook's settings, the machine), the time and the commit."""
+    import datetime
+    import json
+
+    path = Path(path)
+    table.to_csv(path, index=False)
+    record = {
+        **(metadata or {}),
+        "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": git_commit(),
+    }
+    path.with_suffix(".json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path

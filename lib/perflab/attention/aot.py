@@ -3,11 +3,12 @@
 The Triton interpreter runs the kernels on a CPU but does not type-check what the compiler
 rejects, so a kernel can pass every interpreted test and fail on its first GPU launch. Here
 each kernel is compiled to a cubin (``triton_compile``) for each target of ``TARGETS``
-(sm_80 A100, sm_90 H100, sm_100 B200), each autotune configuration, causal and not, each
-dtype it accepts; a row per compile records registers, stack, spills, shared memory against
-the target's limit, the strides widened to 64-bit offsets, compile seconds, and the error if
-it failed. The test suite compiles the
-whole matrix (``tests/test_aot_compile.py``); notebook 06 and ``perflab kernels`` show it.
+(sm_80 A100, sm_90 H100, sm_100 B200), each autotune configuration, causal and not, fp16 and
+bf16 by default (fp32 on request); a row per compile records registers, stack, spills, shared
+memory against the target's limit, the strides widened to 64-bit offsets, compile seconds, and
+the error if it failed. ``tests/test_aot_compile.py`` compiles every kernel for every target and
+configuration (its docstring says which dtypes and head dimensions); notebook 06 and
+``perflab kernels`` show the table.
 
 A process that runs kernels on a CPU has them interpreted (``TRITON_INTERPRET=1``), and an
 interpreted kernel cannot be compiled, so ``compile_table`` compiles in child processes that
@@ -210,8 +211,10 @@ _USAGE = ("registers", "stack_bytes", "spill_stores", "spill_loads", "shared_byt
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """Per kernel and target: compiles, failures, configurations over the shared memory limit,
-    most registers, any spills, compile seconds."""
+    """Per kernel and target, counted in compiles (a configuration compiled causal and not
+    counts twice): compiles, failures, compiles over the shared-memory limit, compiles that
+    spill, the most registers and the largest stack (ptxas may cap registers low and spill
+    instead, so read both), compile seconds."""
     table = table.reindex(columns=[*table.columns, *(c for c in _USAGE if c not in table)])
     ok = table["status"] == "ok"
     grouped = table.assign(
@@ -222,9 +225,10 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return grouped.agg(
         compiles=("status", "size"),
         failed=("failed", "sum"),
-        over_shared_limit=("over_limit", "sum"),
+        compiles_over_shared_limit=("over_limit", "sum"),
+        compiles_spilling=("spills", "sum"),
         max_registers=("registers", "max"),
-        configs_spilling=("spills", "sum"),
+        max_stack_bytes=("stack_bytes", "max"),
         compile_s=("compile_s", "sum"),
     ).reset_index()
 
@@ -237,6 +241,35 @@ def over_shared_limit(table: pd.DataFrame) -> pd.DataFrame:
     columns = ["kernel", "target", "dtype", "head_dim", "causal", "block_q", "block_k",
                "num_warps", "num_stages", "shared_bytes", "max_shared_bytes"]  # fmt: skip
     return over[columns].reset_index(drop=True)
+
+
+def pruned_configs(table: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel, target and dtype: how many distinct autotune configurations do not fit the
+    target's shared memory, and which (BQxBK/warps/stages)."""
+    over = over_shared_limit(table).drop_duplicates(
+        ["kernel", "target", "dtype", "block_q", "block_k", "num_warps", "num_stages"]
+    )
+    label = over.apply(
+        lambda r: f"{r.block_q:.0f}x{r.block_k:.0f}/{r.num_warps}w/{r.num_stages}s", axis=1
+    )
+    grouped = over.assign(config=label).groupby(["kernel", "target", "dtype"], sort=False)
+    return grouped["config"].agg(pruned="size", configs=", ".join).reset_index()
+
+
+def spill_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """Per warps and stages of the attention kernels' configurations: compiles, compiles that
+    spill registers, and those that spill while using at most 64 registers per thread."""
+    rows = table[table["block_q"].notna() & (table["status"] == "ok")]
+    rows = rows.assign(
+        spills=rows["spill_stores"] > 0,
+        spills_with_few_registers=(rows["spill_stores"] > 0) & (rows["registers"] <= 64),
+    )
+    grouped = rows.groupby(["num_warps", "num_stages"])
+    return grouped.agg(
+        compiles=("spills", "size"),
+        spilling=("spills", "sum"),
+        spilling_with_at_most_64_registers=("spills_with_few_registers", "sum"),
+    ).reset_index()
 
 
 def plot_shared_memory(table: pd.DataFrame):

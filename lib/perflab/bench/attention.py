@@ -15,13 +15,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import numpy as np
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
 from perflab.attention.reference import naive_attention
-from perflab.bench.timer import time_fn
+from perflab.bench.comparison import Comparison, compare
+from perflab.bench.timer import PhaseClock, time_fn
 from perflab.device import parse_dtype, resolve_device, synchronize
 from perflab.memory.timeline import peak_memory, record_timeline
 
@@ -86,14 +89,19 @@ def _held_after_forward(fn: Callable, device: torch.device) -> int:
     return int(timeline.events["allocated_bytes"].iloc[-1]) if len(timeline.events) else 0
 
 
-def measure_attention(config: dict) -> dict:
-    """Sweep measure function for one configuration with keys implementation, batch, seq_len,
-    head_dim, dtype, causal, device, warmup, steps. Returns times (s), memory (bytes), TFLOP/s
-    and whether the timing is a speed measurement (not for the Triton interpreter)."""
-    device = resolve_device(config["device"])
-    dtype = parse_dtype(config["dtype"])
-    fn = get_implementation(config["implementation"])
-    batch, n, d, causal = config["batch"], config["seq_len"], config["head_dim"], config["causal"]
+def _attention_calls(
+    implementation: str,
+    batch: int,
+    n: int,
+    d: int,
+    dtype: torch.dtype,
+    causal: bool,
+    device: torch.device,
+    clock: PhaseClock | None = None,
+):
+    """(forward, forward_backward) of one implementation on fixed random inputs; with a
+    ``clock``, forward_backward records its two phases in it."""
+    fn = get_implementation(implementation)
     generator = torch.Generator(device=device).manual_seed(0)
     q, k, v = (
         torch.randn(batch, n, d, device=device, dtype=dtype, generator=generator).requires_grad_()
@@ -105,17 +113,44 @@ def measure_attention(config: dict) -> dict:
         return fn(q, k, v, is_causal=causal)
 
     def forward_backward():
-        forward().backward(grad)
+        if clock:
+            clock.start()
+        out = forward()
+        if clock:
+            clock.mark("forward")
+        out.backward(grad)
+        if clock:
+            clock.mark("backward")
+            clock.finish()
 
+    return forward, forward_backward
+
+
+def measure_attention(config: dict) -> dict:
+    """Sweep measure function for one configuration with keys implementation, batch, seq_len,
+    head_dim, dtype, causal, device, warmup, steps. Returns times (s), memory (bytes), TFLOP/s
+    and whether the timing is a speed measurement (not for the Triton interpreter).
+
+    ``forward_s`` times forward calls alone; ``backward_s`` is the backward phase measured
+    inside each forward + backward call (device synchronised between the two), never a
+    difference of two timings."""
+    device = resolve_device(config["device"])
+    batch, n, d, causal = config["batch"], config["seq_len"], config["head_dim"], config["causal"]
+    clock = PhaseClock(device)
+    forward, forward_backward = _attention_calls(
+        config["implementation"], batch, n, d, parse_dtype(config["dtype"]), causal, device, clock
+    )
     warmup, steps = config["warmup"], config["steps"]
     fwd = time_fn(forward, warmup=warmup, steps=steps, device=device)
     end_to_end = time_fn(forward_backward, warmup=warmup, steps=steps, device=device)
     flops = attention_flops(batch, n, n, d, causal)
-    backward_s = max(end_to_end.median - fwd.median, 0.0)
+    backward = [step["backward"] for step in clock.last(steps)]
     return {
         "forward_s": fwd.median,
-        "backward_s": backward_s,
+        "forward_unstable": fwd.unstable,
+        "backward_s": float(np.median(backward)),
         "end_to_end_s": end_to_end.median,
+        "end_to_end_unstable": end_to_end.unstable,
         "forward_tflops": flops["forward"] / fwd.median / 1e12,
         "end_to_end_tflops": flops["end_to_end"] / end_to_end.median / 1e12,
         "held_before_backward_bytes": _held_after_forward(forward, device),
@@ -124,43 +159,91 @@ def measure_attention(config: dict) -> dict:
     }
 
 
-def flash_benchmark_configs(profile, device: torch.device,
-                            implementations=("naive", "sdpa", "flash_torch", "flash_triton"),
-                            causal: bool = True) -> list[dict]:  # fmt: skip
-    """Notebook 06's grid from a ``FlashProfile``: every implementation, d, length and dtype,
-    skipping lengths above an implementation's ``max_seq_len`` and what the device cannot run
+def compare_attention(
+    implementation_a: str,
+    implementation_b: str,
+    *,
+    batch: int,
+    seq_len: int,
+    head_dim: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    causal: bool = False,
+    rounds: int = 10,
+    warmup: int = 2,
+) -> Comparison:
+    """Forward + backward of two implementations on the same shapes, interleaved by
+    ``perflab.bench.compare``: b against a."""
+    calls = [
+        _attention_calls(name, batch, seq_len, head_dim, dtype, causal, device)[1]
+        for name in (implementation_a, implementation_b)
+    ]
+    return compare(*calls, rounds=rounds, warmup=warmup, device=device,
+                   names=(implementation_a, implementation_b))  # fmt: skip
+
+
+def attention_configs(*, implementations, batch: int, head_dims, seq_lens, dtypes, warmup: int,
+                      steps: int, device: torch.device, causal: bool = False,
+                      max_seq_len: dict[str, int] | None = None) -> list[dict]:  # fmt: skip
+    """The grid of notebooks 05 and 06: every implementation, dtype, d and length, skipping
+    lengths above an implementation's ``max_seq_len`` and what the device cannot run
     (bfloat16 in the Triton interpreter). Interpreted Triton rows get one call, no warm-up:
     they check that the kernels run, they measure nothing about speed."""
-    limits = dict(profile.max_seq_len)
+    limits = max_seq_len or {}
     configs = []
     for impl in implementations:
         interpreted = impl == "flash_triton" and INTERPRETED
-        for dtype in profile.dtypes:
+        for dtype in dtypes:
             if interpreted and dtype == "bfloat16":
                 continue
-            for d in profile.head_dims:
-                for n in profile.seq_lens:
+            for d in head_dims:
+                for n in seq_lens:
                     if n > limits.get(impl, n):
                         continue
                     configs.append({
-                        "implementation": impl, "batch": profile.batch, "seq_len": n,
+                        "implementation": impl, "batch": batch, "seq_len": n,
                         "head_dim": d, "dtype": dtype, "causal": causal, "device": str(device),
-                        "warmup": 0 if interpreted else profile.warmup,
-                        "steps": 1 if interpreted else profile.steps,
+                        "warmup": 0 if interpreted else warmup,
+                        "steps": 1 if interpreted else steps,
                     })  # fmt: skip
     return configs
 
 
+def ratios_to(rows: pd.DataFrame, baseline: str, value: str, index=("head_dim", "seq_len"),
+              ) -> pd.DataFrame:  # fmt: skip
+    """``value`` of every implementation divided by ``baseline``'s, per ``index`` (rows with
+    status "ok" only): e.g. compiled over naive forward seconds."""
+    ok = rows[rows["status"] == "ok"]
+    table = ok.pivot_table(index=list(index), columns="implementation", values=value)
+    return table.drop(columns=baseline).div(table[baseline], axis=0).add_suffix(f"_over_{baseline}")
+
+
+def naive_memory_check(rows: pd.DataFrame) -> pd.DataFrame:
+    """Naive attention's measured bytes held for backward against ``naive_memory_bytes``."""
+    naive = rows[(rows["status"] == "ok") & (rows["implementation"] == "naive")]
+    formula = [
+        naive_memory_bytes(int(r.batch), int(r.seq_len), int(r.head_dim), parse_dtype(r.dtype))
+        for r in naive.itertuples()
+    ]
+    return pd.DataFrame(
+        {
+            "head_dim": naive["head_dim"].to_numpy(),
+            "seq_len": naive["seq_len"].to_numpy(),
+            "formula_held_MiB": [f["held_for_backward"] / 2**20 for f in formula],
+            "measured_held_MiB": naive["held_before_backward_bytes"].to_numpy() / 2**20,
+        }
+    ).assign(measured_over_formula=lambda t: t["measured_held_MiB"] / t["formula_held_MiB"])
+
+
 def attention_peak_memory(implementation: str, batch: int, seq_len: int, head_dim: int,
-                          device: str | torch.device = "auto", causal: bool = False,
-                          dtype: str = "float32") -> dict:  # fmt: skip
+                          device: torch.device, causal: bool = False,
+                          dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
     """Peak bytes of one forward + backward (after a warm-up one that allocates the input
     gradients), and the bytes held between forward and backward."""
-    device = resolve_device(device)
     fn = get_implementation(implementation)
     generator = torch.Generator(device=device).manual_seed(0)
     q, k, v = (
-        torch.randn(batch, seq_len, head_dim, device=device, dtype=parse_dtype(dtype),
+        torch.randn(batch, seq_len, head_dim, device=device, dtype=dtype,
                     generator=generator).requires_grad_()
         for _ in range(3)
     )  # fmt: skip

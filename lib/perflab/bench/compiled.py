@@ -1,7 +1,8 @@
 """The whole model compiled with torch.compile against eager (notebook 05).
 
 The first call of a compiled model traces and compiles it; that time is reported apart
-(compile_s = first call - steady median), and the steady state is timed with the one timer.
+(compile_s = first call - steady median), and the steady state of the two is compared
+interleaved (``perflab.bench.compare``), the compiled step against the eager one.
 Inductor's on-disk caches are switched off for the measurement and dynamo is reset before
 each compiled model, so compile_s is a cold compilation, not a cache load.
 """
@@ -14,9 +15,9 @@ import time
 import pandas as pd
 import torch
 
+from perflab.bench.comparison import compare
 from perflab.bench.steps import make_step, random_batch
-from perflab.bench.timer import time_fn
-from perflab.device import resolve_device, synchronize
+from perflab.device import synchronize
 from perflab.model import TransformerLM, get_preset
 
 
@@ -32,33 +33,34 @@ def _no_compile_caches() -> contextlib.ExitStack:
 
 
 def compile_vs_eager(preset: str, context_length: int, batch_size: int,
-                     device: str | torch.device = "auto", modes=("forward", "train-step"),
+                     device: torch.device, modes=("forward", "train-step"),
                      steps: int = 5) -> pd.DataFrame:  # fmt: skip
-    """Per mode, eager and compiled: median step seconds and (compiled) compile seconds."""
-    device = resolve_device(device)
+    """Per mode: the compiled step against the eager one (``Comparison.as_row``: medians,
+    time ratio compiled / eager with its 95% interval, verdict), the compiled model's first
+    call and its compile seconds (first call - steady median)."""
     config = get_preset(preset)
     inputs, targets = random_batch(config.vocab_size, batch_size, context_length, device)
     rows = []
     for mode in modes:
+        torch._dynamo.reset()
+        steps_by_kind = {}
         for compiled in (False, True):
             torch.manual_seed(0)
             with torch.device(device):
                 model = TransformerLM(config)
-            torch._dynamo.reset()
             runner = torch.compile(model) if compiled else model
             optimizer = torch.optim.AdamW(model.parameters()) if mode == "train-step" else None
-            step = make_step(runner, inputs, targets, mode, torch.float32, optimizer)
-            synchronize(device)
-            start = time.perf_counter()
-            with _no_compile_caches():
-                step()
-            synchronize(device)
-            first = time.perf_counter() - start
-            timing = time_fn(step, warmup=1, steps=steps, device=device)
-            compile_s = max(first - timing.median, 0.0) if compiled else 0.0
-            rows.append({"mode": mode, "compiled": compiled, "median_s": timing.median,
-                         "first_call_s": first, "compile_s": compile_s})  # fmt: skip
-    frame = pd.DataFrame(rows)
-    eager = frame[~frame["compiled"]].set_index("mode")["median_s"]
-    frame["speedup_vs_eager"] = frame["mode"].map(eager) / frame["median_s"]
-    return frame
+            steps_by_kind[compiled] = make_step(runner, inputs, targets, mode, torch.float32,
+                                                optimizer)  # fmt: skip
+        synchronize(device)
+        start = time.perf_counter()
+        with _no_compile_caches():
+            steps_by_kind[True]()
+        synchronize(device)
+        first = time.perf_counter() - start
+        result = compare(steps_by_kind[False], steps_by_kind[True], rounds=steps, warmup=1,
+                         device=device, names=("eager", "compiled"))  # fmt: skip
+        row = result.as_row()
+        rows.append({"mode": mode, **row, "first_call_s": first,
+                     "compile_s": max(first - row["median_b_s"], 0.0)})  # fmt: skip
+    return pd.DataFrame(rows)

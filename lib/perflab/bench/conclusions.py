@@ -13,7 +13,7 @@ import csv
 from datetime import UTC, datetime
 from pathlib import Path
 
-from perflab.bench.compare import Comparison
+from perflab.bench.comparison import Comparison
 from perflab.paths import git_commit
 
 FIELDS = ("key", "sentence", "verdict", "unstable", "concluded_at", "commit")

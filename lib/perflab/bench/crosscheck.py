@@ -12,8 +12,8 @@ import pandas as pd
 import torch
 import torch.utils.benchmark as torch_benchmark
 
+from perflab.bench.comparison import paired_comparison
 from perflab.bench.timer import time_fn
-from perflab.device import resolve_device
 
 
 def matmul_size_for(target_s: float, flops_per_s: float) -> int:
@@ -26,18 +26,18 @@ def matmul_size_for(target_s: float, flops_per_s: float) -> int:
 
 def compare_timers(
     n: int,
-    device: torch.device | str = "auto",
+    device: torch.device,
     warmup: int = 5,
     steps: int = 30,
     rounds: int = 3,
 ) -> pd.DataFrame:
-    """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each median
-    divided by the workbook's.
+    """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each
+    timer's time over the workbook's with its 95% interval and verdict.
 
-    The timers take turns for ``rounds`` rounds and each reports the median of its per-round
-    medians, so that a slow phase of a shared machine does not land on one timer only.
+    The timers take turns for ``rounds`` rounds (each reports its median per round), so that
+    a slow phase of a shared machine does not land on one timer only; the ratio is the paired
+    comparison of the rounds (``perflab.bench.comparison.paired_comparison``).
     """
-    device = resolve_device(device)
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)
 
@@ -62,11 +62,13 @@ def compare_timers(
             ms = triton.testing.do_bench(matmul, return_mode="median")
             medians.setdefault("triton.testing.do_bench", []).append(ms / 1e3)
 
-    frame = pd.DataFrame(
-        [(timer, float(np.median(values))) for timer, values in medians.items()],
-        columns=["timer", "median_s"],
-    )
-    frame["ratio_to_perflab"] = frame["median_s"] / frame["median_s"].iloc[0]
-    frame.insert(0, "n", n)
-    frame.insert(1, "rounds", rounds)
-    return frame
+    ours = medians["perflab.bench.time_fn"]
+    rows = []
+    for timer, values in medians.items():
+        paired = paired_comparison(ours, values, names=("perflab", timer))
+        rows.append({
+            "n": n, "rounds": rounds, "timer": timer, "median_s": float(np.median(values)),
+            "ratio_to_perflab": paired.ratio, "ci_low": paired.ci[0], "ci_high": paired.ci[1],
+            "verdict": paired.verdict,
+        })  # fmt: skip
+    return pd.DataFrame(rows)

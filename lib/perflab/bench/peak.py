@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from perflab.bench.timer import time_fn
-from perflab.device import device_name, dtype_name, parse_dtype, resolve_device
+from perflab.device import device_name, dtype_name
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,8 @@ class PeakMatmul:
 
 
 def measure_peak_matmul(
-    device: torch.device | str = "auto",
-    dtype: str | torch.dtype = "float32",
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
     sizes: tuple[int, ...] | None = None,
     warmup: int = 2,
     steps: int = 5,
@@ -39,8 +39,6 @@ def measure_peak_matmul(
     Measured, not taken from a datasheet: the datasheet peak is not reachable by PyTorch
     matmuls, and a CPU has none. Defaults: n in (512, 1024, 2048) on CPU, (4096, 8192) on CUDA.
     """
-    device = resolve_device(device)
-    dtype = parse_dtype(dtype)
     if sizes is None:
         sizes = (4096, 8192) if device.type == "cuda" else (512, 1024, 2048)
     if not sizes or min(sizes) <= 0:

@@ -1,4 +1,4 @@
-"""Figures of notebook 01; each takes the DataFrame a library function returned."""
+"""Figures of notebooks 01, 05 and 06; each takes the DataFrame a library function returned."""
 
 from __future__ import annotations
 
@@ -30,5 +30,37 @@ def plot_warmup(samples: pd.DataFrame) -> Figure:
     ax.set_xlabel("timed step (after the warm-up steps)")
     ax.set_ylabel("step time (ms)")
     ax.set_title("Each warm-up setting in a fresh process")
+    fig.tight_layout()
+    return fig
+
+
+def plot_attention_sweep(rows: pd.DataFrame, columns: dict[str, str], hue: str,
+                         style: str) -> Figure:  # fmt: skip
+    """One panel per column (title: its label) against sequence length, log-log, for the
+    attention sweeps of notebooks 05 and 06; rows that did not run ("oom", "error") left out."""
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows
+    fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns), 3.5), squeeze=False)
+    for ax, (column, label) in zip(axes[0], columns.items(), strict=True):
+        sns.lineplot(data=ok, x="seq_len", y=column, hue=hue, style=style, marker="o", ax=ax)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(label)
+    fig.tight_layout()
+    return fig
+
+
+def plot_comparisons(table: pd.DataFrame, x: str, title: str) -> Figure:
+    """Bars of time b / time a (``Comparison.as_row`` rows) with their 95% intervals as error
+    bars, the ±noise band shaded around 1: a bar whose interval leaves the band is a verdict."""
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(table)), 3.5))
+    ratio = table["ratio_b_over_a"]
+    errors = [ratio - table["ci_low"], table["ci_high"] - ratio]
+    ax.bar(table[x].astype(str), ratio, yerr=errors, capsize=4, color="tab:blue")
+    band = float(table["noise_band"].iloc[0])
+    ax.axhspan(1 - band, 1 + band, color="gray", alpha=0.3, label=f"noise band ±{band:.0%}")
+    ax.axhline(1.0, color="gray", linewidth=1)
+    ax.set_ylabel(f"time of {table['b'].iloc[0]} / {table['a'].iloc[0]}")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig

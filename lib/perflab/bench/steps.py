@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.sweep import Sweep
-from perflab.bench.timer import TIMING_METHOD, Timing, time_fn
+from perflab.bench.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
 from perflab.device import DTYPES, describe, parse_dtype, resolve_device
 from perflab.model import PRESETS, AttentionFn, TransformerLM, cross_entropy, get_preset
 from perflab.ranges import annotate
@@ -128,8 +129,10 @@ def make_step(
     mode: str,
     dtype: torch.dtype = torch.float32,
     optimizer: torch.optim.Optimizer | None = None,
+    clock: PhaseClock | None = None,
 ) -> Callable[[], None]:
-    """A zero-argument function that runs one step of ``mode``.
+    """A zero-argument function that runs one step of ``mode``; with a ``clock``, each step's
+    forward (with zero_grad and the loss), backward and optimizer times are recorded in it.
 
     ``train-step`` needs an optimizer; gradients are reset with ``set_to_none`` at each step.
     The step and its parts are annotated with the ranges "step", "forward", "backward" and
@@ -141,28 +144,40 @@ def make_step(
         raise ValueError("mode 'train-step' needs an optimizer")
     device = inputs.device
 
+    mark = clock.mark if clock else lambda phase: None
+
     def step() -> None:
+        if clock:
+            clock.start()
         with annotate("step"):
             model.zero_grad(set_to_none=True)
             with annotate("forward"), autocast_context(device, dtype):
                 loss = cross_entropy(model(inputs), targets)
-            if mode == "forward":
-                return
-            with annotate("backward"):
-                loss.backward()
+            mark("forward")
+            if mode != "forward":
+                with annotate("backward"):
+                    loss.backward()
+                mark("backward")
             if mode == "train-step":
                 with annotate("optimizer"):
                     optimizer.step()
+                mark("optimizer")
+        if clock:
+            clock.finish()
 
     return step
 
 
 def build_step(
-    config: BenchConfig, seed: int = 0, attention_fn: AttentionFn | None = None
+    config: BenchConfig,
+    device: torch.device,
+    seed: int = 0,
+    attention_fn: AttentionFn | None = None,
+    clock: PhaseClock | None = None,
 ) -> Callable[[], None]:
-    """The model (on the device), optimizer and random batch of ``config``, and the step
-    function that uses them; ``attention_fn`` replaces the model's attention."""
-    device = resolve_device(config.device)
+    """The model (on ``device``, ``config.device`` resolved by the caller), optimizer and
+    random batch of ``config``, and the step function that uses them; ``attention_fn``
+    replaces the model's attention, ``clock`` records the phases of each step."""
     model_config = PRESETS[config.preset]
     torch.manual_seed(seed)
     with torch.device(device):  # initialise on the device: no full-size copy in host memory
@@ -173,7 +188,8 @@ def build_step(
     inputs, targets = random_batch(
         model_config.vocab_size, config.batch_size, config.context_length, device, seed
     )
-    return make_step(model, inputs, targets, config.mode, parse_dtype(config.dtype), optimizer)
+    dtype = parse_dtype(config.dtype)
+    return make_step(model, inputs, targets, config.mode, dtype, optimizer, clock)
 
 
 def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
@@ -185,7 +201,8 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     """
     device = resolve_device(config.device)
     model_config = PRESETS[config.preset]
-    step = build_step(config, seed=seed)
+    clock = PhaseClock(device)
+    step = build_step(config, device, seed=seed, clock=clock)
     try:
         timing = time_fn(step, warmup=config.warmup, steps=config.steps, device=device)
     finally:
@@ -215,8 +232,21 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
         **timing.summary(),
         "tokens_per_s": tokens / timing.median,
         "achieved_flops_per_s": flops / timing.median,
+        **phase_columns(clock.last(config.steps)),
     }
     return row, timing
+
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def phase_columns(steps: list[dict[str, float]]) -> dict:
+    """Mean seconds of each phase over the timed steps (they add up to the mean clocked step)
+    and every step's phases as JSON text (``phase_samples_s``) for intervals."""
+    names = [p for p in PHASES if steps and p in steps[0]]
+    samples = {p: [s[p] for s in steps] for p in names}
+    means = {f"{p}_phase_s": sum(v) / len(v) for p, v in samples.items()}
+    return {**means, "phase_samples_s": json.dumps(samples)}
 
 
 def measure_in_process(config: dict) -> dict:
@@ -240,3 +270,22 @@ def benchmark_sweep(
     meta = {"timing_method": TIMING_METHOD, **(metadata or {})}
     sweep = Sweep(path, key=key, metadata=meta)
     return sweep.run([c.as_dict() for c in configs], measure, resume=resume, desc=desc)
+
+
+def compare_configs(config_a: BenchConfig, config_b: BenchConfig, device: torch.device, *,
+                    rounds: int = 10, warmup: int = 2) -> Comparison:  # fmt: skip
+    """The steps of two configurations (e.g. float32 and bfloat16 autocast) built side by side
+    and timed interleaved by ``perflab.bench.compare``: b against a."""
+    step_a, step_b = build_step(config_a, device), build_step(config_b, device)
+    names = (_difference(config_a, config_b), _difference(config_b, config_a))
+    try:
+        return compare(step_a, step_b, rounds=rounds, warmup=warmup, device=device, names=names)
+    finally:
+        del step_a, step_b
+        gc.collect()
+
+
+def _difference(config: BenchConfig, other: BenchConfig) -> str:
+    """The values of the fields in which ``config`` differs from ``other`` (its name)."""
+    changed = [f.name for f in fields(config) if getattr(config, f.name) != getattr(other, f.name)]
+    return ", ".join(str(getattr(config, name)) for name in changed) or config.preset

@@ -25,6 +25,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from perflab.paths import git_commit
+
 
 def is_out_of_memory(error: BaseException) -> bool:
     """True for CUDA's OutOfMemoryError and for the CPU allocator's failure to allocate."""
@@ -108,7 +110,8 @@ class Sweep:
     def _write_metadata(self) -> None:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         stored = json.loads(self.metadata_path.read_text()) if self.metadata_path.exists() else {}
-        merged = {**stored, **self.metadata, "key": list(self.key), "updated": now}
+        merged = {**stored, **self.metadata, "key": list(self.key), "updated": now,
+                  "commit": git_commit()}  # fmt: skip
         merged.setdefault("created", now)
         self.metadata_path.parent.mkdir(parents=True, exist_ok=True)
         self.metadata_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
@@ -128,8 +131,26 @@ class Sweep:
         return [config for config in configs if self.key_of(config) not in done]
 
     def record(self, row: dict) -> None:
-        """Append ``row`` stamped with ``measured_at``."""
-        self.append({**row, "measured_at": datetime.now(UTC).isoformat(timespec="seconds")})
+        """Append ``row`` stamped with ``measured_at`` and the ``commit`` it was measured at."""
+        if not hasattr(self, "_commit"):
+            self._commit = git_commit() or ""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        self.append({**row, "measured_at": now, "commit": self._commit})
+
+    def earlier_rows_note(self, rows: pd.DataFrame, measured_now: int) -> str | None:
+        """A line saying which of ``rows`` (as ``select`` returned them) were measured before
+        this run, when and at which commit; None when all were measured now."""
+        earlier = len(rows) - measured_now
+        if earlier <= 0 or "measured_at" not in rows:
+            return None
+        old = rows.sort_values("measured_at").head(earlier)
+        commits = sorted({str(c) for c in old.get("commit", pd.Series(dtype=str)).dropna()})
+        return (
+            f"{self.path.name}: {earlier} of {len(rows)} rows were measured earlier, "
+            f"{old['measured_at'].min()} to {old['measured_at'].max()}"
+            + (f", at commit {', '.join(commits)}" if commits else "")
+            + " (resume=False measures them again)"
+        )
 
     def read(self) -> pd.DataFrame:
         """Every row in the file as a DataFrame (empty if nothing was measured yet)."""
@@ -177,7 +198,11 @@ class Sweep:
             self.record(row)
             todo.discard(key)
         bar.close()
-        return self.select(configs)
+        rows = self.select(configs)
+        note = self.earlier_rows_note(rows, len(configs) - skipped)
+        if note:
+            print(note)
+        return rows
 
     def select(self, configs: Iterable[dict]) -> pd.DataFrame:
         """The last row measured for each of ``configs``, in their order."""

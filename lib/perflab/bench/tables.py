@@ -1,33 +1,57 @@
-"""Tables notebook 01 reads: time per phase of a training step, and throughput against peak."""
+"""Tables notebook 01 reads: time per phase of a training step, throughput against peak, and
+timing rows with their intervals."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pandas as pd
+
+from perflab.bench.stats import bootstrap_ci, interval_text
 
 
 def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
-    """Mean seconds per phase and preset from a sweep over the three modes.
+    """Per preset, the phases of the training step measured inside each timed step (the
+    device synchronised at every phase boundary, ``perflab.bench.timer.PhaseClock``): mean
+    seconds of forward, backward and optimizer, which are non-negative and add up to the
+    clocked step by construction; their shares; backward / forward as the median of the
+    per-step ratios with its 95% bootstrap interval.
 
-    forward = forward mode; backward = forward-backward - forward;
-    optimizer = train-step - forward-backward; step = train-step. Differences of means from
-    separate runs, so a phase smaller than the noise can come out slightly negative.
-    The std columns are those of the measured modes.
+    For comparison, ``*_by_subtraction_s``: the same phases as differences of the medians of
+    the separately timed modes (forward-backward - forward, train-step - forward-backward),
+    which noise can make negative.
     """
     ok = results[results["status"] == "ok"]
-    mean = ok.pivot_table(index="preset", columns="mode", values="mean_s", sort=False)
-    std = ok.pivot_table(index="preset", columns="mode", values="std_s", sort=False)
-    table = pd.DataFrame(
-        {
-            "forward_s": mean["forward"],
-            "backward_s": mean["forward-backward"] - mean["forward"],
-            "optimizer_s": mean["train-step"] - mean["forward-backward"],
-            "step_s": mean["train-step"],
-            "forward_std_s": std["forward"],
-            "forward_backward_std_s": std["forward-backward"],
-            "step_std_s": std["train-step"],
-        }
-    )
-    return table.reset_index()
+    train = ok[ok["mode"] == "train-step"].set_index("preset")
+    median = ok.pivot_table(index="preset", columns="mode", values="median_s", sort=False)
+    rows = []
+    for preset, row in train.iterrows():
+        phases = json.loads(row["phase_samples_s"])
+        ratios = np.asarray(phases["backward"]) / np.asarray(phases["forward"])
+        low, high = bootstrap_ci(ratios)
+        step = sum(row[f"{p}_phase_s"] for p in ("forward", "backward", "optimizer"))
+        rows.append({
+            "preset": preset,
+            "forward_s": row["forward_phase_s"],
+            "backward_s": row["backward_phase_s"],
+            "optimizer_s": row["optimizer_phase_s"],
+            "step_s": step,
+            "forward_share": row["forward_phase_s"] / step,
+            "backward_share": row["backward_phase_s"] / step,
+            "optimizer_share": row["optimizer_phase_s"] / step,
+            "backward_over_forward": float(np.median(ratios)),
+            "backward_over_forward_ci_low": low,
+            "backward_over_forward_ci_high": high,
+            "unstable": bool(row["unstable"]),
+            "backward_by_subtraction_s": (
+                median.loc[preset, "forward-backward"] - median.loc[preset, "forward"]
+            ),
+            "optimizer_by_subtraction_s": (
+                median.loc[preset, "train-step"] - median.loc[preset, "forward-backward"]
+            ),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
@@ -45,15 +69,18 @@ def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
     return table.reset_index(drop=True)
 
 
-def dtype_speedup(results: pd.DataFrame, baseline: str = "float32") -> pd.DataFrame:
-    """Median seconds per preset and mode for each dtype, and each dtype's speedup over
-    ``baseline`` (baseline median / its median; above 1 is faster)."""
-    ok = results[results["status"] == "ok"]
-    table = ok.pivot_table(index=["preset", "mode"], columns="dtype", values="median_s",
-                           sort=False)  # fmt: skip
-    if baseline not in table.columns:
-        raise ValueError(f"no {baseline} rows to compare with; dtypes: {list(table.columns)}")
-    for dtype in [c for c in table.columns if c != baseline]:
-        table[f"speedup_{dtype}"] = table[baseline] / table[dtype]
-    table.columns.name = None
-    return table.reset_index()
+def timing_table(results: pd.DataFrame, keys=("preset", "mode")) -> pd.DataFrame:
+    """Per row: the median in ms with its 95% interval, the IQR as a share of the median and
+    the ``unstable`` flag (``perflab.bench.stats``); rows that did not run keep their status."""
+    table = results[[*keys, "status"]].copy()
+    ok = results["status"] == "ok"
+    table["median_ms"] = (results["median_s"] * 1e3).where(ok)
+    table["ci95_ms"] = [
+        interval_text(low, high, unit="") if good else ""
+        for low, high, good in zip(
+            results["median_ci_low_s"], results["median_ci_high_s"], ok, strict=True
+        )
+    ]
+    table["iqr_%"] = (100 * results["iqr_s"] / results["median_s"]).where(ok)
+    table["unstable"] = results["unstable"].where(ok)
+    return table

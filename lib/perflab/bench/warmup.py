@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from perflab.bench.stats import bootstrap_ci
 from perflab.bench.steps import BenchConfig
 
 
@@ -46,17 +47,57 @@ def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
 
 
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
-    """Each warm-up setting's statistics divided by those of the most warmed-up setting, and
-    its first timed step divided by that setting's median: 1.0 means warm-up made no difference.
-    """
+    """Per warm-up setting, against the most warmed-up one (the settled state): the first
+    timed step over the settled median; the median with its 95% bootstrap interval and whether
+    that interval overlaps the settled one; mean and std over the settled ones (1.0: warm-up
+    made no difference)."""
     samples = warmup_samples(study)
     stats = samples.groupby("warmup")["seconds"].agg(["mean", "std", "median", "first"])
-    warm = stats.loc[stats.index.max()]
+    intervals = samples.groupby("warmup")["seconds"].agg(lambda s: bootstrap_ci(s.to_numpy()))
+    stats["median_ci_low_s"] = [low for low, _ in intervals]
+    stats["median_ci_high_s"] = [high for _, high in intervals]
+    settled = stats.loc[stats.index.max()]
     return pd.DataFrame(
         {
-            "first_over_warm_median": stats["first"] / warm["median"],
-            "mean_over_warm": stats["mean"] / warm["mean"],
-            "std_over_warm": stats["std"] / warm["std"],
-            "median_over_warm": stats["median"] / warm["median"],
+            "median_s": stats["median"],
+            "median_ci_low_s": stats["median_ci_low_s"],
+            "median_ci_high_s": stats["median_ci_high_s"],
+            "overlaps_settled": (stats["median_ci_low_s"] <= settled["median_ci_high_s"])
+            & (stats["median_ci_high_s"] >= settled["median_ci_low_s"]),
+            "first_over_settled_median": stats["first"] / settled["median"],
+            "median_over_settled": stats["median"] / settled["median"],
+            "mean_over_settled": stats["mean"] / settled["mean"],
+            "std_over_settled": stats["std"] / settled["std"],
         }
     ).reset_index()
+
+
+def warmup_conclusion(effect: pd.DataFrame) -> str:
+    """What the warm-up study shows, in words computed from ``warmup_effect``: only claims
+    that the intervals support."""
+    cold, settled = effect.iloc[0], effect.iloc[-1]
+    first_s = cold.first_over_settled_median * settled.median_s
+    slow_first = first_s > settled.median_ci_high_s
+    text = (
+        f"Without warm-up the first timed step took {cold.first_over_settled_median:.2f}x the "
+        f"settled median (after {settled.warmup:.0f} warm-up steps), "
+        + ("above" if slow_first else "not above")
+        + " the settled median's 95% interval. "
+    )
+    if cold.overlaps_settled and not slow_first:
+        return text + (
+            "The median without warm-up is the same within its interval: on this device and "
+            "model no one-off cost shows in the timed steps."
+        )
+    if cold.overlaps_settled:
+        return text + (
+            "The median of the timed steps is the same within its 95% interval: the slow first "
+            f"step moves the mean ({cold.mean_over_settled:.2f}x) and the standard deviation "
+            f"({cold.std_over_settled:.1f}x), not the median."
+        )
+    overlapping = effect[effect["overlaps_settled"]]["warmup"]
+    return text + (
+        f"Even the median is {cold.median_over_settled:.2f}x the settled one (the 95% intervals "
+        f"do not overlap); it agrees with the settled median from {overlapping.min():.0f} "
+        "warm-up steps on."
+    )

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from perflab.bench.compare import paired_comparison
+from perflab.bench.comparison import paired_comparison
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel

@@ -15,7 +15,7 @@ import torch
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
 from perflab.bench.timer import time_fn
 from perflab.checkpointing import check_strategy, run_blocks
-from perflab.device import resolve_device
+from perflab.device import CPU, resolve_device
 from perflab.memory.saved import saved_tensors
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset
@@ -28,9 +28,8 @@ def residual_stream_bytes(config: ModelConfig, batch_size: int, seq_len: int,
 
 
 def measured_residual_bytes(config: ModelConfig, batch_size: int, seq_len: int,
-                            device: str | torch.device = "cpu") -> int:  # fmt: skip
+                            device: torch.device) -> int:  # fmt: skip
     """Bytes of the tensor that actually enters the second block (captured by a hook)."""
-    device = resolve_device(device)
     with torch.device(device):
         model = TransformerLM(replace(config, num_layers=2))
     seen = []
@@ -47,7 +46,7 @@ def step_peak_memory(config: dict) -> dict:
     state, made by the config's warm-up steps)."""
     config = BenchConfig(**config)
     device = resolve_device(config.device)
-    step = build_step(config)
+    step = build_step(config, device)
     for _ in range(config.warmup):
         step()
     return {"peak_bytes": peak_memory(step, device)}
@@ -59,6 +58,18 @@ def blocks_fwd_bwd(model: TransformerLM, x: torch.Tensor, strategy: str,
     run_blocks(model.blocks, x, strategy, group_size).float().square().mean().backward()
 
 
+def block_stack(preset: str, num_layers: int, batch_size: int, seq_len: int,
+                device: torch.device) -> tuple[TransformerLM, torch.Tensor]:  # fmt: skip
+    """A ``num_layers``-block model of ``preset``'s shape (seeded) and a random residual-stream
+    input that requires grad: what the checkpointing measurements run through."""
+    config = replace(get_preset(preset), num_layers=num_layers)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = TransformerLM(config)
+        x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)
+    return model, x
+
+
 def checkpoint_peak(
     preset: str,
     num_layers: int,
@@ -66,7 +77,7 @@ def checkpoint_peak(
     seq_len: int,
     strategy: str = "none",
     group_size: int | None = None,
-    device: str | torch.device = "auto",
+    device: torch.device = CPU,
     repeats: int = 1,
 ) -> dict:
     """Peak activation bytes and seconds (median of ``repeats`` steps of the workbook's timer,
@@ -77,12 +88,7 @@ def checkpoint_peak(
     the peak counts activations and temporaries only, not gradient buffers.
     """
     check_strategy(strategy, group_size, num_layers)
-    device = resolve_device(device)
-    config = replace(get_preset(preset), num_layers=num_layers)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = TransformerLM(config)
-        x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)
+    model, x = block_stack(preset, num_layers, batch_size, seq_len, device)
     blocks_fwd_bwd(model, x, strategy, group_size)  # allocates the gradients
     model.zero_grad(set_to_none=False)
     peak = peak_memory(lambda: blocks_fwd_bwd(model, x, strategy, group_size), device)
@@ -119,11 +125,10 @@ def full_step_peak(
     seq_len: int,
     strategy: str = "none",
     group_size: int | None = None,
-    device: str | torch.device = "auto",
+    device: torch.device = CPU,
 ) -> int:
     """Peak bytes of a whole AdamW training step of ``config`` with a checkpointing strategy,
     above the model, gradients and optimizer state (made by a warm-up step)."""
-    device = resolve_device(device)
     torch.manual_seed(0)
     with torch.device(device):
         model = TransformerLM(config)
@@ -135,17 +140,16 @@ def full_step_peak(
     return peak_memory(step, device)
 
 
-def compile_backend(device: str | torch.device) -> str:
+def compile_backend(device: torch.device) -> str:
     """torch.compile backend for saved-tensor comparisons: "inductor" on CUDA; on CPU
     "aot_eager_decomp_partition", the same decompositions and min-cut partitioner as inductor
     (so the same tensors saved for backward) without its minutes of C++ code generation."""
-    return "inductor" if resolve_device(device).type == "cuda" else "aot_eager_decomp_partition"
+    return "inductor" if device.type == "cuda" else "aot_eager_decomp_partition"
 
 
 def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
-                        device: str | torch.device = "auto") -> pd.DataFrame:  # fmt: skip
+                        device: torch.device) -> pd.DataFrame:  # fmt: skip
     """``saved_tensors`` of one TransformerBlock of ``preset``'s shape on a random input."""
-    device = resolve_device(device)
     torch.manual_seed(0)
     with torch.device(device):
         block = TransformerLM(replace(get_preset(preset), num_layers=1)).blocks[0]
@@ -154,9 +158,8 @@ def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
 
 
 def rmsnorm_saved_tensors(d_model: int, batch_size: int, seq_len: int, compiled: bool,
-                          device: str | torch.device = "auto") -> pd.DataFrame:  # fmt: skip
+                          device: torch.device) -> pd.DataFrame:  # fmt: skip
     """``saved_tensors`` of RMSNorm, eager or compiled with ``compile_backend(device)``."""
-    device = resolve_device(device)
     with torch.device(device):
         norm = RMSNorm(d_model)
         x = torch.randn(batch_size, seq_len, d_model, requires_grad=True)

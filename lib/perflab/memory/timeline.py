@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.device import resolve_device, synchronize
+from perflab.device import synchronize
 from perflab.profiling.capture import profiling
 
 CPU_SOURCE = "torch.profiler memory events (CPU allocator)"
@@ -161,7 +161,7 @@ def _cuda_timeline(fn: Callable[[], object], device: torch.device,
 
 def record_timeline(
     fn: Callable[[], object],
-    device: str | torch.device = "auto",
+    device: torch.device,
     snapshot_path: str | Path | None = None,
 ) -> MemoryTimeline:
     """Run ``fn`` once and record every allocation and free it makes on ``device``.
@@ -169,19 +169,17 @@ def record_timeline(
     On CUDA the snapshot pickle is written to ``snapshot_path`` (if given) for
     pytorch.org/memory_viz; on CPU there is no snapshot and ``snapshot_path`` is ignored.
     """
-    device = resolve_device(device)
     if device.type == "cuda":
         return _cuda_timeline(fn, device, Path(snapshot_path) if snapshot_path else None)
     return _cpu_timeline(fn)
 
 
-def peak_memory(fn: Callable[[], object], device: str | torch.device = "auto") -> int:
+def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
     """Peak bytes allocated by ``fn`` above what was allocated before it ran.
 
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset; CPU: the peak of the profiler's
     allocator record (the CPU allocator keeps no peak counter of its own).
     """
-    device = resolve_device(device)
     if device.type == "cuda":
         synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

@@ -90,8 +90,9 @@ def verdict(ci: tuple[float, float], noise_band: float = NOISE_BAND) -> str:
 
 def describe_ratio(name_a: str, name_b: str, ratio: float, ci: tuple[float, float],
                    noise_band: float = NOISE_BAND) -> str:  # fmt: skip
-    """'b is 1.80x faster than a (95% CI 1.62–1.97x)', or 'within noise' when the verdict is
-    "same" (with the interval, so that a wide one reads as inconclusive)."""
+    """'b is 1.80x faster than a (95% CI 1.62–1.97x)'; for the verdict "same", either 'the same
+    time within the noise band' (the whole interval inside it) or 'no difference beyond noise
+    established' (the interval reaches into the band but does not lie inside it)."""
     low, high = ci
     result = verdict(ci, noise_band)
     if result == "faster":
@@ -100,8 +101,12 @@ def describe_ratio(name_a: str, name_b: str, ratio: float, ci: tuple[float, floa
     if result == "slower":
         return (f"{name_b} is {ratio:.2f}x slower than {name_a} "
                 f"(95% CI {low:.2f}–{high:.2f}x)")  # fmt: skip
-    return (f"{name_b} and {name_a} are the same within noise: time ratio {ratio:.2f} "
-            f"(95% CI {low:.2f}–{high:.2f}, noise band ±{noise_band:.0%})")  # fmt: skip
+    if 1 - noise_band <= low and high <= 1 + noise_band:
+        return (f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
+                f"(time ratio {ratio:.2f}, 95% CI {low:.2f}–{high:.2f})")  # fmt: skip
+    return (f"no difference between {name_b} and {name_a} beyond noise is established: time "
+            f"ratio {ratio:.2f} (95% CI {low:.2f}–{high:.2f} reaches into the ±{noise_band:.0%} "
+            "noise band)")  # fmt: skip
 
 
 def compare(

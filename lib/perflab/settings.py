@@ -1,0 +1,92 @@
+"""Notebook settings: each notebook declares its own in its ``parameters`` cell; here live only
+the full sizes (one override set per notebook, for a GPU) and the record of a run's settings.
+
+The committed values of a parameters cell are the CPU sizes: all notebooks together run in
+under 10 minutes on a 2-core CPU. ``perflab run --full`` applies ``FULL_SIZES[notebook]``
+on top of them (the handout's sizes, meant for a GPU box); ``-p NAME VALUE`` still wins over
+both. ``tests/test_settings.py`` checks that every name here is a parameter of its notebook.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from perflab.paths import NOTEBOOKS_DIR
+
+# Per notebook, the parameters whose GPU value differs from the committed CPU one.
+FULL_SIZES: dict[str, dict[str, object]] = {
+    "01_benchmarking": {
+        "presets": ["small", "medium", "large", "xl", "2.7B"],
+        "context_length": 512,
+        "warmup": 5,
+        "warmup_study_preset": "small",
+        "warmup_study_steps": 20,
+    },
+    "02_profiling": {"preset": "small", "context_length": 512, "warmup": 5, "steps": 3},
+    "03_mixed_precision": {
+        "presets": ["small", "medium", "large", "xl", "2.7B"],
+        "context_length": 512,
+        "warmup": 5,
+        "rounds": 10,
+    },
+    "04_memory": {
+        "preset": "small",
+        "context_lengths": [128, 256, 512],
+        "checkpoint_preset": "small",
+        "checkpoint_seq_len": 512,
+        "cost_rounds": 10,
+    },
+    "05_attention_compile": {
+        "head_dims": [16, 32, 64, 128],
+        "seq_lens": [256, 1024, 4096, 8192, 16384],
+        "warmup": 5,
+        "steps": 20,
+        "model_preset": "small",
+        "model_context_length": 512,
+    },
+    "06_flash_attention": {
+        "batch": 1,
+        "head_dims": [16, 32, 64, 128],
+        "seq_lens": [2**i for i in range(7, 17)],
+        "dtypes": ["float32", "bfloat16"],
+        "warmup": 5,
+        "steps": 20,
+        "max_seq_len": {"flash_torch": 8192},
+        "memory_batch": 8,
+        "memory_seq_len": 16384,
+    },
+    "07_distributed_ddp": {
+        "sizes_mb": [1, 10, 100, 1000],
+        "allreduce_warmup": 5,
+        "allreduce_steps": 20,
+        "ddp_model": "lm:768:12",
+        "seq_len": 512,
+        "warmup": 3,
+        "rounds": 10,
+    },
+    "08_sharding": {"memory_model": "lm:768:12"},
+}
+
+
+@cache
+def parameter_names(notebook: str, directory: Path = NOTEBOOKS_DIR) -> tuple[str, ...]:
+    """The names a notebook's ``parameters`` cell declares, in order (papermill's reading)."""
+    import papermill
+
+    path = directory / f"{notebook}.ipynb"
+    if not path.exists():
+        valid = ", ".join(sorted(p.stem for p in directory.glob("[0-9][0-9]_*.ipynb")))
+        raise ValueError(f"unknown notebook {notebook!r}; valid: {valid}")
+    return tuple(papermill.inspect_notebook(str(path)))
+
+
+def record_settings(notebook: str, namespace: dict) -> dict:
+    """The values of ``notebook``'s parameters as they are in ``namespace`` (the notebook's
+    ``globals()`` after papermill injected its overrides): saved with every result."""
+    return {name: namespace[name] for name in parameter_names(notebook) if name in namespace}
+
+
+def full_sizes(notebook: str) -> dict[str, object]:
+    """``FULL_SIZES[notebook]``, or {} for a notebook whose sizes are the same everywhere."""
+    return dict(FULL_SIZES.get(notebook, {}))

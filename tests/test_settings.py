@@ -1,0 +1,64 @@
+"""Each notebook declares its settings in its parameters cell; ``perflab.settings`` holds only
+the full sizes, which must name real parameters of the right kind."""
+
+import papermill
+import pytest
+
+from perflab import cli
+from perflab.settings import FULL_SIZES, parameter_names, record_settings
+
+NOTEBOOKS = [p.stem for p in cli.available_notebooks()]
+
+
+def test_every_notebook_has_full_sizes_or_is_the_same_everywhere():
+    assert NOTEBOOKS and set(FULL_SIZES) <= set(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("notebook", sorted(FULL_SIZES))
+def test_full_sizes_name_parameters_of_their_notebook_with_the_same_kind_of_value(notebook):
+    declared = papermill.inspect_notebook(str(cli.resolve_notebook(notebook)))
+    for name, value in FULL_SIZES[notebook].items():
+        assert name in declared, f"{notebook} has no parameter {name!r}"
+        default = eval(declared[name]["default"])  # the cell's committed (CPU) value
+        assert type(value) is type(default), (notebook, name, value, default)
+        assert value != default, f"{notebook}.{name}: the full size equals the CPU one"
+
+
+def test_record_settings_takes_the_parameters_from_the_namespace():
+    names = parameter_names("04_memory")
+    assert "preset" in names and "resume" in names
+    namespace = {name: i for i, name in enumerate(names)} | {"unrelated": 1}
+    assert record_settings("04_memory", namespace) == {n: i for i, n in enumerate(names)}
+    with pytest.raises(ValueError, match="unknown notebook '99_nothing'; valid: 01_benchmarking"):
+        parameter_names("99_nothing")
+
+
+def test_run_full_applies_the_full_sizes_and_p_wins(monkeypatch, tmp_path):
+    seen = {}
+
+    def execute(notebook, target, parameters, cwd):
+        seen[notebook] = parameters
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(cli, "_drop_machine_paths", lambda path: None)
+    status = cli.main(
+        ["run", "04", "--full", "-p", "preset", "cpu-tiny", "--output", str(tmp_path)]
+    )
+    assert status == 0
+    (parameters,) = seen.values()
+    assert parameters == {**FULL_SIZES["04_memory"], "preset": "cpu-tiny"}
+    seen.clear()
+    assert cli.main(["run", "04", "--output", str(tmp_path)]) == 0
+    assert list(seen.values()) == [{}]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_papermill_reads_every_line_of_the_parameters_cell(notebook):
+    """A line papermill cannot parse (it warns and skips it) is a setting ``-p`` cannot set."""
+    import nbformat
+
+    cells = nbformat.read(cli.resolve_notebook(notebook), 4).cells
+    (cell,) = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assigned = [line.split("=")[0].strip() for line in cell.source.splitlines()
+                if line.strip() and not line.startswith("#")]  # fmt: skip
+    assert assigned == list(parameter_names(notebook))
