@@ -25,15 +25,21 @@
 # numbers, and check the workbook's timer against PyTorch's.
 #
 # Every number below comes from `perflab`; the notebook only calls it and reads the results.
-# The default `profile = "cpu"` runs small presets in about a minute on a 2-core CPU; on a GPU
-# box run `perflab run 01 -p profile full` for the full sizes.
+# The committed settings (the parameters cell) are small presets sized for a 2-core CPU; on a
+# GPU box `perflab run 01 --full` runs the full sizes.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small presets for a CPU; "full": full sizes, for a GPU
-presets = None      # list of preset names, e.g. ["small", "medium"]; None: the profile's
-device = "auto"     # "cuda" when present, else "cpu"
-dtype = "float32"   # "float32", or "bfloat16" / "float16" autocast
-resume = True       # skip configurations already in this device's results file
+presets = ["cpu-tiny", "cpu-small"]  # model sizes from perflab.model.PRESETS
+context_length = 128                 # tokens per sequence
+batch_size = 4                       # sequences per step
+warmup = 3                           # untimed steps before each measurement
+steps = 10                           # timed steps
+warmup_study_preset = "cpu-small"    # the model of the warm-up study
+warmup_study_steps = 6               # timed steps after each warm-up setting
+warmup_study_warmups = [0, 1, 2, 5]  # warm-up steps compared, each in a fresh process
+device = "auto"                      # "cuda" when present, else "cpu"
+dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
+resume = True                        # skip configurations already in this device's results file
 
 # %%
 import matplotlib.pyplot as plt
@@ -43,25 +49,29 @@ from perflab.bench import MODES, BenchConfig
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep
-from perflab.bench.tables import phase_breakdown, throughput
+from perflab.bench.checks import check_results
+from perflab.bench.comparison import describe_ratio
+from perflab.bench.conclusions import conclude
+from perflab.bench.tables import phase_breakdown, throughput, timing_table
 from perflab.bench.warmup import (
     measure_in_fresh_process,
+    warmup_conclusion,
     warmup_configs,
     warmup_effect,
     warmup_samples,
 )
 from perflab.bench.peak import measure_peak_matmul
-from perflab.device import describe, resolve_device
+from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
-from perflab.paths import display_path, results_dir
-from perflab.profiles import BENCHMARKING, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
 pd.set_option("display.precision", 4)
-run = get_profile(BENCHMARKING, profile)
-chosen = tuple(presets) if presets else run.presets
+settings = record_settings("01_benchmarking", globals())
 dev = resolve_device(device)
 out = results_dir("01_benchmarking", dev)
 machine = describe(dev)
+provenance = {"settings": settings, "machine": machine}
 pd.Series(machine, name="this run")
 
 # %% [markdown]
@@ -79,58 +89,71 @@ presets_table(batch_size=4, seq_len=512)
 # %% [markdown]
 # ## The yardstick: the device's measured matmul rate
 #
-# MFU needs a peak. A datasheet peak is not reachable by PyTorch matmuls, and a CPU has none,
-# so we measure the fastest large square matmul in the same precision on this device.
+# MFU needs a peak. A CPU has no datasheet peak to quote, and a datasheet peak says nothing of
+# what PyTorch's matmuls reach here, so we measure the fastest large square matmul in the same
+# precision on this device.
 
 # %%
-peak = measure_peak_matmul(dev, dtype)
+peak = measure_peak_matmul(dev, parse_dtype(dtype))
 print(f"{peak.device_name}: {peak.flops_per_s / 1e12:.3f} TFLOP/s "
       f"({peak.dtype}, {peak.size}x{peak.size} matmul, median of the timer's samples)")
 
 # %% [markdown]
 # ## Forward, backward, optimizer
 #
-# Three modes per preset, each with `run.warmup` untimed steps and `run.steps` timed ones,
+# Three modes per preset, each with `warmup` untimed steps and `steps` timed ones,
 # the device synchronised around every step. *forward* computes logits and loss with autograd
 # recording (as in training), *forward-backward* adds `loss.backward()`, *train-step* adds
 # `AdamW.step()`. Every row is appended to `timings.csv` as soon as it is measured.
 
 # %%
-print(f"profile {profile!r}: presets {chosen}, batch {run.batch_size}, "
-      f"context {run.context_length}, warm-up {run.warmup}, timed steps {run.steps}, {dtype}")
+print(f"presets {presets}, batch {batch_size}, "
+      f"context {context_length}, warm-up {warmup}, timed steps {steps}, {dtype}")
 configs = [
-    BenchConfig(preset=p, context_length=run.context_length, mode=mode, batch_size=run.batch_size,
-                warmup=run.warmup, steps=run.steps, dtype=dtype, device=str(dev))
-    for p in chosen
+    BenchConfig(preset=p, context_length=context_length, mode=mode, batch_size=batch_size,
+                warmup=warmup, steps=steps, dtype=dtype, device=str(dev))
+    for p in presets
     for mode in MODES
 ]
 results = benchmark_sweep(configs, out / "timings.csv", resume=resume,
-                          metadata={"profile": run.as_dict(), "machine": machine})
-results[["preset", "mode", "status", "mean_s", "std_s", "median_s", "p20_s", "p80_s"]]
+                          metadata=provenance)
+timing_table(results)
 
 # %% [markdown]
-# Each phase alone: backward = forward-backward minus forward, optimizer = train-step minus
-# forward-backward (differences of means of separate runs).
+# Each row's median comes with a 95% bootstrap interval, and a row whose samples spread too
+# much (IQR above 25% of the median) is flagged `unstable`: no conclusion is drawn from it.
+#
+# **Where the step's time goes.** Inside every timed training step the device is synchronised
+# at the end of the forward pass (with the loss), of the backward pass and of the optimizer
+# step, so each step's three phases are measured directly: none can be negative and they add up
+# to the step. (Subtracting separately timed modes, the last two columns, gives the same
+# phases only when the noise allows; it can even go negative.)
 
 # %%
 breakdown = phase_breakdown(results)
+save_table(breakdown, out / "phases.csv", provenance)
 fig = plot_phases(breakdown)
 fig.savefig(out / "phases.png", dpi=80)
 breakdown
 
 # %%
 for row in breakdown.itertuples():
-    print(f"{row.preset}: backward takes {row.backward_s / row.forward_s:.2f}x the forward "
-          f"(the FLOP model says 2.00x); the optimizer takes {row.optimizer_s / row.step_s:.1%} "
-          f"of the step")
+    ci = (row.backward_over_forward_ci_low, row.backward_over_forward_ci_high)
+    where = ("consistent with" if ci[0] <= 2 <= ci[1] else "above" if ci[0] > 2 else "below")
+    print(conclude(out, f"backward/forward {row.preset}",
+                   f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
+                   f"(95% CI {ci[0]:.2f}–{ci[1]:.2f}), {where} the FLOP model's 2x; forward "
+                   f"{row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
+                   f"{row.optimizer_share:.0%} of the step", unstable=row.unstable,
+                   verdict=where))
 
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to
-# the activations and to the weights), so about 2x the forward's time is what the FLOP model
-# predicts; where the ratio departs from 2, the non-matmul work (softmax, norms, elementwise
-# ops, memory traffic) or launch overhead weighs differently in the two passes. AdamW touches
-# every parameter a few times but does no matmuls: its share is largest where the batch has the
-# fewest tokens per parameter.
+# the activations and to the weights), so 2x the forward's time is what the FLOP model
+# predicts; where the interval excludes 2, the work that is not a matmul (softmax, norms,
+# elementwise ops, memory traffic) weighs differently in the two passes. AdamW touches every
+# parameter a few times but does no matmuls, and its cost does not grow with the batch: its
+# share should fall at larger batches (not varied here).
 #
 # ## Tokens per second and model FLOPs utilisation
 #
@@ -145,50 +168,47 @@ rates
 best = rates.loc[rates["mfu"].idxmax()]
 print(f"best MFU: {best.mfu:.1%} ({best.preset}, {best['mode']}); "
       f"worst: {rates['mfu'].min():.1%}")
-by_preset = rates[rates["mode"] == "train-step"].set_index("preset")["mfu"]
-print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in by_preset.items()))
+train = rates[rates["mode"] == "train-step"].set_index("preset")
+print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in train["mfu"].items()))
+smallest, largest = presets[0], presets[-1]
+stable = not results[results["preset"].isin([smallest, largest])]["unstable"].any()
+gain = train.loc[largest, "mfu"] / train.loc[smallest, "mfu"]
+print(conclude(out, "MFU by size", f"the training step of {largest} reaches {gain:.1f}x the MFU "
+               f"of {smallest}", unstable=not stable))
 
 # %% [markdown]
-# Larger models usually spend a larger share of their time in large matmuls, which run closest
-# to the device's peak, so their MFU tends to be higher; small models lose more to the work that
-# is not a matmul (and, on a GPU, to kernel launch overhead).
+# If a larger model spends more of its time in large matmuls, which run closest to the device's
+# peak, its MFU should be higher; the ratio above tests that here.
 #
 # ## What warm-up steps do
 #
-# The same training step, timed for `run.warmup_study_steps` steps after 0, 1, 2 and 5
+# The same training step, timed for `warmup_study_steps` steps after 0, 1, 2 and 5
 # untimed warm-up steps, **each in a fresh Python process** (`python -m perflab bench`), since
 # warm-up effects happen once per process and would be invisible after the runs above.
 
 # %%
-base = BenchConfig(preset=run.warmup_study_preset, context_length=run.context_length,
-                   mode="train-step", batch_size=run.batch_size, warmup=0,
-                   steps=run.warmup_study_steps, dtype=dtype, device=str(dev))
-study = benchmark_sweep(warmup_configs(base, run.warmup_study_warmups), out / "warmup.csv",
-                        measure=measure_in_fresh_process, resume=resume, desc="warm-up study")
+base = BenchConfig(preset=warmup_study_preset, context_length=context_length,
+                   mode="train-step", batch_size=batch_size, warmup=0,
+                   steps=warmup_study_steps, dtype=dtype, device=str(dev))
+study = benchmark_sweep(warmup_configs(base, warmup_study_warmups), out / "warmup.csv",
+                        measure=measure_in_fresh_process, resume=resume, desc="warm-up study",
+                        metadata=provenance)
 samples = warmup_samples(study)
 fig = plot_warmup(samples)
 fig.savefig(out / "warmup.png", dpi=80)
-study[["warmup", "steps", "mean_s", "std_s", "median_s", "min_s", "max_s"]]
-
-# %%
 reading = warmup_effect(study)
 reading
 
 # %%
-cold, warm = reading.iloc[0], reading.iloc[-1]
-print(f"without warm-up the first timed step takes {cold.first_over_warm_median:.1f}x the median "
-      f"after {warm.warmup:.0f} warm-up steps; the mean is {cold.mean_over_warm:.2f}x, "
-      f"the std {cold.std_over_warm:.1f}x and the median {cold.median_over_warm:.2f}x theirs")
+print(conclude(out, "warm-up", warmup_conclusion(reading)))
 
 # %% [markdown]
 # The first step in a process pays one-off costs: memory touched for the first time, the
 # allocator filling its caches, kernel libraries choosing algorithms (oneDNN primitives on a
-# CPU; the CUDA context, cuBLAS handles and autotuning on a GPU, where the effect is far
-# larger) and AdamW allocating its state on its first step. Without warm-up this single slow
-# step inflates the mean and, even more, the standard deviation; the median resists it best.
-# The table shows, for this device, how many warm-up steps it takes until the numbers settle
-# (ratios near 1): that is why every measurement here warms up first and reports the median
-# with its spread.
+# CPU; on a GPU there are further one-off costs, not measured here) and AdamW
+# allocating its state on its first step. A single slow step inflates the mean and, even more,
+# the standard deviation; the median resists it. That is why every measurement here warms up
+# first and reports the median with its interval.
 #
 # ## Is the workbook's timer right?
 #
@@ -198,21 +218,33 @@ print(f"without warm-up the first timed step takes {cold.first_over_warm_median:
 
 # %%
 n = matmul_size_for(0.01, peak.flops_per_s)
-timers = compare_timers(n, dev)
+timers = compare_timers(n, dev, rounds=6)
 timers
 
 # %%
 other = timers.iloc[1]
-print(f"{n}x{n} matmul: perflab median / torch.utils.benchmark median = "
-      f"{1 / other.ratio_to_perflab:.3f}")
+print(f"{n}x{n} matmul, {other.rounds} rounds: " + describe_ratio(
+    "the workbook's timer", "torch.utils.benchmark", other.ratio_to_perflab,
+    (other.ci_low, other.ci_high)))
 
 # %% [markdown]
-# A ratio near 1 says the per-step synchronised timer adds nothing measurable at this size.
 # `torch.utils.benchmark` times blocks of many calls and divides, so it hides per-call
-# overhead that ours includes: the smaller the operation, the more the two can differ.
+# overhead that ours includes (a synchronisation and a clock read per call): the smaller the
+# operation, the more the two can differ.
 #
 # ## Where the results are
 
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do the results contradict themselves?** `perflab check-results` (also run in CI over
+# `data/results`) looks for negative phases, a larger preset faster than a smaller one beyond
+# their intervals, ratios outside their physical bounds and conclusions drawn from unstable
+# rows.
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

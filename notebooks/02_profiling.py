@@ -30,35 +30,43 @@
 # only where both CUDA and `nsys` exist (GPU-only).
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": cpu-small at context 256; "full": preset small at 512, for a GPU
-device = "auto"     # "cuda" when present, else "cpu"
-top = 10            # rows shown in each table
+preset = "cpu-small"   # the model profiled, from perflab.model.PRESETS
+context_length = 256   # tokens per sequence
+batch_size = 4         # sequences per step
+warmup = 2             # unprofiled steps before the profiled ones
+steps = 2              # profiled steps per trace
+timer_steps = 5        # timed steps of the forward pass that the profiler's view is held against
+device = "auto"        # "cuda" when present, else "cpu"
+top = 10               # rows shown in each table
 
 # %%
+from dataclasses import replace
+
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from perflab.bench.checks import check_results
 from perflab.attention import ATTENTION_RANGES
-from perflab.bench import BenchConfig
+from perflab.bench import BenchConfig, run_benchmark
 from perflab.device import resolve_device
 from perflab.model import get_preset
 from perflab.paths import REPO_ROOT, display_path, results_dir
-from perflab.profiles import PROFILING, get_profile
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
 from perflab.profiling.plots import plot_category_comparison, plot_hotspots
-from perflab.profiling.summary import attention_time_vs_flops, range_names
+from perflab.profiling.summary import attention_time_vs_flops, range_names, range_totals
+from perflab.settings import record_settings
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", 70)
-run = get_profile(PROFILING, profile)
+settings = record_settings("02_profiling", globals())
 dev = resolve_device(device)
-config = get_preset(run.preset)
+config = get_preset(preset)
 out = results_dir("02_profiling", dev)
-print(f"profile {profile!r}: {run.preset}, context {run.context_length}, batch {run.batch_size}, "
-      f"{run.steps} profiled steps after {run.warmup} warm-up steps, on {dev}")
+print(f"{preset}, context {context_length}, batch {batch_size}, "
+      f"{steps} profiled steps after {warmup} warm-up steps, on {dev}")
 
 # %% [markdown]
 # ## 1. Ranges both profilers see
@@ -70,9 +78,9 @@ print(f"profile {profile!r}: {run.preset}, context {run.context_length}, batch {
 # training step with `torch.profiler` and list the ranges found in it.
 
 # %%
-step_config = BenchConfig(preset=run.preset, context_length=run.context_length,
-                          mode="train-step", batch_size=run.batch_size, warmup=run.warmup,
-                          steps=run.steps, device=str(dev))
+step_config = BenchConfig(preset=preset, context_length=context_length,
+                          mode="train-step", batch_size=batch_size, warmup=warmup,
+                          steps=steps, device=str(dev))
 trace_path = record_step_trace(out / "train_step_annotated.json.gz", step_config, "annotated")
 trace = load_trace(trace_path)
 print(display_path(trace_path))
@@ -101,12 +109,30 @@ step.table.head(top)
 # %% [markdown]
 # ## 3. Questions answered from the numbers
 #
+# **How long does the forward pass take, as the profiler sees it and as the timer does?** The
+# profiler's `forward` ranges (their kernels' device time on a GPU, their span on a CPU) per
+# step, against the workbook's timer on the forward mode of the same model (median of
+# `timer_steps` steps with its 95% interval). The profiler records every operator, which costs
+# time of its own.
+
+# %%
+forward_range = range_totals(trace, ["forward"]).iloc[0]
+profiled_ms = forward_range.total_us / forward_range.instances / 1e3
+timer_row, _ = run_benchmark(replace(step_config, mode="forward", steps=timer_steps))
+low, high = timer_row["median_ci_low_s"] * 1e3, timer_row["median_ci_high_s"] * 1e3
+inside = low <= profiled_ms <= high
+print(f"forward per step: profiler {profiled_ms:.1f} ms ({forward_range.instances} ranges), timer "
+      f"{timer_row['median_s'] * 1e3:.1f} ms (95% CI {low:.1f}–{high:.1f} ms): "
+      + ("the profiler's figure lies inside the timer's interval" if inside else
+         f"the profiler's figure is {profiled_ms / (timer_row['median_s'] * 1e3):.2f}x the timer's"))
+
+# %% [markdown]
 # **Which kernel dominates the forward pass, and how often does it run?**
 
 # %%
 first = forward.table.iloc[0]
 print(f"{first['Name']} dominates the forward pass: {first['Time (%)']:.1f}% of its time in "
-      f"{first['Instances']} calls over {run.steps} steps ({first['Instances'] / run.steps:.0f} "
+      f"{first['Instances']} calls over {steps} steps ({first['Instances'] / steps:.0f} "
       f"per step; the model's forward has {config.num_layers} layers x 5 weight matmuls (fused "
       f"QKV, output, three SwiGLU) + 1 LM head = {config.num_layers * 5 + 1}, plus the two "
       f"attention products per layer)")
@@ -139,7 +165,7 @@ shares
 # (on a GPU the device time of the kernels launched in it), FLOPs from the shapes:
 
 # %%
-attention = attention_time_vs_flops(trace, run.batch_size, config.num_heads, run.context_length,
+attention = attention_time_vs_flops(trace, batch_size, config.num_heads, context_length,
                                     config.head_dim)
 attention
 
@@ -239,3 +265,12 @@ print(f"{short_name(untouched['name'])}, whose work the change leaves the same, 
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

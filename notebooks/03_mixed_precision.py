@@ -24,28 +24,35 @@
 # runs on; what would differ on the other device is said, and labelled where it is GPU-only.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small presets for a CPU; "full": full sizes, for a GPU
-device = "auto"     # "cuda" when present, else "cpu"
-resume = True       # skip benchmark configurations already in this device's results file
+presets = ["cpu-tiny", "cpu-small"]  # model sizes of the float32 vs bfloat16 benchmark
+context_length = 64                  # tokens per sequence
+batch_size = 4                       # sequences per step
+warmup = 1                           # untimed steps of each dtype before the comparison
+rounds = 3                           # rounds of the comparison (each times both dtypes twice)
+device = "auto"                      # "cuda" when present, else "cpu"
 
 # %%
-import matplotlib.pyplot as plt
+from dataclasses import replace
+
 import pandas as pd
 import torch
 
+from perflab.bench.checks import check_results
 from perflab.bench import BenchConfig
-from perflab.bench.steps import benchmark_sweep
-from perflab.bench.tables import dtype_speedup
+from perflab.bench.conclusions import conclude
+from perflab.bench.plots import plot_comparisons
+from perflab.bench.steps import compare_configs
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir
+from perflab.paths import display_path, results_dir, save_table
 from perflab.precision import ToyModel, accumulation_experiment, dtype_audit, layernorm_sensitivity
-from perflab.profiles import PRECISION, get_profile
+from perflab.settings import record_settings
 
 pd.set_option("display.precision", 6)
-run = get_profile(PRECISION, profile)
+settings = record_settings("03_mixed_precision", globals())
 dev = resolve_device(device)
 out = results_dir("03_mixed_precision", dev)
-print(f"profile {profile!r} on {dev}")
+provenance = {"settings": settings, "machine": describe(dev)}
+print(f"on {dev}")
 
 # %% [markdown]
 # ## 1. Adding 0.01 a thousand times
@@ -96,16 +103,18 @@ audit = pd.concat(
 audit
 
 # %% [markdown]
-# What the table shows on every device: parameters stay float32 (autocast casts a copy for
-# each matmul, the master weights are untouched), so gradients are float32 too; the loss is
+# What the table shows here (and PyTorch's autocast op lists give for CUDA too): parameters
+# stay float32 (autocast casts a copy for each matmul, the master weights are untouched), so
+# gradients are float32 too; the loss is
 # float32 because `cross_entropy` is on autocast's float32 list; linear layers produce the
 # low-precision dtype.
 #
 # Where CPU and CUDA differ is the normalisation. **On CPU** (the table above when this
 # notebook ran on a CPU) autocast keeps LayerNorm in the low precision: its output is
 # float16/bfloat16. **On CUDA** `layer_norm` is on autocast's float32 list, so its output is
-# float32 and the next linear layer casts it down again. (GPU-only fact, not measured here when
-# the notebook runs on a CPU; run it on a GPU to see that column change.)
+# float32 and the next linear layer casts it down again (PyTorch's AMP documentation, "CUDA Ops
+# that can autocast to float32", lists `layer_norm`; not measured here when the notebook runs
+# on a CPU: run it on a GPU to see that column change).
 
 # %%
 ln_output = audit.loc["output of ln"]
@@ -135,49 +144,52 @@ print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by
 # values are 0.5 apart, wider than the whole spread of the input, so the few values left
 # give a wildly wrong variance; at mean 1000 (spacing 4 or 8) every input rounds to the same
 # value and the output collapses to zero, which is why its error there is merely the size of
-# the true output. That is why autocast on CUDA
-# runs norms in float32, and why this model's `RMSNorm` upcasts to float32 inside.
+# the true output. That is why autocast on CUDA runs norms in float32 (the documentation cited
+# in section 2), and why this model's `RMSNorm` upcasts to float32 inside.
 #
 # ## 4. float32 against bfloat16 autocast, per model size
 
-# %%
-configs = [
-    BenchConfig(preset=p, context_length=run.context_length, mode="train-step",
-                batch_size=run.batch_size, warmup=run.warmup, steps=run.steps, dtype=dtype,
-                device=str(dev))
-    for p in run.presets
-    for dtype in ("float32", "bfloat16")
-]
-results = benchmark_sweep(configs, out / "precision.csv", resume=resume,
-                          metadata={"profile": run.as_dict(), "machine": describe(dev)})
-speedups = dtype_speedup(results)
-speedups
+# %% [markdown]
+# For each preset the float32 and the bfloat16-autocast training steps are built side by side
+# and take turns (`perflab.bench.compare`: `rounds` rounds after `warmup` steps of each), so that
+# a slow moment of the machine falls on both; the ratio of their times comes with a 95%
+# interval, and the verdict is "same" unless the whole interval leaves the ±3% noise band.
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 3.5))
-speedups.plot.bar(x="preset", y="speedup_bfloat16", ax=ax, rot=0, legend=False)
-ax.axhline(1.0, color="gray", linewidth=1)
-ax.set_ylabel("float32 time / bfloat16 time")
-ax.set_title(f"bfloat16 autocast speedup, training step ({dev.type})")
-fig.tight_layout()
-fig.savefig(out / "bf16_speedup.png", dpi=80)
+comparisons = {}
+for p in presets:
+    fp32 = BenchConfig(preset=p, context_length=context_length, mode="train-step",
+                       batch_size=batch_size, dtype="float32", device=str(dev))
+    comparisons[p] = compare_configs(fp32, replace(fp32, dtype="bfloat16"), dev,
+                                     rounds=rounds, warmup=warmup)
+table = pd.DataFrame([{"preset": p, **c.as_row()} for p, c in comparisons.items()])
+save_table(table, out / "bf16_vs_fp32.csv", provenance)
+fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
+fig.savefig(out / "bf16_vs_fp32.png", dpi=80)
+table
 
 # %%
-for row in speedups.itertuples():
-    ratio = row.speedup_bfloat16
-    verdict = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.1f}x slower"
-    print(f"{row.preset}: the bfloat16 autocast training step is {verdict} than float32")
+for p, comparison in comparisons.items():
+    print(f"{p}: " + conclude(out, f"bf16 vs fp32 {p}", comparison))
 
 # %% [markdown]
-# On a GPU with tensor cores (A100, H100) bfloat16 matmuls run several times faster than
-# float32 ones, and the speedup grows with model size, as matmuls take a larger share of the
-# step and the casts and float32 ops that autocast adds matter less (GPU-only; run
-# `perflab run 03 -p profile full` there). On a CPU without bfloat16 matrix units the matmuls
-# gain little or nothing, and every cast is extra memory traffic: the numbers above show what
-# this CPU does.
+# This device's answer is printed above; whether it has bfloat16 matrix units is one likely
+# cause (not tested here). On GPUs with tensor cores the matmul rates differ by far more (NVIDIA
+# A100 datasheet: 312 TFLOP/s bfloat16 dense against 19.5 TFLOP/s float32; cited, not measured
+# here); what a whole training step gains on a GPU is not measured here: `perflab run 03
+# --full` on a GPU measures it.
 #
 # ## Where the results are
 
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

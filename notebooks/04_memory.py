@@ -21,8 +21,8 @@
 # You will record memory over time for a forward pass and a training step, measure peak memory
 # against context length and precision, derive the size of the residual stream, count exactly
 # what autograd saves for the backward pass, and trade recomputation for memory with
-# activation checkpointing: single-level with every group size, and nested with a peak that
-# grows only with the logarithm of the depth.
+# activation checkpointing: single-level with every group size, and nested, whose peak is
+# fitted against the logarithm of the depth.
 #
 # Every number is measured on this device. On CUDA the timelines come from a CUDA memory
 # snapshot (saved as a pickle for https://pytorch.org/memory_viz); on CPU, which keeps no such
@@ -30,28 +30,39 @@
 # while recording, on top of what already existed (the model's weights).
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small shapes for a CPU; "full": preset small, for a GPU
-device = "auto"     # "cuda" when present, else "cpu"
-resume = True       # skip peak-memory configurations already in this device's results file
+preset = "cpu-tiny"                # model of the timelines and the peak-memory table
+context_lengths = [64, 128, 256]   # tokens, of the peak-memory table (timelines at the last)
+batch_size = 4                     # sequences per step
+checkpoint_preset = "cpu-tiny"     # block shape of the checkpointing study
+checkpoint_seq_len = 128           # tokens per sequence in the checkpointing study
+group_sweep_layers = 16            # depth of the single-level group-size sweep
+checkpoint_layers = [4, 8, 16, 32] # depths of the nested-checkpointing fit
+cost_rounds = 3                    # rounds of each recomputation-cost comparison
+device = "auto"                    # "cuda" when present, else "cpu"
+resume = True                      # skip peak-memory configurations already in the results file
 
 # %%
-import math
 from dataclasses import replace
 
 import pandas as pd
 
+from perflab.bench.checks import check_results
 from perflab.bench import BenchConfig, Sweep
 from perflab.bench.steps import build_step
 from perflab.device import describe, resolve_device
+from perflab.bench.conclusions import conclude
+from perflab.memory.checkpoint_study import (
+    best_group_size,
+    compare_checkpointing,
+    depth_sweep,
+    group_size_sweep,
+)
 from perflab.memory.measure import (
     block_saved_tensors,
-    checkpoint_peak,
     compile_backend,
     full_step_peak,
-    group_sizes,
     log_fit,
     measured_residual_bytes,
-    nearest_grid_point,
     residual_stream_bytes,
     rmsnorm_saved_tensors,
     step_peak_memory,
@@ -60,16 +71,17 @@ from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
 from perflab.memory.saved import saved_by_producer, saved_bytes
 from perflab.memory.timeline import record_timeline
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir
-from perflab.profiles import MEMORY, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
 MiB = 2**20
-run = get_profile(MEMORY, profile)
+settings = record_settings("04_memory", globals())
 dev = resolve_device(device)
-config = get_preset(run.preset)
+config = get_preset(preset)
 out = results_dir("04_memory", dev)
-context = run.context_lengths[-1]
-print(f"profile {profile!r}: {run.preset}, batch {run.batch_size}, on {dev}")
+provenance = {"settings": settings, "machine": describe(dev)}
+context = context_lengths[-1]
+print(f"{preset}, batch {batch_size}, on {dev}")
 
 # %% [markdown]
 # ## 1. Memory over time
@@ -80,8 +92,8 @@ print(f"profile {profile!r}: {run.preset}, batch {run.batch_size}, on {dev}")
 # %%
 timelines = {}
 for mode in ("forward", "train-step"):
-    step = build_step(BenchConfig(preset=run.preset, context_length=context, mode=mode,
-                                  batch_size=run.batch_size, device=str(dev)))
+    step = build_step(BenchConfig(preset=preset, context_length=context, mode=mode,
+                                  batch_size=batch_size, device=str(dev)), dev)
     step()  # warm-up: allocates gradients and AdamW state for the training step
     timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle")
 fig = plot_timelines(timelines)
@@ -91,10 +103,10 @@ for mode, timeline in timelines.items():
     print(f"{mode}: peak {timeline.peak_bytes / MiB:.1f} MiB above the memory held before")
 
 # %% [markdown]
-# The forward pass climbs as each layer's activations are kept for backward, peaks at the
-# logits and loss, and falls back when they are freed at the end (nothing holds on to them
-# without a backward). The training step climbs the same way, then the backward pass frees
-# each layer's activations as it consumes them.
+# The forward pass climbs as each layer's activations are kept for backward, is expected to
+# peak near the logits and loss, and falls back when they are freed at the end (nothing holds
+# on to them without a backward); the timelines show where it does. The training step climbs
+# the same way, then the backward pass frees each layer's activations as it consumes them.
 #
 # **The largest allocations of the training step, and the operation that made each:**
 
@@ -103,27 +115,28 @@ largest = timelines["train-step"].largest_allocations(top=8)
 largest.assign(MiB=largest["delta_bytes"] / MiB)
 
 # %%
-logits_bytes = run.batch_size * context * config.vocab_size * 4
-print(f"logits of batch x context x vocabulary = {run.batch_size} x {context} x "
+logits_bytes = batch_size * context * config.vocab_size * 4
+print(f"logits of batch x context x vocabulary = {batch_size} x {context} x "
       f"{config.vocab_size} float32 = {logits_bytes / MiB:.2f} MiB; the largest allocation is "
       f"{largest['delta_bytes'].iloc[0] / MiB:.2f} MiB ({largest['origin'].iloc[0]})")
 
 # %% [markdown]
-# With a 10,000-word vocabulary and a small model, the largest tensors are the logits and
-# their gradient (and their float32 log-softmax), not the activations of any layer.
+# With a 10,000-word vocabulary and a small model, the logits and their gradient (and their
+# float32 log-softmax) are the candidates for the largest tensors: compare the largest
+# allocation above with the logits' size.
 #
 # ## 2. Peak memory against context length and precision
 
 # %%
 peak_configs = [
-    BenchConfig(preset=run.preset, context_length=n, mode=mode, batch_size=run.batch_size,
+    BenchConfig(preset=preset, context_length=n, mode=mode, batch_size=batch_size,
                 warmup=1, steps=1, dtype=dtype, device=str(dev))
-    for n in run.context_lengths
+    for n in context_lengths
     for dtype in ("float32", "bfloat16")
     for mode in ("forward", "train-step")
 ]
 sweep = Sweep(out / "peak_memory.csv", key=list(BenchConfig.__dataclass_fields__),
-              metadata={"profile": run.as_dict(), "machine": describe(dev)})
+              metadata=provenance)
 peaks = sweep.run([c.as_dict() for c in peak_configs], step_peak_memory, resume=resume)
 table = peaks.pivot_table(index="context_length", columns=["mode", "dtype"],
                           values="peak_bytes") / MiB
@@ -131,8 +144,8 @@ table.round(2)
 
 # %%
 growth = table.iloc[-1] / table.iloc[0]
-ratio = run.context_lengths[-1] / run.context_lengths[0]
-print(f"from context {run.context_lengths[0]} to {run.context_lengths[-1]} ({ratio:.0f}x), "
+ratio = context_lengths[-1] / context_lengths[0]
+print(f"from context {context_lengths[0]} to {context_lengths[-1]} ({ratio:.0f}x), "
       "peak memory grows " + ", ".join(f"{m}/{d} {g:.1f}x" for (m, d), g in growth.items()))
 
 # %% [markdown]
@@ -148,9 +161,9 @@ print(f"from context {run.context_lengths[0]} to {run.context_lengths[-1]} ({rat
 
 # %%
 # NBVAL_CHECK_OUTPUT
-derived = residual_stream_bytes(config, run.batch_size, context)
-measured = measured_residual_bytes(config, run.batch_size, context, dev)
-print(f"derived: {run.batch_size} x {context} x {config.d_model} x 4 bytes = {derived} bytes; "
+derived = residual_stream_bytes(config, batch_size, context)
+measured = measured_residual_bytes(config, batch_size, context, dev)
+print(f"derived: {batch_size} x {context} x {config.d_model} x 4 bytes = {derived} bytes; "
       f"measured input of block 2: {measured} bytes; equal: {derived == measured}")
 
 # %% [markdown]
@@ -168,7 +181,7 @@ print(f"compile backend here: {compile_backend(dev)}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-rms = {name: rmsnorm_saved_tensors(config.d_model, run.batch_size, context, compiled, dev)
+rms = {name: rmsnorm_saved_tensors(config.d_model, batch_size, context, compiled, dev)
        for name, compiled in (("eager", False), ("compiled", True))}
 for name, saved in rms.items():
     print(f"{name} RMSNorm saves {saved_bytes(saved)} bytes in {int(saved['counted'].sum())} "
@@ -179,10 +192,10 @@ print(f"compiled / eager: {saved_bytes(rms['compiled']) / saved_bytes(rms['eager
 # One TransformerBlock of `checkpoint_preset`'s shape: which operations produce what it keeps.
 
 # %%
-block = block_saved_tensors(run.checkpoint_preset, run.batch_size, run.checkpoint_seq_len, dev)
+block = block_saved_tensors(checkpoint_preset, batch_size, checkpoint_seq_len, dev)
 block_bytes = saved_bytes(block)
-residual = residual_stream_bytes(get_preset(run.checkpoint_preset), run.batch_size,
-                                 run.checkpoint_seq_len)
+residual = residual_stream_bytes(get_preset(checkpoint_preset), batch_size,
+                                 checkpoint_seq_len)
 print(f"one block keeps {block_bytes / MiB:.2f} MiB = {block_bytes / residual:.1f}x its "
       "input (the residual stream)")
 saved_by_producer(block, top=5)
@@ -200,43 +213,33 @@ saved_by_producer(block, top=5)
 # al. 2016) is the case A = b, where each layer keeps only its output.
 
 # %%
-layers = run.group_sweep_layers
-rows = [{"group_size": g, **checkpoint_peak(run.checkpoint_preset, layers, run.batch_size,
-                                            run.checkpoint_seq_len, "single", g, dev)}
-        for g in group_sizes(layers)]
-groups = pd.DataFrame(rows)
-predicted = math.sqrt(layers * residual / block_bytes)
-fig = plot_group_sweep(groups, math.sqrt(layers), predicted)
+layers = group_sweep_layers
+groups = group_size_sweep(checkpoint_preset, layers, batch_size, checkpoint_seq_len, dev)
+save_table(groups, out / "group_sweep.csv", provenance)
+optimum = best_group_size(groups, residual, block_bytes)
+fig = plot_group_sweep(groups, optimum["sqrt_layers"], optimum["model_optimum"])
 fig.savefig(out / "group_sweep.png", dpi=80)
 groups.assign(peak_MiB=groups["peak_bytes"] / MiB)
 
 # %%
-grid = list(groups["group_size"])
-best = int(groups.loc[groups["peak_bytes"].idxmin(), "group_size"])
-near_sqrt = nearest_grid_point(math.sqrt(layers), grid)
-near_model = nearest_grid_point(predicted, grid)
+best = optimum["best"]
 print(f"L = {layers}: measured best group size {best}; nearest to sqrt(L) = "
-      f"{math.sqrt(layers):.1f}: {near_sqrt} ({abs(grid.index(best) - grid.index(near_sqrt))} "
-      f"grid steps away); cost-model optimum sqrt(L*b/A) = {predicted:.2f} -> {near_model} "
-      f"({abs(grid.index(best) - grid.index(near_model))} grid steps away)")
+      f"{optimum['sqrt_layers']:.1f}: {optimum['nearest_to_sqrt']} ({optimum['steps_from_sqrt']} "
+      f"grid steps away); cost-model optimum sqrt(L*b/A) = {optimum['model_optimum']:.2f} -> "
+      f"{optimum['nearest_to_model']} ({optimum['steps_from_model']} grid steps away)")
 
 # %% [markdown]
 # A Transformer block keeps many times its input (the table in section 4: attention scores,
-# SwiGLU intermediates), so A >> b and the optimum group is much smaller than sqrt(L): the
-# measured curve follows the cost model, not the rule of thumb, which holds only where a layer
-# keeps about as much as it passes on.
+# SwiGLU intermediates), so A >> b and the cost model puts the optimum group below sqrt(L);
+# the line above says which of the two the measured best is nearer. The rule of thumb holds
+# only where a layer keeps about as much as it passes on.
 #
 # **Nested checkpointing against depth.** Recursive halving keeps two inputs per level of the
 # recursion and one block's activations: peak ~ c + 2·b·log2(L).
 
 # %%
-depth_rows = []
-for n in run.checkpoint_layers:
-    for strategy in ("none", "nested"):
-        result = checkpoint_peak(run.checkpoint_preset, n, run.batch_size, run.checkpoint_seq_len,
-                                 strategy, device=dev)
-        depth_rows.append({"layers": n, "strategy": strategy, **result})
-depth = pd.DataFrame(depth_rows)
+depth = depth_sweep(checkpoint_preset, checkpoint_layers, batch_size, checkpoint_seq_len, dev)
+save_table(depth, out / "depth_sweep.csv", provenance)
 fig = plot_depth(depth)
 fig.savefig(out / "depth.png", dpi=80)
 depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
@@ -253,38 +256,58 @@ print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak 
       f"and {nested['peak_bytes'].iloc[-1] / nested['peak_bytes'].iloc[0]:.2f}x nested")
 
 # %% [markdown]
-# **What recomputation costs**: seconds of forward + backward at the deepest stack.
+# **What recomputation costs**: forward + backward through the same blocks with and without
+# checkpointing, taking turns (`perflab.bench.compare`, `cost_rounds` rounds): single level with
+# the best group size at L = `group_sweep_layers`, and nested at the deepest stack. Single-level
+# checkpointing runs each group's forward once more; nested recomputes about log2(L) times.
 
 # %%
-deepest = depth[depth["layers"] == depth["layers"].max()].set_index("strategy")
-best_time = groups.set_index("group_size").loc[best, "seconds"]
-plain_time = depth[(depth["layers"] == layers) & (depth["strategy"] == "none")]["seconds"].iloc[0]
-print(f"{layers} layers, single level g={best}: {best_time / plain_time:.2f}x the time of no "
-      "checkpointing (one extra forward of each group)")
-print(f"at {depth['layers'].max()} layers: nested takes "
-      f"{deepest.loc['nested', 'seconds'] / deepest.loc['none', 'seconds']:.2f}x the time of "
-      f"no checkpointing for {deepest.loc['nested', 'peak_bytes'] / deepest.loc['none', 'peak_bytes']:.1%} "
-      "of its peak memory")
+deepest_layers = max(checkpoint_layers)
+deepest = depth[depth["layers"] == deepest_layers].set_index("strategy")
+costs = {
+    f"single g={best}, L={layers}": compare_checkpointing(
+        checkpoint_preset, layers, batch_size, checkpoint_seq_len, "single", best, dev,
+        rounds=cost_rounds),
+    f"nested, L={deepest_layers}": compare_checkpointing(
+        checkpoint_preset, deepest_layers, batch_size, checkpoint_seq_len, "nested", None, dev,
+        rounds=cost_rounds),
+}
+save_table(pd.DataFrame([{"case": k, **c.as_row()} for k, c in costs.items()]),
+           out / "checkpointing_cost.csv", provenance)
+for case, comparison in costs.items():
+    print(conclude(out, f"checkpointing cost {case}", comparison))
+print(f"nested checkpointing at {deepest_layers} layers keeps "
+      f"{deepest.loc['nested', 'peak_bytes'] / deepest.loc['none', 'peak_bytes']:.1%} of the "
+      "plain peak memory")
 
 # %% [markdown]
 # ## 6. A whole training step with and without the best checkpointing
 
 # %%
-deep = replace(get_preset(run.checkpoint_preset), num_layers=layers)
-step_plain = full_step_peak(deep, run.batch_size, run.checkpoint_seq_len, "none", device=dev)
-step_best = full_step_peak(deep, run.batch_size, run.checkpoint_seq_len, "single", best, dev)
-print(f"{layers}-layer {run.checkpoint_preset} training step: peak {step_plain / MiB:.1f} MiB "
+deep = replace(get_preset(checkpoint_preset), num_layers=layers)
+step_plain = full_step_peak(deep, batch_size, checkpoint_seq_len, "none", device=dev)
+step_best = full_step_peak(deep, batch_size, checkpoint_seq_len, "single", best, dev)
+print(f"{layers}-layer {checkpoint_preset} training step: peak {step_plain / MiB:.1f} MiB "
       f"plain, {step_best / MiB:.1f} MiB with single-level checkpointing (g={best}): "
       f"ratio {step_best / step_plain:.2f}")
 activation_ratio = groups["peak_bytes"].min() / plain["peak_bytes"][plain["layers"] == layers].iloc[0]
 print(f"the block stack alone: ratio {activation_ratio:.2f}")
 
 # %% [markdown]
-# The ratio is not the activations' ratio: the logits, their gradient and the optimizer's
-# temporaries do not shrink with checkpointing and now dominate the peak.
+# What checkpointing leaves alone (the logits, their gradient, the optimizer's temporaries)
+# makes up the rest of the step's peak; the gap between the two ratios measures it.
 #
 # ## Where the results are
 
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

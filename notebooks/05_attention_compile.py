@@ -24,33 +24,52 @@
 # memory with a formula, and then compare `torch.compile`d attention, and the whole model
 # compiled against eager, with the compile time reported apart.
 #
-# The default CPU profile uses small sizes; `perflab run 05 -p profile full` runs the full
-# grid (d in 16..128, sequence 256..16384) on a GPU, where the largest sizes run out of memory.
+# The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
+# grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
+# them fits a `gpu_memory_gib` GPU.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small grid for a CPU; "full": the full grid, for a GPU
-device = "auto"     # "cuda" when present, else "cpu"
-resume = True       # skip configurations already in this device's results file
+batch = 8                        # sequences per call (no heads)
+head_dims = [16, 64]             # d of q, k, v
+seq_lens = [128, 256, 512]       # sequence lengths
+warmup = 1                       # untimed calls
+steps = 5                        # timed calls (and rounds of each comparison)
+gpu_memory_gib = 80              # the GPU whose memory section 2 accounts for (an H100 SXM)
+model_preset = "cpu-tiny"        # the model compiled whole
+model_context_length = 128       # tokens per sequence, whole-model comparison
+model_batch_size = 4             # sequences per step, whole-model comparison
+device = "auto"                  # "cuda" when present, else "cpu"
+resume = True                    # skip configurations already in this device's results file
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 import torch
 
-from perflab.bench.attention import measure_attention, naive_memory_bytes
+from perflab.bench.checks import check_results
+from perflab.bench.attention import (
+    attention_configs,
+    compare_attention,
+    measure_attention,
+    naive_memory_bytes,
+    naive_memory_check,
+    ratios_to,
+)
 from perflab.bench import Sweep
 from perflab.bench.compiled import compile_vs_eager
+from perflab.bench.comparison import describe_ratio
+from perflab.bench.conclusions import conclude
+from perflab.bench.plots import plot_attention_sweep, plot_comparisons
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir
-from perflab.profiles import ATTENTION, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
 MiB = 2**20
-run = get_profile(ATTENTION, profile)
+settings = record_settings("05_attention_compile", globals())
 dev = resolve_device(device)
 out = results_dir("05_attention_compile", dev)
-print(f"profile {profile!r}: batch {run.batch}, d {run.head_dims}, sequence {run.seq_lens}, "
-      f"{run.steps} timed calls after {run.warmup}, on {dev}")
+provenance = {"settings": settings, "machine": describe(dev)}
+print(f"batch {batch}, d {head_dims}, sequence {seq_lens}, "
+      f"{steps} timed calls after {warmup}, on {dev}")
 
 # %% [markdown]
 # ## 1. Naive and compiled attention over the grid
@@ -60,32 +79,24 @@ print(f"profile {profile!r}: batch {run.batch}, d {run.head_dims}, sequence {run
 # Every row lands in `attention.csv` as soon as it is measured.
 
 # %%
-configs = [
-    {"implementation": impl, "batch": run.batch, "seq_len": n, "head_dim": d,
-     "dtype": "float32", "causal": False, "device": str(dev), "warmup": run.warmup,
-     "steps": run.steps}
-    for impl in ("naive", "naive_compiled")
-    for d in run.head_dims
-    for n in run.seq_lens
-]
+configs = attention_configs(implementations=["naive", "naive_compiled"], batch=batch,
+                            head_dims=head_dims, seq_lens=seq_lens, dtypes=["float32"],
+                            warmup=warmup, steps=steps, device=dev)
 sweep = Sweep(out / "attention.csv", key=list(configs[0]),
-              metadata={"profile": run.as_dict(), "machine": describe(dev)})
+              metadata=provenance)
 results = sweep.run(configs, measure_attention, resume=resume)
 table = results.assign(held_MiB=results["held_before_backward_bytes"] / MiB,
                        peak_MiB=results["peak_bytes"] / MiB)
 table[["implementation", "head_dim", "seq_len", "status", "forward_s", "backward_s",
-       "held_MiB", "peak_MiB"]]
+       "end_to_end_unstable", "held_MiB", "peak_MiB"]]
+
+# %% [markdown]
+# The backward time is measured inside each forward + backward call (the device synchronised
+# between the two), so it is never the difference of two noisy timings.
 
 # %%
-ok = results[results["status"] == "ok"]
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-for ax, column in zip(axes, ("forward_s", "backward_s")):
-    sns.lineplot(data=ok, x="seq_len", y=column, hue="head_dim", style="implementation",
-                 marker="o", ax=ax)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_title(column.removesuffix("_s") + " (s)")
-fig.tight_layout()
+fig = plot_attention_sweep(results, {"forward_s": "forward (s)", "backward_s": "backward (s)"},
+                           hue="head_dim", style="implementation")
 fig.savefig(out / "attention_times.png", dpi=80)
 
 # %% [markdown]
@@ -99,7 +110,7 @@ fig.savefig(out / "attention_times.png", dpi=80)
 failed = results[results["status"] == "oom"]
 if len(failed):
     smallest = failed.sort_values(["seq_len", "head_dim"]).iloc[0]
-    accounting = naive_memory_bytes(run.batch, int(smallest.seq_len), int(smallest.head_dim),
+    accounting = naive_memory_bytes(batch, int(smallest.seq_len), int(smallest.head_dim),
                                     torch.float32)
     total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
     print(f"smallest failing size: seq {smallest.seq_len}, d {smallest.head_dim} "
@@ -108,65 +119,95 @@ if len(failed):
           f"{accounting['held_for_backward'] / 2**30:.1f} GiB"
           + (f", against {total / 2**30:.1f} GiB on the device" if total else ""))
 else:
-    print("no configuration ran out of memory on this device at these sizes "
-          "(the full profile on a GPU reaches them)")
+    print("no configuration ran out of memory on this device at these sizes")
+full = naive_memory_bytes(batch, 16384, 128, torch.float32)
+fits = full["forward_peak"] <= gpu_memory_gib * 2**30
+print(f"by the formula, the full grid's largest size (batch {batch}, n 16384, d 128, float32) "
+      f"needs {full['forward_peak'] / 2**30:.1f} GiB at the forward peak: "
+      + (f"it fits a {gpu_memory_gib} GiB GPU" if fits else
+         f"more than a {gpu_memory_gib} GiB GPU has"))
 
 # %%
-naive_rows = ok[ok["implementation"] == "naive"].copy()
-formula = [naive_memory_bytes(run.batch, int(r.seq_len), int(r.head_dim), torch.float32)
-           for r in naive_rows.itertuples()]
-naive_rows["formula_held_MiB"] = [f["held_for_backward"] / MiB for f in formula]
-naive_rows["measured_held_MiB"] = naive_rows["held_before_backward_bytes"] / MiB
-naive_rows["measured_over_formula"] = naive_rows["measured_held_MiB"] / naive_rows["formula_held_MiB"]
-naive_rows[["head_dim", "seq_len", "formula_held_MiB", "measured_held_MiB", "measured_over_formula"]]
+naive_memory_check(results)
 
 # %% [markdown]
 # The formula counts the probabilities and the output; the ratio shows how much the formula
 # leaves out (small temporaries, allocator rounding) at each size.
 #
 # ## 3. Does compiling attention help?
+#
+# At every point of the grid the naive and the compiled forward + backward take turns
+# (`perflab.bench.compare`, `steps` rounds), and the verdict comes from the 95% interval of
+# their time ratio; the peak memory ratio comes from the sweep above.
 
 # %%
-pivot = ok.pivot_table(index=["head_dim", "seq_len"], columns="implementation",
-                       values=["forward_s", "backward_s", "peak_bytes"])
-speedup = pd.DataFrame({
-    "forward_speedup": pivot["forward_s"]["naive"] / pivot["forward_s"]["naive_compiled"],
-    "backward_speedup": pivot["backward_s"]["naive"] / pivot["backward_s"]["naive_compiled"],
-    "peak_memory_ratio": pivot["peak_bytes"]["naive_compiled"] / pivot["peak_bytes"]["naive"],
-})
-speedup
+grid = pd.DataFrame([
+    {"head_dim": d, "seq_len": n,
+     **compare_attention("naive", "naive_compiled", batch=batch, seq_len=n, head_dim=d,
+                         device=dev, rounds=steps, warmup=warmup).as_row()}
+    for d in head_dims for n in seq_lens
+])
+memory_ratio = ratios_to(results, "naive", "peak_bytes")["naive_compiled_over_naive"]
+grid = grid.join(memory_ratio.rename("peak_memory_ratio"), on=["head_dim", "seq_len"])
+save_table(grid, out / "compiled_vs_naive.csv", provenance)
+fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
+                                   grid["seq_len"].astype(str)),
+                       x="point", title="compiled / naive attention, forward + backward (d/n)")
+fig.savefig(out / "compiled_vs_naive.png", dpi=80)
+grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "verdict",
+      "peak_memory_ratio"]]
 
 # %%
-print(f"compiled attention: forward {speedup['forward_speedup'].median():.2f}x, backward "
-      f"{speedup['backward_speedup'].median():.2f}x (medians over the grid); peak memory "
-      f"{speedup['peak_memory_ratio'].median():.2f}x of naive")
+counts = grid["verdict"].value_counts()
+largest = grid.iloc[-1]
+print(f"compiled attention over {len(grid)} grid points: {counts.get('faster', 0)} faster, "
+      f"{counts.get('same', 0)} without a difference beyond noise, {counts.get('slower', 0)} "
+      "slower")
+print(conclude(out, "compiled attention at the largest size", describe_ratio(
+    "naive", "naive_compiled", largest.ratio_b_over_a, (largest.ci_low, largest.ci_high))
+    + f" at d {largest.head_dim}, n {largest.seq_len}; peak memory "
+      f"{largest.peak_memory_ratio:.2f}x of naive", verdict=largest.verdict))
 
 # %% [markdown]
 # `torch.compile` fuses the scaling, masking and softmax into fewer kernels, so it saves memory
-# traffic over the score matrix and often some of the memory, but it still materialises the
-# scores: compiling does not change the quadratic memory. That takes a different algorithm
-# (notebook 06).
+# traffic over the score matrix and may save some of the memory (`peak_memory_ratio` above), but
+# it still materialises the scores: compiling does not change the quadratic memory. That takes a
+# different algorithm (notebook 06).
 #
 # ## 4. The whole model, compiled against eager
 
 # %%
-model = compile_vs_eager(run.model_preset, run.model_context_length, run.model_batch_size,
-                         dev, steps=run.steps)
-model.to_csv(out / "model_compile.csv", index=False)
+model = compile_vs_eager(model_preset, model_context_length, model_batch_size,
+                         dev, steps=steps)
+save_table(model, out / "model_compile.csv", provenance)
 model
 
 # %%
-for row in model[model["compiled"]].itertuples():
-    print(f"{row.mode}: compiled {row.speedup_vs_eager:.2f}x eager's speed, after "
-          f"{row.compile_s:.1f} s of compilation on the first call")
+for row in model.itertuples():
+    sentence = describe_ratio("eager", "compiled", row.ratio_b_over_a, (row.ci_low, row.ci_high))
+    saved = row.median_a_s - row.median_b_s
+    payback = (f"; the {row.compile_s:.1f} s of compilation pay back after "
+               f"{row.compile_s / saved:.0f} steps" if row.verdict == "faster" else
+               f"; {row.compile_s:.1f} s of compilation on the first call")
+    print(conclude(out, f"compiled model {row.mode}", f"{row.mode}: {sentence}{payback}",
+                   verdict=row.verdict))
 
 # %% [markdown]
-# Compilation is paid once per shape; the speedup is paid back after compile_s / (eager
-# step - compiled step) steps. On a GPU the fused kernels save more launch overhead and memory
-# traffic than on a CPU.
+# Compilation is paid once per shape; a faster compiled step pays it back after
+# compile_s / (eager step - compiled step) steps. Only this device was measured here;
+# `perflab run 05 --full` measures a GPU.
 #
 # ## Where the results are
 
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

@@ -28,48 +28,63 @@
 # On a CPU the Triton kernels run in the **Triton interpreter**, which executes every program in
 # NumPy: its timings say nothing about speed and are labelled so (`speed_measurement` False).
 # Section 3 compiles the same kernels for A100 and H100 binaries on this machine, without a GPU.
-# Compiled kernels, bfloat16 and autotuned tiles are GPU-only: `perflab run 06 -p profile full`.
+# Compiled kernels, bfloat16 and autotuned tiles are GPU-only: `perflab run 06 --full`.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small grid (Triton interpreted); "full": the full grid, for a GPU
-device = "auto"     # "cuda" when present, else "cpu"
-resume = True       # skip configurations already in this device's results file
-kernel_targets = ["sm_80", "sm_90"]  # GPU architectures to compile the Triton kernels for
-kernel_dtypes = ["fp16"]             # their input dtypes: fp16, bf16, fp32
+batch = 4                             # sequences per call
+head_dims = [16, 64]                  # d of q, k, v
+seq_lens = [128, 256, 512]            # sequence lengths
+dtypes = ["float32"]                  # input dtypes (bfloat16: GPU only)
+warmup = 1                            # untimed calls
+steps = 3                             # timed calls
+max_seq_len = {"flash_triton": 128}   # implementations run only up to this length
+memory_batch = 4                      # the long-context memory comparison: batch,
+memory_seq_len = 2048                 # sequence length
+memory_head_dim = 64                  # and head dimension
+kernel_targets = ["sm_80", "sm_90"]   # GPU architectures to compile the Triton kernels for
+kernel_dtypes = ["fp16"]              # their input dtypes: fp16, bf16, fp32
+device = "auto"                       # "cuda" when present, else "cpu"
+resume = True                         # skip configurations already in this device's results file
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 import torch
 
+from perflab.bench.checks import check_results
 from perflab.attention.aot import (
     compile_table,
     jobs,
-    over_shared_limit,
     plot_shared_memory,
+    pruned_configs,
+    spill_counts,
     summary,
 )
 from perflab.bench.attention import (
     attention_peak_memory,
-    flash_benchmark_configs,
+    attention_configs,
+    compare_attention,
     measure_attention,
+    ratios_to,
 )
+from perflab.bench.comparison import describe_ratio
+from perflab.bench.conclusions import conclude
 from perflab.attention.check import TOLERANCE, correctness_table
 from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.flash_triton import AUTOTUNE_CONFIGS, INTERPRETED, FlashAttentionTriton
 from perflab.attention.triton_compile import TARGETS
 from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
+from perflab.bench.plots import plot_attention_sweep
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir
-from perflab.profiles import FLASH, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
 MiB = 2**20
-run = get_profile(FLASH, profile)
+settings = record_settings("06_flash_attention", globals())
 dev = resolve_device(device)
 out = results_dir("06_flash_attention", dev)
-print(f"profile {profile!r} on {dev}; Triton {'interpreted (not a speed measurement)' if INTERPRETED else 'compiled'}")
+provenance = {"settings": settings, "machine": describe(dev)}
+print(f"on {dev}; Triton {'interpreted (not a speed measurement)' if INTERPRETED else 'compiled'}")
 
 # %% [markdown]
 # ## 1. A first Triton kernel: the weighted sum
@@ -101,12 +116,12 @@ print(f"forward within 1e-4: {(y.double() - x64 @ w64).abs().max().item() < 1e-4
 # %%
 cases = [(1, 17, 40, 16, True), (3, 129, 100, 64, False), (2, 100, 129, 64, True),
          (1, 1, 33, 32, False)]
-dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if dev.type == "cuda" else [])
+check_dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if dev.type == "cuda" else [])
 checks = pd.concat(
     [correctness_table(function, cases, dtype, dev).assign(implementation=name)
      for name, function in (("flash_torch", FlashAttentionTorch),
                             ("flash_triton", FlashAttentionTriton))
-     for dtype in dtypes],
+     for dtype in check_dtypes],
     ignore_index=True,
 )
 checks
@@ -119,19 +134,19 @@ print(f"{checks['within_tolerance'].sum()} of {len(checks)} checks within tolera
 # %% [markdown]
 # ## 3. The kernels compiled for real GPUs, on this machine
 #
-# The interpreter runs the kernels but does not type-check them as the compiler does: a
-# variable whose shape changes inside an `if` (the causal mask once did) runs fine here and
-# fails on the first GPU launch. Triton's CUDA backend, with the `ptxas` shipped in its wheel,
-# compiles every kernel to a GPU binary for a named architecture without any GPU, so here
-# every kernel is compiled for each target and autotune configuration (head dimension 128, the
-# largest), causal and not. From each binary: registers per thread, spill stores (local-memory
-# instructions in the machine code), shared memory per block against the target's limit, and
-# which strides are widened to 64 bits. (`perflab kernels --target sm_90` prints the same; the
-# test suite compiles bfloat16 and sm_100 too.)
+# The interpreter runs the kernels but does not type-check them as the compiler does: a variable
+# whose shape changes inside an `if` (the causal mask once did) runs fine here but fails to
+# compile for a GPU, which is what the compiles below check. Triton's CUDA backend, with the
+# `ptxas` shipped in its wheel, compiles every kernel to a GPU binary for a named architecture
+# without any GPU, so here every kernel is compiled for each target and autotune configuration
+# (head dimension 128, the largest), causal and not. From each binary: registers per thread,
+# spill stores (local-memory instructions in the machine code), shared memory per block against
+# the target's limit, and which strides are widened to 64 bits. (`perflab kernels --target
+# sm_90` prints the same; the test suite compiles bfloat16 and sm_100 too.)
 
 # %%
 compiled = compile_table(jobs(targets=kernel_targets, dtypes=kernel_dtypes, head_dims=(128,)))
-compiled.to_csv(out / "compiled_kernels.csv", index=False)
+save_table(compiled, out / "compiled_kernels.csv", provenance)
 summary(compiled)
 
 # %%
@@ -149,31 +164,31 @@ fig = plot_shared_memory(compiled)
 fig.savefig(out / "compiled_shared_memory.png", dpi=80)
 
 # %%
-over = over_shared_limit(compiled).drop_duplicates(
-    ["kernel", "target", "dtype", "block_q", "block_k", "num_warps", "num_stages"])
 for target in kernel_targets:
     print(f"{target} ({TARGETS[target].example}): {TARGETS[target].max_shared_bytes // 1024} KiB "
           "of shared memory per block")
-for (kernel, target, dtype), rows in over.groupby(["kernel", "target", "dtype"], sort=False):
-    configs = ", ".join(f"{r.block_q:.0f}x{r.block_k:.0f}/{r.num_warps}w/{r.num_stages}s"
-                        for r in rows.itertuples())
-    print(f"{kernel} {dtype} on {target}: {len(rows)} of {len(AUTOTUNE_CONFIGS)} configurations "
-          f"do not fit, pruned before autotuning: {configs}")
-if over.empty:
+pruned = pruned_configs(compiled)
+for row in pruned.itertuples():
+    print(f"{row.kernel} {row.dtype} on {row.target}: {row.pruned} of {len(AUTOTUNE_CONFIGS)} "
+          f"configurations do not fit, pruned before autotuning: {row.configs}")
+if pruned.empty:
     print("every configuration fits every target's shared memory")
-attention_rows = compiled[compiled["block_q"].notna() & (compiled["status"] == "ok")]
-spilling = attention_rows.assign(spills=attention_rows["spill_stores"] > 0).groupby(
-    "num_warps")["spills"].agg(["sum", "size"])
-for warps, row in spilling.iterrows():
-    print(f"{warps} warps: {row['sum']} of {row['size']} compiled configurations spill registers")
+spill_counts(compiled)
 
 # %% [markdown]
-# Shared memory grows with the tiles and with the pipeline stages (each stage keeps its own
-# copy of the K and V tiles), and the targets differ (printed above). A configuration that does
-# not fit would fail to launch on that GPU, so the autotuner drops it before benchmarking
-# (`flash_triton.configs_that_fit`, the same compile on the device). Configurations that spill
-# registers stay candidates: the autotuner measures them and keeps one only if it is fastest.
-# None of this ran on a GPU here: it is what the compiler produces for one.
+# Shared memory grows with the tiles that the inner loop streams, one copy per pipeline stage:
+# K and V in the forward and dQ kernels (it grows with `block_k`), Q and dO in the dK/dV kernel
+# (it grows with `block_q`). In these configurations warps and stages always come in the same
+# pairs (the table above), so it cannot tell the two apart. The targets' limits differ (printed
+# above), and so do their binaries for the same configuration. A configuration over the limit
+# cannot launch on that GPU; Triton's autotuner would score it as failed at its first try,
+# `flash_triton.configs_that_fit` (the autotuner's prune step, which compiles each
+# configuration for the GPU at hand) drops it before any benchmarking and gives one clear error
+# if nothing fits. Configurations that spill registers stay candidates: the autotuner measures
+# them and keeps one only if it is fastest; read registers together with spills, since ptxas
+# may give a kernel few registers and a large stack (`max_stack_bytes` in the summary; the last
+# column of the spill counts). None of this ran on a GPU
+# here: it is what the compiler produces for one.
 #
 # ## 4. Speed and memory against naive attention and SDPA
 #
@@ -182,9 +197,12 @@ for warps, row in spilling.iterrows():
 # it is measured; out-of-memory rows are kept.
 
 # %%
-configs = flash_benchmark_configs(run, dev)
+configs = attention_configs(implementations=["naive", "sdpa", "flash_torch", "flash_triton"],
+                            batch=batch, head_dims=head_dims, seq_lens=seq_lens, dtypes=dtypes,
+                            warmup=warmup, steps=steps, device=dev, causal=True,
+                            max_seq_len=max_seq_len)
 sweep = Sweep(out / "flash.csv", key=list(configs[0]),
-              metadata={"profile": run.as_dict(), "machine": describe(dev)})
+              metadata=provenance)
 bench = sweep.run(configs, measure_attention, resume=resume)
 bench.assign(peak_MiB=bench["peak_bytes"] / MiB)[
     ["implementation", "dtype", "head_dim", "seq_len", "status", "forward_s", "backward_s",
@@ -192,52 +210,65 @@ bench.assign(peak_MiB=bench["peak_bytes"] / MiB)[
 
 # %%
 timed = bench[(bench["status"] == "ok") & bench["speed_measurement"].astype(bool)]
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-for ax, column, label in ((axes[0], "end_to_end_s", "forward + backward (s)"),
-                          (axes[1], "peak_bytes", "peak memory (bytes)")):
-    sns.lineplot(data=timed[timed["head_dim"] == max(run.head_dims)], x="seq_len", y=column,
-                 hue="implementation", style="dtype", marker="o", ax=ax)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_title(f"{label}, d={max(run.head_dims)}")
-fig.tight_layout()
+fig = plot_attention_sweep(timed[timed["head_dim"] == max(head_dims)],
+                           {"end_to_end_s": f"forward + backward (s), d={max(head_dims)}",
+                            "peak_bytes": f"peak memory (bytes), d={max(head_dims)}"},
+                           hue="implementation", style="dtype")
 fig.savefig(out / "flash_benchmark.png", dpi=80)
 
 # %%
 largest = timed[timed["seq_len"] == timed["seq_len"].max()]
-ratios = largest.pivot_table(index=["dtype", "head_dim"], columns="implementation",
-                             values="end_to_end_s")
-for column in [c for c in ratios.columns if c != "sdpa"]:
-    ratios[f"{column}_over_sdpa"] = ratios[column] / ratios["sdpa"]
-ratios
+ratios_to(largest, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len"))
 
 # %% [markdown]
-# On a CPU the tiled PyTorch version pays Python overhead for every tile and is slower than both
-# naive attention and SDPA; its point there is memory. On a GPU the compiled Triton kernel is
-# the one that should approach or beat SDPA (GPU-only; the full profile measures it).
+# The sweep measured each implementation on its own; to conclude, the implementations take
+# turns against naive attention at the largest size they all ran (`perflab.bench.compare`,
+# `steps` rounds of causal forward + backward, float32; the Triton kernel only where it is
+# compiled, not interpreted).
+
+# %%
+n_all = int(timed.groupby("implementation")["seq_len"].max().min())
+contenders = ["sdpa", "flash_torch"] + ([] if INTERPRETED else ["flash_triton"])
+speed = pd.DataFrame([
+    compare_attention("naive", name, batch=batch, seq_len=n_all, head_dim=max(head_dims),
+                      device=dev, causal=True, rounds=max(steps, 3), warmup=warmup).as_row()
+    for name in contenders
+])
+save_table(speed, out / "against_naive.csv", provenance)
+for row in speed.itertuples():
+    print(conclude(out, f"{row.b} vs naive", describe_ratio(
+        "naive", row.b, row.ratio_b_over_a, (row.ci_low, row.ci_high)), verdict=row.verdict)
+        + f" (b={batch}, n={n_all}, d={max(head_dims)}, causal)")
+
+# %% [markdown]
+# The verdicts above are this device's. On a CPU the tiled PyTorch version pays Python overhead
+# for every tile; its point there is memory (section 5). Where the compiled Triton kernel
+# stands against SDPA on a GPU is what `perflab run 06 --full` on a GPU measures; nothing here
+# ran on one.
 #
 # ## 5. Memory at a long context
 #
 # Batch `memory_batch`, sequence `memory_seq_len`, d `memory_head_dim`, float32, forward +
-# backward. (The Triton interpreter is left out on a CPU: at this size it runs for many minutes.)
+# backward. (The Triton interpreter is left out on a CPU: its times at 128 tokens in section 4
+# show why.)
 
 # %%
 implementations = ["naive", "sdpa", "flash_torch"] + ([] if INTERPRETED else ["flash_triton"])
 memory = pd.DataFrame([
-    attention_peak_memory(name, run.memory_batch, run.memory_seq_len, run.memory_head_dim, dev)
+    attention_peak_memory(name, memory_batch, memory_seq_len, memory_head_dim, dev)
     for name in implementations
 ])
 memory["peak_MiB"] = memory["peak_bytes"] / MiB
 memory["held_MiB"] = memory["held_before_backward_bytes"] / MiB
-memory.to_csv(out / "long_context_memory.csv", index=False)
+save_table(memory, out / "long_context_memory.csv", provenance)
 memory
 
 # %%
 peaks = memory.set_index("implementation")["peak_bytes"]
-print(f"b={run.memory_batch}, n={run.memory_seq_len}, d={run.memory_head_dim}: "
+print(f"b={memory_batch}, n={memory_seq_len}, d={memory_head_dim}: "
       f"FlashAttentionTorch peak / naive peak = {peaks['flash_torch'] / peaks['naive']:.3f}; "
       f"the (b x n x n) float32 scores alone take "
-      f"{run.memory_batch * run.memory_seq_len**2 * 4 / MiB:.0f} MiB")
+      f"{memory_batch * memory_seq_len**2 * 4 / MiB:.0f} MiB")
 
 # %% [markdown]
 # Naive attention holds the whole score matrix; the tiled version holds one tile of scores at a
@@ -249,3 +280,12 @@ print(f"b={run.memory_batch}, n={run.memory_seq_len}, d={run.memory_head_dim}: "
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

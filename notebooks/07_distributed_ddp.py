@@ -28,29 +28,50 @@
 # which uses Gloo on a CPU and NCCL with one GPU per rank on a CUDA machine. On a CPU the
 # "network" is the loopback device and the ranks share the cores, so the numbers here teach
 # the method, not NVLink or InfiniBand speeds: those are GPU-only and come from
-# `perflab run 07 -p profile full` on a multi-GPU machine.
+# `perflab run 07 --full` on a multi-GPU machine.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": sizes for a 2-core CPU; "full": 1 MB to 1 GB, a bigger model (GPUs)
-resume = True       # skip configurations already in this machine's results files
+sizes_mb = [1, 10, 100]               # all-reduce sizes in MB (10**6 bytes)
+world_sizes = [2, 4, 6]               # ranks per all-reduce run (as many as the machine holds)
+allreduce_warmup = 2                  # untimed all-reduces
+allreduce_steps = 5                   # timed all-reduces
+parity_models = ["toy", "lm:64:8"]    # trained with each variant next to one process
+ddp_model = "lm:128:8"                # the benchmarked model, lm:D_MODEL:LAYERS
+ddp_world_size = 2                    # ranks of the DDP benchmark
+batch_per_rank = 4                    # sequences per rank and step
+seq_len = 64                          # tokens per sequence
+warmup = 2                            # untimed rounds (one step of every variant per round)
+rounds = 6                            # timed rounds
+bucket_sizes_mb = [1, 10, 100, 1000]  # bucketed DDP's bucket sizes, MB
+resume = True                         # skip configurations already in this machine's results
 
 # %%
 import pandas as pd
 
+from perflab.bench.checks import check_results
 from perflab.distributed import RankError, launch, max_world_size
-from perflab.distributed.collectives import allreduce_sweep, bus_factor, check_allreduce_rank
-from perflab.distributed.ddp_benchmark import ddp_configs, ddp_sweep, relative_to_naive
+from perflab.distributed.allreduce_benchmark import allreduce_sweep, bus_factor, check_allreduce_rank
+from perflab.bench.comparison import describe_ratio
+from perflab.bench.conclusions import conclude
+from perflab.bench.plots import plot_comparisons
+from perflab.distributed.ddp_benchmark import (
+    ddp_comparisons,
+    ddp_configs,
+    ddp_sweep,
+    relative_to_naive,
+)
 from perflab.device import resolve_device
 from perflab.distributed.launch import raise_on_rank, resolve_backend
 from perflab.distributed.parity import ddp_parity_all
 from perflab.distributed.plots import plot_allreduce, plot_bucket_sweep, plot_ddp_steps
-from perflab.paths import display_path, results_dir
-from perflab.profiles import COMMUNICATION, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
-run = get_profile(COMMUNICATION, profile)
+settings = record_settings("07_distributed_ddp", globals())
 out = results_dir("07_distributed_ddp", resolve_device("auto"))
-print(f"profile {profile!r}: backend {resolve_backend()}, this machine holds up to "
-      f"{max_world_size()} ranks; all-reduce {run.sizes_mb} MB on {run.world_sizes} ranks")
+provenance = {"settings": settings}
+print(f"backend {resolve_backend()}, this machine holds up to "
+      f"{max_world_size()} ranks; all-reduce {sizes_mb} MB on {world_sizes} ranks")
 
 # %% [markdown]
 # ## 1. Launching ranks, and what happens when one fails
@@ -86,12 +107,12 @@ except RankError as error:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print({p: bus_factor("all_reduce", p) for p in run.world_sizes})
+print({p: bus_factor("all_reduce", p) for p in world_sizes})
 
 # %%
-allreduce = allreduce_sweep(out / "allreduce.csv", list(run.sizes_mb), list(run.world_sizes),
-                            warmup=run.allreduce_warmup, steps=run.allreduce_steps,
-                            resume=resume, metadata={"profile": run.as_dict()})
+allreduce = allreduce_sweep(out / "allreduce.csv", list(sizes_mb), list(world_sizes),
+                            warmup=allreduce_warmup, steps=allreduce_steps,
+                            resume=resume, metadata=provenance)
 allreduce[["world_size", "size_mb", "status", "time_ms", "algbw_gbps", "busbw_gbps", "error"]]
 
 # %%
@@ -106,7 +127,8 @@ print("bus bandwidth at 100 MB: " + ", ".join(
 # %% [markdown]
 # Small all-reduces are dominated by a fixed cost per call (latency), so their bandwidth is
 # low; large ones approach what the transport sustains. On a CPU, more ranks than cores also
-# means ranks waiting for a core, which shows as falling bus bandwidth with the world size.
+# means ranks waiting for a core; the bandwidths above show whether bus bandwidth falls with
+# the world size here.
 #
 # ## 3. Four ways to average gradients, each checked against one process
 #
@@ -119,8 +141,8 @@ print("bus bandwidth at 100 MB: " + ", ".join(
 # (no synchronisation) is the negative control the check must catch.
 
 # %%
-variants = ["naive", "flat", "overlapped", "bucketed", "torch", "none"]
-parity = pd.DataFrame([row for model in run.parity_models
+variants = ["naive", "flat", "individual", "bucketed", "torch", "none"]
+parity = pd.DataFrame([row for model in parity_models
                        for row in launch(ddp_parity_all, 2, (variants, model))[0]])
 parity[["model", "parameter_tensors", "variant", "max_param_diff", "grad_spread_across_ranks",
         "grads_match_params", "frozen_untouched"]]
@@ -136,17 +158,18 @@ print(verdict[["model", "variant", "matches_one_process", "same_grads_on_all_ran
 # ## 4. Step time, and the share spent communicating
 #
 # The benchmarked model has at least 50 parameter tensors, so a per-parameter all-reduce pays
-# its fixed cost many times. All variants are built in one launch and take turns, one step
-# each per round, so that the machine's slow moments are shared among them. `none` is the same step without any communication: the
-# communication share of a variant is `1 - none / variant`. `sync_ms` is the time spent in
-# `finish_gradient_synchronization()`, the communication left after backward.
+# its fixed cost many times. All variants are built in one launch and take turns, one step each
+# per round, so that the machine's slow moments are shared among them. `none` is the same step
+# without any communication: the communication share of a variant is `1 - none / variant`.
+# `sync_ms` is the time spent in `finish_gradient_synchronization()`, the communication left
+# after backward.
 
 # %%
-configs = ddp_configs(run.ddp_world_size, run.ddp_model, run.bucket_sizes_mb)
+configs = ddp_configs(ddp_world_size, ddp_model, bucket_sizes_mb)
 steps = relative_to_naive(ddp_sweep(out / "ddp_steps.csv", configs,
-                                    batch_size=run.batch_per_rank, seq_len=run.seq_len,
-                                    warmup=run.warmup, rounds=run.rounds, resume=resume,
-                                    metadata={"profile": run.as_dict()}))
+                                    batch_size=batch_per_rank, seq_len=seq_len,
+                                    warmup=warmup, rounds=rounds, resume=resume,
+                                    metadata=provenance))
 steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", "comm_share",
        "parameter_tensors", "gradient_mb", "buckets"]]
 
@@ -158,26 +181,46 @@ fig.savefig(out / "ddp_steps.png", dpi=80)
 fig = plot_bucket_sweep(steps)
 fig.savefig(out / "bucket_sweep.png", dpi=80)
 
+# %% [markdown]
+# Because the variants took turns round by round, each one's rounds pair with naive's rounds:
+# the ratio of their step times comes with a 95% interval and a verdict
+# (`perflab.bench.comparison.paired_comparison`).
+
 # %%
-by_variant = steps[steps["variant"] != "bucketed"].set_index("variant")["step_ms"]
+against_naive = ddp_comparisons(steps, "naive")
+save_table(against_naive, out / "ddp_vs_naive.csv", provenance)
+fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
+fig.savefig(out / "ddp_vs_naive.png", dpi=80)
+against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "verdict"]]
+
+# %%
 bucketed = steps[steps["variant"] == "bucketed"].sort_values("step_ms")
-best = bucketed.iloc[0]
-print(f"{int(best.parameter_tensors)} parameter tensors, {best.gradient_mb:.1f} MB of gradients")
-for variant in ("flat", "overlapped", "torch"):
-    print(f"{variant:>10}: {by_variant[variant] / by_variant['naive']:.2f}x naive's step time")
-print(f"  bucketed: {best.step_ms / by_variant['naive']:.2f}x naive at its best size "
-      f"({best.bucket_size_mb:g} MB); {best.step_ms / by_variant['torch']:.2f}x torch DDP's")
-print(f"floor: the compute-only step is {by_variant['none'] / by_variant['naive']:.2f}x naive's")
-one_bucket = bucketed[bucketed["buckets"] == 1]["step_ms"]
+best = f"bucketed {bucketed.iloc[0].bucket_size_mb:g} MB"
+print(f"{int(bucketed.iloc[0].parameter_tensors)} parameter tensors, "
+      f"{bucketed.iloc[0].gradient_mb:.1f} MB of gradients")
+by_name = against_naive.set_index("b")
+for name in ("none", best):
+    row = by_name.loc[name]
+    print(conclude(out, f"{name.split(' ')[0]} vs naive",
+                   describe_ratio("naive", name, row.ratio_b_over_a, (row.ci_low, row.ci_high)),
+                   verdict=row.verdict))
+against_torch = ddp_comparisons(steps, "torch").set_index("b").loc[best]
+print(conclude(out, "bucketed vs torch DDP", describe_ratio(
+    "torch DDP", best, against_torch.ratio_b_over_a, (against_torch.ci_low, against_torch.ci_high)),
+    verdict=against_torch.verdict))
+one_bucket = bucketed[bucketed["buckets"] == 1]
 if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, measured twice
-    print(f"noise yardstick: {len(one_bucket)} bucket sizes give the same single bucket; their "
-          f"step times differ by {(one_bucket.max() / one_bucket.min() - 1):.0%}")
+    first, second = (f"bucketed {s:g} MB" for s in one_bucket["bucket_size_mb"].iloc[:2])
+    yardstick = ddp_comparisons(steps, first).set_index("b").loc[second]
+    print(f"noise yardstick (A/A): {first} and {second} give the same single bucket; "
+          + describe_ratio(first, second, yardstick.ratio_b_over_a,
+                           (yardstick.ci_low, yardstick.ci_high)))
 
 # %% [markdown]
-# What to read from it: no variant can beat the compute-only step, so on a CPU, where compute
-# dominates, the ratios to naive stay far above the ~0.3 that PyTorch's DDP reaches on GPUs
-# (GPU-only: run the full profile there). Differences smaller than the noise yardstick are not
-# differences. One all-reduce per gradient after backward (naive) pays the per-call
+# What to read from it: no variant can beat the compute-only step (`none`), which bounds what
+# hiding communication can gain on this machine; how close GPUs come to it is what `--full`
+# measures there (not run here). One all-reduce per gradient after backward (naive) pays the
+# per-call
 # cost for every tensor and overlaps nothing. One flat all-reduce pays it once, but only after
 # backward. Per-parameter asynchronous all-reduces overlap with the rest of backward, and
 # buckets combine the two: few calls, each started as soon as its gradients are ready. Very
@@ -190,3 +233,12 @@ if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, mea
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings

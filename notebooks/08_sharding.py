@@ -30,11 +30,17 @@
 # bandwidths in the calculators are datasheet numbers of a GPU cluster, not measurements.
 
 # %% tags=["parameters"]
-profile = "cpu"     # "cpu": small models; "full": the small preset's shape (129 M parameters)
+world_size = 2                              # ranks
+memory_model = "lm:128:8"                   # whose optimizer-state and parameter memory is measured
+fp16_parity_model = "lm:64:2"               # FSDP with fp16 compute against fp32 on one process
+calculator_presets = ["small", "xl", "10B"] # model presets of the calculators
+calculator_seq_len = 1024                   # tokens per sequence in the calculators
+calculator_batch_sizes = [2**i for i in range(15)]  # sequences per step, 1 to 16384
 
 # %%
 import pandas as pd
 
+from perflab.bench.checks import check_results
 from perflab.distributed import launch
 from perflab.distributed.calculators import (
     H100_NODE,
@@ -45,17 +51,18 @@ from perflab.distributed.calculators import (
     max_devices_table,
 )
 from perflab.device import resolve_device
-from perflab.distributed.memory import fsdp_memory, memory_per_rank_formula, zero_memory
+from perflab.distributed.memory_per_rank import fsdp_memory, memory_per_rank_formula, zero_memory
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
 from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir
-from perflab.profiles import SHARDING, get_profile
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
 
-MB = 1e6
-run = get_profile(SHARDING, profile)
+MiB = 2**20
+settings = record_settings("08_sharding", globals())
 out = results_dir("08_sharding", resolve_device("auto"))
-print(f"profile {profile!r}: {run.world_size} ranks, memory measured on {run.memory_model}")
+provenance = {"settings": settings}
+print(f"{world_size} ranks, memory measured on {memory_model}")
 
 # %% [markdown]
 # ## 1. ZeRO stage 1: each rank keeps the optimizer state of its own parameters
@@ -69,7 +76,7 @@ print(f"profile {profile!r}: {run.world_size} ranks, memory measured on {run.mem
 # half the learning rate, against the unsharded optimizer on one process, in float64.
 
 # %%
-zero = pd.DataFrame([row for rows in launch(zero_parity_all, run.world_size, (["sgd", "adamw"],))
+zero = pd.DataFrame([row for rows in launch(zero_parity_all, world_size, (["sgd", "adamw"],))
                      for row in rows])
 zero
 
@@ -89,8 +96,8 @@ print(zero.assign(matches_one_process=zero["max_param_diff"] < 1e-10,
 # from the parameters each rank owns.
 
 # %%
-zero_mem = pd.DataFrame(launch(zero_memory, run.world_size, (run.memory_model,)))
-zero_mem.to_csv(out / "zero_memory.csv", index=False)
+zero_mem = pd.DataFrame(launch(zero_memory, world_size, (memory_model,)))
+save_table(zero_mem, out / "zero_memory.csv", provenance)
 zero_mem
 
 # %%
@@ -104,10 +111,10 @@ print("shards add up to the unsharded state:",
 
 # %%
 saving = zero_mem["state_measured_sharded"].max() / zero_mem["state_measured_unsharded"][0]
-print(f"{run.memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; AdamW state "
-      f"per rank {zero_mem['state_measured_unsharded'][0] / MB:.1f} MB unsharded, "
-      f"{zero_mem['state_measured_sharded'].max() / MB:.1f} MB on the fuller rank "
-      f"({saving:.2f}x; the ideal is 1/{run.world_size})")
+print(f"{memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; AdamW state "
+      f"per rank {zero_mem['state_measured_unsharded'][0] / MiB:.1f} MiB unsharded, "
+      f"{zero_mem['state_measured_sharded'].max() / MiB:.1f} MiB on the fuller rank "
+      f"({saving:.2f}x; the ideal is 1/{world_size})")
 
 # %% [markdown]
 # With more ranks, only the state shrinks; parameters and gradients stay whole. The formula
@@ -117,7 +124,7 @@ print(f"{run.memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; 
 formula = pd.DataFrame(memory_per_rank_formula(int(zero_mem["parameters"][0]), range(1, 9)))
 fig = plot_memory_per_rank(formula)
 fig.savefig(out / "memory_per_rank.png", dpi=80)
-formula.pivot(index="world_size", columns="strategy", values="bytes").div(MB).round(1)
+formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).round(1)
 
 # %% [markdown]
 # ## 2. Fully sharded data parallel
@@ -138,8 +145,8 @@ formula.pivot(index="world_size", columns="strategy", values="bytes").div(MB).ro
 # tensor hook really left them out.
 
 # %%
-fsdp = pd.DataFrame(launch(fsdp_parity, run.world_size, (None, "toy"))
-                    + launch(fsdp_parity, run.world_size, ("float16", run.fp16_parity_model)))
+fsdp = pd.DataFrame(launch(fsdp_parity, world_size, (None, "toy"))
+                    + launch(fsdp_parity, world_size, ("float16", fp16_parity_model)))
 fsdp
 
 # %%
@@ -162,8 +169,8 @@ print(fsdp.assign(within_tolerance=fsdp["max_param_diff"] < tolerance,
 # parameters, their gradients and the AdamW state alike.
 
 # %%
-fsdp_mem = pd.DataFrame(launch(fsdp_memory, run.world_size, (run.memory_model,)))
-fsdp_mem.to_csv(out / "fsdp_memory.csv", index=False)
+fsdp_mem = pd.DataFrame(launch(fsdp_memory, world_size, (memory_model,)))
+save_table(fsdp_mem, out / "fsdp_memory.csv", provenance)
 fsdp_mem
 
 # %%
@@ -175,9 +182,9 @@ print("optimizer state measured == computed:",
 
 # %%
 ratio = fsdp_mem["param_bytes_measured"] / fsdp_mem["param_bytes_replicated"]
-print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {run.world_size} "
-      f"ranks ({fsdp_mem['param_bytes_measured'].max() / MB:.2f} MB vs "
-      f"{fsdp_mem['param_bytes_replicated'][0] / MB:.2f} MB)")
+print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {world_size} "
+      f"ranks ({fsdp_mem['param_bytes_measured'].max() / MiB:.2f} MiB vs "
+      f"{fsdp_mem['param_bytes_replicated'][0] / MiB:.2f} MiB)")
 
 # %% [markdown]
 # ### Against PyTorch's FSDP
@@ -186,7 +193,7 @@ print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {run.w
 # batches; it shards the vectors too (as `DTensor`s), which is the small difference in bytes.
 
 # %%
-versus = pd.DataFrame(launch(torch_fsdp_comparison, run.world_size, ("toy",)))
+versus = pd.DataFrame(launch(torch_fsdp_comparison, world_size, ("toy",)))
 versus
 
 # %%
@@ -211,7 +218,7 @@ print(H100_NODE)
 
 # %%
 config = get_preset("xl")
-work = Workload.from_config(config, batch_size=256, seq_len=run.calculator_seq_len)
+work = Workload.from_config(config, batch_size=256, seq_len=calculator_seq_len)
 examples = pd.DataFrame([
     estimate("dp", work, H100_NODE, 64).as_dict(),
     estimate("fsdp", work, H100_NODE, 64).as_dict(),
@@ -222,15 +229,15 @@ examples.assign(comm_over_compute=examples["comm_s"] / examples["compute_s"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{config.name}, batch 256 x {run.calculator_seq_len} tokens: largest compute-bound "
+print(f"{config.name}, batch 256 x {calculator_seq_len} tokens: largest compute-bound "
       "device count: " + ", ".join(
           f"{s} {max_compute_bound_devices(s, work, H100_NODE)}" for s in STRATEGIES))
 
 # %%
-table = pd.concat([max_devices_table(get_preset(name), H100_NODE, run.calculator_batch_sizes,
-                                     run.calculator_seq_len)
-                   for name in run.calculator_presets])
-table.to_csv(out / "max_devices.csv", index=False)
+table = pd.concat([max_devices_table(get_preset(name), H100_NODE, calculator_batch_sizes,
+                                     calculator_seq_len)
+                   for name in calculator_presets])
+save_table(table, out / "max_devices.csv", provenance)
 fig = plot_max_devices(table)
 fig.savefig(out / "max_devices.png", dpi=80)
 shown = table[table["batch_size"].isin([1, 16, 256, 4096])]
@@ -252,3 +259,12 @@ shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devic
 # %%
 for path in sorted(out.iterdir()):
     print(display_path(path))
+
+# %% [markdown]
+# **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
+# rules; CI runs it over `data/results`):
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings
