@@ -259,8 +259,8 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(summary.to_string())
     aa, ab = summary.loc["A/A"], summary.loc["A/B 2x"]
     burst = " (under a burst of competing work)" if args.burst else ""
-    print(f"A/A false alarms: {aa.runs - aa.same} of {aa.runs}; "
-          f"A/B 2x detected: {ab.slower} of {ab.runs}{burst}")  # fmt: skip
+    print(f"A/A false alarms: {int(aa.runs - aa.same)} of {int(aa.runs)}; "
+          f"A/B 2x detected: {int(ab.slower)} of {int(ab.runs)}{burst}")  # fmt: skip
     return 0
 
 
