@@ -73,3 +73,11 @@ def test_timing_rows_carry_the_interval_and_the_flag():
     assert row["median_ci_low_s"] <= row["median_s"] <= row["median_ci_high_s"]
     assert row["iqr_s"] == pytest.approx(0.05)
     assert row["unstable"] is False
+
+
+def test_noise_check_command_prints_the_rates(capsys):
+    from perflab.cli import main
+
+    assert main(["noise-check", "--runs", "2"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("A/A false alarms: ") and " of 2; A/B 2x detected: " in last
