@@ -16,7 +16,7 @@ from perflab.model import PRESETS, TransformerLM
     [
         ({"preset": "tiny"}, "unknown preset 'tiny'; valid: cpu-tiny"),
         ({"mode": "backward"}, "valid: forward, forward-backward, train-step"),
-        ({"context_length": 513}, "valid: 1 to 512"),
+        ({"context_length": 0}, "context_length must be an integer >= 1, got 0"),
         ({"steps": 0}, "steps must be an integer >= 1"),
         ({"warmup": -2}, "warmup must be an integer >= 0"),
         ({"dtype": "half-ish"}, "valid: float32, bfloat16, float16"),

@@ -3,7 +3,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from perflab.attention import naive_attention
-from perflab.model import PRESETS, ModelConfig, TransformerLM, cross_entropy, get_preset
+from perflab.bench import BenchConfig, run_benchmark
+from perflab.model import PRESETS, ModelConfig, TransformerLM, cross_entropy, get_preset, sized_for
 
 TINY = ModelConfig(
     "test", d_model=8, d_ff=16, num_layers=2, num_heads=2, vocab_size=10, context_length=16
@@ -124,7 +125,27 @@ def test_bad_configs_and_inputs_raise_clear_errors():
 
 
 def test_presets_follow_the_workbook_table():
+    """The 2026 handout's Table 1, the 2025 xl under its own name, the leaderboard model."""
     shapes = {n: (c.d_model, c.d_ff, c.num_layers, c.num_heads) for n, c in PRESETS.items()}
+    assert shapes["small"] == (768, 3072, 12, 12)
     assert shapes["medium"] == (1024, 4096, 24, 16)
+    assert shapes["large"] == (1280, 5120, 36, 20)
+    assert shapes["xl"] == (2560, 10240, 32, 32)
     assert shapes["10B"] == (4608, 12288, 50, 36)
-    assert all(c.vocab_size == 10_000 and c.context_length == 512 for c in PRESETS.values())
+    assert shapes["xl-2025"] == (1600, 6400, 48, 25)
+    assert get_preset("2.7B") is PRESETS["xl"]  # the 2025 handout's name for the same shape
+    leaderboard = PRESETS["leaderboard-8B"]
+    assert shapes["leaderboard-8B"] == (4096, 11008, 34, 32)
+    assert (leaderboard.vocab_size, leaderboard.context_length) == (151_936, 32_768)
+    others = [c for n, c in PRESETS.items() if n != "leaderboard-8B"]
+    assert all(c.vocab_size == 10_000 and c.context_length == 512 for c in others)
+
+
+def test_any_context_length_runs():
+    """Longer than the preset's 512: the rotary table is sized by the configuration."""
+    config = BenchConfig(preset="cpu-tiny", context_length=1024, mode="forward", batch_size=1,
+                         warmup=0, steps=1, device="cpu")  # fmt: skip
+    row, _ = run_benchmark(config)
+    assert row["context_length"] == 1024 and row["median_s"] > 0
+    assert sized_for(get_preset("cpu-tiny"), 1024).context_length == 1024
+    assert sized_for(get_preset("cpu-tiny"), 100) is get_preset("cpu-tiny")

@@ -12,7 +12,7 @@ Used by every notebook; the FLOP model here is the one utilisation figures are q
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 import pandas as pd
@@ -93,8 +93,9 @@ def _preset(name: str, d_model: int, d_ff: int, num_layers: int, num_heads: int)
     return ModelConfig(name, d_model=d_model, d_ff=d_ff, num_layers=num_layers, num_heads=num_heads)
 
 
-#: The specification's presets (vocabulary 10,000, context 512) plus CPU presets of the same
-#: family (d_ff = 4 d_model, head dimension 64) small enough for a 2-core CPU.
+#: The 2026 handout's Table 1 (vocabulary 10,000, context 512), the 2025 handout's xl
+#: ("xl-2025"), the leaderboard's 8B-class model, and CPU presets of the same family
+#: (d_ff = 4 d_model, head dimension 64) small enough for a 2-core CPU.
 PRESETS: dict[str, ModelConfig] = {
     c.name: c
     for c in (
@@ -104,19 +105,40 @@ PRESETS: dict[str, ModelConfig] = {
         _preset("small", 768, 3072, 12, 12),
         _preset("medium", 1024, 4096, 24, 16),
         _preset("large", 1280, 5120, 36, 20),
-        _preset("xl", 1600, 6400, 48, 25),
-        _preset("2.7B", 2560, 10240, 32, 32),
+        _preset("xl", 2560, 10240, 32, 32),
         _preset("10B", 4608, 12288, 50, 36),
+        _preset("xl-2025", 1600, 6400, 48, 25),
+        ModelConfig(
+            "leaderboard-8B",
+            d_model=4096,
+            d_ff=11008,
+            num_layers=34,
+            num_heads=32,
+            vocab_size=151_936,
+            context_length=32_768,
+        ),  # fmt: skip
     )
 }
+#: Other names of the same shapes: the 2025 handout calls the 2026 "xl" "2.7B".
+PRESET_ALIASES = {"2.7B": "xl"}
 
 
 def get_preset(name: str) -> ModelConfig:
-    """The preset called ``name``, or a ValueError that lists the valid names."""
+    """The preset called ``name`` (or one of its ``PRESET_ALIASES``), or a ValueError that
+    lists the valid names."""
     try:
-        return PRESETS[name]
+        return PRESETS[PRESET_ALIASES.get(name, name)]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}") from None
+        valid = ", ".join([*PRESETS, *PRESET_ALIASES])
+        raise ValueError(f"unknown preset {name!r}; valid: {valid}") from None
+
+
+def sized_for(config: ModelConfig, seq_len: int) -> ModelConfig:
+    """``config`` with a context length of at least ``seq_len``: any context length runs, the
+    rotary table being sized by the configuration."""
+    if seq_len <= config.context_length:
+        return config
+    return replace(config, context_length=seq_len)
 
 
 class AttentionFn(Protocol):
@@ -270,6 +292,7 @@ def presets_table(batch_size: int = 4, seq_len: int = 512) -> pd.DataFrame:
                 "d_ff": config.d_ff,
                 "layers": config.num_layers,
                 "heads": config.num_heads,
+                "vocab": config.vocab_size,
                 "parameters_M": round(config.num_parameters() / 1e6, 2),
                 "forward_GFLOP": round(config.forward_flops(batch_size, seq_len) / 1e9, 1),
                 "train_step_GFLOP": round(config.train_step_flops(batch_size, seq_len) / 1e9, 1),

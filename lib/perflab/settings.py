@@ -17,7 +17,7 @@ from perflab.paths import NOTEBOOKS_DIR
 # Per notebook, the parameters whose GPU value differs from the committed CPU one.
 FULL_SIZES: dict[str, dict[str, object]] = {
     "01_benchmarking": {
-        "presets": ["small", "medium", "large", "xl", "2.7B"],
+        "presets": ["small", "medium", "large", "xl", "10B"],
         "context_length": 512,
         "warmup": 5,
         "warmup_study_preset": "small",
@@ -25,7 +25,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
     },
     "02_profiling": {"preset": "small", "context_length": 512, "warmup": 5, "steps": 3},
     "03_mixed_precision": {
-        "presets": ["small", "medium", "large", "xl", "2.7B"],
+        "presets": ["small", "medium", "large", "xl", "10B"],
         "context_length": 512,
         "warmup": 5,
         "rounds": 10,

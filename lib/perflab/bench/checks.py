@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab.model import PRESETS
+from perflab.model import PRESET_ALIASES, PRESETS, get_preset
 
 _SAME_CONFIGURATION = ("mode", "dtype", "context_length", "batch_size", "device")
 
@@ -60,8 +60,8 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
     needed = {"preset", "median_ci_low_s", "median_ci_high_s"}
     if not needed <= set(frame.columns):
         return []
-    frame = frame[frame["preset"].isin(PRESETS)].copy()
-    frame["parameters"] = frame["preset"].map(lambda p: PRESETS[p].num_parameters())
+    frame = frame[frame["preset"].isin([*PRESETS, *PRESET_ALIASES])].copy()
+    frame["parameters"] = frame["preset"].map(lambda p: get_preset(p).num_parameters())
     group = [c for c in _SAME_CONFIGURATION if c in frame.columns]
     findings = []
     for key, rows in frame.groupby(group, dropna=False) if group else [((), frame)]:

@@ -18,7 +18,7 @@ import torch
 from perflab.bench.comparison import compare
 from perflab.bench.steps import make_step, random_batch
 from perflab.device import synchronize
-from perflab.model import TransformerLM, get_preset
+from perflab.model import TransformerLM, get_preset, sized_for
 
 
 def _no_compile_caches() -> contextlib.ExitStack:
@@ -38,7 +38,7 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
     """Per mode: the compiled step against the eager one (``Comparison.as_row``: medians,
     time ratio compiled / eager with its 95% interval, verdict), the compiled model's first
     call and its compile seconds (first call - steady median)."""
-    config = get_preset(preset)
+    config = sized_for(get_preset(preset), context_length)
     inputs, targets = random_batch(config.vocab_size, batch_size, context_length, device)
     rows = []
     for mode in modes:

@@ -22,7 +22,15 @@ from perflab.bench.comparison import Comparison, compare
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
 from perflab.device import DTYPES, describe, parse_dtype, resolve_device
-from perflab.model import PRESETS, AttentionFn, TransformerLM, cross_entropy, get_preset
+from perflab.model import (
+    PRESET_ALIASES,
+    PRESETS,
+    AttentionFn,
+    TransformerLM,
+    cross_entropy,
+    get_preset,
+    sized_for,
+)
 from perflab.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;
@@ -39,9 +47,10 @@ class BenchConfig:
     from these fields and their ``help`` and ``choices``.
     """
 
-    preset: str = field(metadata={"help": "model size", "choices": tuple(PRESETS)})
+    preset: str = field(metadata={"help": "model size", "choices": (*PRESETS, *PRESET_ALIASES)})
     context_length: int = field(metadata={
-        "help": "tokens per sequence (default: the preset's maximum)", "minimum": 1})  # fmt: skip
+        "help": "tokens per sequence, any length (default: the preset's context)",
+        "minimum": 1})  # fmt: skip
     mode: str = field(metadata={"help": "what one step does", "choices": MODES})
     batch_size: int = field(default=4, metadata={"help": "sequences per step", "minimum": 1})
     warmup: int = field(default=5, metadata={"help": "untimed steps", "minimum": 0})
@@ -86,7 +95,7 @@ class BenchConfig:
         ]
 
     def __post_init__(self) -> None:
-        config = get_preset(self.preset)
+        get_preset(self.preset)
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
         for f in fields(self):
@@ -94,11 +103,6 @@ class BenchConfig:
                 value, minimum = getattr(self, f.name), f.metadata["minimum"]
                 if not isinstance(value, int) or value < minimum:
                     raise ValueError(f"{f.name} must be an integer >= {minimum}, got {value!r}")
-        if self.context_length > config.context_length:
-            raise ValueError(
-                f"context length {self.context_length} out of range for preset {self.preset!r}; "
-                f"valid: 1 to {config.context_length}"
-            )
         parse_dtype(self.dtype)
 
     def as_dict(self) -> dict:
@@ -178,7 +182,7 @@ def build_step(
     """The model (on ``device``, ``config.device`` resolved by the caller), optimizer and
     random batch of ``config``, and the step function that uses them; ``attention_fn``
     replaces the model's attention, ``clock`` records the phases of each step."""
-    model_config = PRESETS[config.preset]
+    model_config = sized_for(get_preset(config.preset), config.context_length)
     torch.manual_seed(seed)
     with torch.device(device):  # initialise on the device: no full-size copy in host memory
         model = TransformerLM(model_config, attention_fn=attention_fn)
@@ -200,7 +204,7 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     ``ModelConfig.train_step_flops`` for the modes with a backward, forward FLOPs otherwise).
     """
     device = resolve_device(config.device)
-    model_config = PRESETS[config.preset]
+    model_config = get_preset(config.preset)
     clock = PhaseClock(device)
     step = build_step(config, device, seed=seed, clock=clock)
     try:

@@ -18,7 +18,7 @@ from perflab.checkpointing import check_strategy, run_blocks
 from perflab.device import CPU, resolve_device
 from perflab.memory.saved import saved_tensors
 from perflab.memory.timeline import peak_memory
-from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset
+from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset, sized_for
 
 
 def residual_stream_bytes(config: ModelConfig, batch_size: int, seq_len: int,
@@ -31,7 +31,7 @@ def measured_residual_bytes(config: ModelConfig, batch_size: int, seq_len: int,
                             device: torch.device) -> int:  # fmt: skip
     """Bytes of the tensor that actually enters the second block (captured by a hook)."""
     with torch.device(device):
-        model = TransformerLM(replace(config, num_layers=2))
+        model = TransformerLM(replace(sized_for(config, seq_len), num_layers=2))
     seen = []
     handle = model.blocks[1].register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
     with torch.no_grad():
@@ -62,7 +62,7 @@ def block_stack(preset: str, num_layers: int, batch_size: int, seq_len: int,
                 device: torch.device) -> tuple[TransformerLM, torch.Tensor]:  # fmt: skip
     """A ``num_layers``-block model of ``preset``'s shape (seeded) and a random residual-stream
     input that requires grad: what the checkpointing measurements run through."""
-    config = replace(get_preset(preset), num_layers=num_layers)
+    config = replace(sized_for(get_preset(preset), seq_len), num_layers=num_layers)
     torch.manual_seed(0)
     with torch.device(device):
         model = TransformerLM(config)
@@ -131,7 +131,7 @@ def full_step_peak(
     above the model, gradients and optimizer state (made by a warm-up step)."""
     torch.manual_seed(0)
     with torch.device(device):
-        model = TransformerLM(config)
+        model = TransformerLM(sized_for(config, seq_len))
     model.set_checkpointing(strategy, group_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device)
@@ -152,7 +152,9 @@ def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
     """``saved_tensors`` of one TransformerBlock of ``preset``'s shape on a random input."""
     torch.manual_seed(0)
     with torch.device(device):
-        block = TransformerLM(replace(get_preset(preset), num_layers=1)).blocks[0]
+        block = TransformerLM(replace(sized_for(get_preset(preset), seq_len), num_layers=1)).blocks[
+            0
+        ]
         x = torch.randn(batch_size, seq_len, block.attn.out.in_features, requires_grad=True)
     return saved_tensors(lambda: block(x), block.parameters())
 
