@@ -7,8 +7,11 @@ gets its own results folder, so CPU and GPU runs of the same notebook never mix.
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import torch
@@ -50,7 +53,6 @@ def display_path(path: str | Path) -> str:
 def git_commit() -> str | None:
     """The repository's current commit (short hash, '+dirty' with uncommitted changes), or
     None outside a git checkout."""
-    import subprocess
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -68,9 +70,6 @@ def git_commit() -> str | None:
 def save_table(table, path: str | Path, metadata: dict | None = None) -> Path:
     """``table`` (a DataFrame) as CSV at ``path``, and beside it ``<name>.json`` with
     ``metadata`` (the notebook's settings, the machine), the time and the commit."""
-    import datetime
-    import json
-
     path = Path(path)
     table.to_csv(path, index=False)
     record = {
