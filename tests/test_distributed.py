@@ -292,3 +292,16 @@ def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
     assert error.world_size == 10_000 and "does not fit" in error.error
     again = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0, rounds=2)
     assert len(again) == len(configs)  # resumed: nothing measured twice
+
+
+def test_a_row_finished_before_a_failing_configuration_is_kept(tmp_path):
+    """Rank 1 fails on the next configuration while rank 0 is still finishing the previous
+    one: the finished row must not be lost and blamed (it once was, flakily, in CI)."""
+    from perflab.bench.sweep import Sweep
+    from perflab.distributed.launch import late_row_then_failure
+    from perflab.distributed.launch_sweep import launch_sweep
+
+    configs = [{"world_size": 2, "name": "late"}, {"world_size": 2, "name": "fail"}]
+    sweep = Sweep(tmp_path / "s.csv", ["world_size", "name"])
+    frame = launch_sweep(sweep, configs, late_row_then_failure)
+    assert frame.set_index("name")["status"].to_dict() == {"late": "ok", "fail": "error"}

@@ -302,3 +302,16 @@ def raise_on_rank(failing_rank: int, message: str = "this rank failed on purpose
         raise RuntimeError(message)
     dist.all_reduce(torch.ones(1))
     return dist.get_rank()
+
+
+def late_row_then_failure(config: dict) -> dict:
+    """A sweep measure function that fails on purpose (tests of ``launch_sweep``): every
+    configuration ends in an all-reduce, as real ones do; rank 0 returns from configuration
+    "late" half a second after the others, and rank 1 raises on configuration "fail". A
+    finished row must survive the failure that follows it."""
+    if config["name"] == "fail" and dist.get_rank() == 1:
+        raise RuntimeError("rank 1 failed on purpose")
+    dist.all_reduce(torch.ones(1))
+    if config["name"] == "late" and dist.get_rank() == 0:
+        time.sleep(0.5)
+    return {"value": 1}

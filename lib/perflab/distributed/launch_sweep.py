@@ -27,6 +27,9 @@ def _sweep_rank(path, key, configs, measure_rank, args) -> None:
         row = measure_rank(config, *args)
         if dist.get_rank() == 0:
             sweep.record({**config, "status": "ok", "error": "", **row, **config})
+        # No rank starts the next configuration before rank 0 has the row on disk: a failure
+        # there then cannot kill rank 0 mid-write and get the finished row blamed for it.
+        dist.barrier()
 
 
 def _group_rank(path, key, configs, measure_group, args) -> None:
