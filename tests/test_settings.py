@@ -62,3 +62,13 @@ def test_papermill_reads_every_line_of_the_parameters_cell(notebook):
     assigned = [line.split("=")[0].strip() for line in cell.source.splitlines()
                 if line.strip() and not line.startswith("#")]  # fmt: skip
     assert assigned == list(parameter_names(notebook))
+
+
+def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
+    from perflab.paths import git_commit
+
+    monkeypatch.delenv("PERFLAB_COMMIT", raising=False)
+    from_git = git_commit()
+    assert from_git is None or len(from_git.removesuffix("+dirty")) >= 7
+    monkeypatch.setenv("PERFLAB_COMMIT", "abc1234")
+    assert git_commit() == "abc1234"

@@ -52,7 +52,10 @@ def display_path(path: str | Path) -> str:
 
 def git_commit() -> str | None:
     """The repository's current commit (short hash, '+dirty' with uncommitted changes), or
-    None outside a git checkout."""
+    None outside a git checkout. ``$PERFLAB_COMMIT`` wins when set: a copy of the tree without
+    its ``.git`` (a GPU box that was sent the files) still records what it ran."""
+    if os.environ.get("PERFLAB_COMMIT"):
+        return os.environ["PERFLAB_COMMIT"]
 
     def git(*args: str) -> str:
         return subprocess.run(
