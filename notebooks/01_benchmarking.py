@@ -170,11 +170,15 @@ print(f"best MFU: {best.mfu:.1%} ({best.preset}, {best['mode']}); "
       f"worst: {rates['mfu'].min():.1%}")
 train = rates[rates["mode"] == "train-step"].set_index("preset")
 print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in train["mfu"].items()))
-smallest, largest = presets[0], presets[-1]
-stable = not results[results["preset"].isin([smallest, largest])]["unstable"].any()
-gain = train.loc[largest, "mfu"] / train.loc[smallest, "mfu"]
-print(conclude(out, "MFU by size", f"the training step of {largest} reaches {gain:.1f}x the MFU "
-               f"of {smallest}", unstable=not stable))
+ran = [p for p in presets if p in train.index]  # a preset that ran out of memory has no row
+if len(ran) < len(presets):
+    print("no training step (out of memory or failed):", ", ".join(sorted(set(presets) - set(ran))))
+if len(ran) >= 2:
+    smallest, largest = ran[0], ran[-1]
+    stable = not results[results["preset"].isin([smallest, largest])]["unstable"].any()
+    gain = train.loc[largest, "mfu"] / train.loc[smallest, "mfu"]
+    print(conclude(out, "MFU by size", f"the training step of {largest} reaches {gain:.1f}x the "
+                   f"MFU of {smallest}", unstable=not stable))
 
 # %% [markdown]
 # If a larger model spends more of its time in large matmuls, which run closest to the device's

@@ -70,7 +70,9 @@ from perflab.bench.comparison import describe_ratio
 from perflab.bench.conclusions import conclude
 from perflab.attention.check import TOLERANCE, correctness_table
 from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import AUTOTUNE_CONFIGS, INTERPRETED, FlashAttentionTriton
+from perflab.attention.flash_triton import (
+    AUTOTUNE_CONFIGS, CHECK_CONFIG, INTERPRETED, FlashAttentionTriton, pinned_config,
+)
 from perflab.attention.triton_compile import TARGETS
 from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
@@ -112,18 +114,23 @@ print(f"forward within 1e-4: {(y.double() - x64 @ w64).abs().max().item() < 1e-4
 # lengths, causal and not; errors are the largest difference from the float64 reference
 # divided by max(1, largest reference value), against the tolerance of the input dtype
 # (float32: 2e-5 for outputs and logsumexp, 5x for gradients; float16: 2e-3).
+# On a GPU the Triton kernels run with one pinned configuration (`CHECK_CONFIG`: tiles, warps,
+# stages) instead of being autotuned: tuning compiles every configuration of all three kernels
+# for each new shape (about a second each), which is right for the benchmark below and far too
+# slow for a dozen odd shapes. The test suite checks every autotune configuration this way.
 
 # %%
 cases = [(1, 17, 40, 16, True), (3, 129, 100, 64, False), (2, 100, 129, 64, True),
          (1, 1, 33, 32, False)]
 check_dtypes = [torch.float32, torch.float16] + ([torch.bfloat16] if dev.type == "cuda" else [])
-checks = pd.concat(
-    [correctness_table(function, cases, dtype, dev).assign(implementation=name)
-     for name, function in (("flash_torch", FlashAttentionTorch),
-                            ("flash_triton", FlashAttentionTriton))
-     for dtype in check_dtypes],
-    ignore_index=True,
-)
+with pinned_config(CHECK_CONFIG):
+    checks = pd.concat(
+        [correctness_table(function, cases, dtype, dev).assign(implementation=name)
+         for name, function in (("flash_torch", FlashAttentionTorch),
+                                ("flash_triton", FlashAttentionTriton))
+         for dtype in check_dtypes],
+        ignore_index=True,
+    )
 checks
 
 # %%

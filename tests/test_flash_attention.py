@@ -1,5 +1,9 @@
-"""FlashAttentionTorch and FlashAttentionTriton (in the Triton interpreter on a CPU) against a
-float64 naive reference on fresh random inputs.
+"""FlashAttentionTorch and FlashAttentionTriton (in the Triton interpreter on a CPU, compiled on
+a GPU) against a float64 naive reference on fresh random inputs.
+
+On a GPU every test runs on CUDA with one pinned kernel configuration (``pinned_config``:
+autotuning each odd shape would compile ~60 kernels per shape); ``test_every_autotune_config``
+checks each configuration the autotuner may pick, and ``test_autotuned_launch`` the tuner itself.
 
 Tolerances (``perflab.attention.check.TOLERANCE``): float32 inputs atol/rtol 2e-5 for outputs
 and logsumexp (the tiles sum in another order than the reference), float16 2e-3 (11
@@ -13,18 +17,31 @@ from perflab.attention import naive_attention
 from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
 from perflab.attention.flash_triton import (
+    AUTOTUNE_CONFIGS,
     INTERPRETED,
     FlashAttentionTriton,
     flash_attention_triton,
+    pinned_config,
 )
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 IMPLEMENTATIONS = {"torch": FlashAttentionTorch, "triton": FlashAttentionTriton}
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: needs CUDA")
+#: Where the kernels run: compiled Triton takes CUDA tensors only.
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _one_kernel_configuration(request):
+    if "autotuned" in request.node.name or "every_autotune_config" in request.node.name:
+        yield
+        return
+    with pinned_config():
+        yield
 
 
 def _inputs(batch, n_q, n_k, d, dtype, seed):
-    return random_qkv(batch, n_q, n_k, d, dtype, seed)
+    return random_qkv(batch, n_q, n_k, d, dtype, seed, DEVICE)
 
 
 CASES = [
@@ -59,7 +76,28 @@ def test_bfloat16_and_compiled_kernels_on_gpu(implementation, batch, n_q, n_k, d
         )
 
 
-def _check_against_reference(function, batch, n_q, n_k, d, causal, dtype, device="cpu"):
+@GPU
+@pytest.mark.parametrize("config", AUTOTUNE_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+def test_every_autotune_config_computes_the_same_function_on_gpu(config):
+    """Whatever configuration the autotuner picks is correct: each one, pinned, on shapes that
+    are not multiples of any tile, causal and not, float16 and bfloat16."""
+    from triton.runtime.errors import OutOfResources
+
+    try:
+        with pinned_config(config):
+            for dtype in (torch.float16, torch.bfloat16):
+                _check_against_reference(FlashAttentionTriton, 2, 129, 300, 64, True, dtype)
+                _check_against_reference(FlashAttentionTriton, 1, 200, 77, 128, False, dtype)
+    except OutOfResources as error:  # the autotuner's pruner drops it on this GPU too
+        pytest.skip(f"{config} does not fit this GPU: {error}")
+
+
+@GPU
+def test_autotuned_launch_matches_the_reference_on_gpu():
+    _check_against_reference(FlashAttentionTriton, 2, 256, 256, 64, True, torch.float16)
+
+
+def _check_against_reference(function, batch, n_q, n_k, d, causal, dtype, device=DEVICE):
     q, k, v = (
         t.detach().to(device).requires_grad_()
         for t in _inputs(batch, n_q, n_k, d, dtype, seed=n_q * 1000 + n_k)
@@ -144,8 +182,8 @@ def test_compiled_backward_tiles_match_eager():
 @pytest.mark.parametrize("flash", [flash_attention_torch, flash_attention_triton])
 def test_model_training_step_with_flash_matches_naive(flash):
     torch.manual_seed(0)
-    model = TransformerLM(PRESETS["cpu-tiny"])
-    tokens = torch.randint(10_000, (2, 70))
+    model = TransformerLM(PRESETS["cpu-tiny"]).to(DEVICE)
+    tokens = torch.randint(10_000, (2, 70)).to(DEVICE)
     grads = {}
     for name, attention in (("naive", naive_attention), ("flash", flash)):
         model.zero_grad(set_to_none=True)
@@ -164,15 +202,15 @@ def test_weighted_sum_triton_forward_and_backward(shape, dtype):
     from perflab.attention.weighted_sum import WeightedSumTriton
 
     generator = torch.Generator().manual_seed(sum(shape))
-    x = torch.randn(*shape, generator=generator).to(dtype).requires_grad_()
-    w = torch.randn(shape[-1], generator=generator).to(dtype).requires_grad_()
+    x = torch.randn(*shape, generator=generator).to(DEVICE, dtype).requires_grad_()
+    w = torch.randn(shape[-1], generator=generator).to(DEVICE, dtype).requires_grad_()
     x64, w64 = (t.detach().double().requires_grad_() for t in (x, w))
     y = WeightedSumTriton.apply(x, w)
     reference = x64 @ w64
     tol = TOLERANCE[dtype]
     assert y.shape == shape[:-1] and y.dtype == dtype
     torch.testing.assert_close(y.double(), reference, atol=5 * tol, rtol=5 * tol)
-    grad = torch.randn(shape[:-1], generator=generator, dtype=torch.float64)
+    grad = torch.randn(shape[:-1], generator=generator, dtype=torch.float64).to(DEVICE)
     y.backward(grad.to(dtype))
     reference.backward(grad)
     torch.testing.assert_close(x.grad.double(), x64.grad, atol=5 * tol, rtol=5 * tol)
@@ -219,7 +257,8 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
     into its buffer (4 GiB buffers, allocated lazily: ~0.4 GB touched), against float64. Run in
     a child process, so that a wrong address fails the test instead of crashing pytest. The
     interpreter computes offsets in 64 bits either way; that the compiled kernels do is
-    checked in their IR (``test_aot_compile``)."""
+    checked in their IR (``test_aot_compile``) and, on a GPU, here (6 x 4 GiB of device
+    memory)."""
     import subprocess
     import sys
     import textwrap
@@ -229,25 +268,34 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
         from perflab.attention import flash_triton as ft
         from perflab.attention.reference import naive_attention
         torch.manual_seed(0)
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
         batch, n, d = 3, 32, 16
         stride = 2**30 + 2**10
         def view():
-            buf = torch.empty(stride * (batch - 1) + n * d, dtype=torch.float16)
+            buf = torch.empty(stride * (batch - 1) + n * d, dtype=torch.float16, device=dev)
             return buf.as_strided((batch, n, d), (stride, d, 1))
         q, k, out, dq, dk, dv = (view() for _ in range(6))
         q.copy_(torch.randn(batch, n, d))
         k.copy_(torch.randn(batch, n, d))
-        lse = torch.empty(batch, n)
-        ft.launch_forward(q, k, k, out, lse, True)
-        qs, ks, vs = (t.contiguous().double().requires_grad_() for t in (q, k, k))
+        lse = torch.empty(batch, n, device=dev)
+        with ft.pinned_config():
+            ft.launch_forward(q, k, k, out, lse, True)
+        qs, ks, vs = (t.contiguous().cpu().double().requires_grad_() for t in (q, k, k))
         ref = naive_attention(qs, ks, vs, is_causal=True)
-        ref.backward(q.contiguous().double())  # dO = q's values, read through q's strides
+        ref.backward(q.contiguous().cpu().double())  # dO = q's values, read through its strides
         delta = (q.float() * out.float()).sum(-1).contiguous()
-        ft.launch_backward(q, k, k, q, lse, delta, dq, dk, dv, True)
+        with ft.pinned_config():
+            ft.launch_backward(q, k, k, q, lse, delta, dq, dk, dv, True)
         for got, want in ((out, ref), (dq, qs.grad), (dk, ks.grad), (dv, vs.grad)):
-            assert (got.double() - want.detach()).abs().max() < 1e-2
+            assert (got.cpu().double() - want.detach()).abs().max() < 1e-2
         print("ok")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+def test_pinned_config_rejects_tiles_the_kernels_cannot_take():
+    with pytest.raises(ValueError, match="tile sizes must be 16, 32, 64 or 128, got BQ=48"):
+        with pinned_config((48, 64, 4, 2)):
+            pass

@@ -21,6 +21,7 @@ one (n, d) matrix stay 32-bit, enough for n * d < 2^31.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -264,12 +265,22 @@ def _current_target() -> Target:  # GPU-only
 
 def _shared_memory_pruner(kernel):
     """``early_config_prune`` for ``triton.autotune``: drops configurations that would not fit
-    this GPU's shared memory before any is benchmarked (GPU-only)."""
+    this GPU's shared memory before any is benchmarked (GPU-only).
+
+    Shared memory depends on the dtypes and the compile-time values, not on the sequence
+    lengths, so the answer is kept per (argument types, constexprs): a sweep over lengths
+    compiles each configuration for the check once, not once per length (~0.9 s a compile)."""
+    kept: dict[tuple, list] = {}
 
     def prune(configs, named_args, **kwargs):
         constexprs = {k: v for k, v in kwargs.items() if k in kernel.arg_names}
         runtime = {k: v for k, v in named_args.items() if k not in constexprs}
-        return configs_that_fit(kernel, configs, runtime, constexprs, _current_target())
+        types, divisible = argument_types(runtime)
+        key = (tuple(sorted(types.items())), divisible, tuple(sorted(constexprs.items())),
+               tuple(str(c) for c in configs))  # fmt: skip
+        if key not in kept:
+            kept[key] = configs_that_fit(kernel, configs, runtime, constexprs, _current_target())
+        return kept[key]
 
     return prune
 
@@ -289,6 +300,39 @@ _backward_kv = _tuned(_flash_backward_kv_kernel)
 _backward_q = _tuned(_flash_backward_q_kernel)
 #: Tile sizes passed explicitly in the interpreter; the autotuner picks them on a GPU.
 _FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED else {}
+#: The configuration of correctness checks on a GPU (see ``pinned_config``).
+CHECK_CONFIG = (64, 64, 4, 2)
+_pinned: list[tuple[int, int, int, int]] = []
+
+
+@contextlib.contextmanager
+def pinned_config(config: tuple[int, int, int, int] = CHECK_CONFIG):
+    """Inside the block, the kernels run with one (BQ, BK, num_warps, num_stages) instead of
+    being autotuned (GPU; the interpreter always runs 16 x 16 tiles).
+
+    Autotuning compiles every configuration of all three kernels for each new input shape and
+    dtype (~0.9 s a compile): right for a benchmark, far too slow for a correctness check over
+    many odd shapes. A check pins a configuration; ``tests/test_flash_attention.py`` checks
+    every one of ``AUTOTUNE_CONFIGS`` this way, so whatever the autotuner picks is checked."""
+    bq, bk, warps, stages = config
+    if bq not in (16, 32, 64, 128) or bk not in (16, 32, 64, 128):
+        raise ValueError(f"tile sizes must be 16, 32, 64 or 128, got BQ={bq} BK={bk}")
+    _pinned.append(config)
+    try:
+        yield
+    finally:
+        _pinned.pop()
+
+
+def _kernel_and_config(tuned) -> tuple[object, dict]:
+    """The kernel to launch and its extra launch arguments: the autotuner's (none), the
+    interpreter's fixed tiles, or the pinned configuration's tiles, warps and stages."""
+    if INTERPRETED:
+        return tuned, dict(_FIXED_TILES)
+    if _pinned:
+        bq, bk, warps, stages = _pinned[-1]
+        return tuned.fn, {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
+    return tuned, {}
 
 
 def launch_grid(batch: int, n: int, tile: int) -> tuple[int, int]:
@@ -313,12 +357,13 @@ def launch_forward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
     logsumexp lse (b, n_q, float32). Rows must be contiguous (stride 1 along d); the batch
     stride may be anything, 2^31 elements or more included."""
     batch, n_q, d = q.shape
-    _forward[lambda meta: launch_grid(batch, n_q, meta["BQ"])](
+    kernel, config = _kernel_and_config(_forward)
+    kernel[lambda meta: launch_grid(batch, n_q, meta["BQ"])](
         q, k, v, out, lse,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), lse.stride(0),
         n_q, k.shape[1], 1 / math.sqrt(d),
-        D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_FIXED_TILES,
+        D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype), **config,
     )  # fmt: skip
 
 
@@ -331,13 +376,15 @@ def launch_backward(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor, lse: Tens
     n_k = k.shape[1]
     strides = (q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
                lse.stride(0))  # fmt: skip
-    meta = dict(D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype), **_FIXED_TILES)
+    meta = dict(D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     scale = 1 / math.sqrt(d)
-    _backward_kv[lambda m: launch_grid(batch, n_k, m["BK"])](
-        q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta
+    kernel, config = _kernel_and_config(_backward_kv)
+    kernel[lambda m: launch_grid(batch, n_k, m["BK"])](
+        q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta, **config
     )
-    _backward_q[lambda m: launch_grid(batch, n_q, m["BQ"])](
-        q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta
+    kernel, config = _kernel_and_config(_backward_q)
+    kernel[lambda m: launch_grid(batch, n_q, m["BQ"])](
+        q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta, **config
     )
 
 
