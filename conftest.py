@@ -11,3 +11,9 @@ import tempfile
 def pytest_configure(config):
     os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
     os.environ.setdefault("MPLBACKEND", "Agg")
+    # The distributed tests start two ranks: NCCL needs a GPU for each, so a one-GPU box runs
+    # them on Gloo (the CPU) like a machine without CUDA.
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.device_count() < 2:
+        os.environ.setdefault("PERFLAB_DIST_BACKEND", "gloo")

@@ -228,24 +228,26 @@ largest = timed[timed["seq_len"] == timed["seq_len"].max()]
 ratios_to(largest, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len"))
 
 # %% [markdown]
-# The sweep measured each implementation on its own; to conclude, the implementations take
-# turns against naive attention at the largest size they all ran (`perflab.bench.compare`,
-# `steps` rounds of causal forward + backward, float32; the Triton kernel only where it is
-# compiled, not interpreted).
+# The sweep measured each implementation on its own; to conclude, each implementation takes
+# turns against naive attention at the largest length both of them ran
+# (`perflab.bench.compare`, `steps` rounds of causal forward + backward, float32; the Triton
+# kernel only where it is compiled, not interpreted).
 
 # %%
-n_all = int(timed.groupby("implementation")["seq_len"].max().min())
+longest = timed.groupby("implementation")["seq_len"].max()
 contenders = ["sdpa", "flash_torch"] + ([] if INTERPRETED else ["flash_triton"])
+pair_len = {name: int(min(longest["naive"], longest[name])) for name in contenders}
 speed = pd.DataFrame([
-    compare_attention("naive", name, batch=batch, seq_len=n_all, head_dim=max(head_dims),
-                      device=dev, causal=True, rounds=max(steps, 3), warmup=warmup).as_row()
+    compare_attention("naive", name, batch=batch, seq_len=pair_len[name],
+                      head_dim=max(head_dims), device=dev, causal=True, rounds=max(steps, 3),
+                      warmup=warmup).as_row() | {"seq_len": pair_len[name]}
     for name in contenders
 ])
 save_table(speed, out / "against_naive.csv", provenance)
 for row in speed.itertuples():
     print(conclude(out, f"{row.b} vs naive", describe_ratio(
         "naive", row.b, row.ratio_b_over_a, (row.ci_low, row.ci_high)), verdict=row.verdict)
-        + f" (b={batch}, n={n_all}, d={max(head_dims)}, causal)")
+        + f" (b={batch}, n={row.seq_len}, d={max(head_dims)}, causal)")
 
 # %% [markdown]
 # The verdicts above are this device's. On a CPU the tiled PyTorch version pays Python overhead

@@ -305,3 +305,13 @@ def test_a_row_finished_before_a_failing_configuration_is_kept(tmp_path):
     sweep = Sweep(tmp_path / "s.csv", ["world_size", "name"])
     frame = launch_sweep(sweep, configs, late_row_then_failure)
     assert frame.set_index("name")["status"].to_dict() == {"late": "ok", "fail": "error"}
+
+
+def test_the_auto_backend_can_be_chosen_by_environment(monkeypatch):
+    from perflab.distributed.launch import resolve_backend
+
+    monkeypatch.setenv("PERFLAB_DIST_BACKEND", "gloo")
+    assert resolve_backend() == "gloo" and resolve_backend("gloo") == "gloo"
+    monkeypatch.setenv("PERFLAB_DIST_BACKEND", "mpi")
+    with pytest.raises(ValueError, match="PERFLAB_DIST_BACKEND='mpi'; valid: gloo, nccl"):
+        resolve_backend()

@@ -12,7 +12,8 @@ def test_attention_functions_import_from_the_package():
     from perflab.attention import FlashAttentionTorch, FlashAttentionTriton
 
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 20, 16, requires_grad=True) for _ in range(3))
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # compiled Triton: CUDA tensors
+    q, k, v = (torch.randn(2, 20, 16, device=device, requires_grad=True) for _ in range(3))
     for function in (FlashAttentionTorch, FlashAttentionTriton):
         assert issubclass(function, torch.autograd.Function)
         out = function.apply(q, k, v, True)

@@ -59,12 +59,18 @@ class RankError(RuntimeError):
 
 
 def resolve_backend(backend: str = "auto") -> str:
-    """``"auto"`` -> NCCL when CUDA is present, else Gloo."""
+    """``"auto"`` -> ``$PERFLAB_DIST_BACKEND`` when set (e.g. ``gloo`` for several ranks on a
+    one-GPU box, which NCCL cannot run), else NCCL when CUDA is present, else Gloo."""
     valid = ("auto", "gloo", "nccl")
     if backend not in valid:
         raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(valid)}")
     if backend == "auto":
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        chosen = os.environ.get("PERFLAB_DIST_BACKEND")
+        if chosen is None:
+            return "nccl" if torch.cuda.is_available() else "gloo"
+        if chosen not in valid[1:]:
+            raise ValueError(f"PERFLAB_DIST_BACKEND={chosen!r}; valid: gloo, nccl")
+        backend = chosen
     if backend == "nccl" and not torch.cuda.is_available():
         raise ValueError("backend 'nccl' needs CUDA, which is not available; valid here: gloo")
     return backend
