@@ -63,7 +63,7 @@ from perflab.bench.warmup import (
 from perflab.bench.peak import measure_peak_matmul
 from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, results_elsewhere, save_table
 from perflab.settings import record_settings
 
 pd.set_option("display.precision", 4)
@@ -184,6 +184,19 @@ if len(ran) >= 2:
 # If a larger model spends more of its time in large matmuls, which run closest to the device's
 # peak, its MFU should be higher; the ratio above tests that here.
 #
+# **The same sweep on other devices.** Results this notebook measured elsewhere and committed
+# under `data/results/01_benchmarking/` (on a CPU run: an H100's, the handout's presets at
+# context 512, float32; see `data/GPU_CHECKS.md`), with the rows that ran out of memory:
+
+# %%
+for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items():
+    print(f"{slug}: {rows.attrs['source']}")
+    there = timing_table(rows)
+    there["tokens_per_s"] = rows["tokens_per_s"].round()
+    there["achieved_tflops"] = (rows["achieved_flops_per_s"] / 1e12).round(1)
+    display(there)
+
+# %% [markdown]
 # ## What warm-up steps do
 #
 # The same training step, timed for `warmup_study_steps` steps after 0, 1, 2 and 5

@@ -78,7 +78,7 @@ from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
 from perflab.bench.plots import plot_attention_sweep
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, results_elsewhere, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -252,9 +252,24 @@ for row in speed.itertuples():
 # %% [markdown]
 # The verdicts above are this device's. On a CPU the tiled PyTorch version pays Python overhead
 # for every tile; its point there is memory (section 5). Where the compiled Triton kernel
-# stands against SDPA on a GPU is what `perflab run 06 --full` on a GPU measures; nothing here
-# ran on one.
+# stands against SDPA on a GPU is what `perflab run 06 --full` on a GPU measures.
 #
+# **The same sweep on other devices.** Results this notebook measured elsewhere and committed
+# under `data/results/06_flash_attention/` (on a CPU run: an H100's rows, from a short lease:
+# bfloat16, d = 64, causal; see `data/GPU_CHECKS.md`). These are separate medians, not an
+# interleaved comparison, so they carry no verdict: read them as the ratios they are.
+
+# %%
+for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).items():
+    there = rows[rows["status"] == "ok"]
+    print(f"{slug}: {there.attrs['source']}")
+    display(ratios_to(there, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len")))
+    top = there[there["seq_len"] == there["seq_len"].max()].set_index("implementation")
+    print("at n =", int(top["seq_len"].iloc[0]), "forward + backward:",
+          ", ".join(f"{name} {r.end_to_end_s * 1e3:.2f} ms ({r.end_to_end_tflops:.0f} TFLOP/s)"
+                    for name, r in top.iterrows()))
+
+# %% [markdown]
 # ## 5. Memory at a long context
 #
 # Batch `memory_batch`, sequence `memory_seq_len`, d `memory_head_dim`, float32, forward +

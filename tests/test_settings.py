@@ -72,3 +72,22 @@ def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
     assert from_git is None or len(from_git.removesuffix("+dirty")) >= 7
     monkeypatch.setenv("PERFLAB_COMMIT", "abc1234")
     assert git_commit() == "abc1234"
+
+
+def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatch, tmp_path):
+    from perflab.paths import device_slug, results_elsewhere
+
+    monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))
+    for slug in (device_slug("cpu"), "nvidia-h100-80gb-hbm3"):
+        folder = tmp_path / "data" / "results" / "06_x" / slug
+        folder.mkdir(parents=True)
+        (folder / "flash.csv").write_text(
+            "implementation,measured_at,commit\nsdpa,2026-11-23T05:00:00+00:00,fd8348d\n"
+        )
+    found = results_elsewhere("06_x", "flash.csv", "cpu")
+    assert list(found) == ["nvidia-h100-80gb-hbm3"]
+    assert found["nvidia-h100-80gb-hbm3"].attrs["source"] == (
+        "data/results/06_x/nvidia-h100-80gb-hbm3/flash.csv, measured 2026-11-23 to 2026-11-23 "
+        "at commit fd8348d"
+    )
+    assert results_elsewhere("06_x", "other.csv", "cpu") == {}

@@ -40,6 +40,30 @@ def results_dir(notebook: str, device: torch.device | str) -> Path:
     return path
 
 
+def results_elsewhere(notebook: str, filename: str, device: torch.device | str) -> dict:
+    """``filename`` of ``notebook`` as measured on every other device whose results are in the
+    data folder (e.g. the committed H100 rows, shown in a CPU run), as DataFrames by device
+    slug; each table's ``source`` attribute says where the rows come from and, when the rows
+    carry them, when and at which commit they were measured."""
+    import pandas as pd
+
+    here = device_slug(device)
+    found = {}
+    for path in sorted((data_dir() / "results" / notebook).glob(f"*/{filename}")):
+        if path.parent.name == here or path.stat().st_size == 0:
+            continue
+        table = pd.read_csv(path)
+        source = display_path(path)
+        if "measured_at" in table and len(table):
+            commits = sorted({str(c) for c in table.get("commit", pd.Series()).dropna()})
+            source += (f", measured {table['measured_at'].min()[:10]} to "
+                       f"{table['measured_at'].max()[:10]}")  # fmt: skip
+            source += f" at commit {', '.join(commits)}" if commits else ""
+        table.attrs["source"] = source
+        found[path.parent.name] = table
+    return found
+
+
 def display_path(path: str | Path) -> str:
     """``path`` relative to the data folder's parent, so outputs carry no machine paths."""
     path = Path(path).resolve()

@@ -201,6 +201,11 @@ def _context():
     when perflab's sources changed since the last launch (its ranks would run the old code)."""
     global _CONTEXT, _SOURCES_SEEN
     if _CONTEXT is None:
+        # The server imports perflab, which asks torch.cuda.is_available(): by default that
+        # initialises the CUDA driver, and a process forked after it cannot use CUDA ("CUDA
+        # error: initialization error" at a rank's first CUDA call, seen on an H100 box in
+        # AdamW's graph-capture check). Asked through NVML instead, the server stays fork-safe.
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "perflab.distributed"])
     sources = source_fingerprint()
