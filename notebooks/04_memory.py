@@ -43,6 +43,7 @@ resume = True                      # skip peak-memory configurations already in 
 
 # %%
 from dataclasses import replace
+import math
 
 import pandas as pd
 
@@ -57,6 +58,8 @@ from perflab.memory.checkpoint_study import (
     depth_sweep,
     group_size_sweep,
 )
+from perflab.checkpointing import forward_counts
+from perflab.memory.at_scale import handout_example, handout_sizes
 from perflab.memory.measure import (
     block_saved_tensors,
     compile_backend,
@@ -201,6 +204,53 @@ print(f"one block keeps {block_bytes / MiB:.2f} MiB = {block_bytes / residual:.1
 saved_by_producer(block, top=5)
 
 # %% [markdown]
+# ### At the handout's sizes, counted without memory
+#
+# The sizes the handout asks about do not fit this machine, but what they save can still be
+# counted exactly: on PyTorch's `meta` device a tensor has a shape and no storage, so a forward
+# pass runs every operation's shape logic and autograd records what it saves, while nothing is
+# computed (`perflab.memory.at_scale`). Per preset (2026's xl, which is 2025's 2.7B, and 2025's
+# xl) and context, batch 4, float32: the residual stream between two blocks, what one block
+# saves for backward (eager) and one block's gradients.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+sizes = handout_sizes(["xl", "xl-2025"], [128, 512, 2048], batch_size=4)
+sizes.round(2)
+
+# %%
+xl, xl_config = sizes[sizes["preset"] == "xl"].set_index("seq_len"), get_preset("xl")
+print(f"xl residual stream at context 2048: 4 x 2048 x {xl_config.d_model} x 4 bytes = "
+      f"{xl.loc[2048, 'residual_stream_MiB']:.2f} MiB (at context 512, the 2025 handout's 2.7B: "
+      f"{xl.loc[512, 'residual_stream_MiB']:.2f} MiB). One block's gradients: "
+      f"{xl.loc[2048, 'block_gradients_MiB']:.2f} MiB, its parameters x 4 bytes, whatever the "
+      f"context; over {xl_config.num_layers} blocks "
+      f"{xl_config.num_layers * xl.loc[2048, 'block_gradients_MiB'] / 1024:.2f} GiB. At context "
+      f"2048 one block saves {xl.loc[2048, 'block_saves_MiB'] / xl.loc[2048, 'block_gradients_MiB']:.1f}x "
+      f"its gradients' size for backward")
+
+# %% [markdown]
+# The handout's own worked figures (2026, section 3: xl blocks with 16 heads, batch 4, context
+# 2048, compiled whole), counted the same way on this workbook's model:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+example = handout_example()
+example.round(2)
+
+# %%
+pairs = example.loc["four blocks as two checkpointed pairs"]
+score_MiB = 4 * 16 * 2048 * 2048 * 4 / MiB
+gap = example.loc["one block, compiled", "handout_MiB"] - example.loc["one block, compiled",
+                                                                      "this_workbook_MiB"]
+print(f"two checkpointed pairs save {pairs['this_workbook_MiB']:.2f} MiB here, "
+      f"{'the handout figure exactly' if pairs['difference_MiB'] == 0 else 'not the handout figure'}"
+      f" (two pair inputs of {xl.loc[2048, 'residual_stream_MiB']:.2f} MiB). One compiled block "
+      f"saves {gap:.2f} MiB {'less' if gap > 0 else 'more'} here than the handout's "
+      f"implementation: {abs(gap) / score_MiB:.3f}x the size of one (4, 16, 2048, 2048) float32 "
+      f"score tensor ({score_MiB:.0f} MiB)")
+
+# %% [markdown]
 # ## 5. Activation checkpointing
 #
 # Forward and backward through a stack of L blocks, keeping only each group's input and
@@ -254,6 +304,23 @@ print(f"nested: peak = {fit['intercept'] / MiB:.2f} MiB + {fit['slope_per_doubli
 print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak grows "
       f"{plain['peak_bytes'].iloc[-1] / plain['peak_bytes'].iloc[0]:.1f}x without checkpointing "
       f"and {nested['peak_bytes'].iloc[-1] / nested['peak_bytes'].iloc[0]:.2f}x nested")
+
+# %% [markdown]
+# And what nesting costs in compute: how many times each block's forward runs in one forward +
+# backward pass (`forward_counts`, counted on stand-in blocks, since the count depends only on
+# the arrangement; PyTorch's early stop, which can skip the tail of a recomputation, is off):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+recompute = pd.DataFrame([
+    {"layers": n, **{name: sum(forward_counts(n, *how)) / n for name, how in
+                     (("none", ("none",)), ("single, g=2", ("single", 2)),
+                      ("nested", ("nested",)))}, "1 + log2(L)": 1 + math.log2(n)}
+    for n in checkpoint_layers
+]).set_index("layers")
+print(recompute)
+print("nested: every block runs 1 + log2(L) forwards, so O(L log L) forward compute for "
+      f"O(log L) memory: {bool((recompute['nested'] == recompute['1 + log2(L)']).all())}")
 
 # %% [markdown]
 # **What recomputation costs**: forward + backward through the same blocks with and without

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from perflab.checkpointing import run_blocks
+from perflab.checkpointing import forward_counts, run_blocks
 from perflab.memory.measure import (
     checkpoint_peak,
     log_fit,
@@ -151,3 +151,27 @@ def test_timeline_from_a_snapshot_without_times_keeps_the_order():
     ]]}  # fmt: skip
     frame = timeline_from_snapshot(snapshot)
     assert list(frame["allocated_bytes"]) == [8, 0] and list(frame["time_ms"]) == [0.0, 1.0]
+
+
+def test_forward_counts_follow_the_arrangement():
+    assert forward_counts(16, "none") == [1] * 16
+    assert forward_counts(16, "single", 4) == [2] * 16  # each group recomputed once
+    assert forward_counts(16, "nested") == [5] * 16  # 1 + log2(16): once per recursion level
+    uneven = forward_counts(12, "nested")  # halves of 6, 3 (1 + 2), ...: depths 3 and 4
+    assert set(uneven) == {4, 5} and sum(uneven) < 12 * 5
+
+
+def test_activation_memory_counted_on_meta_matches_the_handout_checkpointed_pairs():
+    """Four xl blocks as two checkpointed pairs keep only the pairs' inputs: 2 x 80 MiB, the
+    2026 handout's figure, counted on the meta device (no memory, no arithmetic)."""
+    from dataclasses import replace
+
+    from perflab.memory.at_scale import block_gradient_bytes, saved_at_scale
+    from perflab.model import get_preset
+
+    xl = replace(get_preset("xl"), num_heads=16)
+    assert saved_at_scale(xl, 4, 2048, num_blocks=4, group_size=2) == 2 * 4 * 2048 * 2560 * 4
+    plain = saved_at_scale(xl, 4, 2048)
+    assert plain > 4 * 16 * 2048 * 2048 * 4  # at least the (b, h, n, n) softmax output
+    block = 4 * 2560**2 + 3 * 2560 * 10240 + 2 * 2560  # attention, SwiGLU, two RMSNorm weights
+    assert block_gradient_bytes(xl) == 4 * block

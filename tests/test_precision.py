@@ -14,12 +14,19 @@ def _numpy_sum(accumulator, increment, steps=1000, value=0.01):
 
 
 def test_accumulation_matches_numpy():
-    table = accumulation_experiment().set_index(["accumulator", "increment"])["result"]
-    assert table["float32", "float32"] == pytest.approx(_numpy_sum(np.float32, np.float32))
-    assert table["float16", "float16"] == _numpy_sum(np.float16, np.float16) == 9.953125
-    assert table["float32", "float16"] == pytest.approx(_numpy_sum(np.float32, np.float16))
-    assert table["float16", "float32"] == 9.953125
-    assert abs(table["float32", "float32"] - 10) < 1e-3 < abs(table["float32", "float16"] - 10)
+    table = accumulation_experiment().set_index(["accumulator", "increment", "added_as"])
+    table = table["result"]
+    assert table["float32", "float32", "as stored"] == pytest.approx(
+        _numpy_sum(np.float32, np.float32)
+    )
+    assert table["float16", "float16", "as stored"] == _numpy_sum(np.float16, np.float16)
+    assert _numpy_sum(np.float16, np.float16) == 9.953125
+    implicit = table["float32", "float16", "as stored"]
+    assert implicit == pytest.approx(_numpy_sum(np.float32, np.float16))
+    # the handout's loops 3 and 4: promotion on += is the same float32 addition as .type()
+    assert table["float32", "float16", ".type(float32)"] == implicit
+    assert table["float16", "float32", "as stored"] == 9.953125
+    assert abs(table["float32", "float32", "as stored"] - 10) < 1e-3 < abs(implicit - 10)
 
 
 def _autocast_dtypes(model, x, dtype):

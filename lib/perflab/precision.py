@@ -19,33 +19,38 @@ from perflab.device import dtype_name, parse_dtype, resolve_device
 
 
 def accumulate(accumulator: torch.dtype, increment: torch.dtype, steps: int = 1000,
-               value: float = 0.01) -> float:  # fmt: skip
+               value: float = 0.01, upcast: bool = False) -> float:  # fmt: skip
     """``steps`` times ``total += value`` with ``total`` kept in ``accumulator`` and ``value``
-    stored in ``increment`` (promoted to the accumulator's dtype on addition)."""
+    stored in ``increment`` (promoted to the accumulator's dtype on addition; with ``upcast``,
+    converted explicitly first with ``.type(accumulator)``, as the handout's fourth loop)."""
     total = torch.tensor(0.0, dtype=accumulator)
     step = torch.tensor(value, dtype=increment)
     for _ in range(steps):
-        total += step
+        total += step.type(accumulator) if upcast else step
     return float(total)
 
 
 def accumulation_experiment(steps: int = 1000, value: float = 0.01) -> pd.DataFrame:
-    """The four combinations of float32 / float16 accumulator and increment, with the error
-    of the sum and the rounding error of ``value`` itself in the increment's dtype."""
+    """The handout's four loops (float32 throughout; float16 throughout; a float32 sum of
+    float16 increments, promoted implicitly; the same with each increment upcast explicitly)
+    and a fifth, a float16 sum of float32 increments, with the error of the sum and the
+    rounding error of ``value`` itself in the increment's dtype."""
     rows = []
     combinations = [
-        (torch.float32, torch.float32),
-        (torch.float16, torch.float16),
-        (torch.float32, torch.float16),
-        (torch.float16, torch.float32),
+        (torch.float32, torch.float32, False),
+        (torch.float16, torch.float16, False),
+        (torch.float32, torch.float16, False),
+        (torch.float32, torch.float16, True),
+        (torch.float16, torch.float32, False),
     ]
-    for accumulator, increment in combinations:
-        result = accumulate(accumulator, increment, steps, value)
+    for accumulator, increment, upcast in combinations:
+        result = accumulate(accumulator, increment, steps, value, upcast)
         stored = float(torch.tensor(value, dtype=increment))
         rows.append(
             {
                 "accumulator": dtype_name(accumulator),
                 "increment": dtype_name(increment),
+                "added_as": f".type({dtype_name(accumulator)})" if upcast else "as stored",
                 "result": result,
                 "error": result - steps * value,
                 "increment_as_stored": stored,

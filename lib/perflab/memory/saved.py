@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from perflab.device import dtype_name
 
@@ -29,16 +30,18 @@ def saved_tensors(fn: Callable[[], object], parameters: Iterable[torch.Tensor] =
     storage), is_parameter, counted (True for the first save of each non-parameter storage:
     the rows whose bytes add up to the activation memory).
     """
-    parameter_storages = {p.untyped_storage().data_ptr() for p in parameters}
+    # Storages are told apart by identity, not address: on the meta device (handout sizes
+    # counted without memory) every address is 0.
+    parameter_storages = {StorageWeakRef(p.untyped_storage()) for p in parameters}
     rows = []
-    seen: set[int] = set()
+    seen: set[StorageWeakRef] = set()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        pointer = storage.data_ptr()
-        is_parameter = pointer in parameter_storages
-        counted = not is_parameter and pointer not in seen
-        seen.add(pointer)
+        identity = StorageWeakRef(storage)
+        is_parameter = identity in parameter_storages
+        counted = not is_parameter and identity not in seen
+        seen.add(identity)
         rows.append(
             {
                 "producer": _producer(tensor),
