@@ -43,6 +43,8 @@ seq_len = 64                          # tokens per sequence
 warmup = 2                            # untimed rounds (one step of every variant per round)
 rounds = 6                            # timed rounds
 bucket_sizes_mb = [1, 10, 100, 1000]  # bucketed DDP's bucket sizes, MB
+ring_sizes_mb = [1, 4, 16]            # sizes of the alternate-ring experiment, MB
+ring_world_sizes = [2, 4]             # its world sizes
 resume = True                         # skip configurations already in this machine's results
 
 # %%
@@ -63,6 +65,7 @@ from perflab.distributed.ddp_benchmark import (
 from perflab.device import resolve_device
 from perflab.distributed.launch import raise_on_rank, resolve_backend
 from perflab.distributed.parity import ddp_parity_all
+from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.distributed.plots import plot_allreduce, plot_bucket_sweep, plot_ddp_steps
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
@@ -129,6 +132,53 @@ print("bus bandwidth at 100 MB: " + ", ".join(
 # low; large ones approach what the transport sustains. On a CPU, more ranks than cores also
 # means ranks waiting for a core; the bandwidths above show whether bus bandwidth falls with
 # the world size here.
+#
+# ### The handout's alternate ring all-reduce
+#
+# Every rank starts with y = its own x (S bytes); for t = 1 ... N-1, rank i sends the block it
+# received last (its own at t = 1) to rank i+1, receives the next from rank i-1 and adds it
+# (`perflab.distributed.ring`, point-to-point `isend`/`irecv`). Each of the N-1 steps moves S
+# bytes over every rank's link, one after the other: **time = (N-1) S / W**, against
+# 2 (N-1)/N S / W for the reduce-scatter + all-gather ring, so N/2 times slower for large S.
+# First, that it computes the same sum as `all_reduce` (fresh random float64 values on every
+# rank):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for n in ring_world_sizes:
+    errors = launch(check_ring_rank, n, (1001, n))
+    print(f"{n} ranks: largest difference from all_reduce {max(errors):.1e}, "
+          f"within 1e-12: {max(errors) < 1e-12}")
+
+# %% [markdown]
+# Then its time beside `all_reduce`, alternated call by call, and the line time = latency +
+# slope x S fitted per world size: if time = (N-1) S / W holds, every world size implies the
+# same egress W = (N-1) / slope.
+
+# %%
+ring = ring_sweep(out / "ring.csv", list(ring_sizes_mb), list(ring_world_sizes),
+                  warmup=allreduce_warmup, steps=allreduce_steps, resume=resume,
+                  metadata=provenance)
+ring_fit = fit_ring_model(ring)
+save_table(ring_fit, out / "ring_fit.csv", provenance)
+display(ring[["world_size", "size_mb", "status", "ring_ms", "all_reduce_ms",
+              "ring_over_all_reduce"]])
+ring_fit
+
+# %%
+largest_ring = ring[(ring["status"] == "ok") & (ring["size_mb"] == max(ring_sizes_mb))]
+print(f"at {max(ring_sizes_mb)} MB the alternate ring takes " + ", ".join(
+    f"{r.ring_over_all_reduce:.2f}x all_reduce's time on {r.world_size} ranks "
+    f"(model: {r.world_size / 2:.1f}x)" for r in largest_ring.itertuples()))
+if len(ring_fit):
+    print("egress implied by each world size's fit: " + ", ".join(
+        f"N={r.world_size}: {r.egress_gbps:.2f} GB/s (R^2 {r.r2:.3f})"
+        for r in ring_fit.itertuples()))
+
+# %% [markdown]
+# On a CPU the "link" is shared memory and the ranks share two cores, so the egress need not
+# be one number, and Gloo's own all-reduce may not be the textbook ring: the model's test is
+# whether the fitted W agrees across world sizes and how far the ratio sits from N/2.
 #
 # ## 3. Four ways to average gradients, each checked against one process
 #

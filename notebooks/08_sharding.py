@@ -39,6 +39,7 @@ calculator_batch_sizes = [2**i for i in range(15)]  # sequences per step, 1 to 1
 
 # %%
 import pandas as pd
+import torch
 
 from perflab.bench.checks import check_results
 from perflab.distributed import launch
@@ -51,6 +52,9 @@ from perflab.distributed.calculators import (
     max_devices_table,
 )
 from perflab.device import resolve_device
+import perflab.distributed.ffn_calcs as ffn_symbols
+from perflab.distributed.ffn_calcs import TP_BACKWARD, tp_backward
+from perflab.distributed.ffn_calcs import answers as ffn_answers
 from perflab.distributed.memory_per_rank import fsdp_memory, memory_per_rank_formula, zero_memory
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
 from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank
@@ -254,6 +258,64 @@ shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devic
 # by the number of heads. 2D training multiplies the two limits, which is why the largest
 # runs combine them.
 #
+# ### The handout's FFN setting, in symbols
+#
+# The handout asks the same questions of one feed-forward block: x (B, D) through W1, W2
+# (D, D_FF) and W3 (D_FF, D), FP16, matmul FLOPs only, C FLOP/s and W bytes/s of egress per
+# device, ring collectives, compute and communication overlapping. Each expression below is
+# derived by sympy from what one device does (the shapes of its matmuls, the collectives it
+# joins: `perflab.distributed.ffn_calcs`), and each largest device count is solved from
+# "communication time = compute time". The tests count the same FLOPs with PyTorch's
+# `FlopCounterMode` on real shards and check the largest counts against a brute-force search.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ffn = ffn_answers()
+for row in ffn.itertuples():
+    print(f"{row.problem}, {row.quantity}:\n    {row.expression}")
+
+# %% [markdown]
+# The reason for each row is in `ffn["reason"]`. Data parallelism and FSDP stop at
+# 1 + B W / C devices, whatever the model's width: both compute and traffic scale with
+# D D_FF. Tensor parallelism stops at 1 + 3 D_FF W / (2 C) (forward) whatever the batch. With
+# the two axes of a 2D mesh overlapping the bounds multiply; sharing one network they cannot
+# both be reached, and the product is largest where the two axes' traffic balances.
+#
+# **tp_calcs (a), the tensor-parallel backward on device i**, from dy (B, D) and what the
+# forward saved; one collective, the all-reduce of dx. Executed on shards of real tensors
+# (`tp_backward`, three shards, float64), it gives autograd's gradients:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("\n".join(TP_BACKWARD))
+torch.manual_seed(0)
+x_, w1_, w2_ = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+                for shape in ((5, 8), (8, 12), (8, 12)))
+w3_ = torch.randn(12, 8, dtype=torch.float64, requires_grad=True)
+dy_ = torch.randn(5, 8, dtype=torch.float64)
+((torch.nn.functional.silu(x_ @ w1_) * (x_ @ w2_)) @ w3_).backward(dy_)
+sharded = tp_backward(x_.detach(), w1_.detach(), w2_.detach(), w3_.detach(), dy_, n_tp=3)
+print("equal to autograd within 1e-12:", all(
+    torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(sharded, (w1_.grad, w2_.grad, w3_.grad, x_.grad), strict=True)))
+
+# %% [markdown]
+# The same bounds in numbers, for xl's FFN (D = 2560, D_FF = 10240) on the H100 node above
+# (C its bf16 peak; W its InfiniBand link between data-parallel ranks, NVLink within a
+# tensor-parallel group; the 2D rows keep the handout's single W, the InfiniBand link) and
+# B = 2^20 tokens (data parallelism needs a large batch: its bound is 1 + B W / C):
+
+# %%
+values = {ffn_symbols.B: 2**20, ffn_symbols.D: 2560, ffn_symbols.F: 10240,
+          ffn_symbols.C: H100_NODE.flops_per_s}
+bounds = ffn[ffn["quantity"].str.startswith("largest")]
+for row in bounds.itertuples():
+    link = H100_NODE.tp_bandwidth if "N_TP" in row.quantity and "N_FSDP" not in row.quantity \
+        else H100_NODE.bandwidth
+    value = row.sympy.subs(values | {ffn_symbols.W: link})
+    print(f"{row.problem}, {row.quantity}: {float(value):.1f} (W = {link / 1e9:.0f} GB/s)")
+
+# %% [markdown]
 # ## Where the results are
 
 # %%

@@ -315,3 +315,23 @@ def test_the_auto_backend_can_be_chosen_by_environment(monkeypatch):
     monkeypatch.setenv("PERFLAB_DIST_BACKEND", "mpi")
     with pytest.raises(ValueError, match="PERFLAB_DIST_BACKEND='mpi'; valid: gloo, nccl"):
         resolve_backend()
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_alternate_ring_all_reduce_matches_all_reduce(world_size):
+    from perflab.distributed.ring import check_ring_rank
+
+    errors = launch(check_ring_rank, world_size, (1001, world_size))
+    assert len(errors) == world_size and max(errors) < 1e-12
+
+
+def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
+    from perflab.distributed.ring import fit_ring_model, ring_sweep
+
+    rows = ring_sweep(tmp_path / "ring.csv", [0.1, 0.4], [2], warmup=1, steps=2)
+    assert list(rows["status"]) == ["ok", "ok"]
+    assert (rows["ring_ms"] > 0).all() and (rows["all_reduce_ms"] > 0).all()
+    assert rows["ring_over_all_reduce"].notna().all()
+    fit = fit_ring_model(rows)
+    assert list(fit["world_size"]) == [2] and int(fit["points"].iloc[0]) == 2
+    assert fit["r2"].iloc[0] == pytest.approx(1.0)  # two points: the line passes through both

@@ -66,6 +66,8 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "seq_len": 512,
         "warmup": 3,
         "rounds": 10,
+        "ring_sizes_mb": [10, 100, 1000],
+        "ring_world_sizes": [2, 4, 8],
     },
     "08_sharding": {"memory_model": "lm:768:12"},
 }
