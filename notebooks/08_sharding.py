@@ -36,8 +36,16 @@ fp16_parity_model = "lm:64:2"               # FSDP with fp16 compute against fp3
 calculator_presets = ["small", "xl", "10B"] # model presets of the calculators
 calculator_seq_len = 1024                   # tokens per sequence in the calculators
 calculator_batch_sizes = [2**i for i in range(15)]  # sequences per step, 1 to 16384
+zero_time_model = "lm:128:8"                # trained with AdamW and sharded AdamW in turns
+zero_batch_per_rank = 4                     # its sequences per rank and step
+zero_seq_len = 64                           # its tokens per sequence
+zero_warmup = 2                             # untimed rounds
+zero_rounds = 8                             # timed rounds (one step of each per round)
+resume = True                               # skip configurations already in this machine's results
 
 # %%
+import json
+
 import pandas as pd
 import torch
 
@@ -55,6 +63,10 @@ from perflab.device import resolve_device
 import perflab.distributed.ffn_calcs as ffn_symbols
 from perflab.distributed.ffn_calcs import TP_BACKWARD, tp_backward
 from perflab.distributed.ffn_calcs import answers as ffn_answers
+from perflab.bench.comparison import paired_comparison
+from perflab.bench.conclusions import conclude
+from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+from perflab.distributed.memory_per_rank import zero_communication
 from perflab.distributed.memory_per_rank import fsdp_memory, memory_per_rank_formula, zero_memory
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
 from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank
@@ -129,6 +141,52 @@ formula = pd.DataFrame(memory_per_rank_formula(int(zero_mem["parameters"][0]), r
 fig = plot_memory_per_rank(formula)
 fig.savefig(out / "memory_per_rank.png", dpi=80)
 formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).round(1)
+
+# %% [markdown]
+# ### Step time with and without sharding
+#
+# The same data-parallel training (flat all-reduce of the gradients) with AdamW and with
+# `ShardedOptimizer(AdamW)`, both in one launch, taking turns one step each per round, so a slow
+# moment of the machine falls on both; the verdict comes from the paired rounds' ratio and its
+# 95% interval (`perflab.bench.comparison`).
+
+# %%
+zero_steps = ddp_sweep(out / "zero_step.csv", zero_configs(world_size, zero_time_model),
+                       batch_size=zero_batch_per_rank, seq_len=zero_seq_len, warmup=zero_warmup,
+                       rounds=zero_rounds, resume=resume, metadata=provenance, key=ZERO_KEY)
+zero_steps[["optimizer", "status", "step_ms", "sync_ms"]]
+
+# %%
+if (zero_steps["status"] == "ok").all():
+    by_optimizer = zero_steps.set_index("optimizer")["round_ms"].map(json.loads)
+    zero_cost = paired_comparison(by_optimizer["adamw"], by_optimizer["sharded-adamw"],
+                                  names=("AdamW", "sharded AdamW"))
+    print(conclude(out, "sharded vs unsharded AdamW step", zero_cost)
+          + f" ({zero_time_model}, {world_size} ranks)")
+
+# %% [markdown]
+# Sharding trades memory for traffic: each rank steps only its own parameters (less optimizer
+# work), then every parameter is broadcast from its owner (more communication).
+#
+# ### This wrapper against ZeRO stage 1
+#
+# ZeRO's first stage (P_os, Rajbhandari et al. 2020) shards the optimizer state as this wrapper
+# does, but communicates differently: instead of all-reducing the gradients and then
+# broadcasting the updated parameters, it reduce-scatters the gradients (each rank needs only
+# the average of its own shard) and all-gathers the updated parameters. Bytes each rank sends
+# per step and what it keeps, for this model's parameters on `world_size` ranks
+# (`zero_communication`, ring collectives):
+
+# %%
+zero_volume = zero_communication(4 * int(zero_mem["parameters"][0]), world_size)
+zero_volume.set_index("scheme").div(MiB).round(2).rename(columns=lambda c: c.replace("bytes",
+                                                                                     "MiB"))
+
+# %%
+volume = zero_volume.set_index("scheme")["bytes_sent"]
+print(f"per step this wrapper sends {volume.iloc[1] / volume.iloc[0]:.2f}x the bytes of plain "
+      f"data parallelism, ZeRO-1 {volume.iloc[2] / volume.iloc[0]:.2f}x, for the same "
+      f"optimizer-state saving ({world_size} ranks)")
 
 # %% [markdown]
 # ## 2. Fully sharded data parallel

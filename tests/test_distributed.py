@@ -335,3 +335,26 @@ def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
     fit = fit_ring_model(rows)
     assert list(fit["world_size"]) == [2] and int(fit["points"].iloc[0]) == 2
     assert fit["r2"].iloc[0] == pytest.approx(1.0)  # two points: the line passes through both
+
+
+def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
+    from perflab.bench.comparison import paired_comparison
+    from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+
+    frame = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy"), batch_size=2, seq_len=8,
+                      warmup=1, rounds=3, key=ZERO_KEY)  # fmt: skip
+    assert list(frame["optimizer"]) == ["adamw", "sharded-adamw"]
+    assert (frame["status"] == "ok").all() and (frame["step_ms"] > 0).all()
+    rounds = [json.loads(text) for text in frame["round_ms"]]
+    assert paired_comparison(*rounds, names=("adamw", "sharded")).verdict in (
+        "same", "faster", "slower")  # fmt: skip
+
+
+def test_zero_communication_accounting():
+    from perflab.distributed.memory_per_rank import zero_communication
+
+    table = zero_communication(1000.0, 4).set_index("scheme")
+    ddp, ours, zero1 = (table.iloc[i] for i in range(3))
+    assert ddp["bytes_sent"] == 2 * 3 / 4 * 1000 == zero1["bytes_sent"]  # ZeRO-1 costs no more
+    assert ours["bytes_sent"] == pytest.approx(1.5 * ddp["bytes_sent"])  # + the broadcast
+    assert ours["adamw_state_bytes"] == zero1["adamw_state_bytes"] == ddp["adamw_state_bytes"] / 4

@@ -69,7 +69,12 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "ring_sizes_mb": [10, 100, 1000],
         "ring_world_sizes": [2, 4, 8],
     },
-    "08_sharding": {"memory_model": "lm:768:12"},
+    "08_sharding": {
+        "memory_model": "lm:768:12",
+        "zero_time_model": "lm:768:12",
+        "zero_seq_len": 512,
+        "zero_rounds": 10,
+    },
 }
 
 

@@ -27,6 +27,7 @@ from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
+from perflab.distributed.sharded_optimizer import ShardedOptimizer
 from perflab.distributed.toy import build_model, loss_fn, vocab_size
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
@@ -40,7 +41,11 @@ class _Trainer:
         module = build_model(config["model"], seed=0)
         self.module = module
         self.wrapped = make_data_parallel(config["variant"], module, config["bucket_size_mb"])
-        self.optimizer = torch.optim.AdamW(self.wrapped.parameters(), lr=1e-4)
+        if config.get("optimizer", "adamw") == "sharded-adamw":  # ZeRO-1 (notebook 08)
+            self.optimizer = ShardedOptimizer(self.wrapped.parameters(), torch.optim.AdamW,
+                                              lr=1e-4)  # fmt: skip
+        else:
+            self.optimizer = torch.optim.AdamW(self.wrapped.parameters(), lr=1e-4)
         generator = torch.Generator().manual_seed(dist.get_rank())
         ids = torch.randint(0, vocab_size(module), (batch_size, seq_len + 1), generator=generator)
         self.inputs, self.targets = ids[:, :-1], ids[:, 1:]
@@ -112,6 +117,19 @@ def ddp_configs(world_size: int, model: str, bucket_sizes_mb, torch_bucket_mb: f
     ]
 
 
+ZERO_KEY = (*SWEEP_KEY, "optimizer")
+
+
+def zero_configs(world_size: int, model: str, variant: str = "flat") -> list[dict]:
+    """The same data-parallel training with AdamW, and with AdamW sharded across the ranks
+    (``ShardedOptimizer``, ZeRO stage 1), to take turns in one launch (notebook 08)."""
+    return [
+        {"world_size": world_size, "model": model, "variant": variant, "bucket_size_mb": 0,
+         "optimizer": optimizer}
+        for optimizer in ("adamw", "sharded-adamw")
+    ]  # fmt: skip
+
+
 def ddp_sweep(
     path,
     configs: list[dict],
@@ -123,13 +141,13 @@ def ddp_sweep(
     resume: bool = True,
     metadata: dict | None = None,
     timeout_s: float = 600,
+    key: tuple[str, ...] = SWEEP_KEY,
 ) -> pd.DataFrame:
-    """Measure ``configs`` (``ddp_configs``) not yet in the Sweep CSV at ``path``, one launch
-    per world size in which the variants take turns; a failed launch or a world size the
-    machine cannot hold becomes "error" rows."""
-    sweep = Sweep(
-        path, SWEEP_KEY, metadata={**describe(resolve_device("auto")), **(metadata or {})}
-    )
+    """Measure ``configs`` (``ddp_configs``, or ``zero_configs``: then ``key=ZERO_KEY``) not
+    yet in the Sweep CSV at ``path``, one launch per world size in which the configurations
+    take turns; a failed launch or a world size the machine cannot hold becomes "error"
+    rows."""
+    sweep = Sweep(path, key, metadata={**describe(resolve_device("auto")), **(metadata or {})})
     args = (batch_size, seq_len, warmup, rounds)
     return launch_sweep(
         sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True

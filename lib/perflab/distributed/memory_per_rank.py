@@ -11,6 +11,7 @@ AdamW in fp32 keeps two moments per element (8 bytes) and a float32 step counter
 
 from __future__ import annotations
 
+import pandas as pd
 import torch
 import torch.distributed as dist
 
@@ -97,3 +98,28 @@ def memory_per_rank_formula(parameters: int, world_sizes, bytes_per_param: int =
             {"world_size": n, "strategy": "FSDP", "bytes": (2 * bytes_per_param + 8) * p / n},
         ]
     return rows
+
+
+def zero_communication(param_bytes: float, world_size: int) -> pd.DataFrame:
+    """Bytes each rank sends per step, and what it keeps, for plain data parallelism with
+    AdamW, this workbook's ``ShardedOptimizer`` and ZeRO stage 1 (Rajbhandari et al. 2020,
+    "P_os"), fp32 training of ``param_bytes`` of parameters, ring collectives.
+
+    A ring all-reduce sends 2 (N-1)/N of the data per rank, a reduce-scatter or an all-gather
+    (N-1)/N; broadcasting every parameter from its owner sends each byte (N-1)/N times per
+    rank on average, like an all-gather. ``ShardedOptimizer`` sits on top of an all-reduce of
+    the gradients, so it adds the broadcast; ZeRO-1 replaces the all-reduce by a
+    reduce-scatter (each rank only needs the average of its own shard) and all-gathers the
+    updated parameters, moving no more than plain data parallelism."""
+    n, p = world_size, param_bytes
+    ring = (n - 1) / n
+    rows = [
+        ("data parallel + AdamW", 2 * ring * p, 0.0, p, 2 * p),
+        ("ShardedOptimizer (this workbook)", 2 * ring * p, ring * p, p, 2 * p / n),
+        ("ZeRO-1 (P_os)", ring * p, ring * p, p, 2 * p / n),
+    ]
+    return pd.DataFrame(
+        [{"scheme": name, "gradient_bytes_sent": grads, "parameter_bytes_sent": params,
+          "bytes_sent": grads + params, "gradient_bytes_held": held, "adamw_state_bytes": state}
+         for name, grads, params, held, state in rows]
+    )  # fmt: skip
