@@ -150,6 +150,10 @@ growth = table.iloc[-1] / table.iloc[0]
 ratio = context_lengths[-1] / context_lengths[0]
 print(f"from context {context_lengths[0]} to {context_lengths[-1]} ({ratio:.0f}x), "
       "peak memory grows " + ", ".join(f"{m}/{d} {g:.1f}x" for (m, d), g in growth.items()))
+longest = table.iloc[-1]
+print(f"at context {context_lengths[-1]}, bfloat16 autocast changes the peak by " + ", ".join(
+    f"{longest[mode, 'bfloat16'] / longest[mode, 'float32'] - 1:+.1%} ({mode})"
+    for mode in ("forward", "train-step")) + " against float32")
 
 # %% [markdown]
 # Activations grow linearly with the context length, the attention scores

@@ -57,6 +57,7 @@ from perflab.bench.comparison import describe_ratio
 from perflab.bench.conclusions import conclude
 from perflab.bench.plots import plot_comparisons
 from perflab.distributed.ddp_benchmark import (
+    fit_bucket_overhead,
     ddp_comparisons,
     ddp_configs,
     ddp_sweep,
@@ -277,6 +278,42 @@ if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, mea
 # large buckets fill only at the end of backward (no overlap), very small ones pay the per-call
 # cost again. PyTorch's DDP uses the bucketed design (25 MiB by default), with the buckets
 # fixed at construction and the gradients written into the buckets directly.
+#
+# ### A model of the bucketed overhead, and the best bucket size
+#
+# The 2025 handout's question: with n_b buckets of s/n_b bytes (s the gradient bytes), each
+# all-reduce costs a per-call overhead o plus its transfer s/(n_b w) (w the algorithm
+# bandwidth). If computing a bucket's gradients takes as long as sending them, the transfers
+# hide behind backward but the per-call costs pile up, one per bucket, and the last bucket is
+# always sent after backward ends:
+#
+# &nbsp;&nbsp;&nbsp;&nbsp;**overhead(n_b) = n_b o + s / (n_b w)**, smallest at n_b* = sqrt(s / (w o)),
+# that is a bucket size **b* = s / n_b* = sqrt(s w o)**.
+#
+# Fitted to the bucketed rows above (their `sync_ms`, the time spent waiting after backward)
+# by least squares (`fit_bucket_overhead`), and w set beside the all-reduce bandwidth of
+# section 2:
+
+# %%
+overhead = fit_bucket_overhead(steps)
+print({k: round(v, 4) if isinstance(v, float) else v for k, v in overhead.items()})
+measured_algbw = allreduce[(allreduce["status"] == "ok")
+                           & (allreduce["world_size"] == ddp_world_size)]
+if overhead["valid"]:
+    print(f"o = {overhead['per_call_ms']:.2f} ms per call, w = {overhead['w_gbps']:.2f} GB/s "
+          f"(R^2 {overhead['r2']:.2f} over {overhead['distinct_bucket_counts']} bucket counts); "
+          f"best: {overhead['best_buckets']:.1f} buckets of {overhead['best_bucket_mb']:.1f} MB")
+    if len(measured_algbw):
+        print("all-reduce algorithm bandwidth measured in section 2 on "
+              f"{ddp_world_size} ranks: " + ", ".join(
+                  f"{r.size_mb:g} MB {r.algbw_gbps:.2f} GB/s" for r in measured_algbw.itertuples()))
+else:
+    print("the fit gives a non-positive o or s/w: the model does not describe these times")
+
+# %% [markdown]
+# Few bucket counts and a noisy machine make a loose fit (read R^2 before the optimum), and the
+# model's premise, a bucket's compute time equal to its transfer, need not hold for a small
+# model on a CPU.
 #
 # ## Where the results are
 

@@ -358,3 +358,22 @@ def test_zero_communication_accounting():
     assert ddp["bytes_sent"] == 2 * 3 / 4 * 1000 == zero1["bytes_sent"]  # ZeRO-1 costs no more
     assert ours["bytes_sent"] == pytest.approx(1.5 * ddp["bytes_sent"])  # + the broadcast
     assert ours["adamw_state_bytes"] == zero1["adamw_state_bytes"] == ddp["adamw_state_bytes"] / 4
+
+
+def test_bucket_overhead_fit_recovers_the_model_and_its_optimum():
+    import pandas as pd
+
+    from perflab.distributed.ddp_benchmark import fit_bucket_overhead
+
+    s, w, o = 100e6, 10e9, 2e-3  # 100 MB of gradients, 10 GB/s, 2 ms per call
+    rows = [{"variant": "bucketed", "status": "ok", "buckets": n, "gradient_mb": s / 1e6,
+             "sync_ms": (n * o + s / (n * w)) * 1e3} for n in (1, 2, 4, 10, 40)]  # fmt: skip
+    rows.append({"variant": "flat", "status": "ok", "buckets": "", "gradient_mb": s / 1e6,
+                 "sync_ms": 999.0})  # not part of the bucketed model  # fmt: skip
+    fit = fit_bucket_overhead(pd.DataFrame(rows))
+    assert fit["valid"] and fit["points"] == 5 and fit["r2"] == pytest.approx(1.0)
+    assert fit["per_call_ms"] == pytest.approx(2.0) and fit["w_gbps"] == pytest.approx(10.0)
+    assert fit["best_bucket_mb"] == pytest.approx((s * w * o) ** 0.5 / 1e6)  # 44.7 MB
+    # n o - c/n: a negative s/w, no bandwidth term: the model does not describe such data
+    odd = pd.DataFrame(rows[:3]).assign(sync_ms=[n * 1.0 - 0.5 / n for n in (1, 2, 4)])
+    assert not fit_bucket_overhead(odd)["valid"]

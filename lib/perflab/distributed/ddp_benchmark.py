@@ -17,6 +17,7 @@ import json
 import statistics
 import time
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
@@ -182,3 +183,32 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFram
         paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
         for variant, times in rounds.items() if variant != baseline
     ])  # fmt: skip
+
+
+def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
+    """The 2025 handout's model of bucketed DDP's overhead (time after backward ends), fitted
+    to the measured ``sync_ms`` of the bucketed rows.
+
+    With n_b buckets of s/n_b bytes, an all-reduce costs o + s/(n_b w). If computing a bucket's
+    gradients takes as long as sending them, only the per-call cost o is not hidden, and it
+    piles up bucket after bucket, while the last bucket is always sent after backward:
+    overhead(n_b) = n_b o + s/(n_b w), smallest at n_b* = sqrt(s/(w o)), a bucket size of
+    b* = s/n_b* = sqrt(s w o). Least squares on (n_b, 1/n_b) gives o and s/w."""
+    ok = frame[(frame["status"] == "ok") & (frame["variant"] == "bucketed")]
+    buckets = pd.to_numeric(ok["buckets"]).to_numpy(float)
+    seconds = ok["sync_ms"].to_numpy(float) / 1e3
+    design = np.column_stack([buckets, 1 / buckets])
+    (per_call, s_over_w), *_ = np.linalg.lstsq(design, seconds, rcond=None)
+    predicted = design @ np.array([per_call, s_over_w])
+    spread = ((seconds - seconds.mean()) ** 2).sum()
+    s = float(ok["gradient_mb"].iloc[0]) * 1e6
+    r2 = 1 - ((seconds - predicted) ** 2).sum() / spread if spread > 0 else float("nan")
+    fit = {"points": len(ok), "distinct_bucket_counts": len(set(buckets)),
+           "per_call_ms": float(per_call) * 1e3, "s_over_w_ms": float(s_over_w) * 1e3,
+           "gradient_bytes": s, "r2": float(r2),
+           "valid": bool(per_call > 0 and s_over_w > 0)}  # fmt: skip
+    if fit["valid"]:
+        w = s / s_over_w
+        fit.update(w_gbps=float(w) / 1e9, best_buckets=float(np.sqrt(s / (w * per_call))),
+                   best_bucket_mb=float(np.sqrt(s * w * per_call)) / 1e6)  # fmt: skip
+    return fit
