@@ -377,3 +377,33 @@ def test_bucket_overhead_fit_recovers_the_model_and_its_optimum():
     # n o - c/n: a negative s/w, no bandwidth term: the model does not describe such data
     odd = pd.DataFrame(rows[:3]).assign(sync_ms=[n * 1.0 - 0.5 / n for n in (1, 2, 4)])
     assert not fit_bucket_overhead(odd)["valid"]
+
+
+def test_ddp_timelines_show_naive_communicating_only_after_backward():
+    from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
+    from perflab.distributed.plots import plot_ddp_timelines
+    from perflab.distributed.toy import build_model
+
+    timelines = ddp_timelines(["naive", "flat"], 2, "toy", batch_size=2, seq_len=8, warmup=1)
+    assert set(timelines["lane"]) == {"forward", "backward", "sync", "communication"}
+    table = overlap_table(timelines).set_index("variant")
+    tensors = sum(p.requires_grad for p in build_model("toy", seed=0).parameters())
+    assert table.loc["naive", "collectives"] == tensors  # one all-reduce per gradient
+    assert table.loc["flat", "collectives"] == 1
+    assert (table["during_backward_ms"] == 0).all()  # both wait for backward to end
+    assert (table["communicating_ms"] > 0).all()
+    assert len(plot_ddp_timelines(timelines).axes) == 2
+
+
+def test_overlap_counts_simultaneous_collectives_once():
+    import pandas as pd
+
+    from perflab.distributed.ddp_timeline import overlap_table
+
+    rows = [("backward", 0, 10), ("communication", 5, 15), ("communication", 8, 12),
+            ("communication", 20, 22)]  # fmt: skip
+    frame = pd.DataFrame([{"variant": "v", "lane": lane, "start_ms": a, "end_ms": b}
+                          for lane, a, b in rows])  # fmt: skip
+    row = overlap_table(frame).iloc[0]
+    assert row["communicating_ms"] == 12 and row["during_backward_ms"] == 5
+    assert row["share_during_backward"] == pytest.approx(5 / 12)

@@ -95,3 +95,26 @@ def plot_max_devices(table: pd.DataFrame) -> Figure:
     axes[0][0].set_ylabel("largest compute-bound device count")
     fig.tight_layout()
     return fig
+
+
+def plot_ddp_timelines(timelines: pd.DataFrame) -> Figure:
+    """Rank 0's step per variant (``ddp_timelines``): forward, backward and the wait after it,
+    and below them when collectives ran, one row of panels per variant on a shared time axis."""
+    lanes = ["forward", "backward", "sync", "communication"]
+    colours = dict(zip(lanes, sns.color_palette("colorblind", len(lanes)), strict=True))
+    variants = list(dict.fromkeys(timelines["variant"]))
+    fig, axes = plt.subplots(len(variants), 1, figsize=(9, 1.3 * len(variants) + 0.6),
+                             sharex=True, squeeze=False)  # fmt: skip
+    for ax, variant in zip(axes[:, 0], variants, strict=True):
+        rows = timelines[timelines["variant"] == variant]
+        for y, lane in enumerate(lanes):
+            spans = rows[rows["lane"] == lane]
+            ax.broken_barh(list(zip(spans["start_ms"], spans["end_ms"] - spans["start_ms"],
+                                    strict=True)),
+                           (y - 0.4, 0.8), color=colours[lane])  # fmt: skip
+        ax.set_yticks(range(len(lanes)), lanes)
+        ax.invert_yaxis()
+        ax.set_title(variant, fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("ms from the start of the step (rank 0)")
+    fig.tight_layout()
+    return fig
