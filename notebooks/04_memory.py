@@ -54,6 +54,7 @@ from perflab.device import describe, resolve_device
 from perflab.bench.conclusions import conclude
 from perflab.memory.checkpoint_study import (
     best_group_size,
+    modelled_group_peaks,
     compare_checkpointing,
     depth_sweep,
     group_size_sweep,
@@ -160,7 +161,9 @@ print(f"at context {context_lengths[-1]}, bfloat16 autocast changes the peak by 
 # (batch x heads x context^2) quadratically, and fixed costs (under bfloat16 autocast, the
 # bfloat16 copies of the weights made for the step) not at all; the ratios above show which
 # dominates at these sizes. Under bfloat16 the matmul outputs are half the size, but the
-# float32 work (norms, the loss and its log-softmax over the vocabulary) stays float32.
+# float32 work (norms, the loss and its log-softmax over the vocabulary) stays float32, and
+# the weight copies are added: at these small sizes the change can go either way, as the last
+# line shows.
 #
 # ## 3. The residual stream, derived and measured
 #
@@ -235,7 +238,8 @@ print(f"xl residual stream at context 2048: 4 x 2048 x {xl_config.d_model} x 4 b
 
 # %% [markdown]
 # The handout's own worked figures (2026, section 3: xl blocks with 16 heads, batch 4, context
-# 2048, compiled whole), counted the same way on this workbook's model:
+# 2048, compiled whole; the checkpointed pairs eager), counted the same way on this workbook's
+# model:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -288,6 +292,24 @@ print(f"L = {layers}: measured best group size {best}; nearest to sqrt(L) = "
 # the line above says which of the two the measured best is nearer. The rule of thumb holds
 # only where a layer keeps about as much as it passes on.
 #
+# **At the handout's size** (xl, 32 layers, batch 4, context 2048: too large to measure here),
+# the same cost model with b and A counted on the meta device in section 4 (A: one block's
+# eager saved tensors), for every group size:
+
+# %%
+xl_peaks = modelled_group_peaks(xl_config.num_layers, xl.loc[2048, "residual_stream_MiB"] * MiB,
+                                xl.loc[2048, "block_saves_MiB"] * MiB)
+xl_best = int(xl_peaks.loc[xl_peaks["peak_bytes"].idxmin(), "group_size"])
+print(f"xl: the cost model's best group size is {xl_best} (sqrt(L*b/A) = "
+      f"{math.sqrt(xl_config.num_layers * xl.loc[2048, 'residual_stream_MiB'] / xl.loc[2048, 'block_saves_MiB']):.2f}), "
+      "activation peaks: " + ", ".join(
+          f"g={g} {b / 2**30:.2f} GiB" for g, b in zip(xl_peaks["group_size"][:4],
+                                                      xl_peaks["peak_bytes"][:4], strict=True)))
+
+# %% [markdown]
+# Measuring those peaks needs a GPU with room for xl (`perflab run 04 --full -p
+# checkpoint_preset xl -p checkpoint_seq_len 2048 -p group_sweep_layers 32`, not run here).
+#
 # **Nested checkpointing against depth.** Recursive halving keeps two inputs per level of the
 # recursion and one block's activations: peak ~ c + 2·b·log2(L).
 
@@ -323,8 +345,10 @@ recompute = pd.DataFrame([
     for n in checkpoint_layers
 ]).set_index("layers")
 print(recompute)
+every_block = all(count == 1 + math.log2(n) for n in checkpoint_layers
+                  for count in forward_counts(n, "nested"))
 print("nested: every block runs 1 + log2(L) forwards, so O(L log L) forward compute for "
-      f"O(log L) memory: {bool((recompute['nested'] == recompute['1 + log2(L)']).all())}")
+      f"O(log L) memory: {every_block}")
 
 # %% [markdown]
 # **What recomputation costs**: forward + backward through the same blocks with and without

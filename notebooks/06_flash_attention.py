@@ -264,6 +264,9 @@ for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).item
     there = rows[rows["status"] == "ok"]
     print(f"{slug}: {there.attrs['source']}")
     display(ratios_to(there, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len")))
+    shaky = there[there["forward_unstable"].astype(bool) | there["end_to_end_unstable"].astype(bool)]
+    print("unstable there (IQR above 25% of the median; read their ratios with care): "
+          + (", ".join(f"{r.implementation} n={r.seq_len}" for r in shaky.itertuples()) or "none"))
     top = there[there["seq_len"] == there["seq_len"].max()].set_index("implementation")
     print("at n =", int(top["seq_len"].iloc[0]), "forward + backward:",
           ", ".join(f"{name} {r.end_to_end_s * 1e3:.2f} ms ({r.end_to_end_tflops:.0f} TFLOP/s)"

@@ -39,8 +39,8 @@ calculator_batch_sizes = [2**i for i in range(15)]  # sequences per step, 1 to 1
 zero_time_model = "lm:128:8"                # trained with AdamW and sharded AdamW in turns
 zero_batch_per_rank = 4                     # its sequences per rank and step
 zero_seq_len = 64                           # its tokens per sequence
-zero_warmup = 2                             # untimed rounds
-zero_rounds = 8                             # timed rounds (one step of each per round)
+zero_warmup = 1                             # untimed rounds
+zero_rounds = 6                             # timed rounds (one step of each per round)
 resume = True                               # skip configurations already in this machine's results
 
 # %%
@@ -330,14 +330,16 @@ shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devic
 # NBVAL_CHECK_OUTPUT
 ffn = ffn_answers()
 for row in ffn.itertuples():
-    print(f"{row.problem}, {row.quantity}:\n    {row.expression}")
+    print(f"{row.problem}, {row.quantity}:\n    {row.expression}\n    ({row.reason})")
 
 # %% [markdown]
-# The reason for each row is in `ffn["reason"]`. Data parallelism and FSDP stop at
-# 1 + B W / C devices, whatever the model's width: both compute and traffic scale with
-# D D_FF. Tensor parallelism stops at 1 + 3 D_FF W / (2 C) (forward) whatever the batch. With
-# the two axes of a 2D mesh overlapping the bounds multiply; sharing one network they cannot
-# both be reached, and the product is largest where the two axes' traffic balances.
+# Data parallelism and FSDP stop at 1 + B W / C devices, whatever the model's width: both
+# compute and traffic scale with D D_FF. Tensor parallelism stops at 1 + 3 D_FF W / (2 C)
+# (forward) whatever the batch. With the two axes of a 2D mesh overlapping the bounds
+# multiply; sharing one network they cannot both be reached: the product is maximised on the
+# line where the summed communication equals compute, and where that optimum would give one
+# axis fewer than one device, that axis stays at 1 and the other takes the whole budget (the
+# first two pieces of the answer).
 #
 # **tp_calcs (a), the tensor-parallel backward on device i**, from dy (B, D) and what the
 # forward saved; one collective, the all-reduce of dx. Executed on shards of real tensors

@@ -175,3 +175,15 @@ def test_activation_memory_counted_on_meta_matches_the_handout_checkpointed_pair
     assert plain > 4 * 16 * 2048 * 2048 * 4  # at least the (b, h, n, n) softmax output
     block = 4 * 2560**2 + 3 * 2560 * 10240 + 2 * 2560  # attention, SwiGLU, two RMSNorm weights
     assert block_gradient_bytes(xl) == 4 * block
+
+
+def test_modelled_group_peaks_follow_the_cost_model():
+    from perflab.memory.checkpoint_study import modelled_group_peaks
+
+    table = modelled_group_peaks(16, residual_bytes=1.0, block_bytes=1.0)  # A = b: sqrt(L) best
+    assert list(table["group_size"]) == [1, 2, 4, 8, 16]
+    assert table.loc[table["peak_bytes"].idxmin(), "group_size"] == 4
+    assert list(modelled_group_peaks(32, 80.0, 4133.0)["peak_bytes"])[:2] == [
+        32 * 80 + 4133,
+        16 * 80 + 2 * 4133,
+    ]

@@ -54,11 +54,13 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
             continue
         table = pd.read_csv(path)
         source = display_path(path)
-        if "measured_at" in table and len(table):
+        measured = table["measured_at"].dropna() if "measured_at" in table else pd.Series()
+        if len(measured):
             commits = sorted({str(c) for c in table.get("commit", pd.Series()).dropna()})
-            source += (f", measured {table['measured_at'].min()[:10]} to "
-                       f"{table['measured_at'].max()[:10]}")  # fmt: skip
+            source += f", measured {measured.min()[:10]} to {measured.max()[:10]}"
             source += f" at commit {', '.join(commits)}" if commits else ""
+        versions = sorted({str(v) for v in table.get("torch", pd.Series()).dropna()})
+        source += f" with torch {', '.join(versions)}" if versions else ""
         table.attrs["source"] = source
         found[path.parent.name] = table
     return found

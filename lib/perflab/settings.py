@@ -52,8 +52,8 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "dtypes": ["float32", "bfloat16"],
         "warmup": 5,
         "steps": 20,
-        # The tiled PyTorch version loops over tiles in Python: 0.73 s a forward at 4096 on an
-        # H100 (data/results/06_flash_attention/nvidia-h100-80gb-hbm3).
+        # The tiled PyTorch version loops over tiles in Python: 54 ms a forward at 1024 on an
+        # H100 (data/results/06_flash_attention/nvidia-h100-80gb-hbm3), 16x that at 4096.
         "max_seq_len": {"flash_torch": 1024},
         "memory_batch": 8,
         "memory_seq_len": 16384,

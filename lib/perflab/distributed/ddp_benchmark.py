@@ -193,7 +193,10 @@ def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
     gradients takes as long as sending them, only the per-call cost o is not hidden, and it
     piles up bucket after bucket, while the last bucket is always sent after backward:
     overhead(n_b) = n_b o + s/(n_b w), smallest at n_b* = sqrt(s/(w o)), a bucket size of
-    b* = s/n_b* = sqrt(s w o). Least squares on (n_b, 1/n_b) gives o and s/w."""
+    b* = s/n_b* = sqrt(s w o). Least squares on (n_b, 1/n_b) gives o and s/w; ``valid`` needs
+    both positive and at least three distinct bucket counts (two parameters, one check). The
+    model assumes equal buckets; buckets filled in parameter order are not (a large embedding
+    can be a bucket of its own), which biases o."""
     ok = frame[(frame["status"] == "ok") & (frame["variant"] == "bucketed")]
     buckets = pd.to_numeric(ok["buckets"]).to_numpy(float)
     seconds = ok["sync_ms"].to_numpy(float) / 1e3
@@ -206,7 +209,7 @@ def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
     fit = {"points": len(ok), "distinct_bucket_counts": len(set(buckets)),
            "per_call_ms": float(per_call) * 1e3, "s_over_w_ms": float(s_over_w) * 1e3,
            "gradient_bytes": s, "r2": float(r2),
-           "valid": bool(per_call > 0 and s_over_w > 0)}  # fmt: skip
+           "valid": bool(per_call > 0 and s_over_w > 0 and len(set(buckets)) >= 3)}  # fmt: skip
     if fit["valid"]:
         w = s / s_over_w
         fit.update(w_gbps=float(w) / 1e9, best_buckets=float(np.sqrt(s / (w * per_call))),

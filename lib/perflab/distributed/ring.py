@@ -32,10 +32,12 @@ def alternate_ring_all_reduce(x: torch.Tensor) -> torch.Tensor:
     total = x.clone()
     outgoing, incoming = x.clone(), torch.empty_like(x)
     for _ in range(world_size - 1):
-        requests = [
-            dist.isend(outgoing, (rank + 1) % world_size),
-            dist.irecv(incoming, (rank - 1) % world_size),
-        ]
+        # one batch, so NCCL pairs the send and the receive (separate isend/irecv calls can
+        # deadlock there); Gloo runs the same batch as two operations
+        requests = dist.batch_isend_irecv([
+            dist.P2POp(dist.isend, outgoing, (rank + 1) % world_size),
+            dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size),
+        ])  # fmt: skip
         for request in requests:
             request.wait()
         total += incoming

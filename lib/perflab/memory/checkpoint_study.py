@@ -87,3 +87,15 @@ def compare_checkpointing(preset: str, num_layers: int, batch_size: int, seq_len
         lambda: blocks_fwd_bwd(model, x, strategy, group_size),
         rounds=rounds, warmup=warmup, device=device, names=("no checkpointing", label),
     )  # fmt: skip
+
+
+def modelled_group_peaks(num_layers: int, residual_bytes: float, block_bytes: float
+                         ) -> pd.DataFrame:  # fmt: skip
+    """The cost model's activation peak for every group size g dividing ``num_layers``:
+    (L/g) group inputs of ``residual_bytes`` plus one group's activations, g blocks of
+    ``block_bytes`` (for sizes that cannot be measured here, e.g. xl at context 2048)."""
+    sizes = [g for g in range(1, num_layers + 1) if num_layers % g == 0]
+    return pd.DataFrame({
+        "group_size": sizes,
+        "peak_bytes": [num_layers // g * residual_bytes + g * block_bytes for g in sizes],
+    })  # fmt: skip
