@@ -43,7 +43,7 @@ seq_len = 64                          # tokens per sequence
 warmup = 2                            # untimed rounds (one step of every variant per round)
 rounds = 6                            # timed rounds
 bucket_sizes_mb = [1, 10, 100, 1000]  # bucketed DDP's bucket sizes, MB
-ring_sizes_mb = [1, 4, 16]            # sizes of the alternate-ring experiment, MB
+ring_sizes_mb = [1, 2, 8]             # sizes of the alternate-ring experiment, MB
 ring_world_sizes = [2, 4]             # its world sizes
 timeline_bucket_mb = 5                # bucket size of the bucketed variant's timeline, MB
 resume = True                         # skip configurations already in this machine's results
@@ -162,8 +162,7 @@ for n in ring_world_sizes:
 
 # %%
 ring = ring_sweep(out / "ring.csv", list(ring_sizes_mb), list(ring_world_sizes),
-                  warmup=allreduce_warmup, steps=allreduce_steps, resume=resume,
-                  metadata=provenance)
+                  warmup=1, steps=allreduce_steps, resume=resume, metadata=provenance)
 ring_fit = fit_ring_model(ring)
 save_table(ring_fit, out / "ring_fit.csv", provenance)
 display(ring[["world_size", "size_mb", "status", "ring_ms", "all_reduce_ms",

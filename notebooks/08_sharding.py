@@ -40,7 +40,7 @@ zero_time_model = "lm:128:8"                # trained with AdamW and sharded Ada
 zero_batch_per_rank = 4                     # its sequences per rank and step
 zero_seq_len = 64                           # its tokens per sequence
 zero_warmup = 1                             # untimed rounds
-zero_rounds = 6                             # timed rounds (one step of each per round)
+zero_rounds = 4                             # timed rounds (one step of each per round)
 resume = True                               # skip configurations already in this machine's results
 
 # %%
