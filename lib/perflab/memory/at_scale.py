@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from perflab.checkpointing import run_blocks
+from perflab.memory.measure import residual_stream_bytes
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.model import ModelConfig, TransformerLM, get_preset, sized_for
 
@@ -29,8 +30,6 @@ HANDOUT_SAVED_MIB = {
     "one block, compiled": 3651.31,
     "four blocks as two checkpointed pairs": 160.00,
 }
-#: The handout's third figure, four compiled blocks: four times its one block (14605.25 MiB).
-HANDOUT_FOUR_BLOCKS_MIB = 14605.25
 
 
 def saved_at_scale(config: ModelConfig, batch_size: int, seq_len: int, *, num_blocks: int = 1,
@@ -89,7 +88,7 @@ def handout_sizes(presets: list[str], seq_lens: list[int], batch_size: int = 4) 
         for seq_len in seq_lens:
             rows.append({
                 "preset": preset, "seq_len": seq_len, "batch_size": batch_size,
-                "residual_stream_MiB": batch_size * seq_len * config.d_model * 4 / MiB,
+                "residual_stream_MiB": residual_stream_bytes(config, batch_size, seq_len) / MiB,
                 "block_saves_MiB": saved_at_scale(config, batch_size, seq_len) / MiB,
                 "block_gradients_MiB": block_gradient_bytes(config) / MiB,
             })  # fmt: skip
