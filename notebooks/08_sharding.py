@@ -41,6 +41,7 @@ zero_batch_per_rank = 4                     # its sequences per rank and step
 zero_seq_len = 64                           # its tokens per sequence
 zero_warmup = 1                             # untimed rounds
 zero_rounds = 4                             # timed rounds (one step of each per round)
+accounting_tokens = [0, 1024, 2048, 4096, 8192]  # tokens per device in the XXL accounting
 resume = True                               # skip configurations already in this machine's results
 
 # %%
@@ -51,6 +52,19 @@ import torch
 
 from perflab.bench.checks import check_results
 from perflab.distributed import launch
+from perflab.distributed.comm_accounting import (
+    H100_80GB,
+    HANDOUT_MESH,
+    TPU_V5P,
+    XXL,
+    compute_bound_conditions,
+    devices_needed,
+    fsdp_memory_per_device,
+    mesh_batch,
+    min_fsdp_devices,
+    smaller_batch_options,
+    training_state_bytes,
+)
 from perflab.distributed.calculators import (
     H100_NODE,
     STRATEGIES,
@@ -67,9 +81,16 @@ from perflab.bench.comparison import paired_comparison
 from perflab.bench.conclusions import conclude
 from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
 from perflab.distributed.memory_per_rank import zero_communication
-from perflab.distributed.memory_per_rank import fsdp_memory, memory_per_rank_formula, zero_memory
+from perflab.distributed.memory_per_rank import (
+    fsdp_memory,
+    memory_per_rank_formula,
+    zero_memory,
+    zero_memory_points,
+)
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
-from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank
+from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
+from perflab.distributed.plots import plot_ddp_timelines, plot_max_devices, plot_memory_per_rank
+from perflab.distributed.toy import build_model
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
@@ -131,6 +152,68 @@ print(f"{memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; Adam
       f"per rank {zero_mem['state_measured_unsharded'][0] / MiB:.1f} MiB unsharded, "
       f"{zero_mem['state_measured_sharded'].max() / MiB:.1f} MiB on the fuller rank "
       f"({saving:.2f}x; the ideal is 1/{world_size})")
+
+# %% [markdown]
+# ### Memory at three points of a step, with and without sharding
+#
+# The handout asks for the peak memory after initialisation, just before the optimizer step
+# and just after it. Each rank builds the model and the optimizer, runs forward and backward,
+# then steps, while the allocator's record (`torch.profiler` on a CPU, the CUDA snapshot on a
+# GPU) counts every allocation: `allocated` is what the rank holds at that point, `peak` the
+# most it held so far; the tensors it holds explain the rest.
+
+# %%
+points = pd.DataFrame([row for rows in launch(zero_memory_points, world_size, (memory_model,))
+                       for row in rows])
+save_table(points, out / "zero_memory_points.csv", provenance)
+rank0 = points[points["rank"] == 0].drop(columns="rank").set_index(["optimizer", "point"])
+rank0.div(MiB).round(1).rename(columns=lambda c: c.replace("bytes", "MiB"))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+n_params = int(zero_mem["parameters"][0])
+held = points.set_index(["rank", "optimizer", "point"])
+print("parameters = 4 P bytes at every point:", bool((points["parameter_bytes"] == 4 * n_params).all()))
+print("gradients = 4 P bytes from backward on:",
+      bool((held.xs("after init", level="point")["gradient_bytes"] == 0).all()
+           and (points.loc[points["point"] != "after init", "gradient_bytes"] == 4 * n_params).all()))
+after = held.xs("after step", level="point")
+print("state after the step = the measured state of section 1:",
+      bool((after.xs("AdamW", level="optimizer")["optimizer_state_bytes"].to_numpy()
+            == zero_mem["state_measured_unsharded"].to_numpy()).all()
+           and (after.xs("sharded AdamW", level="optimizer")["optimizer_state_bytes"].to_numpy()
+                == zero_mem["state_measured_sharded"].to_numpy()).all()))
+print("nothing else grows between the points:",
+      bool(points.groupby(["rank", "optimizer"])["other_bytes"].nunique().eq(1).all()))
+
+# %%
+final = rank0.xs("after step", level="point")
+peak_saving = final.loc["AdamW", "peak_bytes_so_far"] - final.loc["sharded AdamW", "peak_bytes_so_far"]
+print(f"Rank 0 of {world_size}: after the step it holds "
+      f"{final.loc['AdamW', 'allocated_bytes'] / MiB:.1f} MiB with AdamW and "
+      f"{final.loc['sharded AdamW', 'allocated_bytes'] / MiB:.1f} MiB sharded; the peak so far "
+      f"drops by {peak_saving / MiB:.1f} MiB, the AdamW state it no longer keeps "
+      f"({(final.loc['AdamW', 'optimizer_state_bytes'] - final.loc['sharded AdamW', 'optimizer_state_bytes']) / MiB:.1f} MiB). "
+      f"Before the step both hold the same: parameters and gradients "
+      f"({rank0.loc[('AdamW', 'before step'), 'allocated_bytes'] / MiB:.1f} MiB); the peaks "
+      f"during each phase add temporaries (initialisation's random draws, AdamW's foreach "
+      f"buffers) on top.")
+
+# %% [markdown]
+# For xl on two GPUs (the handout's setting), the same accounting in fp32: parameters 4 P and
+# gradients 4 P on every rank at every point after backward, AdamW's state 8 P unsharded or
+# 8 P / 2 sharded after the step (activations come and go between the points):
+
+# %%
+xl_params = get_preset("xl").num_parameters()
+xl_points = pd.DataFrame({
+    "point": ["after init", "before step", "after step"],
+    "AdamW_GB": [4 * xl_params / 1e9, 8 * xl_params / 1e9, 16 * xl_params / 1e9],
+    "sharded_AdamW_GB": [4 * xl_params / 1e9, 8 * xl_params / 1e9,
+                         (8 + 8 / 2) * xl_params / 1e9],
+})
+print(f"xl: {xl_params / 1e9:.2f} B parameters")
+xl_points.round(1)
 
 # %% [markdown]
 # With more ranks, only the state shrinks; parameters and gradients stay whole. The formula
@@ -247,6 +330,44 @@ ratio = fsdp_mem["param_bytes_measured"] / fsdp_mem["param_bytes_replicated"]
 print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {world_size} "
       f"ranks ({fsdp_mem['param_bytes_measured'].max() / MiB:.2f} MiB vs "
       f"{fsdp_mem['param_bytes_replicated'][0] / MiB:.2f} MiB)")
+
+# %% [markdown]
+# ### Do the weight gathers finish before the forward needs them?
+#
+# Rank 0's forward under `FSDP`, profiled (`perflab.distributed.fsdp_timeline`): for each
+# module holding weights, the time it waited for them (`fsdp.wait`: the first module's gather,
+# which nothing prefetched, or the wait for a prefetched one) and its own forward
+# (`fsdp.forward`), above the process group's all-gathers. A gather that finished in time costs
+# its module no wait. On a CPU, Gloo's threads and the compute share the same cores; the
+# handout's setting (xl on two GPUs, NCCL beside the compute, Nsight's view) is GPU-only.
+
+# %%
+gathers = fsdp_forward_timeline(world_size, memory_model, batch_size=zero_batch_per_rank,
+                                seq_len=zero_seq_len)
+fig = plot_ddp_timelines(gathers, lanes=("fsdp.wait", "fsdp.forward", "communication"),
+                         xlabel="ms from the start of the forward (rank 0)")
+fig.savefig(out / "fsdp_forward_timeline.png", dpi=80)
+gather_stats = gather_summary(gathers)
+pd.Series(gather_stats).round(2)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+holders = [m for m in build_model(memory_model, seed=0).modules()
+           if any(p.ndim >= 2 for p in m.parameters(recurse=False))]
+print("one row per module that gathers weights:", gather_stats["modules_gathering"] == len(holders))
+
+# %%
+late = gather_stats["late_wait_ms"] / gather_stats["forward_wall_ms"]
+print(f"{memory_model} on {world_size} ranks ({resolve_device('auto')}): the median module's "
+      f"all-gathers took {gather_stats['median_gather_ms']:.2f} ms, its forward "
+      f"{gather_stats['median_forward_ms']:.2f} ms. {gather_stats['ready_in_time']} of the "
+      f"{gather_stats['prefetched']} prefetched modules had their weights before they needed "
+      f"them; the others waited {gather_stats['late_wait_ms']:.1f} ms in all ({late:.0%} of the "
+      f"{gather_stats['forward_wall_ms']:.1f} ms forward), besides the first module's "
+      f"unprefetched {gather_stats['first_wait_ms']:.1f} ms: "
+      + ("every prefetched gather was in time." if gather_stats["ready_in_time"]
+         == gather_stats["prefetched"] else "prefetching one module ahead does not hide every "
+         "gather here (a module after a norm gets its prefetch only a norm's time ahead).")) 
 
 # %% [markdown]
 # ### Against PyTorch's FSDP
@@ -374,6 +495,99 @@ for row in bounds.itertuples():
         else H100_NODE.bandwidth
     value = row.sympy.subs(values | {ffn_symbols.W: link})
     print(f"{row.problem}, {row.quantity}: {float(value):.1f} (W = {link / 1e9:.0f} GB/s)")
+
+# %% [markdown]
+# ### The 2025 handout's communication accounting: XXL on TPU v5p
+#
+# The 2025 handout asks the same questions of a far larger dense model, **XXL**: 126 blocks of
+# two linears, d_model 16384 -> d_ff 53248 -> d_model, nothing else (no activation function,
+# attention, embedding or output layer), no checkpointing; BF16 activations and gradient
+# communication, FP32 master weights, accumulated gradients and AdamW state
+# (`perflab.distributed.comm_accounting`; the tests count its parameters on the `meta` device,
+# its saved activations with autograd's hooks and its FLOPs with `FlopCounterMode`).
+#
+# **(a) Memory on one device.**
+
+# %%
+# NBVAL_CHECK_OUTPUT
+state = training_state_bytes(XXL)
+print(state.assign(GB=state["bytes"] / 1e9).round(1).to_string(index=False))
+total_state = int(state["bytes"].iloc[-1])
+per_token = XXL.saved_bytes_per_token()
+print(f"{XXL.parameters / 1e9:.1f} B parameters; the FP32 state is {total_state / 1e12:.2f} TB, "
+      f"the memory of {devices_needed(total_state, H100_80GB)} {H100_80GB.name} GPUs. Saved for "
+      f"backward (BF16, each linear's input: x and h): 2 (d_model + d_ff) x 126 = "
+      f"{per_token / 1e6:.1f} MB per token, so one H100's worth every "
+      f"{H100_80GB.memory_bytes / per_token:,.0f} tokens.")
+
+# %% [markdown]
+# **(b) Sharded over N_FSDP devices**: weights, gradients, optimizer state and every second
+# layer's activations (A: the activations of the tokens one device computes on) are sharded;
+# the other half of the activations is not. Bytes per device, and the smallest N_FSDP that fits
+# a 95 GB TPU v5p for a few token counts:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print("bytes per device =", fsdp_memory_per_device())
+fits = pd.DataFrame({"tokens_per_device": accounting_tokens,
+                     "activations_GB": [per_token * t / 1e9 for t in accounting_tokens],
+                     "min_N_FSDP": [min_fsdp_devices(XXL, TPU_V5P, t) for t in accounting_tokens]})
+print(fits.round(1).to_string(index=False))
+print(f"Without activations {fits['min_N_FSDP'].iloc[0]} v5p chips hold the state "
+      f"({total_state / TPU_V5P.memory_bytes:.2f} rounded up); the unsharded half of the "
+      f"activations eats into every chip, so the count grows quickly with the tokens and no "
+      f"count fits beyond {2 * TPU_V5P.memory_bytes / per_token:,.0f} tokens per device.")
+
+# %% [markdown]
+# **(c) Forward only, on a v5p mesh** of X = 16 (FSDP, over M_X = 2 torus axes) by Y = 4
+# (tensor parallelism, M_Y = 1), W_ici = 2 x 9e10 B/s, C = 4.6e14 FLOP/s. Following the TPU
+# Scaling Book (part 5), each device computes on B/X tokens with a d_ff/Y slice of each weight:
+# two matmuls of 2 (B/X) D (D_FF/Y) FLOPs; it all-gathers its slice of both weights over X
+# (2 D D_FF / Y bytes each) and all-gathers / reduce-scatters its activations over Y
+# ((B/X) D bf16 values each). Both communications must hide behind the compute:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for convention, ring in (("large-mesh (Scaling Book)", False), ("ring factors (n-1)/n", True)):
+    bounds = compute_bound_conditions(ring=ring)
+    print(f"{convention}: B/X >= {bounds['min B/X']},  Y <= {bounds['max Y']}")
+mesh = pd.DataFrame([mesh_batch(XXL, TPU_V5P, HANDOUT_MESH, ring=r) for r in (False, True)])
+print(mesh[["ring_factors", "min_tokens_per_fsdp_shard", "min_tokens_per_device",
+            "min_total_batch", "max_Y_tp_hidden", "tp_hidden"]].round(1).to_string(index=False))
+first = mesh.iloc[0]
+print(f"Each device must compute on at least {first['min_tokens_per_fsdp_shard']:,.0f} tokens "
+      f"(C / (W_ici M_X); the 4 chips of a tensor-parallel group share them, "
+      f"{first['min_tokens_per_device']:,.0f} per chip), a total batch of "
+      f"{first['min_total_batch']:,.0f} tokens over the {16 * 4} chips; Y = 4 is well under "
+      f"the {first['max_Y_tp_hidden']:.1f} at which the tensor-parallel collectives stop hiding.")
+
+# %% [markdown]
+# **(d) A smaller total batch, still compute-bound.** The bound is B/X >= C / (W_ici M_X) per
+# FSDP shard times X shards, so the total batch shrinks with fewer FSDP shards or fewer bytes
+# per gathered weight. The same model, computed for each option:
+
+# %%
+options = smaller_batch_options()
+options[["option", "X", "Y", "weight_bytes", "min_tokens_per_fsdp_shard", "min_total_batch",
+         "tp_hidden"]].round(1)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+by_option = options.set_index("option")["min_total_batch"]
+base = by_option.iloc[0]
+print(f"Moving devices from FSDP to tensor parallelism (X 4, Y 16: still under the "
+      f"{options['max_Y_tp_hidden'].iloc[0]:.1f} where TP's own collectives surface) cuts the "
+      f"total batch {base / by_option.iloc[1]:.0f}x to {by_option.iloc[1]:,.0f} tokens; "
+      f"gathering the weights as an 8-bit copy halves the gather and the batch "
+      f"({by_option.iloc[2]:,.0f}); both together give {by_option.iloc[3]:,.0f} tokens.")
+
+# %% [markdown]
+# Pipeline parallelism (GPipe, Huang et al. 2019) is the other way to take chips off the FSDP
+# axis: with P stages each chip holds only 126/P blocks, so an FSDP axis P times narrower
+# holds the state, at the price of a pipeline bubble that needs several micro-batches in
+# flight per stage. The bound itself, C / (W_ici M_X), is the chip's compute over the
+# bandwidth of its gathers: more torus axes for the FSDP gathers (at the expense of tensor
+# parallelism's) lower it in proportion.
 
 # %% [markdown]
 # ## Where the results are

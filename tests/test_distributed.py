@@ -407,3 +407,54 @@ def test_overlap_counts_simultaneous_collectives_once():
     row = overlap_table(frame).iloc[0]
     assert row["communicating_ms"] == 12 and row["during_backward_ms"] == 5
     assert row["share_during_backward"] == pytest.approx(5 / 12)
+
+
+def test_zero_memory_points_break_down_into_params_grads_and_state():
+    """The allocator's running total at each point = the tensors the rank holds + a constant
+    rest; the sharded state is the rank's share, and the peak after the step is lower."""
+    import pandas as pd
+
+    from perflab.distributed.memory_per_rank import zero_memory_points
+    from perflab.distributed.toy import build_model
+
+    rows = pd.DataFrame([r for rank in launch(zero_memory_points, 2, ("lm:64:2",)) for r in rank])
+    n_params = sum(p.numel() for p in build_model("lm:64:2", seed=0).parameters())
+    assert (rows["parameter_bytes"] == 4 * n_params).all()
+    before = rows[rows["point"] == "before step"]
+    assert (before["gradient_bytes"] == 4 * n_params).all()
+    assert (rows.loc[rows["point"] == "after init", "gradient_bytes"] == 0).all()
+    assert rows.groupby(["rank", "optimizer"])["other_bytes"].nunique().eq(1).all()
+    after = rows[rows["point"] == "after step"].set_index(["optimizer", "rank"])
+    sharded = after.loc["sharded AdamW", "optimizer_state_bytes"]
+    assert sharded.sum() == after.loc[("AdamW", 0), "optimizer_state_bytes"]  # the shares
+    assert (sharded < after.loc["AdamW", "optimizer_state_bytes"]).all()
+    assert (after.loc["sharded AdamW", "peak_bytes_so_far"]
+            < after.loc["AdamW", "peak_bytes_so_far"]).all()  # fmt: skip
+    assert (rows["peak_bytes_so_far"] >= rows["allocated_bytes"]).all()
+
+
+def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
+    from perflab.distributed.fsdp_timeline import (
+        fsdp_forward_timeline,
+        gather_summary,
+        gather_table,
+    )
+    from perflab.distributed.plots import plot_ddp_timelines
+    from perflab.distributed.toy import build_model
+
+    timeline = fsdp_forward_timeline(2, "lm:64:2", batch_size=2, seq_len=8)
+    model = build_model("lm:64:2", seed=0)
+    holders = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
+    counts = timeline["lane"].value_counts()
+    assert counts["fsdp.wait"] == counts["fsdp.forward"] == len(holders)
+    matrices = [sum(p.ndim >= 2 for p in m.parameters(recurse=False)) for m in holders]
+    assert counts["communication"] == sum(matrices)  # one all-gather per weight matrix
+    table = gather_table(timeline)
+    assert table["gathers"].tolist() == [k for k in matrices if k]
+    assert not table["prefetched"].iloc[0] and table["prefetched"].iloc[1:].all()
+    assert table["slack_ms"].iloc[0] < 0  # the first gather starts when the module needs it
+    summary = gather_summary(timeline)
+    assert summary["prefetched"] == len(table) - 1 >= summary["ready_in_time"]
+    assert summary["forward_wall_ms"] > summary["late_wait_ms"] >= 0
+    lanes = ("fsdp.wait", "fsdp.forward", "communication")
+    assert len(plot_ddp_timelines(timeline, lanes=lanes).axes) == 1

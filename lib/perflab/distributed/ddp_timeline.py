@@ -56,14 +56,19 @@ def _timeline_rank(variants: list[str], model: str, batch_size: int, seq_len: in
         dist.barrier()
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             _step(wrapped, inputs, targets)
-        events = [e for e in prof.events()
-                  if e.name in PHASES or e.name.startswith(COLLECTIVE_PREFIXES)]  # fmt: skip
-        start = min(e.time_range.start for e in events)
-        rows += [{"variant": variant, "lane": e.name if e.name in PHASES else "communication",
-                  "name": e.name, "thread": e.thread,
-                  "start_ms": (e.time_range.start - start) / 1e3,
-                  "end_ms": (e.time_range.end - start) / 1e3} for e in events]  # fmt: skip
+        rows += [{"variant": variant, **row} for row in profiled_rows(prof, PHASES)]
     return rows if dist.get_rank() == 0 else []
+
+
+def profiled_rows(prof, ranges: tuple[str, ...]) -> list[dict]:
+    """The profiler ranges named in ``ranges`` (lane: their name) and the process group's
+    collectives (lane "communication"), in ms from the first of them."""
+    events = [e for e in prof.events()
+              if e.name in ranges or e.name.startswith(COLLECTIVE_PREFIXES)]  # fmt: skip
+    start = min(e.time_range.start for e in events)
+    return [{"lane": e.name if e.name in ranges else "communication", "name": e.name,
+             "thread": e.thread, "start_ms": (e.time_range.start - start) / 1e3,
+             "end_ms": (e.time_range.end - start) / 1e3} for e in events]  # fmt: skip
 
 
 def ddp_timelines(variants: list[str], world_size: int, model: str, *, batch_size: int = 4,

@@ -28,6 +28,7 @@ import weakref
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from perflab.distributed.ddp import broadcast_from_rank0
 
@@ -141,6 +142,7 @@ class FSDP(nn.Module):
         self._live: dict[int, nn.Parameter] = {}  # storage address of a gathered weight -> shard
         self.backward_gathers = 0  # weights gathered again for backward, since construction
         self._forward_gathers: list[weakref.ref] = []  # this forward's gathered buffers
+        self._compute_ranges: dict[int, record_function] = {}  # open "fsdp.forward" ranges
 
     @property
     def _dtype(self) -> torch.dtype:
@@ -166,18 +168,25 @@ class FSDP(nn.Module):
 
     def _make_pre_hook(self, unit: int):
         def pre_hook(submodule, args):
-            for attr, local in self.units[unit][1]:
-                if self.specs[local].sharded:
-                    full = self._gathered(local)
-                else:
-                    full = _Cast.apply(local, self._dtype)
-                setattr(submodule, attr, full)
+            # Profiler ranges (free when no profiler runs): how long this module waited for its
+            # weights, then its own forward (closed by the post-hook); ``fsdp_timeline``.
+            with record_function("fsdp.wait"):
+                for attr, local in self.units[unit][1]:
+                    if self.specs[local].sharded:
+                        full = self._gathered(local)
+                    else:
+                        full = _Cast.apply(local, self._dtype)
+                    setattr(submodule, attr, full)
             self._prefetch(unit + 1)
+            self._compute_ranges[unit] = record_function("fsdp.forward").__enter__()
 
         return pre_hook
 
     def _make_post_hook(self, unit: int):
         def post_hook(submodule, args, output):
+            opened = self._compute_ranges.pop(unit, None)
+            if opened is not None:
+                opened.__exit__(None, None, None)
             for attr, local in self.units[unit][1]:
                 full = getattr(submodule, attr)
                 if self.specs[local].sharded:
@@ -213,6 +222,9 @@ class FSDP(nn.Module):
             for _flat, work in self._prefetched.values():  # gathered for a module never run
                 work.wait()
             self._prefetched.clear()
+            for opened in reversed(self._compute_ranges.values()):  # a forward that raised
+                opened.__exit__(None, None, None)
+            self._compute_ranges.clear()
             self._live.clear()
 
     def full_weights_alive(self, settle_s: float = 1.0) -> int:

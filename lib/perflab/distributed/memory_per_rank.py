@@ -11,14 +11,19 @@ AdamW in fp32 keeps two moments per element (8 bytes) and a float32 step counter
 
 from __future__ import annotations
 
+import gc
+import time
+
 import pandas as pd
 import torch
 import torch.distributed as dist
 
-from perflab.distributed.ddp import DDPFlat
+from perflab.distributed.ddp import DDPFlat, DDPNaive
 from perflab.distributed.fsdp import FSDP
+from perflab.distributed.launch import rank_device
 from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.distributed.toy import build_model, loss_fn, vocab_size
+from perflab.memory.timeline import record_timeline
 
 ADAMW_BYTES_PER_ELEMENT = 8  # exp_avg + exp_avg_sq, fp32
 ADAMW_BYTES_PER_TENSOR = 4  # the step counter, a float32 scalar tensor
@@ -59,6 +64,81 @@ def zero_memory(model: str) -> dict:
         "state_measured_unsharded": optimizer_state_bytes(plain),
         "state_computed_unsharded": adamw_state_bytes(sum(p.numel() for p in params), len(params)),
     }
+
+
+def _tensor_bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _settle(seconds: float = 0.02) -> None:
+    """Let the process group's worker threads finish with the buffers of the collectives just
+    waited for, before a phase's recording ends."""
+    dist.barrier()
+    time.sleep(seconds)
+
+
+def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> list[dict]:
+    """On every rank, with plain AdamW and with ``ShardedOptimizer(AdamW)`` (the handout's
+    optimizer_state_sharding_accounting (a)): memory after building the model and optimizer,
+    just before ``step()`` and just after the first step, from the allocator's record
+    (``record_timeline``: bytes allocated since the rank started this measurement, and the
+    peak of each phase), broken down into the parameters, gradients and optimizer state the
+    rank holds at that point (their tensors' bytes; "other" is the rest).
+
+    The gradients are all-reduced in place (``DDPNaive``): a flat buffer's last reference can
+    be dropped by Gloo's worker thread, where the CPU profiler does not record the free."""
+    device = rank_device()
+    rows = []
+    for sharded in (False, True):
+        held: dict = {}
+
+        def build(held=held, sharded=sharded):
+            held["module"] = build_model(model, seed=0)
+            held["wrapped"] = DDPNaive(held["module"])  # in place: no buffer comes and goes
+            params = held["module"].parameters()
+            held["optimizer"] = (ShardedOptimizer(params, torch.optim.AdamW, lr=1e-3) if sharded
+                                 else torch.optim.AdamW(params, lr=1e-3))  # fmt: skip
+            _settle()
+
+        def forward_backward(held=held):
+            ids = torch.randint(
+                0,
+                vocab_size(held["module"]),
+                (batch_size, seq_len + 1),
+                generator=torch.Generator().manual_seed(dist.get_rank()),
+            )
+            loss_fn(held["wrapped"], ids[:, :-1].to(device), ids[:, 1:].to(device)).backward()
+            held["wrapped"].finish_gradient_synchronization()
+            _settle()
+
+        def step(held=held):
+            held["optimizer"].step()
+            _settle()
+
+        gc.collect()  # the previous optimizer's model, freed before this one is measured
+        live, peak = 0, 0
+        points = []
+        for point, phase in (("after init", build), ("before step", forward_backward),
+                             ("after step", step)):  # fmt: skip
+            timeline = record_timeline(phase, device)
+            peak = max(peak, live + timeline.peak_bytes)
+            live += int(timeline.events["allocated_bytes"].iloc[-1]) if len(timeline.events) else 0
+            params = list(held["module"].parameters())
+            state = optimizer_state_bytes(held["optimizer"].local_optimizer if sharded
+                                          else held["optimizer"])  # fmt: skip
+            held_bytes = {
+                "parameter_bytes": _tensor_bytes(params),
+                "gradient_bytes": _tensor_bytes(p.grad for p in params),
+                "optimizer_state_bytes": state,
+            }
+            points.append({
+                "rank": dist.get_rank(), "optimizer": "sharded AdamW" if sharded else "AdamW",
+                "point": point, "allocated_bytes": live, "peak_bytes_so_far": peak,
+                **held_bytes, "other_bytes": live - sum(held_bytes.values()),
+            })  # fmt: skip
+        rows += points
+        held.clear()
+    return rows
 
 
 def fsdp_memory(model: str) -> dict:

@@ -97,10 +97,17 @@ def plot_max_devices(table: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot_ddp_timelines(timelines: pd.DataFrame) -> Figure:
+def plot_ddp_timelines(
+    timelines: pd.DataFrame,
+    lanes: tuple[str, ...] = ("forward", "backward", "sync", "communication"),
+    xlabel: str = "ms from the start of the step (rank 0)",
+) -> Figure:
     """Rank 0's step per variant (``ddp_timelines``): forward, backward and the wait after it,
-    and below them when collectives ran, one row of panels per variant on a shared time axis."""
-    lanes = ["forward", "backward", "sync", "communication"]
+    and below them when collectives ran, one row of panels per variant on a shared time axis.
+    Other profiled timelines (``fsdp_forward_timeline``) name their own ``lanes``; without a
+    "variant" column they are one panel."""
+    if "variant" not in timelines:
+        timelines = timelines.assign(variant="")
     colours = dict(zip(lanes, sns.color_palette("colorblind", len(lanes)), strict=True))
     variants = list(dict.fromkeys(timelines["variant"]))
     fig, axes = plt.subplots(len(variants), 1, figsize=(9, 1.3 * len(variants) + 0.6),
@@ -115,6 +122,6 @@ def plot_ddp_timelines(timelines: pd.DataFrame) -> Figure:
         ax.set_yticks(range(len(lanes)), lanes)
         ax.invert_yaxis()
         ax.set_title(variant, fontsize=9, loc="left")
-    axes[-1, 0].set_xlabel("ms from the start of the step (rank 0)")
+    axes[-1, 0].set_xlabel(xlabel)
     fig.tight_layout()
     return fig
