@@ -81,3 +81,17 @@ def test_noise_check_command_prints_the_rates(capsys):
     assert main(["noise-check", "--runs", "2"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("A/A false alarms: ") and " of 2; A/B 2x detected: " in last
+
+
+def test_least_squares_recovers_a_plane_and_its_r2():
+    import numpy as np
+
+    from perflab.bench.stats import least_squares
+
+    x = np.arange(1.0, 9.0)
+    exact = 2.0 + 3.0 * x - 0.5 / x
+    coefficients, r2 = least_squares([np.ones_like(x), x, 1 / x], exact)
+    assert np.allclose(coefficients, [2.0, 3.0, -0.5]) and r2 == pytest.approx(1.0)
+    noisy = exact + np.where(x % 2 == 0, 1.0, -1.0)
+    assert least_squares([np.ones_like(x), x, 1 / x], noisy)[1] < 1.0
+    assert np.isnan(least_squares([np.ones_like(x)], np.full_like(x, 3.0))[1])

@@ -63,3 +63,16 @@ def is_unstable(values: Sequence[float]) -> bool:
 def interval_text(low: float, high: float, scale: float = 1e3, unit: str = "ms") -> str:
     """'12.1–13.4 ms' (or without a unit when ``unit`` is empty): an interval in words."""
     return f"{low * scale:.3g}–{high * scale:.3g}" + (f" {unit}" if unit else "")
+
+
+def least_squares(columns: Sequence[Sequence[float]], y: Sequence[float]
+                  ) -> tuple[np.ndarray, float]:  # fmt: skip
+    """Least-squares coefficients of y ~ sum_k c_k columns[k] (include a column of ones for an
+    intercept) and the coefficient of determination R^2 = 1 - SS_res / SS_tot (NaN when y
+    does not vary)."""
+    design = np.column_stack([np.asarray(c, dtype=float) for c in columns])
+    target = np.asarray(y, dtype=float)
+    coefficients, *_ = np.linalg.lstsq(design, target, rcond=None)
+    spread = float(((target - target.mean()) ** 2).sum())
+    residual = float(((target - design @ coefficients) ** 2).sum())
+    return coefficients, (1 - residual / spread) if spread > 0 else float("nan")

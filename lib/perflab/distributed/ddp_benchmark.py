@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from perflab.bench.comparison import paired_comparison
+from perflab.bench.stats import least_squares
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
@@ -200,12 +201,8 @@ def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
     ok = frame[(frame["status"] == "ok") & (frame["variant"] == "bucketed")]
     buckets = pd.to_numeric(ok["buckets"]).to_numpy(float)
     seconds = ok["sync_ms"].to_numpy(float) / 1e3
-    design = np.column_stack([buckets, 1 / buckets])
-    (per_call, s_over_w), *_ = np.linalg.lstsq(design, seconds, rcond=None)
-    predicted = design @ np.array([per_call, s_over_w])
-    spread = ((seconds - seconds.mean()) ** 2).sum()
+    (per_call, s_over_w), r2 = least_squares([buckets, 1 / buckets], seconds)
     s = float(ok["gradient_mb"].iloc[0]) * 1e6
-    r2 = 1 - ((seconds - predicted) ** 2).sum() / spread if spread > 0 else float("nan")
     fit = {"points": len(ok), "distinct_bucket_counts": len(set(buckets)),
            "per_call_ms": float(per_call) * 1e3, "s_over_w_ms": float(s_over_w) * 1e3,
            "gradient_bytes": s, "r2": float(r2),

@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
+from perflab.bench.stats import least_squares
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import time_fn
 from perflab.device import describe, resolve_device
@@ -111,9 +112,7 @@ def fit_ring_model(rows: pd.DataFrame) -> pd.DataFrame:
         if group["bytes"].nunique() < 2:
             continue
         size, seconds = group["bytes"].to_numpy(float), group["ring_ms"].to_numpy(float) / 1e3
-        slope, latency = np.polyfit(size, seconds, 1)
-        predicted = latency + slope * size
-        r2 = 1 - ((seconds - predicted) ** 2).sum() / ((seconds - seconds.mean()) ** 2).sum()
+        (latency, slope), r2 = least_squares([np.ones_like(size), size], seconds)
         out.append({
             "world_size": int(world_size), "latency_ms": latency * 1e3,
             "seconds_per_gb": slope * 1e9, "egress_gbps": (world_size - 1) / slope / 1e9,

@@ -12,6 +12,7 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
+from perflab.bench.stats import least_squares
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
 from perflab.bench.timer import time_fn
 from perflab.checkpointing import check_strategy, run_blocks
@@ -109,14 +110,9 @@ def nearest_grid_point(value: float, grid: list[int]) -> int:
 
 def log_fit(layers: list[int], peaks: list[float]) -> dict:
     """Least-squares fit peak = a + b * log2(layers), with its coefficient of determination."""
-    x = torch.tensor([math.log2(n) for n in layers], dtype=torch.float64)
-    y = torch.tensor(peaks, dtype=torch.float64)
-    design = torch.stack([torch.ones_like(x), x], dim=1)
-    solution = torch.linalg.lstsq(design, y[:, None]).solution.squeeze(1)
-    fitted = design @ solution
-    r2 = 1 - ((y - fitted) ** 2).sum() / ((y - y.mean()) ** 2).sum()
-    return {"intercept": float(solution[0]), "slope_per_doubling": float(solution[1]),
-            "r2": float(r2)}  # fmt: skip
+    doublings = [math.log2(n) for n in layers]
+    (intercept, slope), r2 = least_squares([[1.0] * len(layers), doublings], peaks)
+    return {"intercept": float(intercept), "slope_per_doubling": float(slope), "r2": float(r2)}
 
 
 def full_step_peak(
