@@ -22,12 +22,15 @@
 # rank. You will shard the optimizer state (ZeRO stage 1) around any `torch.optim.Optimizer`,
 # then the weights themselves (fully sharded data parallel, FSDP), check both against training
 # on one process and against PyTorch's own FSDP, measure what each rank holds and compare it
-# with the formulas, and finally compute, for data-parallel, fully-sharded, tensor-parallel
-# and 2D training, how many devices a step can use before communication outlasts compute.
+# with the formulas, see whether FSDP's weight gathers arrive before the forward needs them, and
+# finally compute, for data-parallel, fully-sharded, tensor-parallel and 2D training, how many
+# devices a step can use before communication outlasts compute (the 2026 handout's FFN
+# problems and the 2025 handout's XXL accounting).
 #
 # Ranks run on Gloo on a CPU (NCCL on GPUs) through `perflab.distributed.launch`. Memory here is
-# counted in bytes of the tensors each rank holds, which is what sharding changes; the
-# bandwidths in the calculators are datasheet numbers of a GPU cluster, not measurements.
+# counted in bytes of the tensors each rank holds, which is what sharding changes, and read
+# from the allocator's record at the points of a step; the bandwidths in the calculators are
+# datasheet numbers, not measurements.
 
 # %% tags=["parameters"]
 world_size = 2                              # ranks

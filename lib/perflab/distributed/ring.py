@@ -59,7 +59,9 @@ def check_ring_rank(numel: int = 1001, seed: int = 0) -> float:
 def _ring_measure(config: dict, warmup: int, steps: int) -> dict:
     """On every rank: time the alternate ring and ``all_reduce`` on ``size_mb`` MB of
     float32, in alternation (all_reduce, ring, ring, all_reduce per round) so that a slow
-    moment falls on both; the row keeps the slowest rank's medians."""
+    moment falls on both; the row keeps the slowest rank's medians. Both leave the input
+    unchanged, so both times include copies of it (the ring two: the running sum and the
+    buffer it sends; ``all_reduce`` one), memory traffic the (N-1) S / W model leaves out."""
     device = rank_device()
     tensor = torch.ones(int(config["size_mb"] * MB) // 4, dtype=torch.float32, device=device)
     methods = {
@@ -80,7 +82,8 @@ def _ring_measure(config: dict, warmup: int, steps: int) -> dict:
         "ring_ms": max(r["ring"] for r in per_rank) * 1e3,
         "all_reduce_ms": max(r["all_reduce"] for r in per_rank) * 1e3,
         "steps": steps,
-        "timing": "median per rank of 2 x steps alternated calls, slowest rank",
+        "timing": "median per rank of 2 x steps alternated calls, slowest rank; input copies "
+        "included (ring 2, all_reduce 1)",
     }
 
 
