@@ -1,0 +1,116 @@
+"""Cross-entropy of a linear head without the full logits (notebook 09).
+
+A language model's loss is ``cross_entropy(hidden @ weight.T, targets)``: for T tokens and a
+vocabulary V the logits alone are T x V values (the 2026 leaderboard: 2 x 32768 x 151936, 37 GB
+in bf16), and ``F.cross_entropy`` keeps its log-softmax for backward, and backward makes a
+gradient of the same size. Here the tokens go through the head in chunks: forward keeps, per
+token, only the log-sum-exp of its logits; backward recomputes one chunk's logits at a time and
+turns them into that chunk's gradients at once,
+
+    d loss / d logits = (softmax(logits) - onehot(target)) / n_counted
+    d hidden = d logits @ weight,     d weight += d logits^T @ hidden_chunk,
+
+so at most one chunk's logits (chunk x V) exist at any moment, for one more head matmul in
+backward (the recomputation). The same idea as Liger Kernel's fused linear cross-entropy
+(Hsu et al. 2024), written here in PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy)
+
+
+def default_chunk_size(tokens: int, vocab: int, d_model: int) -> int:
+    """Tokens per chunk so that one chunk's logits (chunk x vocab) are about as large as the
+    hidden states themselves (tokens x d_model), rounded up to a multiple of 32: the head's
+    extra memory then stays of the order of its input, whatever the vocabulary."""
+    chunks = math.ceil(vocab / max(d_model, 1))
+    return min(tokens, 32 * math.ceil(math.ceil(tokens / chunks) / 32)) if tokens else 1
+
+
+def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None) -> None:
+    if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden must be (tokens, d) and weight (vocab, d) with the same d; got "
+            f"{tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
+    if targets.shape != hidden.shape[:1] or targets.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"targets must be integer ids of shape ({hidden.shape[0]},); got "
+            f"{targets.dtype} {tuple(targets.shape)}"
+        )
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
+
+
+def _accumulation_dtype(hidden: Tensor) -> torch.dtype:
+    """Logits, log-sum-exp and the weight's gradient sum in float32 at least (float64 stays)."""
+    return torch.promote_types(hidden.dtype, torch.float32)
+
+
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of ``hidden @ weight.T`` over the counted targets, in chunks."""
+
+    @staticmethod
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int,
+                ignore_index: int) -> Tensor:  # fmt: skip
+        counted = targets != ignore_index
+        acc = _accumulation_dtype(hidden)
+        lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
+        total = torch.zeros((), dtype=acc, device=hidden.device)
+        for start in range(0, hidden.shape[0], chunk_size):
+            chunk = slice(start, start + chunk_size)
+            logits = (hidden[chunk] @ weight.T).to(acc)
+            lse[chunk] = torch.logsumexp(logits, dim=-1)
+            safe = targets[chunk].clamp(min=0).long()
+            target_logit = logits.gather(1, safe[:, None]).squeeze(1)
+            total += ((lse[chunk] - target_logit) * counted[chunk]).sum()
+            del logits
+        n_counted = counted.sum()
+        ctx.save_for_backward(hidden, weight, targets, lse, n_counted)
+        ctx.chunk_size = chunk_size
+        ctx.ignore_index = ignore_index
+        return (total / n_counted).to(hidden.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor):
+        hidden, weight, targets, lse, n_counted = ctx.saved_tensors
+        acc = _accumulation_dtype(hidden)
+        scale = grad_loss.to(acc) / n_counted
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=acc) if ctx.needs_input_grad[1] else None
+        for start in range(0, hidden.shape[0], ctx.chunk_size):
+            chunk = slice(start, start + ctx.chunk_size)
+            h = hidden[chunk]
+            # softmax from the saved log-sum-exp, in place over the recomputed logits
+            grad_logits = (h @ weight.T).to(acc).sub_(lse[chunk, None]).exp_()
+            rows = torch.arange(grad_logits.shape[0], device=grad_logits.device)
+            counted = targets[chunk] != ctx.ignore_index
+            grad_logits[rows, targets[chunk].clamp(min=0).long()] -= 1.0
+            grad_logits.mul_((scale * counted)[:, None])
+            if grad_hidden is not None:
+                grad_hidden[chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.T, h.to(acc))
+            del grad_logits
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None
+
+
+def fused_linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor,
+                               chunk_size: int | None = None,
+                               ignore_index: int = IGNORE_INDEX) -> Tensor:  # fmt: skip
+    """Mean cross-entropy of ``hidden (tokens, d) @ weight (vocab, d).T`` against ``targets
+    (tokens,)``, differentiable in ``hidden`` and ``weight``, never holding more than
+    ``chunk_size`` tokens' logits (None: ``default_chunk_size``). Targets equal to
+    ``ignore_index`` do not count, as in ``F.cross_entropy``."""
+    _check(hidden, weight, targets, chunk_size)
+    if chunk_size is None:
+        chunk_size = default_chunk_size(hidden.shape[0], weight.shape[0], weight.shape[1])
+    return FusedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, ignore_index)

@@ -1,0 +1,100 @@
+"""The fused linear cross-entropy against the plain head (logits, then F.cross_entropy): the
+loss and both gradients in float64 on odd sizes and every kind of chunking, padding targets,
+bfloat16, bad input, and the memory it saves."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perflab.training import default_chunk_size, fused_linear_cross_entropy
+from perflab.training.head_memory import head_peak_memory
+
+
+def _inputs(tokens, vocab, d, dtype=torch.float64, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, d, generator=generator, dtype=dtype, requires_grad=True)
+    weight = torch.randn(vocab, d, generator=generator, dtype=dtype, requires_grad=True)
+    targets = torch.randint(0, vocab, (tokens,), generator=generator)
+    return hidden, weight, targets
+
+
+def _loss_and_grads(loss_fn, hidden, weight, targets):
+    h, w = hidden.detach().clone().requires_grad_(), weight.detach().clone().requires_grad_()
+    loss = loss_fn(h, w, targets)
+    loss.backward()
+    return loss.detach(), h.grad, w.grad
+
+
+def _plain(h, w, t):
+    return F.cross_entropy(h @ w.T, t)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 37, 100, None])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_equal_to_the_plain_head_in_float64(chunk_size, seed):
+    hidden, weight, targets = _inputs(37, 53, 11, seed=seed)  # odd sizes, 37 % 7 != 0
+    fused = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=chunk_size),
+        hidden, weight, targets,
+    )  # fmt: skip
+    plain = _loss_and_grads(_plain, hidden, weight, targets)
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_ignored_targets_do_not_count():
+    hidden, weight, targets = _inputs(29, 17, 5)
+    targets[::3] = -100
+    fused = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=4), hidden, weight, targets
+    )
+    plain = _loss_and_grads(_plain, hidden, weight, targets)
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    assert (fused[1][::3] == 0).all()  # an ignored token gets no gradient
+
+
+def test_bfloat16_stays_close_to_float32():
+    """bf16 inputs, fp32 logits inside: within bf16's rounding of the float32 result."""
+    hidden, weight, targets = _inputs(64, 97, 16, dtype=torch.float32)
+    reference = _loss_and_grads(_plain, hidden, weight, targets)
+    low = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h.bfloat16(), w.bfloat16(), t, chunk_size=16),
+        hidden, weight, targets,
+    )  # fmt: skip
+    assert low[0].dtype == torch.bfloat16
+    torch.testing.assert_close(low[0].float(), reference[0], rtol=2e-2, atol=2e-2)
+    for a, b in zip(low[1:], reference[1:], strict=True):
+        assert a.dtype == torch.float32  # the leaves' dtype; bf16 flowed through the cast
+        torch.testing.assert_close(a, b, rtol=5e-2, atol=5e-3)
+
+
+def test_default_chunk_keeps_a_chunks_logits_near_the_size_of_hidden():
+    tokens, vocab, d = 4096, 32000, 256
+    chunk = default_chunk_size(tokens, vocab, d)
+    assert chunk % 32 == 0 and chunk * vocab <= 2 * tokens * d
+    assert default_chunk_size(10, 100, 512) == 10  # never more than the tokens
+
+
+@pytest.mark.parametrize("args, message", [
+    (((4, 8), (10, 7), (4,)), "same d"),
+    (((4, 8), (10, 8), (5,)), "targets must be integer ids of shape"),
+])  # fmt: skip
+def test_bad_shapes_raise_one_clear_error(args, message):
+    h, w, t = args
+    with pytest.raises(ValueError, match=message):
+        fused_linear_cross_entropy(torch.randn(h), torch.randn(w), torch.zeros(t, dtype=torch.long))
+
+
+def test_bad_chunk_size_raises():
+    with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
+        fused_linear_cross_entropy(torch.randn(4, 8), torch.randn(10, 8),
+                                   torch.zeros(4, dtype=torch.long), chunk_size=0)  # fmt: skip
+
+
+def test_fused_head_peak_is_below_the_plain_heads():
+    """A small instance of the memory benchmark (the notebook prints the full-size one): the
+    allocator's peak of forward + backward, fused against plain."""
+    table = head_peak_memory(512, 4000, 64).set_index("method")
+    assert table.loc["plain", "peak_bytes"] > table.loc["plain", "logits_bytes"]
+    assert table.loc["fused", "peak_bytes"] < 0.5 * table.loc["plain", "peak_bytes"]
