@@ -36,13 +36,14 @@ batch_size = 4                     # sequences per step
 checkpoint_preset = "cpu-tiny"     # block shape of the checkpointing study
 checkpoint_seq_len = 128           # tokens per sequence in the checkpointing study
 group_sweep_layers = 16            # depth of the single-level group-size sweep
-checkpoint_layers = [4, 8, 16, 32] # depths of the nested-checkpointing fit
+checkpoint_layers = [4, 8, 16]     # depths of the nested-checkpointing fit
 cost_rounds = 3                    # rounds of each recomputation-cost comparison
 device = "auto"                    # "cuda" when present, else "cpu"
 resume = True                      # skip peak-memory configurations already in the results file
 
 # %%
 from dataclasses import replace
+import inspect
 import math
 
 import pandas as pd
@@ -59,7 +60,7 @@ from perflab.memory.checkpoint_study import (
     depth_sweep,
     group_size_sweep,
 )
-from perflab.checkpointing import forward_counts
+from perflab.checkpointing import forward_counts, run_nested
 from perflab.memory.at_scale import handout_example, handout_sizes
 from perflab.memory.measure import (
     block_saved_tensors,
@@ -310,8 +311,27 @@ print(f"xl: the cost model's best group size is {xl_best} (sqrt(L*b/A) = "
 # Measuring those peaks needs a GPU with room for xl (`perflab run 04 --full -p
 # checkpoint_preset xl -p checkpoint_seq_len 2048 -p group_sweep_layers 32`, not run here).
 #
-# **Nested checkpointing against depth.** Recursive halving keeps two inputs per level of the
-# recursion and one block's activations: peak ~ c + 2·b·log2(L).
+# **Which arrangement keeps the least in memory? (gradient_checkpointing (a))** Ignoring
+# compute, nest the checkpoints: split the stack into halves, checkpoint each, and do the same
+# inside each half down to single blocks (`perflab.checkpointing.run_nested`, below). A
+# checkpointed segment keeps only its input until backward reaches it; recomputing it keeps
+# the inputs of its own two halves, and so on, so while backward runs through any block the
+# memory holds the segment inputs along one path of the recursion (two per level, log2 L
+# levels) plus that one block's activations: peak ~ c + 2·b·log2(L), O(log L), where b is the
+# residual stream. Each level of nesting runs every block's forward once more: 1 + log2 L
+# forwards per block, O(L log L) compute (counted below). Splitting into k parts instead of 2
+# keeps k inputs per level over log_k L levels, k/ln k · ln L in all: still O(log L), the
+# constant nearly the same for k = 2, 3 or 4 (printed below); a flat single level
+# (k = L) is O(L).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(inspect.getsource(run_nested))
+print("inputs held per ln L for a k-way split, k / ln k:",
+      ", ".join(f"k={k}: {k / math.log(k):.2f}" for k in (2, 3, 4, 8)))
+
+# %% [markdown]
+# **Nested checkpointing against depth**, measured: peak against log2(L).
 
 # %%
 depth = depth_sweep(checkpoint_preset, checkpoint_layers, batch_size, checkpoint_seq_len, dev)

@@ -35,6 +35,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "context_lengths": [128, 256, 512],
         "checkpoint_preset": "small",
         "checkpoint_seq_len": 512,
+        "checkpoint_layers": [4, 8, 16, 32],
         "cost_rounds": 10,
     },
     "05_attention_compile": {
@@ -57,6 +58,8 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "max_seq_len": {"flash_torch": 1024},
         "memory_batch": 8,
         "memory_seq_len": 16384,
+        "kernel_targets": ["sm_80", "sm_90", "sm_100"],
+        "kernel_dtypes": ["fp16", "bf16"],
     },
     "07_distributed_ddp": {
         "sizes_mb": [1, 10, 100, 1000],
