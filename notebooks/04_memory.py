@@ -316,9 +316,10 @@ print(f"xl: the cost model's best group size is {xl_best} (sqrt(L*b/A) = "
 # inside each half down to single blocks (`perflab.checkpointing.run_nested`, below). A
 # checkpointed segment keeps only its input until backward reaches it; recomputing it keeps
 # the inputs of its own two halves, and so on, so while backward runs through any block the
-# memory holds the segment inputs along one path of the recursion (two per level, log2 L
-# levels) plus that one block's activations: peak ~ c + 2·b·log2(L), O(log L), where b is the
-# residual stream. Each level of nesting runs every block's forward once more: 1 + log2 L
+# memory holds the segment inputs along one path of the recursion (one or two per level: the
+# second half's input is freed once its backward is done, log2 L levels) plus that one block's
+# activations: peak ~ c + k·b·log2(L) with 1 <= k <= 2, O(log L), where b is the residual
+# stream. Each level of nesting runs every block's forward once more: 1 + log2 L
 # forwards per block, O(L log L) compute (counted below). Splitting into k parts instead of 2
 # keeps k inputs per level over log_k L levels, k/ln k · ln L in all: still O(log L), the
 # constant nearly the same for k = 2, 3 or 4 (printed below); a flat single level
@@ -345,8 +346,10 @@ nested = depth[depth["strategy"] == "nested"]
 fit = log_fit(list(nested["layers"]), list(nested["peak_bytes"]))
 plain = depth[depth["strategy"] == "none"]
 print(f"nested: peak = {fit['intercept'] / MiB:.2f} MiB + {fit['slope_per_doubling'] / MiB:.3f} "
-      f"MiB per doubling of depth (R^2 = {fit['r2']:.3f}); 2 x residual stream = "
-      f"{2 * residual / MiB:.3f} MiB")
+      f"MiB per doubling of depth (R^2 = {fit['r2']:.3f}), {fit['slope_per_doubling'] / residual:.2f} "
+      f"residual streams of {residual / MiB:.3f} MiB: "
+      + ("between one and two inputs held per level, as argued" if 1 <= fit['slope_per_doubling']
+         / residual <= 2 else "outside the one-to-two inputs per level argued above"))
 print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak grows "
       f"{plain['peak_bytes'].iloc[-1] / plain['peak_bytes'].iloc[0]:.1f}x without checkpointing "
       f"and {nested['peak_bytes'].iloc[-1] / nested['peak_bytes'].iloc[0]:.2f}x nested")
