@@ -265,7 +265,9 @@ class TransformerLM(nn.Module):
         check_strategy(strategy, group_size, self.config.num_layers)
         self.checkpointing = (strategy, group_size)
 
-    def forward(self, token_ids: Tensor) -> Tensor:
+    def hidden_states(self, token_ids: Tensor) -> Tensor:
+        """(batch, seq, d_model): everything but the output projection, for a loss head that
+        applies ``lm_head.weight`` itself (``perflab.training.fused_linear_cross_entropy``)."""
         seq_len = token_ids.shape[-1]
         if seq_len > self.config.context_length:
             raise ValueError(
@@ -273,7 +275,10 @@ class TransformerLM(nn.Module):
                 f"{self.config.context_length}"
             )
         x = run_blocks(self.blocks, self.embedding(token_ids), *self.checkpointing)
-        return self.lm_head(self.final_norm(x))
+        return self.final_norm(x)
+
+    def forward(self, token_ids: Tensor) -> Tensor:
+        return self.lm_head(self.hidden_states(token_ids))
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:

@@ -48,6 +48,15 @@ def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | No
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
 
 
+def _matmul_dtype(hidden: Tensor) -> torch.dtype:
+    """The head's matmuls run in autocast's dtype when autocast is on (as ``hidden @ weight.T``
+    would), else in ``hidden``'s; backward, which autocast does not cover, uses the same."""
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return hidden.dtype
+
+
 def _accumulation_dtype(hidden: Tensor) -> torch.dtype:
     """Logits, log-sum-exp and the weight's gradient sum in float32 at least (float64 stays)."""
     return torch.promote_types(hidden.dtype, torch.float32)
@@ -61,11 +70,13 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
                 ignore_index: int) -> Tensor:  # fmt: skip
         counted = targets != ignore_index
         acc = _accumulation_dtype(hidden)
+        ctx.matmul_dtype = matmul = _matmul_dtype(hidden)
+        w = weight.to(matmul)
         lse = torch.empty(hidden.shape[0], dtype=acc, device=hidden.device)
         total = torch.zeros((), dtype=acc, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk_size):
             chunk = slice(start, start + chunk_size)
-            logits = (hidden[chunk] @ weight.T).to(acc)
+            logits = (hidden[chunk].to(matmul) @ w.T).to(acc)
             lse[chunk] = torch.logsumexp(logits, dim=-1)
             safe = targets[chunk].clamp(min=0).long()
             target_logit = logits.gather(1, safe[:, None]).squeeze(1)
@@ -81,20 +92,21 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss: Tensor):
         hidden, weight, targets, lse, n_counted = ctx.saved_tensors
         acc = _accumulation_dtype(hidden)
+        w = weight.to(ctx.matmul_dtype)
         scale = grad_loss.to(acc) / n_counted
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.zeros_like(weight, dtype=acc) if ctx.needs_input_grad[1] else None
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             chunk = slice(start, start + ctx.chunk_size)
-            h = hidden[chunk]
+            h = hidden[chunk].to(ctx.matmul_dtype)
             # softmax from the saved log-sum-exp, in place over the recomputed logits
-            grad_logits = (h @ weight.T).to(acc).sub_(lse[chunk, None]).exp_()
+            grad_logits = (h @ w.T).to(acc).sub_(lse[chunk, None]).exp_()
             rows = torch.arange(grad_logits.shape[0], device=grad_logits.device)
             counted = targets[chunk] != ctx.ignore_index
             grad_logits[rows, targets[chunk].clamp(min=0).long()] -= 1.0
             grad_logits.mul_((scale * counted)[:, None])
             if grad_hidden is not None:
-                grad_hidden[chunk] = (grad_logits.to(weight.dtype) @ weight).to(hidden.dtype)
+                grad_hidden[chunk] = (grad_logits.to(w.dtype) @ w).to(hidden.dtype)
             if grad_weight is not None:
                 grad_weight.addmm_(grad_logits.T, h.to(acc))
             del grad_logits
