@@ -98,3 +98,29 @@ def test_fused_head_peak_is_below_the_plain_heads():
     table = head_peak_memory(512, 4000, 64).set_index("method")
     assert table.loc["plain", "peak_bytes"] > table.loc["plain", "logits_bytes"]
     assert table.loc["fused", "peak_bytes"] < 0.5 * table.loc["plain", "peak_bytes"]
+
+
+def test_under_autocast_forward_and_backward_use_the_same_dtype():
+    """fp32 leaves under bf16 autocast: the head's matmuls run in bf16 in forward and in
+    backward (which autocast does not cover), so backward neither fails on mixed dtypes nor
+    strays from the plain head under the same autocast."""
+    hidden, weight, targets = _inputs(48, 61, 16, dtype=torch.float32)
+
+    def under_autocast(loss_fn):
+        def run(h, w, t):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return loss_fn(h, w, t)
+
+        return run
+
+    fused = _loss_and_grads(
+        under_autocast(lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=8)),
+        hidden, weight, targets,
+    )  # fmt: skip
+    plain = _loss_and_grads(
+        under_autocast(lambda h, w, t: F.cross_entropy((h @ w.T).float(), t)),
+        hidden, weight, targets,
+    )  # fmt: skip
+    assert fused[1].dtype == fused[2].dtype == torch.float32
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-3)
