@@ -1,13 +1,18 @@
 """The fused linear cross-entropy against the plain head (logits, then F.cross_entropy): the
 loss and both gradients in float64 on odd sizes and every kind of chunking, padding targets,
-bfloat16, bad input, and the memory it saves."""
+bfloat16, bad input, and the memory it saves; then every rung of notebook 09's ladder against the
+baseline step."""
+
+import itertools
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+from perflab.model import ModelConfig
 from perflab.training import default_chunk_size, fused_linear_cross_entropy
 from perflab.training.head_memory import head_peak_memory
+from perflab.training.ladder import Recipe, check_rung, ladder, time_ladder
 
 
 def _inputs(tokens, vocab, d, dtype=torch.float64, seed=0):
@@ -124,3 +129,65 @@ def test_under_autocast_forward_and_backward_use_the_same_dtype():
     assert fused[1].dtype == fused[2].dtype == torch.float32
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-3)
+
+
+# --- the ladder of notebook 09 ---------------------------------------------------------------
+
+
+TINY = ModelConfig("ladder-test", d_model=32, d_ff=96, num_layers=2, num_heads=2, vocab_size=97,
+                   context_length=64)  # fmt: skip
+CPU = torch.device("cpu")
+
+
+def test_each_rung_adds_exactly_one_change():
+    recipes = ladder()
+    assert recipes[0] == Recipe("baseline")
+    for before, after in itertools.pairwise(recipes):
+        changed = [
+            f
+            for f in ("dtype", "head", "attention", "optimizer", "compiled", "checkpoint_group")
+            if getattr(before, f) != getattr(after, f)
+        ]
+        assert len(changed) == 1, (after.name, changed)
+    picked = ladder(["fused loss head"])
+    assert [r.name for r in picked] == ["baseline", "fused loss head"]
+    assert picked[1].dtype == "bfloat16"  # cumulative: it keeps the rungs before it
+
+
+def test_bad_rungs_and_recipes_raise_one_clear_error():
+    with pytest.raises(ValueError, match="unknown rungs"):
+        ladder(["fastest"])
+    with pytest.raises(ValueError, match="unknown attention 'fast'; valid: naive, flash, sdpa"):
+        Recipe("x", attention="fast")
+
+
+@pytest.mark.parametrize("change", [
+    {"head": "fused"}, {"attention": "flash"}, {"attention": "sdpa"}, {"optimizer": "foreach"},
+    {"optimizer": "fused"}, {"checkpoint_group": 1},
+])  # fmt: skip
+def test_every_float_rung_is_the_baseline_in_float64(change):
+    """Each optimisation alone, float64 parameters, a fresh batch: loss, gradients and the
+    parameters after one AdamW step equal the baseline's to 1e-10."""
+    row = check_rung(TINY, Recipe("one change", **change), 2, 16, CPU, seed=3,
+                     param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
+    assert row["matches_baseline"], row
+
+
+def test_bf16_autocast_rung_is_within_its_stated_tolerance():
+    row = check_rung(TINY, ladder(["bf16 autocast"])[1], 2, 16, CPU, seed=4)
+    assert row["tolerance"] == 5e-2 and row["matches_baseline"], row
+    assert row["grad_error"] > 0  # bf16 really ran
+
+
+def test_compiled_rung_matches_the_baseline():
+    row = check_rung(TINY, Recipe("compiled", compiled=True), 2, 16, CPU, seed=5)
+    assert row["matches_baseline"], row
+
+
+def test_time_ladder_compares_each_rung_with_the_one_before():
+    recipes = [Recipe("baseline"), Recipe("fused loss head", head="fused")]
+    table = time_ladder(TINY, recipes, 2, 16, CPU, rounds=2, warmup=0)
+    assert list(table["rung"]) == ["baseline", "fused loss head"]
+    assert table["verdict"].iloc[1] in {"same", "faster", "slower"}
+    assert (table["peak_bytes"] > 0).all() and (table["step_s"] > 0).all()
+    assert table["speedup_over_baseline"].iloc[0] == 1.0

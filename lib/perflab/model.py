@@ -282,8 +282,10 @@ class TransformerLM(nn.Module):
 
 
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean next-token cross-entropy over all positions, computed in float32."""
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    """Mean next-token cross-entropy over all positions, computed in float32 at least."""
+    accumulate = torch.promote_types(logits.dtype, torch.float32)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(accumulate),
+                           targets.reshape(-1))  # fmt: skip
 
 
 def presets_table(batch_size: int = 4, seq_len: int = 512) -> pd.DataFrame:

@@ -1,0 +1,210 @@
+"""The training-step ladder of notebook 09: one recipe per rung, each adding one optimisation
+to the rung before, every rung checked against the baseline (loss, gradients, parameters after
+one AdamW step) and timed against the rung before, interleaved, with a verdict.
+
+A rung is a ``Recipe``: the autocast dtype, the loss head (logits + ``F.cross_entropy``, or
+``fused_linear_cross_entropy``), the attention (naive; FlashAttention: the Triton kernels on a
+GPU, the tiled PyTorch version on a CPU; or PyTorch's SDPA), AdamW's implementation (a
+for-loop over parameters, ``foreach`` multi-tensor kernels, or ``fused``), ``torch.compile``
+of the forward and loss, and activation checkpointing. The model already projects Q, K and V
+with one matmul (``CausalSelfAttention.qkv``), so fused QKV is in every rung.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from perflab.attention import naive_attention
+from perflab.bench.comparison import compare
+from perflab.bench.steps import autocast_context, random_batch
+from perflab.device import parse_dtype
+from perflab.memory.timeline import peak_memory
+from perflab.model import ModelConfig, TransformerLM, cross_entropy
+from perflab.training.fused_cross_entropy import fused_linear_cross_entropy
+
+HEADS = ("plain", "fused")
+ATTENTIONS = ("naive", "flash", "sdpa")
+OPTIMIZERS = ("for-loop", "foreach", "fused")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one training step is run; ``name`` says what this rung adds."""
+
+    name: str
+    dtype: str = "float32"
+    head: str = "plain"
+    attention: str = "naive"
+    optimizer: str = "for-loop"
+    compiled: bool = False
+    checkpoint_group: int | None = None
+
+    def __post_init__(self) -> None:
+        for field, valid in (("head", HEADS), ("attention", ATTENTIONS),
+                             ("optimizer", OPTIMIZERS)):  # fmt: skip
+            if getattr(self, field) not in valid:
+                raise ValueError(
+                    f"unknown {field} {getattr(self, field)!r}; valid: {', '.join(valid)}"
+                )
+        parse_dtype(self.dtype)
+
+
+def ladder(rungs: list[str] | None = None) -> list[Recipe]:
+    """The cumulative rungs, each one the previous recipe plus one change; ``rungs`` picks
+    some by name (the baseline always comes first)."""
+    steps = [
+        ("baseline", {}),
+        ("bf16 autocast", {"dtype": "bfloat16"}),
+        ("fused loss head", {"head": "fused"}),
+        ("FlashAttention", {"attention": "flash"}),
+        ("foreach AdamW", {"optimizer": "foreach"}),
+        ("fused AdamW", {"optimizer": "fused"}),
+        ("torch.compile", {"compiled": True}),
+    ]
+    names = [name for name, _ in steps]
+    unknown = sorted(set(rungs or []) - set(names))
+    if unknown:
+        raise ValueError(f"unknown rungs {unknown}; valid: {', '.join(names)}")
+    recipes, current = [], Recipe("baseline")
+    for name, change in steps:
+        current = dataclasses.replace(current, name=name, **change)
+        if rungs is None or name == "baseline" or name in rungs:
+            recipes.append(current)
+    return recipes
+
+
+def _attention(name: str, device: torch.device) -> Callable:
+    if name == "naive":
+        return naive_attention
+    if name == "sdpa":
+        return torch.nn.functional.scaled_dot_product_attention
+    if device.type == "cuda":
+        from perflab.attention.flash_triton import flash_attention_triton
+
+        return flash_attention_triton
+    from perflab.attention.flash_torch import flash_attention_torch
+
+    return flash_attention_torch
+
+
+class TrainingStep:
+    """A model, an AdamW and one random batch, run by ``recipe``; the same ``seed`` gives the
+    same weights and batch whatever the recipe."""
+
+    def __init__(self, config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
+                 device: torch.device, seed: int = 0, param_dtype=torch.float32):  # fmt: skip
+        self.recipe = recipe
+        self.device = device
+        self.tokens = batch_size * seq_len
+        torch.manual_seed(seed)
+        with torch.device(device):
+            self.model = TransformerLM(config).to(param_dtype)
+        self.model.set_attention(_attention(recipe.attention, device))
+        if recipe.checkpoint_group:
+            self.model.set_checkpointing("single", recipe.checkpoint_group)
+        implementation = {"for-loop": {"foreach": False}, "foreach": {"foreach": True},
+                          "fused": {"fused": True}}[recipe.optimizer]  # fmt: skip
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, **implementation)
+        self.inputs, self.targets = random_batch(config.vocab_size, batch_size, seq_len,
+                                                 device, seed)  # fmt: skip
+        self._loss = torch.compile(self._loss_eager) if recipe.compiled else self._loss_eager
+
+    def _loss_eager(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with autocast_context(self.device, parse_dtype(self.recipe.dtype)):
+            if self.recipe.head == "fused":
+                hidden = self.model.hidden_states(inputs)
+                return fused_linear_cross_entropy(
+                    hidden.reshape(-1, hidden.shape[-1]), self.model.lm_head.weight,
+                    targets.reshape(-1),
+                )  # fmt: skip
+            return cross_entropy(self.model(inputs), targets)
+
+    def loss_and_backward(self) -> torch.Tensor:
+        self.model.zero_grad(set_to_none=True)
+        loss = self._loss(self.inputs, self.targets)
+        loss.backward()
+        return loss.detach()
+
+    def step(self) -> None:
+        """One training step: zero_grad, forward and loss, backward, AdamW."""
+        self.loss_and_backward()
+        self.optimizer.step()
+
+
+def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|: the error against the reference's scale."""
+    scale = b.abs().max().clamp_min(torch.finfo(b.dtype).tiny)
+    return float((a - b).abs().max() / scale)
+
+
+#: Largest relative error of loss, gradients and updated parameters accepted against the
+#: baseline in float32: reordered float32 sums (the fused head's chunks, FlashAttention's
+#: tiles) stay far below it; bfloat16 (8 bits of mantissa) needs a few percent on gradients.
+TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+
+
+def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
+               device: torch.device, seed: int = 0, param_dtype=torch.float32,
+               tolerance: float | None = None) -> dict:  # fmt: skip
+    """``recipe`` against the baseline on the same weights and a fresh random batch (``seed``):
+    the loss, every gradient, and every parameter after one step of each optimizer from the
+    same gradients, as relative errors,
+    and whether each is within ``tolerance`` (default: ``TOLERANCE`` of the recipe's dtype;
+    the tests run float64 parameters with a far tighter one)."""
+    runs = [TrainingStep(config, r, batch_size, seq_len, device, seed, param_dtype)
+            for r in (Recipe("baseline"), recipe)]  # fmt: skip
+    losses = [run.loss_and_backward().float() for run in runs]
+    grads = [[p.grad.float() for p in run.model.parameters()] for run in runs]
+    # The optimizers step from the same (the baseline's) gradients: an Adam step divides by
+    # sqrt(v), which magnifies any difference of near-zero gradients; this isolates the
+    # optimizer's own implementation.
+    for mine, reference in zip(runs[1].model.parameters(), runs[0].model.parameters(),
+                               strict=True):  # fmt: skip
+        mine.grad = reference.grad.detach().clone().to(mine.dtype)
+    for run in runs:
+        run.optimizer.step()
+    params = [[p.detach().float() for p in run.model.parameters()] for run in runs]
+    errors = {
+        "loss_error": _relative_error(losses[1], losses[0]),
+        "grad_error": max(_relative_error(a, b) for a, b in zip(grads[1], grads[0], strict=True)),
+        "param_error_after_step": max(
+            _relative_error(a, b) for a, b in zip(params[1], params[0], strict=True)
+        ),
+    }
+    tolerance = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
+    return {"rung": recipe.name, **errors, "tolerance": tolerance,
+            "matches_baseline": all(e <= tolerance for e in errors.values())}  # fmt: skip
+
+
+def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
+                device: torch.device, *, rounds: int = 5, warmup: int = 1,
+                seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Each rung against the rung before, interleaved (``compare``: ratio, 95% interval,
+    verdict), with its median step time, tokens/s and the peak memory of one step above the
+    model, gradients and optimizer state (``peak_memory``, after the first step made them)."""
+    rows, previous = [], None
+    for recipe in recipes:
+        run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
+        run.step()  # gradients and AdamW state exist from here on; compiled rungs compile
+        row = {"rung": recipe.name, "peak_bytes": peak_memory(run.step, device)}
+        if previous is not None:
+            result = compare(previous.step, run.step, rounds=rounds, warmup=warmup,
+                             device=device, names=(previous.recipe.name, recipe.name))  # fmt: skip
+            rows[-1].setdefault("step_s", float(np.median(result.times_a)))  # the baseline
+            row.update(step_s=float(np.median(result.times_b)), vs_previous=result.ratio,
+                       ci_low=result.ci[0], ci_high=result.ci[1],
+                       verdict=result.verdict)  # fmt: skip
+        rows.append(row)
+        previous = run
+    frame = pd.DataFrame(rows)
+    tokens = batch_size * seq_len
+    frame["tokens_per_s"] = tokens / frame["step_s"]
+    # Medians from different comparisons: a cumulative speed-up, not an interleaved verdict.
+    frame["speedup_over_baseline"] = frame.loc[0, "step_s"] / frame["step_s"]
+    return frame
