@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from perflab.model import ModelConfig
 from perflab.training import default_chunk_size, fused_linear_cross_entropy
 from perflab.training.head_memory import head_peak_memory
-from perflab.training.ladder import Recipe, check_rung, ladder, time_ladder
+from perflab.training.ladder import Recipe, TrainingStep, check_rung, ladder, time_ladder
 
 
 def _inputs(tokens, vocab, d, dtype=torch.float64, seed=0):
@@ -149,9 +149,9 @@ def test_each_rung_adds_exactly_one_change():
             if getattr(before, f) != getattr(after, f)
         ]
         assert len(changed) == 1, (after.name, changed)
-    picked = ladder(["fused loss head"])
-    assert [r.name for r in picked] == ["baseline", "fused loss head"]
-    assert picked[1].dtype == "bfloat16"  # cumulative: it keeps the rungs before it
+    picked = ladder(["fused loss head", "bf16 autocast"])
+    assert [r.name for r in picked] == ["baseline", "fused loss head", "bf16 autocast"]
+    assert picked[1].dtype == "float32" and picked[2].head == "fused"  # in the order given
 
 
 def test_bad_rungs_and_recipes_raise_one_clear_error():
@@ -191,3 +191,80 @@ def test_time_ladder_compares_each_rung_with_the_one_before():
     assert table["verdict"].iloc[1] in {"same", "faster", "slower"}
     assert (table["peak_bytes"] > 0).all() and (table["step_s"] > 0).all()
     assert table["speedup_over_baseline"].iloc[0] == 1.0
+
+
+# --- the data path and the batch ------------------------------------------------------------
+
+
+def test_byte_tokenizer_round_trips_any_text():
+    from perflab.training.data import ByteTokenizer
+
+    tokenizer = ByteTokenizer()
+    text = "First Citizen: café, naïve — ✓"
+    ids = tokenizer.encode(text)
+    assert max(ids) < tokenizer.vocab_size and tokenizer.decode(ids) == text
+    assert len(ids) == len(text.encode("utf-8"))
+
+
+def test_every_data_path_gives_the_same_batches():
+    from perflab.training.data import DATA_PATHS, batches, read_corpus
+
+    text = read_corpus()[:5000]
+    modes = ("tokenise every step", "pre-tokenised", "DataLoader, 1 worker")
+    got = {mode: list(batches(mode, text, 3, 16, 4, seed=7)) for mode in modes}
+    reference = got["pre-tokenised"]
+    assert len(reference) == 4 and "DataLoader, 2 workers" in DATA_PATHS
+    for mode, found in got.items():
+        for (x, y), (rx, ry) in zip(found, reference, strict=True):
+            assert torch.equal(x, rx) and torch.equal(y, ry), mode
+    x, y = reference[0]
+    assert x.shape == (3, 16) and x.dtype == torch.long
+    assert torch.equal(x[:, 1:], y[:, :-1])  # targets are the inputs shifted by one
+
+
+def test_bad_data_path_and_short_corpus_raise():
+    from perflab.training.data import batches
+
+    with pytest.raises(ValueError, match="unknown data path 'fast'; valid: tokenise every step"):
+        next(batches("fast", "abc", 1, 4, 1))
+    with pytest.raises(ValueError, match="fewer than a window of 17"):
+        next(batches("pre-tokenised", "too short", 1, 16, 1))
+
+
+def test_data_path_steps_time_every_mode_in_every_round():
+    from perflab.training.data import data_path_steps, paired_table, read_corpus
+
+    byte_model = ModelConfig("bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2,
+                             vocab_size=256, context_length=32)  # fmt: skip
+    run = TrainingStep(byte_model, Recipe("baseline"), 2, 16, CPU)
+    times = data_path_steps(run, read_corpus()[:4000], rounds=3,
+                            modes=("tokenise every step", "pre-tokenised"))  # fmt: skip
+    assert set(times) == {"synthetic", "tokenise every step", "pre-tokenised"}
+    assert all(len(t) == 3 and min(t) > 0 for t in times.values())
+    table = paired_table(times, "synthetic").set_index("data_path")
+    assert set(table["verdict"].dropna()) <= {"same", "faster", "slower"}
+    with pytest.raises(ValueError, match="vocabulary of at least 256"):
+        data_path_steps(TrainingStep(TINY, Recipe("baseline"), 2, 16, CPU), "x" * 100, 2)
+
+
+def test_gradient_accumulation_equals_the_full_batch_in_float64():
+    run = TrainingStep(TINY, Recipe("baseline"), 4, 16, CPU, seed=2, param_dtype=torch.float64)
+    full_loss = run.loss_and_backward()
+    full = [p.grad.clone() for p in run.model.parameters()]
+    split_loss = run.loss_and_backward(micro_batches=4)
+    for a, b in zip((p.grad for p in run.model.parameters()), full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(split_loss, full_loss, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="micro_batches must divide the batch of 4"):
+        run.step(micro_batches=3)
+
+
+def test_batch_and_accumulation_tables():
+    from perflab.training.step_profile import accumulation_table, batch_size_table
+
+    sizes = batch_size_table(TINY, [1, 4], 16, CPU, steps=2)
+    assert list(sizes["tokens"]) == [16, 64] and (sizes["peak_bytes"] > 0).all()
+    accumulated = accumulation_table(TINY, 4, [1, 4], 16, CPU, steps=2)
+    assert list(accumulated["micro_batch"]) == [4, 1]
+    # Activations of a quarter of the batch at a time: a lower peak.
+    assert accumulated["peak_bytes"].iloc[1] < accumulated["peak_bytes"].iloc[0]

@@ -23,6 +23,7 @@ import torch
 from perflab.attention import naive_attention
 from perflab.bench.comparison import compare
 from perflab.bench.steps import autocast_context, random_batch
+from perflab.bench.timer import PhaseClock
 from perflab.device import parse_dtype
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, TransformerLM, cross_entropy
@@ -55,27 +56,27 @@ class Recipe:
         parse_dtype(self.dtype)
 
 
+#: The changes of the ladder, in the order of the full profile (a GPU).
+CHANGES = {
+    "bf16 autocast": {"dtype": "bfloat16"},
+    "fused loss head": {"head": "fused"},
+    "FlashAttention": {"attention": "flash"},
+    "foreach AdamW": {"optimizer": "foreach"},
+    "fused AdamW": {"optimizer": "fused"},
+    "torch.compile": {"compiled": True},
+}
+
+
 def ladder(rungs: list[str] | None = None) -> list[Recipe]:
-    """The cumulative rungs, each one the previous recipe plus one change; ``rungs`` picks
-    some by name (the baseline always comes first)."""
-    steps = [
-        ("baseline", {}),
-        ("bf16 autocast", {"dtype": "bfloat16"}),
-        ("fused loss head", {"head": "fused"}),
-        ("FlashAttention", {"attention": "flash"}),
-        ("foreach AdamW", {"optimizer": "foreach"}),
-        ("fused AdamW", {"optimizer": "fused"}),
-        ("torch.compile", {"compiled": True}),
-    ]
-    names = [name for name, _ in steps]
-    unknown = sorted(set(rungs or []) - set(names))
+    """The baseline, then one rung per change in ``rungs`` (default: all of ``CHANGES``), in
+    the order given, each keeping every change before it."""
+    rungs = list(CHANGES) if rungs is None else list(rungs)
+    unknown = [name for name in rungs if name not in CHANGES]
     if unknown:
-        raise ValueError(f"unknown rungs {unknown}; valid: {', '.join(names)}")
-    recipes, current = [], Recipe("baseline")
-    for name, change in steps:
-        current = dataclasses.replace(current, name=name, **change)
-        if rungs is None or name == "baseline" or name in rungs:
-            recipes.append(current)
+        raise ValueError(f"unknown rungs {unknown}; valid: {', '.join(CHANGES)}")
+    recipes = [Recipe("baseline")]
+    for name in rungs:
+        recipes.append(dataclasses.replace(recipes[-1], name=name, **CHANGES[name]))
     return recipes
 
 
@@ -125,16 +126,43 @@ class TrainingStep:
                 )  # fmt: skip
             return cross_entropy(self.model(inputs), targets)
 
-    def loss_and_backward(self) -> torch.Tensor:
+    def loss_and_backward(self, clock: PhaseClock | None = None,
+                          micro_batches: int = 1) -> torch.Tensor:  # fmt: skip
+        """zero_grad, then forward and backward; with ``micro_batches`` > 1 the batch is
+        split and the gradients accumulated, each micro-batch's loss divided by their count,
+        which gives the full batch's mean-loss gradient (equal micro-batches)."""
+        mark = clock.mark if clock else lambda phase: None
+        batch = self.inputs.shape[0]
+        if micro_batches < 1 or batch % micro_batches:
+            raise ValueError(
+                f"micro_batches must divide the batch of {batch} sequences, got {micro_batches}"
+            )
         self.model.zero_grad(set_to_none=True)
-        loss = self._loss(self.inputs, self.targets)
-        loss.backward()
-        return loss.detach()
+        total = None
+        for inputs, targets in zip(self.inputs.chunk(micro_batches),
+                                   self.targets.chunk(micro_batches), strict=True):  # fmt: skip
+            loss = self._loss(inputs, targets) / micro_batches
+            mark("forward")
+            loss.backward()
+            mark("backward")
+            total = loss.detach() if total is None else total + loss.detach()
+        return total
 
-    def step(self) -> None:
-        """One training step: zero_grad, forward and loss, backward, AdamW."""
-        self.loss_and_backward()
+    def step(self, clock: PhaseClock | None = None, micro_batches: int = 1) -> None:
+        """One training step: zero_grad, forward and loss, backward, AdamW; with a ``clock``,
+        the three phases' times are recorded in it."""
+        if clock:
+            clock.start()
+        self.loss_and_backward(clock, micro_batches)
         self.optimizer.step()
+        if clock:
+            clock.mark("optimizer")
+            clock.finish()
+
+    def set_batch(self, inputs: torch.Tensor, targets: torch.Tensor) -> None:
+        """Train on this batch from now on (moved to the step's device)."""
+        self.inputs = inputs.to(self.device, non_blocking=True)
+        self.targets = targets.to(self.device, non_blocking=True)
 
 
 def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -149,50 +177,68 @@ def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
 
 
-def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
-               device: torch.device, seed: int = 0, param_dtype=torch.float32,
-               tolerance: float | None = None) -> dict:  # fmt: skip
-    """``recipe`` against the baseline on the same weights and a fresh random batch (``seed``):
-    the loss, every gradient, and every parameter after one step of each optimizer from the
-    same gradients, as relative errors,
-    and whether each is within ``tolerance`` (default: ``TOLERANCE`` of the recipe's dtype;
-    the tests run float64 parameters with a far tighter one)."""
-    runs = [TrainingStep(config, r, batch_size, seq_len, device, seed, param_dtype)
-            for r in (Recipe("baseline"), recipe)]  # fmt: skip
-    losses = [run.loss_and_backward().float() for run in runs]
-    grads = [[p.grad.float() for p in run.model.parameters()] for run in runs]
-    # The optimizers step from the same (the baseline's) gradients: an Adam step divides by
-    # sqrt(v), which magnifies any difference of near-zero gradients; this isolates the
-    # optimizer's own implementation.
-    for mine, reference in zip(runs[1].model.parameters(), runs[0].model.parameters(),
-                               strict=True):  # fmt: skip
-        mine.grad = reference.grad.detach().clone().to(mine.dtype)
-    for run in runs:
+def _wide(tensor: torch.Tensor) -> torch.Tensor:
+    """A detached copy in float32 at least (float64 stays float64) for comparing."""
+    return tensor.detach().to(torch.promote_types(tensor.dtype, torch.float32))
+
+
+def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
+                 device: torch.device, seed: int = 0, param_dtype=torch.float32,
+                 tolerance: float | None = None) -> pd.DataFrame:  # fmt: skip
+    """Each recipe against the baseline on the same weights and a fresh random batch
+    (``seed``): the loss, every gradient, and every parameter after one step of each optimizer
+    from the same (the baseline's) gradients, as relative errors, and whether each is within
+    ``tolerance`` (default: ``TOLERANCE`` of the recipe's dtype; the tests run float64
+    parameters with a far tighter one). An Adam step divides by sqrt(v), which magnifies any
+    difference of near-zero gradients; stepping from the same gradients isolates the
+    optimizer's own implementation."""
+    base = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, device, seed, param_dtype)
+    base_loss = _wide(base.loss_and_backward())
+    base_grads = [p.grad.detach().clone() for p in base.model.parameters()]
+    base.optimizer.step()
+    base_params = [_wide(p) for p in base.model.parameters()]
+    rows = []
+    for recipe in recipes:
+        run = TrainingStep(config, recipe, batch_size, seq_len, device, seed, param_dtype)
+        loss = _wide(run.loss_and_backward())
+        grads = [_wide(p.grad) for p in run.model.parameters()]
+        for param, grad in zip(run.model.parameters(), base_grads, strict=True):
+            param.grad = grad.clone().to(param.dtype)
         run.optimizer.step()
-    params = [[p.detach().float() for p in run.model.parameters()] for run in runs]
-    errors = {
-        "loss_error": _relative_error(losses[1], losses[0]),
-        "grad_error": max(_relative_error(a, b) for a, b in zip(grads[1], grads[0], strict=True)),
-        "param_error_after_step": max(
-            _relative_error(a, b) for a, b in zip(params[1], params[0], strict=True)
-        ),
-    }
-    tolerance = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
-    return {"rung": recipe.name, **errors, "tolerance": tolerance,
-            "matches_baseline": all(e <= tolerance for e in errors.values())}  # fmt: skip
+        errors = {
+            "loss_error": _relative_error(loss, base_loss),
+            "grad_error": max(_relative_error(a, _wide(b))
+                              for a, b in zip(grads, base_grads, strict=True)),
+            "param_error_after_step": max(
+                _relative_error(_wide(a), b)
+                for a, b in zip(run.model.parameters(), base_params, strict=True)
+            ),
+        }  # fmt: skip
+        limit = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
+        rows.append({"rung": recipe.name, **errors, "tolerance": limit,
+                     "matches_baseline": all(e <= limit for e in errors.values())})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
+               device: torch.device, **kwargs) -> dict:  # fmt: skip
+    """``check_ladder`` for one recipe, as a dict."""
+    return check_ladder(config, [recipe], batch_size, seq_len, device, **kwargs).iloc[0].to_dict()
 
 
 def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
                 device: torch.device, *, rounds: int = 5, warmup: int = 1,
                 seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Each rung against the rung before, interleaved (``compare``: ratio, 95% interval,
-    verdict), with its median step time, tokens/s and the peak memory of one step above the
-    model, gradients and optimizer state (``peak_memory``, after the first step made them)."""
+    verdict), with its median step time, tokens/s and the peak memory of its forward and
+    backward above the parameters and the optimizer state (``peak_memory``: activations,
+    logits, gradients; the optimizer's own temporaries are ``step_memory``'s)."""
     rows, previous = [], None
     for recipe in recipes:
         run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
         run.step()  # gradients and AdamW state exist from here on; compiled rungs compile
-        row = {"rung": recipe.name, "peak_bytes": peak_memory(run.step, device)}
+        run.model.zero_grad(set_to_none=True)  # made again inside the recording
+        row = {"rung": recipe.name, "peak_bytes": peak_memory(run.loss_and_backward, device)}
         if previous is not None:
             result = compare(previous.step, run.step, rounds=rounds, warmup=warmup,
                              device=device, names=(previous.recipe.name, recipe.name))  # fmt: skip

@@ -1,0 +1,117 @@
+"""Where one training step spends its time and its memory (notebook 09, the baseline).
+
+Time: the forward (with the loss), backward and optimizer phases of each step, measured
+inside the step (``PhaseClock``: synchronised marks, so the phases add up to the step).
+Memory: what the rank holds after a step, by category, each measured (the tensors' bytes) next
+to its formula, and the most the forward and backward allocate above the parameters and the
+optimizer state (the allocator's peak: activations, logits, gradients), then the optimizer
+step's own temporaries: parameters 4 P,
+gradients 4 P, AdamW's moments 8 P and step counters 4 per tensor; one block's saved
+activations; the logits (B S V, float32) and the log-softmax ``F.cross_entropy`` keeps for
+backward (the same size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from perflab.bench.stats import bootstrap_ci
+from perflab.bench.timer import PhaseClock, time_fn
+from perflab.distributed.memory_per_rank import adamw_state_bytes
+from perflab.distributed.sharded_optimizer import optimizer_state_bytes
+from perflab.memory.saved import saved_bytes, saved_tensors
+from perflab.memory.timeline import peak_memory
+from perflab.training.ladder import Recipe, TrainingStep
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFrame:
+    """Each phase's median time and median share of the step over ``steps`` timed steps, with
+    the share's 95% bootstrap interval."""
+    clock = PhaseClock(run.device)
+    for _ in range(warmup + steps):
+        run.step(clock)
+    timed = clock.last(steps)
+    totals = np.array([sum(s.values()) for s in timed])
+    rows = []
+    for phase in PHASES:
+        seconds = np.array([s[phase] for s in timed])
+        shares = seconds / totals
+        low, high = bootstrap_ci(shares)
+        rows.append({"phase": phase, "median_ms": float(np.median(seconds)) * 1e3,
+                     "share": float(np.median(shares)), "share_ci_low": low,
+                     "share_ci_high": high})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def step_memory(run: TrainingStep) -> pd.DataFrame:
+    """Memory of ``run``'s step by category: measured, computed by its formula, and the
+    formula in words. The step is run once first so that gradients and AdamW state exist."""
+    run.step()
+    model, config = run.model, run.model.config
+    params = list(model.parameters())
+    n = sum(p.numel() for p in params)
+    batch, seq_len = run.inputs.shape
+    logits_bytes = batch * seq_len * config.vocab_size * 4
+    block = model.blocks[0]
+    x = torch.randn(batch, seq_len, config.d_model, device=run.device, requires_grad=True)
+    block_saved = saved_bytes(saved_tensors(lambda: block(x), block.parameters()))
+    with torch.no_grad():
+        logits = model(run.inputs)
+    model.zero_grad(set_to_none=True)  # backward makes them again, inside the recording
+    backward_peak = peak_memory(run.loss_and_backward, run.device)
+    optimizer_peak = peak_memory(run.optimizer.step, run.device)
+    rows = [
+        ("parameters", _bytes(params), 4 * n, "4 P"),
+        ("gradients", _bytes(p.grad for p in params), 4 * n, "4 P"),
+        ("AdamW state", optimizer_state_bytes(run.optimizer), adamw_state_bytes(n, len(params)),
+         "8 P + 4 per tensor"),
+        ("saved activations, one block", block_saved, None, "measured (saved_tensors)"),
+        ("logits", logits.numel() * logits.element_size(), logits_bytes, "B S V x 4"),
+        ("forward + backward peak above parameters and state", backward_peak, None,
+         "allocator peak"),
+        ("AdamW step's temporaries", optimizer_peak, None, "allocator peak"),
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["category", "measured_bytes", "formula_bytes", "formula"])
+
+
+def batch_size_table(config, batch_sizes: list[int], seq_len: int, device: torch.device, *,
+                     steps: int = 3) -> pd.DataFrame:  # fmt: skip
+    """Tokens per second (median of ``steps`` timed steps after one untimed) and the peak of
+    forward and backward above parameters and AdamW's state, for each batch size."""
+    rows = []
+    for batch_size in batch_sizes:
+        run = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, device)
+        run.step()
+        timing = time_fn(run.step, warmup=0, steps=steps, device=device)
+        run.model.zero_grad(set_to_none=True)
+        peak = peak_memory(run.loss_and_backward, device)
+        rows.append({"batch_size": batch_size, "tokens": batch_size * seq_len,
+                     "step_s": timing.median, "tokens_per_s": batch_size * seq_len / timing.median,
+                     "peak_bytes": peak})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def accumulation_table(config, global_batch: int, micro_batch_counts: list[int], seq_len: int,
+                       device: torch.device, *, steps: int = 3) -> pd.DataFrame:  # fmt: skip
+    """The same global batch as 1, 2, 4, ... micro-batches with gradient accumulation: time
+    per optimizer step and the peak of forward and backward (activations shrink with the
+    micro-batch; the gradients do not)."""
+    run = TrainingStep(config, Recipe("baseline"), global_batch, seq_len, device)
+    run.step()
+    rows = []
+    for count in micro_batch_counts:
+        timing = time_fn(lambda count=count: run.step(micro_batches=count), warmup=0,
+                         steps=steps, device=device)  # fmt: skip
+        run.model.zero_grad(set_to_none=True)
+        peak = peak_memory(lambda count=count: run.loss_and_backward(micro_batches=count), device)
+        rows.append({"micro_batches": count, "micro_batch": global_batch // count,
+                     "step_s": timing.median, "peak_bytes": peak})  # fmt: skip
+    return pd.DataFrame(rows)
