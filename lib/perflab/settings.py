@@ -60,6 +60,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "memory_seq_len": 16384,
         "kernel_targets": ["sm_80", "sm_90", "sm_100"],
         "kernel_dtypes": ["fp16", "bf16"],
+        "kernel_causal": [False, True],
     },
     "07_distributed_ddp": {
         "sizes_mb": [1, 10, 100, 1000],
@@ -77,6 +78,24 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "zero_time_model": "lm:768:12",
         "zero_seq_len": 512,
         "zero_rounds": 10,
+    },
+    "09_training_step": {
+        "preset": "small",
+        "batch_size": 4,
+        "seq_len": 512,
+        "phase_steps": 10,
+        "rungs": [
+            "bf16 autocast",
+            "fused loss head",
+            "FlashAttention",
+            "foreach AdamW",
+            "fused AdamW",
+            "torch.compile",
+        ],
+        "rounds": 10,
+        "data_rounds": 10,
+        "batch_sizes": [1, 2, 4, 8, 16],
+        "global_batch": 16,
     },
 }
 

@@ -1,0 +1,276 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 09 The fastest training step, one measured change at a time
+#
+# Everything so far measured one part of training. Here the whole step is made faster: first
+# see where the baseline step spends its time and its memory, then add one optimisation at a
+# time, each checked against the baseline (loss, gradients, the optimizer's update) and timed
+# against the step before it, interleaved, with a verdict. The biggest single change in memory
+# is the loss head: for the 2026 leaderboard's model (vocabulary 151,936, 2 x 32,768 tokens) the
+# logits alone would be 37 GB in bfloat16, so the head here never builds them whole.
+#
+# On a CPU the ladder runs a tiny model, where Python overheads are large against the work;
+# which changes pay off depends on the machine, and the verdicts say what this one measured.
+# Then the data path on real text, and the batch: its size and gradient accumulation. The full
+# profile (`perflab run 09 --full`) runs the `small` preset on a GPU. Not here yet: the 8B
+# leaderboard model on two GPUs.
+
+# %% tags=["parameters"]
+preset = "cpu-tiny"             # model of the ladder (d 128, 2 layers, vocabulary 10,000)
+batch_size = 2                  # sequences per step
+seq_len = 32                    # tokens per sequence
+phase_steps = 5                 # timed steps of the baseline's phase breakdown
+rungs = ["fused loss head", "FlashAttention", "foreach AdamW", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
+rounds = 3                      # interleaved rounds of each rung against the one before
+head_tokens = 4096              # the loss head's memory benchmark: tokens,
+head_vocab = 32000              # vocabulary
+head_d_model = 256              # and width (float32)
+data_rounds = 3                 # interleaved rounds of the data-path comparison
+batch_sizes = [1, 4]            # sequences per step in the batch-size sweep
+global_batch = 4                # the accumulation sweep's batch, split into 1, 2, 4, ... micro-batches
+device = "auto"                 # "cuda" when present, else "cpu"
+
+# %%
+from perflab.bench.checks import check_results
+from perflab.device import resolve_device
+from perflab.model import get_preset
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
+from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps, paired_table
+from perflab.training.data import read_corpus
+from perflab.training.head_memory import head_peak_memory
+from perflab.training.ladder import Recipe, TrainingStep, check_ladder, ladder, time_ladder
+from perflab.training.step_profile import (
+    accumulation_table,
+    batch_size_table,
+    step_memory,
+    step_phases,
+)
+
+MiB = 2**20
+dev = resolve_device(device)
+config = get_preset(preset)
+settings = record_settings("09_training_step", globals())
+out = results_dir("09_training_step", dev)
+provenance = {"settings": settings}
+print(f"{config.name}: {config.num_parameters() / 1e6:.2f} M parameters, batch {batch_size} x "
+      f"{seq_len} tokens, on {dev.type}")
+
+# %% [markdown]
+# ## 1. The baseline step: where the time and the memory go
+#
+# The baseline is the workbook's model as notebook 01 trains it: naive attention, the full
+# logits and `F.cross_entropy`, AdamW looping over the parameters, float32. The phases are
+# measured inside each step with synchronised marks (`PhaseClock`), so they add up to the step.
+
+# %%
+baseline = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, dev)
+phases = step_phases(baseline, steps=phase_steps)
+save_table(phases, out / "baseline_phases.csv", provenance)
+phases.round(3)
+
+# %%
+shares = phases.set_index("phase")["share"]
+backward_over_forward = shares["backward"] / shares["forward"]
+print(f"forward {shares['forward']:.0%}, backward {shares['backward']:.0%}, optimizer "
+      f"{shares['optimizer']:.0%} of the step; backward takes {backward_over_forward:.1f}x the "
+      "forward, " + ("close to the 2x of the matmuls alone (two gradient matmuls per forward "
+                     "matmul)" if 1.5 <= backward_over_forward <= 2.5 else
+                     "not the 2x of the matmuls alone (two gradient matmuls per forward matmul): "
+                     "at this size the work that is not matmuls weighs more"))
+
+# %% [markdown]
+# Memory by category after a step, each measured (the tensors' bytes) next to its formula, and
+# the most forward and backward allocate above the parameters and AdamW's state (the
+# allocator's record: activations, logits, gradients), then what AdamW's step allocates for
+# itself:
+
+# %%
+memory = step_memory(baseline)
+save_table(memory, out / "baseline_memory.csv", provenance)
+memory.assign(measured_MiB=memory["measured_bytes"] / MiB,
+              formula_MiB=memory["formula_bytes"] / MiB).drop(
+    columns=["measured_bytes", "formula_bytes"]).round(2)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with_formula = memory.dropna(subset=["formula_bytes"])
+print("every category with a formula matches it:",
+      bool((with_formula["measured_bytes"] == with_formula["formula_bytes"]).all()))
+
+# %%
+by = memory.set_index("category")["measured_bytes"]
+print(f"The logits ({by['logits'] / MiB:.1f} MiB) are larger than one block's saved activations "
+      f"({by['saved activations, one block'] / MiB:.1f} MiB) and than the parameters "
+      f"({by['parameters'] / MiB:.1f} MiB): with a vocabulary of {config.vocab_size:,} and "
+      f"d_model {config.d_model}, each token's logits are {config.vocab_size / config.d_model:.0f}x "
+      "its hidden state."
+      if by["logits"] > max(by["saved activations, one block"], by["parameters"]) else
+      f"The logits ({by['logits'] / MiB:.1f} MiB) are not the largest category here.")
+
+# %% [markdown]
+# ## 2. The loss head without the logits
+#
+# `fused_linear_cross_entropy(hidden, weight, targets, chunk_size=None)` runs the head in
+# chunks of tokens: forward keeps only each token's log-sum-exp, backward recomputes a chunk's
+# logits and turns them at once into that chunk's gradients, `(softmax - onehot) / n` times the
+# weight and the hidden states (`perflab.training.fused_cross_entropy`). At most one chunk's
+# logits exist at a time, for one more head matmul. The tests check it against logits +
+# `F.cross_entropy` in float64 (every chunking, ignored targets; to 1e-12) and under bf16
+# autocast. The memory of one forward + backward of each head, from the allocator's record:
+
+# %%
+head = head_peak_memory(head_tokens, head_vocab, head_d_model, device=device)
+save_table(head, out / "head_memory.csv", provenance)
+head.assign(peak_MiB=head["peak_bytes"] / MiB, logits_MiB=head["logits_bytes"] / MiB).drop(
+    columns=["peak_bytes", "logits_bytes"]).round(3)
+
+# %%
+fused_share = head.set_index("method").loc["fused", "of_plain"]
+print(f"{head_tokens} tokens x vocabulary {head_vocab:,} x d {head_d_model}, float32: the fused "
+      f"head peaks at {fused_share:.3f}x the plain head's memory "
+      + ("(the goal: at most 0.25x; met)" if fused_share <= 0.25
+         else "(the goal: at most 0.25x; NOT met)"))
+
+# %% [markdown]
+# ## 3. The ladder: one change at a time
+#
+# Each rung keeps every change before it and adds one (`perflab.training.ladder`): the fused
+# loss head, FlashAttention (the Triton kernels on a GPU; on a CPU the tiled PyTorch version,
+# which loops over tiles in Python), AdamW's `foreach` (one kernel over many tensors) and
+# `fused` implementations, bf16 autocast, and `torch.compile`. `rungs` chooses the changes and
+# their order: the full profile (a GPU) starts with bf16; the CPU default puts it last, since a
+# CPU without bf16 matrix instructions runs it slower and would slow every rung after it, and
+# leaves compile out to keep the run short (notebook 05 measures it). Projecting Q, K and V
+# with one matmul is in the model already.
+#
+# **Correctness first**: each rung against the baseline on the same weights and a fresh batch:
+# the loss, every gradient, and each optimizer's step from the same gradients, as relative
+# errors against a stated tolerance (`TOLERANCE`: 1e-4 in float32, 5e-2 with bf16, whose
+# mantissa has 8 bits). Every change alone equals the baseline in float64 to 1e-10 in the tests.
+
+# %%
+recipes = ladder(rungs)
+checks = check_ladder(config, recipes[1:], batch_size, seq_len, dev, seed=1)
+save_table(checks, out / "ladder_checks.csv", provenance)
+checks
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(checks[["rung", "tolerance", "matches_baseline"]].to_string(index=False))
+
+# %% [markdown]
+# **Then speed and memory.** Each rung against the rung before, taking turns for `rounds`
+# rounds (`perflab.bench.compare`: the ratio of the paired times, its 95% interval, and a
+# verdict), and the peak of its forward and backward above the parameters and AdamW's state:
+
+# %%
+steps = time_ladder(config, recipes, batch_size, seq_len, dev, rounds=rounds)
+save_table(steps, out / "ladder.csv", provenance)
+steps.assign(step_ms=steps["step_s"] * 1e3, peak_MiB=steps["peak_bytes"] / MiB).drop(
+    columns=["step_s", "peak_bytes"]).round(3)
+
+# %%
+for row in steps.iloc[1:].itertuples():
+    change = {"faster": "made the step faster", "slower": "made the step slower",
+              "same": "made no difference beyond the noise"}[row.verdict]
+    print(f"{row.rung}: {change} ({row.vs_previous:.2f}x the step before, 95% CI "
+          f"{row.ci_low:.2f}-{row.ci_high:.2f}); peak {row.peak_bytes / MiB:.1f} MiB")
+last = steps.iloc[-1]
+print(f"All together: {last['speedup_over_baseline']:.2f}x the baseline's speed "
+      f"({last['tokens_per_s']:,.0f} tokens/s; medians of different comparisons, so no "
+      f"verdict), peak {last['peak_bytes'] / steps['peak_bytes'].iloc[0]:.2f}x the baseline's.")
+
+# %% [markdown]
+# What to expect where: bf16 pays off on hardware with bf16 matrix units (GPU tensor cores;
+# on a CPU only with AMX or AVX512-BF16 instructions, else it is converted around float32
+# arithmetic); the Triton FlashAttention runs as compiled kernels on a GPU, while on a CPU the
+# tiled PyTorch version loops over tiles in Python; `foreach` and `fused` AdamW save kernel
+# launches, which matter most on a GPU. The verdicts above are what this machine measured;
+# the full profile (`--full`) runs the same ladder on a GPU at the `small` preset.
+#
+# ## 4. The data path on real text
+#
+# The shipped corpus (`data/text/tinyshakespeare.txt`, public domain; 1.1 MB) through a byte
+# tokenizer (each UTF-8 byte an id below 256, so the model's vocabulary covers it). A batch is
+# `batch_size` windows at random offsets. Each way of producing batches feeds the same training
+# step, all taking turns round by round against `synthetic` (the random batch the step already
+# holds): re-tokenising the whole corpus every step, tokenising once (`pre-tokenised`), and a
+# `DataLoader` with 1 or 2 worker processes preparing batches while the step runs
+# (`perflab.training.data`; every path gives the same batches, which the tests check).
+
+# %%
+text = read_corpus()
+modes = tuple(DATA_PATHS) if dev.type == "cuda" else CPU_DATA_PATHS
+data_run = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, dev)
+data_times = data_path_steps(data_run, text, data_rounds, modes=modes)
+data_table = paired_table(data_times, "synthetic")
+save_table(data_table, out / "data_path.csv", provenance)
+data_table.round(3)
+
+# %%
+words = {"faster": "faster than", "slower": "slower than", "same": "as fast as"}
+for row in data_table.iloc[1:].itertuples():
+    print(f"{row.data_path}: {row.median_ms:.1f} ms a step, {words[row.verdict]} synthetic "
+          f"data ({row.vs_reference:.2f}x, 95% CI {row.ci_low:.2f}-{row.ci_high:.2f})")
+if dev.type != "cuda":
+    print("pinned memory with non_blocking copies: GPU only (no host-to-device copy here)")
+
+# %% [markdown]
+# ## 5. Batch size and gradient accumulation
+#
+# A larger batch gives each matmul more rows for the same weights; the activations, and with
+# them the peak of forward and backward, grow with it. Gradient accumulation keeps the global
+# batch and splits it into micro-batches: the same gradients (the tests check it in float64),
+# one micro-batch's activations at a time (the gradients stay whole), more, smaller matmuls.
+
+# %%
+sizes = batch_size_table(config, batch_sizes, seq_len, dev)
+save_table(sizes, out / "batch_sizes.csv", provenance)
+sizes.assign(step_ms=sizes["step_s"] * 1e3, peak_MiB=sizes["peak_bytes"] / MiB).drop(
+    columns=["step_s", "peak_bytes"]).round(2)
+
+# %%
+micro = [n for n in (1, 2, 4, 8, 16, 32) if n <= global_batch and global_batch % n == 0]
+accumulated = accumulation_table(config, global_batch, micro, seq_len, dev)
+save_table(accumulated, out / "accumulation.csv", provenance)
+accumulated.assign(step_ms=accumulated["step_s"] * 1e3,
+                   peak_MiB=accumulated["peak_bytes"] / MiB).drop(
+    columns=["step_s", "peak_bytes"]).round(2)
+
+# %%
+small, large = sizes.iloc[0], sizes.iloc[-1]
+whole, finest = accumulated.iloc[0], accumulated.iloc[-1]
+print(f"batch {int(large['batch_size'])}: {large['tokens_per_s']:,.0f} tokens/s against "
+      f"{small['tokens_per_s']:,.0f} at batch {int(small['batch_size'])} (medians of "
+      f"separate runs), peak {large['peak_bytes'] / small['peak_bytes']:.1f}x. "
+      f"{int(finest['micro_batches'])} micro-batches of {int(finest['micro_batch'])} instead "
+      f"of one batch of {global_batch}: peak {finest['peak_bytes'] / whole['peak_bytes']:.2f}x, "
+      f"step {finest['step_s'] / whole['step_s']:.2f}x the time.")
+
+# ## Where the results are
+
+# %%
+for path in sorted(out.iterdir()):
+    print(display_path(path))
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings
