@@ -129,8 +129,8 @@ def data_path_steps(run, text: str, rounds: int, *, modes=CPU_DATA_PATHS,
     """Seconds of one training step of ``run`` (a ``TrainingStep``) fed by each data path:
     getting the next batch, moving it to the device and the step itself, against
     ``"synthetic"``, the same step on the random batch it already holds. The modes take turns
-    in every round, so a slow moment of the machine falls on all of them; each DataLoader's
-    workers start before the first round."""
+    in every round, each round starting at the next mode, so a slow moment of the machine falls
+    on all of them; each DataLoader's workers start before the first round."""
     batch_size, seq_len = run.inputs.shape
     if run.model.config.vocab_size < ByteTokenizer.vocab_size:
         raise ValueError(f"byte ids need a vocabulary of at least 256, got "
@@ -140,9 +140,11 @@ def data_path_steps(run, text: str, rounds: int, *, modes=CPU_DATA_PATHS,
                  for mode in modes}  # fmt: skip
     for iterator in iterators.values():
         next(iterator)  # start-up (workers) outside the rounds
-    times: dict[str, list[float]] = {name: [] for name in ("synthetic", *modes)}
+    names = ("synthetic", *modes)
+    times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(warmup + rounds):
-        for name in times:
+        shift = round_ % len(names)  # each round starts elsewhere: no mode always follows another
+        for name in names[shift:] + names[:shift]:
             start = time.perf_counter()
             run.set_batch(*(synthetic if name == "synthetic" else next(iterators[name])))
             run.step()

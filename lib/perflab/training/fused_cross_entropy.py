@@ -1,7 +1,7 @@
 """Cross-entropy of a linear head without the full logits (notebook 09).
 
 A language model's loss is ``cross_entropy(hidden @ weight.T, targets)``: for T tokens and a
-vocabulary V the logits alone are T x V values (the 2026 leaderboard: 2 x 32768 x 151936, 37 GB
+vocabulary V the logits alone are T x V values (the 2026 leaderboard: 2 x 32768 x 151936, 19.9 GB
 in bf16), and ``F.cross_entropy`` keeps its log-softmax for backward, and backward makes a
 gradient of the same size. Here the tokens go through the head in chunks: forward keeps, per
 token, only the log-sum-exp of its logits; backward recomputes one chunk's logits at a time and
@@ -26,14 +26,16 @@ IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy
 
 
 def default_chunk_size(tokens: int, vocab: int, d_model: int) -> int:
-    """Tokens per chunk so that one chunk's logits (chunk x vocab) are about as large as the
-    hidden states themselves (tokens x d_model), rounded up to a multiple of 32: the head's
-    extra memory then stays of the order of its input, whatever the vocabulary."""
+    """Tokens per chunk so that one chunk's logits (chunk x vocab) are of the size of the
+    hidden states themselves (tokens x d_model; up to about 2x after rounding the chunk up to
+    a multiple of 32): the head's extra memory then stays of the order of its input, whatever
+    the vocabulary."""
     chunks = math.ceil(vocab / max(d_model, 1))
     return min(tokens, 32 * math.ceil(math.ceil(tokens / chunks) / 32)) if tokens else 1
 
 
-def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None) -> None:
+def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None,
+           ignore_index: int) -> None:  # fmt: skip
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(
             f"hidden must be (tokens, d) and weight (vocab, d) with the same d; got "
@@ -43,6 +45,13 @@ def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | No
         raise ValueError(
             f"targets must be integer ids of shape ({hidden.shape[0]},); got "
             f"{targets.dtype} {tuple(targets.shape)}"
+        )
+    vocab = weight.shape[0]
+    counted = targets[targets != ignore_index]
+    if counted.numel() and (int(counted.min()) < 0 or int(counted.max()) >= vocab):
+        raise ValueError(
+            f"targets must be ids in [0, {vocab}) or ignore_index ({ignore_index}); got values "
+            f"from {int(counted.min())} to {int(counted.max())}"
         )
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
         raise ValueError(f"chunk_size must be a positive integer or None, got {chunk_size!r}")
@@ -122,7 +131,7 @@ def fused_linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor,
     (tokens,)``, differentiable in ``hidden`` and ``weight``, never holding more than
     ``chunk_size`` tokens' logits (None: ``default_chunk_size``). Targets equal to
     ``ignore_index`` do not count, as in ``F.cross_entropy``."""
-    _check(hidden, weight, targets, chunk_size)
+    _check(hidden, weight, targets, chunk_size, ignore_index)
     if chunk_size is None:
         chunk_size = default_chunk_size(hidden.shape[0], weight.shape[0], weight.shape[1])
     return FusedLinearCrossEntropy.apply(hidden, weight, targets, chunk_size, ignore_index)

@@ -22,8 +22,8 @@ def head_peak_memory(tokens: int, vocab: int, d_model: int, *, chunk_size: int |
                      dtype: torch.dtype = torch.float32, device: str = "auto",
                      seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Peak bytes of one forward + backward of the head (above the inputs, which exist
-    before), plain and fused, with the size of the full logits for scale; the fused row's
-    ``of_plain`` is its peak over the plain one's."""
+    before), plain and fused, with the size of the full logits in the inputs' dtype for scale
+    (the fused head never holds them); ``of_plain`` is each peak over the plain one's."""
     dev = resolve_device(device)
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(tokens, d_model, generator=generator, dtype=dtype).to(dev)

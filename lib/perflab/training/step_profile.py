@@ -2,13 +2,12 @@
 
 Time: the forward (with the loss), backward and optimizer phases of each step, measured
 inside the step (``PhaseClock``: synchronised marks, so the phases add up to the step).
-Memory: what the rank holds after a step, by category, each measured (the tensors' bytes) next
-to its formula, and the most the forward and backward allocate above the parameters and the
-optimizer state (the allocator's peak: activations, logits, gradients), then the optimizer
-step's own temporaries: parameters 4 P,
-gradients 4 P, AdamW's moments 8 P and step counters 4 per tensor; one block's saved
-activations; the logits (B S V, float32) and the log-softmax ``F.cross_entropy`` keeps for
-backward (the same size).
+Memory: what the step holds after it ran, by category, each measured (the tensors' bytes)
+next to its formula (parameters 4 P with P from the model's own count, gradients 4 P, AdamW's
+moments 8 P and step counters 4 bytes per tensor, the logits B S V x 4), one block's saved
+activations, then the most the forward and backward allocate above the parameters and the
+optimizer state (the allocator's peak: activations, logits, gradients) and the optimizer
+step's own temporaries.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ def step_memory(run: TrainingStep) -> pd.DataFrame:
     run.step()
     model, config = run.model, run.model.config
     params = list(model.parameters())
-    n = sum(p.numel() for p in params)
+    n = config.num_parameters()  # the formula's count (perflab.model), not the tensors
     batch, seq_len = run.inputs.shape
     logits_bytes = batch * seq_len * config.vocab_size * 4
     block = model.blocks[0]
