@@ -66,7 +66,8 @@ def zero_memory(model: str) -> dict:
     }
 
 
-def _tensor_bytes(tensors) -> int:
+def tensor_bytes(tensors) -> int:
+    """Bytes of the tensors' elements (None entries, e.g. missing gradients, count 0)."""
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
@@ -127,8 +128,8 @@ def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> li
             state = optimizer_state_bytes(held["optimizer"].local_optimizer if sharded
                                           else held["optimizer"])  # fmt: skip
             held_bytes = {
-                "parameter_bytes": _tensor_bytes(params),
-                "gradient_bytes": _tensor_bytes(p.grad for p in params),
+                "parameter_bytes": tensor_bytes(params),
+                "gradient_bytes": tensor_bytes(p.grad for p in params),
                 "optimizer_state_bytes": state,
             }
             points.append({

@@ -18,7 +18,7 @@ import torch
 
 from perflab.bench.stats import bootstrap_ci
 from perflab.bench.timer import PhaseClock, time_fn
-from perflab.distributed.memory_per_rank import adamw_state_bytes
+from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.memory.timeline import peak_memory
@@ -46,10 +46,6 @@ def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def _bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def step_memory(run: TrainingStep) -> pd.DataFrame:
     """Memory of ``run``'s step by category: measured, computed by its formula, and the
     formula in words. The step is run once first so that gradients and AdamW state exist."""
@@ -68,8 +64,8 @@ def step_memory(run: TrainingStep) -> pd.DataFrame:
     backward_peak = peak_memory(run.loss_and_backward, run.device)
     optimizer_peak = peak_memory(run.optimizer.step, run.device)
     rows = [
-        ("parameters", _bytes(params), 4 * n, "4 P"),
-        ("gradients", _bytes(p.grad for p in params), 4 * n, "4 P"),
+        ("parameters", tensor_bytes(params), 4 * n, "4 P"),
+        ("gradients", tensor_bytes(p.grad for p in params), 4 * n, "4 P"),
         ("AdamW state", optimizer_state_bytes(run.optimizer), adamw_state_bytes(n, len(params)),
          "8 P + 4 per tensor"),
         ("saved activations, one block", block_saved, None, "measured (saved_tensors)"),
