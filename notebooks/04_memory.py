@@ -49,7 +49,7 @@ import math
 import pandas as pd
 
 from perflab.bench.checks import check_results
-from perflab.bench import BenchConfig, Sweep
+from perflab.bench import BenchConfig
 from perflab.bench.steps import build_step
 from perflab.device import describe, resolve_device
 from perflab.bench.conclusions import conclude
@@ -140,8 +140,7 @@ peak_configs = [
     for dtype in ("float32", "bfloat16")
     for mode in ("forward", "train-step")
 ]
-sweep = Sweep(out / "peak_memory.csv", key=list(BenchConfig.__dataclass_fields__),
-              metadata=provenance)
+sweep = BenchConfig.sweep(out / "peak_memory.csv", metadata=provenance)
 peaks = sweep.run([c.as_dict() for c in peak_configs], step_peak_memory, resume=resume)
 table = peaks.pivot_table(index="context_length", columns=["mode", "dtype"],
                           values="peak_bytes") / MiB

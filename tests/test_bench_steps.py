@@ -226,3 +226,85 @@ def test_context_length_must_be_an_integer():
         BenchConfig("cpu-tiny", context_length=1.5, mode="forward")
     with pytest.raises(ValueError, match="context_length must be an integer >= 1, got 0"):
         BenchConfig("cpu-tiny", context_length=0, mode="forward")
+
+
+def test_the_model_shape_comes_from_the_preset_unless_given():
+    config = BenchConfig("cpu-tiny", context_length=1024, mode="forward", d_model=192,
+                         num_heads=3, vocab_size=512)  # fmt: skip
+    shape = config.model_config()
+    tiny = PRESETS["cpu-tiny"]
+    assert (shape.d_model, shape.num_heads, shape.vocab_size) == (192, 3, 512)
+    assert (shape.d_ff, shape.num_layers) == (tiny.d_ff, tiny.num_layers)
+    assert shape.context_length == 1024  # sized for the context
+    assert config.d_ff == tiny.d_ff  # filled in: a configuration always names its shape
+    assert BenchConfig("cpu-tiny", context_length=8, mode="forward").d_model == tiny.d_model
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"d_model": 100, "num_heads": 3}, r"d_model \(100\) must be divisible by num_heads \(3\)"),
+        ({"vocab_size": 0}, "vocab_size must be an integer >= 1, got 0"),
+        ({"head": "chunky"}, "unknown head 'chunky'; valid: plain, fused"),
+        ({"attention": "fast"}, "unknown attention 'fast'; valid: naive, flash, sdpa"),
+        ({"optimizer": "sgd"}, "unknown optimizer 'sgd'; valid: for-loop, foreach, fused"),
+        ({"checkpoint_group": 0}, "checkpoint_group must be an integer >= 1, got 0"),
+        ({"compile": "yes"}, "compile must be True or False, got 'yes'"),
+    ],
+)
+def test_shape_and_recipe_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        BenchConfig(**{"preset": "cpu-tiny", "context_length": 8, "mode": "forward", **changes})
+
+
+def test_command_line_parses_back_to_the_same_configuration():
+    from perflab.cli import build_parser
+
+    config = BenchConfig("cpu-tiny", context_length=24, mode="train-step", batch_size=3,
+                         d_model=96, num_heads=3, attention="sdpa", head="fused",
+                         optimizer="foreach", compile=True, checkpoint_group=2)  # fmt: skip
+    args = build_parser().parse_args(["bench", *config.command_line()])
+    assert BenchConfig.from_arguments(args) == config
+    plain = BenchConfig("cpu-tiny", context_length=24, mode="forward")
+    assert "--compile" not in plain.command_line()
+    assert "--checkpoint-group" not in plain.command_line()  # None: not given
+
+
+def test_the_recipe_flags_reach_the_model_the_optimizer_and_the_loss():
+    from perflab.attention.flash_torch import flash_attention_torch
+    from perflab.bench.recipe import make_loss, make_optimizer, prepare_model
+    from perflab.model import cross_entropy
+
+    config = BenchConfig("cpu-tiny", context_length=16, mode="train-step", attention="flash",
+                         head="fused", optimizer="foreach", checkpoint_group=1)  # fmt: skip
+    recipe = config.recipe
+    torch.manual_seed(0)
+    model = TransformerLM(config.model_config()).double()
+    prepare_model(model, recipe, torch.device("cpu"))
+    assert model.blocks[0].attn.attention_fn is flash_attention_torch
+    assert model.checkpointing == ("single", 1)
+    assert make_optimizer(model, recipe).defaults["foreach"] is True
+    inputs, targets = random_batch(model.config.vocab_size, 2, 16, torch.device("cpu"))
+    fused = make_loss(model, recipe, torch.device("cpu"))(inputs, targets)
+    assert fused.item() == pytest.approx(cross_entropy(model(inputs), targets).item(), rel=1e-12)
+
+
+def test_run_benchmark_counts_the_given_shape():
+    config = BenchConfig("cpu-tiny", context_length=8, mode="forward", batch_size=1, warmup=0,
+                         steps=1, device="cpu", num_layers=1, vocab_size=300)  # fmt: skip
+    row, _ = run_benchmark(config)
+    shape = config.model_config()
+    assert (row["num_layers"], row["vocab_size"]) == (1, 300)
+    assert row["num_parameters"] == shape.num_parameters()
+    assert row["flops_per_step"] == shape.forward_flops(1, 8)
+
+
+def test_rows_of_an_older_sweep_file_get_the_fields_added_since():
+    old = {"preset": "cpu-small", "context_length": "8", "mode": "forward", "batch_size": "4",
+           "warmup": "5", "steps": "10", "dtype": "float32", "device": "cpu"}  # fmt: skip
+    filled = BenchConfig.filled_key(old)
+    small = PRESETS["cpu-small"]
+    assert (filled["d_model"], filled["vocab_size"]) == (small.d_model, small.vocab_size)
+    assert (filled["attention"], filled["head"], filled["compile"]) == ("naive", "plain", False)
+    assert filled["checkpoint_group"] is None
+    assert BenchConfig.filled_key({**old, **{k: str(v) for k, v in filled.items()}}) == {}

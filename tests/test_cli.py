@@ -29,6 +29,14 @@ def perflab(*args, **kwargs):
             ["bench", "--preset", "small", "--mode", "forward", "--dtype", "int8"],
             "choose from 'float32'",
         ),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--d-model", "100"],
+            "d_model (100) must be divisible by num_heads (12)",
+        ),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--head", "chunky"],
+            "choose from 'plain', 'fused'",
+        ),
         (["run", "99_nothing"], "valid: 01_benchmarking"),
         (
             ["run", "01", "-p", "no_such_parameter", "1"],
@@ -85,6 +93,24 @@ def test_bench_table_output():
     )
     assert done.returncode == 0, done.stderr
     assert "median_s" in done.stdout and "cpu-tiny" in done.stdout
+
+
+def test_bench_with_a_shape_the_recipe_flags_and_memory():
+    from perflab.bench.steps import BenchConfig
+
+    shape = ["--d-model", "64", "--num-heads", "2", "--num-layers", "1", "--vocab-size", "256"]
+    recipe = ["--attention", "flash", "--head", "fused", "--optimizer", "foreach"]
+    done = perflab("bench", "--preset", "cpu-tiny", "--context-length", "16", "--mode",
+                   "train-step", "--warmup", "1", "--steps", "2", "--checkpoint-group", "1",
+                   *shape, *recipe, "--memory", "--format", "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    config = BenchConfig("cpu-tiny", 16, "train-step", d_model=64, num_heads=2, num_layers=1,
+                         vocab_size=256)  # fmt: skip
+    assert row["num_parameters"] == config.model_config().num_parameters()
+    assert (row["attention"], row["head"], row["optimizer"]) == ("flash", "fused", "foreach")
+    assert row["checkpoint_group"] == 1 and row["compile"] is False
+    assert row["peak_bytes"] > 0 and row["peak_MiB"] == row["peak_bytes"] / 2**20
 
 
 def _notebook(path, *code, parameters="x = 1"):

@@ -138,3 +138,26 @@ def test_rows_measured_earlier_are_announced_with_time_and_commit(tmp_path, caps
     out = capsys.readouterr().out
     assert "s.csv: 1 of 2 rows were measured earlier" in out
     assert rows["measured_at"].notna().all() and "commit" in rows
+
+
+def test_an_older_file_without_a_new_key_field_still_answers_and_is_rewritten(tmp_path):
+    path = tmp_path / "s.csv"
+    Sweep(path, key=["size"]).run([{"size": 1}, {"size": 2}], lambda c: {"value": c["size"]})
+
+    def older(row):  # rows written before "flavour" existed were measured plain
+        return {} if row.get("flavour") else {"flavour": "plain"}
+
+    calls = []
+
+    def measure(config):
+        calls.append((config["size"], config["flavour"]))
+        return {"value": 10 * config["size"]}
+
+    sweep = Sweep(path, key=["size", "flavour"], fill_key=older)
+    configs = [{"size": 1, "flavour": "plain"}, {"size": 1, "flavour": "fused"}]
+    rows = sweep.run(configs, measure)
+    assert calls == [(1, "fused")]  # the plain one was found in the older rows
+    assert rows["value"].tolist() == [1, 10]
+    written = pd.read_csv(path)
+    assert written["flavour"].tolist() == ["plain", "plain", "fused"]  # rewritten, filled in
+    assert Sweep(path, key=["size", "flavour"]).todo(configs) == []

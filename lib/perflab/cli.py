@@ -1,8 +1,11 @@
 """``perflab`` on the command line (also ``python -m perflab``).
 
     perflab run [NOTEBOOK ...] [--full] [-p NAME VALUE ...] [--output DIR]
-    perflab bench --preset NAME --context-length N --mode MODE --warmup W --steps N
-                  [--batch-size B] [--dtype D] [--device D] [--format {table,json}]
+    perflab bench --preset NAME --mode MODE [--context-length N] [--batch-size B] [--warmup W]
+                  [--steps N] [--dtype D] [--device D] [--d-model D] [--d-ff F] [--num-layers L]
+                  [--num-heads H] [--vocab-size V] [--attention {naive,flash,sdpa}]
+                  [--head {plain,fused}] [--optimizer {for-loop,foreach,fused}] [--compile]
+                  [--checkpoint-group N] [--memory] [--format {table,json}]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
     perflab noise-check [--runs N] [--burst]
@@ -10,14 +13,15 @@
                     [--summary] [--format {table,csv}]
 
 ``run`` executes notebooks with papermill (``--full``: each notebook at the full sizes of
-``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration (the command that
-``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a Chrome/Kineto trace, or compares
-a baseline trace with an optimized one; ``kernels`` compiles every Triton kernel of the workbook
-for GPU targets (no GPU needed) and prints registers, spills and shared memory per
-configuration; ``check-results`` flags contradictions in saved results (exit 1 if any);
-``noise-check`` measures how often ``perflab.bench.compare`` calls identical work different
-(A/A) and finds a 2x difference (A/B). Bad arguments exit with status 2 and a one-line message
-naming the valid choices.
+``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration, any model shape
+and context, with notebook 09's optimisations as flags (``--memory``: and the peak memory of one
+step; the command that ``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a
+Chrome/Kineto trace, or compares a baseline trace with an optimized one; ``kernels`` compiles
+every Triton kernel of the workbook for GPU targets (no GPU needed) and prints registers,
+spills and shared memory per configuration; ``check-results`` flags contradictions in saved
+results (exit 1 if any); ``noise-check`` measures how often ``perflab.bench.compare`` calls
+identical work different (A/A) and finds a 2x difference (A/B). Bad arguments exit with status
+2 and a one-line message naming the valid choices.
 """
 
 from __future__ import annotations
@@ -147,16 +151,23 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 _TABLE_FIELDS = (
-    "preset", "context_length", "batch_size", "mode", "dtype", "device", "device_name",
-    "warmup", "steps", "mean_s", "std_s", "median_s", "min_s", "max_s", "p20_s", "p80_s",
-    "tokens_per_s", "achieved_flops_per_s",
+    "preset", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "num_parameters",
+    "context_length", "batch_size", "mode", "dtype", "attention", "head", "optimizer", "compile",
+    "checkpoint_group", "device", "device_name", "warmup", "steps", "mean_s", "std_s",
+    "median_s", "min_s", "max_s", "p20_s", "p80_s", "tokens_per_s", "achieved_flops_per_s",
+    "peak_MiB",
 )  # fmt: skip
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.memory.measure import step_peak_memory
+
     try:
         config = BenchConfig.from_arguments(args)
         row, timing = run_benchmark(config)
+        if args.memory:  # a fresh model: the peak of one step after the warm-up steps
+            peak = step_peak_memory(config.as_dict())["peak_bytes"]
+            row.update(peak_bytes=peak, peak_MiB=peak / 2**20)
     except ValueError as error:
         parser.error(str(error))
     except Exception as error:
@@ -168,7 +179,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(json.dumps({**row, "samples_s": list(timing.samples)}))
     else:
         width = max(map(len, _TABLE_FIELDS))
-        for field in _TABLE_FIELDS:
+        for field in (f for f in _TABLE_FIELDS if f in row):
             value = row[field]
             text = f"{value:.6g}" if isinstance(value, float) else str(value)
             print(f"{field:<{width}}  {text}")
@@ -294,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="time one model configuration")
     BenchConfig.add_arguments(bench, count_type=_count)
+    bench.add_argument(
+        "--memory", action="store_true", help="also the peak memory of one step above the model"
+    )
     bench.add_argument("--format", choices=("table", "json"), default="table")
     bench.set_defaults(handler=_bench, subparser=bench)
 

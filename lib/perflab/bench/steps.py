@@ -8,7 +8,7 @@ step function; ``run_benchmark`` times the step with the one timer and returns t
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import gc
 import json
 from collections.abc import Callable, Sequence
@@ -19,13 +19,24 @@ import pandas as pd
 import torch
 
 from perflab.bench.comparison import Comparison, compare
+from perflab.bench.recipe import (
+    ATTENTIONS,
+    HEADS,
+    OPTIMIZERS,
+    Recipe,
+    autocast_context,
+    make_loss,
+    make_optimizer,
+    prepare_model,
+)
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
-from perflab.device import DTYPES, describe, parse_dtype, resolve_device
+from perflab.device import DTYPES, describe, resolve_device
 from perflab.model import (
     PRESET_ALIASES,
     PRESETS,
     AttentionFn,
+    ModelConfig,
     TransformerLM,
     cross_entropy,
     get_preset,
@@ -38,13 +49,25 @@ from perflab.ranges import annotate
 MODES = ("forward", "forward-backward", "train-step")
 
 
+#: The model's shape, each taken from the preset unless given.
+MODEL_FIELDS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
+
+
+def _shape(name: str) -> dict:
+    return {"help": f"the model's {name} (default: the preset's)", "minimum": 1, "optional": True}
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     """One benchmark configuration; validated on construction with one-line errors.
 
-    Declared once: ``perflab bench``'s arguments (``add_arguments``, ``from_arguments``) and the
-    command line that runs a configuration in another process (``command_line``) are derived
-    from these fields and their ``help`` and ``choices``.
+    The model is the preset's, with any of ``MODEL_FIELDS`` given instead (left out, they are
+    filled in from the preset, so a configuration always names its shape); the step is run by
+    the ``Recipe`` of ``dtype``, ``attention``, ``head``, ``optimizer``, ``compile`` and
+    ``checkpoint_group`` (``perflab.bench.recipe``). Declared once: ``perflab bench``'s
+    arguments (``add_arguments``, ``from_arguments``), the command line that runs a
+    configuration in another process (``command_line``) and a sweep's key (``sweep``) are
+    derived from these fields and their ``help`` and ``choices``.
     """
 
     preset: str = field(metadata={"help": "model size", "choices": (*PRESETS, *PRESET_ALIASES)})
@@ -58,13 +81,35 @@ class BenchConfig:
     dtype: str = field(default="float32", metadata={
         "help": "float32, or autocast to a lower precision", "choices": tuple(DTYPES)})  # fmt: skip
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
+    d_model: int | None = field(default=None, metadata=_shape("width"))
+    d_ff: int | None = field(default=None, metadata=_shape("feed-forward width"))
+    num_layers: int | None = field(default=None, metadata=_shape("number of blocks"))
+    num_heads: int | None = field(default=None, metadata=_shape("number of attention heads"))
+    vocab_size: int | None = field(default=None, metadata=_shape("vocabulary"))
+    attention: str = field(default="naive", metadata={
+        "help": "naive; flash (the Triton kernels on a GPU, tiled PyTorch on a CPU); sdpa",
+        "choices": ATTENTIONS})  # fmt: skip
+    head: str = field(default="plain", metadata={
+        "help": "loss head: plain (logits + F.cross_entropy) or fused (chunked, never the "
+                "whole logits)", "choices": HEADS})  # fmt: skip
+    optimizer: str = field(default="for-loop", metadata={
+        "help": "AdamW's implementation (train-step)", "choices": OPTIMIZERS})  # fmt: skip
+    compile: bool = field(default=False, metadata={"help": "torch.compile the forward and loss"})
+    checkpoint_group: int | None = field(default=None, metadata={
+        "help": "activation checkpointing every N blocks (default: none)", "minimum": 1,
+        "optional": True})  # fmt: skip
 
     @classmethod
     def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]]) -> None:
-        """One ``--field-name`` option per field; ``count_type(minimum)`` parses an integer
-        field with its minimum. ``--context-length`` may be left out."""
+        """One ``--field-name`` option per field (a flag for ``compile``); ``count_type(minimum)``
+        parses an integer field with its minimum. ``--context-length`` and the model's shape
+        may be left out."""
         for f in fields(cls):
             options = {"help": f.metadata["help"]}
+            if isinstance(f.default, bool):
+                options.update(action="store_true")
+                parser.add_argument("--" + f.name.replace("_", "-"), **options)
+                continue
             if "minimum" in f.metadata:
                 options["type"] = count_type(f.metadata["minimum"])
             if "choices" in f.metadata:
@@ -88,32 +133,64 @@ class BenchConfig:
 
     def command_line(self) -> list[str]:
         """``perflab bench``'s arguments for this configuration."""
-        return [
-            text
-            for f in fields(self)
-            for text in ("--" + f.name.replace("_", "-"), str(getattr(self, f.name)))
-        ]
+        words = []
+        for f in fields(self):
+            value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                words += [flag] if value else []
+            elif value is not None:
+                words += [flag, str(value)]
+        return words
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)
+        preset = get_preset(self.preset)
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; valid: {', '.join(MODES)}")
         for f in fields(self):
-            if "minimum" in f.metadata:
-                value, minimum = getattr(self, f.name), f.metadata["minimum"]
-                if not isinstance(value, int) or value < minimum:
+            value = getattr(self, f.name)
+            if "minimum" in f.metadata and not (value is None and f.metadata.get("optional")):
+                minimum = f.metadata["minimum"]
+                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                     raise ValueError(f"{f.name} must be an integer >= {minimum}, got {value!r}")
-        parse_dtype(self.dtype)
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
+        for name in MODEL_FIELDS:  # the preset's value where none is given
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, getattr(preset, name))
+        self.model_config()
+        self.recipe  # noqa: B018 (validates dtype, attention, head, optimizer)
+
+    def model_config(self) -> ModelConfig:
+        """The preset with this configuration's shape, sized for its context length."""
+        shape = {name: getattr(self, name) for name in MODEL_FIELDS}
+        return sized_for(dataclasses.replace(get_preset(self.preset), **shape), self.context_length)
+
+    @property
+    def recipe(self) -> Recipe:
+        """How the step runs (``perflab.bench.recipe``)."""
+        return Recipe(self.preset, dtype=self.dtype, head=self.head, attention=self.attention,
+                      optimizer=self.optimizer, compiled=self.compile,
+                      checkpoint_group=self.checkpoint_group)  # fmt: skip
 
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def filled_key(cls, row: dict) -> dict:
+        """The fields that a row of an older sweep file (written before they existed) lacks or
+        left blank, at the values it was measured with: the preset's shape and the defaults."""
+        missing = [f for f in fields(cls) if row.get(f.name, "") == "" and f.name != "preset"]
+        if not missing or not row.get("preset"):
+            return {}
+        preset = get_preset(row["preset"])
+        return {f.name: getattr(preset, f.name) if f.name in MODEL_FIELDS else f.default
+                for f in missing if f.default is not dataclasses.MISSING}  # fmt: skip
 
-def autocast_context(device: torch.device, dtype: torch.dtype) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` for a low-precision dtype, nothing for float32."""
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
+    @classmethod
+    def sweep(cls, path: str | Path, metadata: dict | None = None) -> Sweep:
+        """A ``Sweep`` keyed by every field, which reads older files too (``filled_key``)."""
+        return Sweep(path, key=[f.name for f in fields(cls)], metadata=metadata,
+                     fill_key=cls.filled_key)  # fmt: skip
 
 
 def random_batch(
@@ -134,11 +211,14 @@ def make_step(
     dtype: torch.dtype = torch.float32,
     optimizer: torch.optim.Optimizer | None = None,
     clock: PhaseClock | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> Callable[[], None]:
     """A zero-argument function that runs one step of ``mode``; with a ``clock``, each step's
     forward (with zero_grad and the loss), backward and optimizer times are recorded in it.
 
-    ``train-step`` needs an optimizer; gradients are reset with ``set_to_none`` at each step.
+    The loss is ``loss_fn(inputs, targets)`` (``perflab.bench.recipe.make_loss``), by default
+    the model's logits and ``cross_entropy`` under autocast to ``dtype``. ``train-step`` needs
+    an optimizer; gradients are reset with ``set_to_none`` at each step.
     The step and its parts are annotated with the ranges "step", "forward", "backward" and
     "optimizer" (``perflab.ranges``), visible to nsys and torch.profiler.
     """
@@ -147,6 +227,11 @@ def make_step(
     if mode == "train-step" and optimizer is None:
         raise ValueError("mode 'train-step' needs an optimizer")
     device = inputs.device
+    if loss_fn is None:
+
+        def loss_fn(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+            with autocast_context(device, dtype):
+                return cross_entropy(model(inputs), targets)
 
     mark = clock.mark if clock else lambda phase: None
 
@@ -155,8 +240,8 @@ def make_step(
             clock.start()
         with annotate("step"):
             model.zero_grad(set_to_none=True)
-            with annotate("forward"), autocast_context(device, dtype):
-                loss = cross_entropy(model(inputs), targets)
+            with annotate("forward"):
+                loss = loss_fn(inputs, targets)
             mark("forward")
             if mode != "forward":
                 with annotate("backward"):
@@ -180,20 +265,24 @@ def build_step(
     clock: PhaseClock | None = None,
 ) -> Callable[[], None]:
     """The model (on ``device``, ``config.device`` resolved by the caller), optimizer and
-    random batch of ``config``, and the step function that uses them; ``attention_fn``
-    replaces the model's attention, ``clock`` records the phases of each step."""
-    model_config = sized_for(get_preset(config.preset), config.context_length)
+    random batch of ``config``, and the step function that uses them, run by the config's
+    recipe; ``attention_fn`` replaces the recipe's attention, ``clock`` records the phases of
+    each step."""
+    model_config = config.model_config()
+    recipe = config.recipe
     torch.manual_seed(seed)
     with torch.device(device):  # initialise on the device: no full-size copy in host memory
-        model = TransformerLM(model_config, attention_fn=attention_fn)
-    optimizer = (
-        torch.optim.AdamW(model.parameters(), lr=1e-4) if config.mode == "train-step" else None
-    )
+        model = TransformerLM(model_config)
+    prepare_model(model, recipe, device)
+    if attention_fn is not None:
+        model.set_attention(attention_fn)
+    optimizer = make_optimizer(model, recipe, lr=1e-4) if config.mode == "train-step" else None
     inputs, targets = random_batch(
         model_config.vocab_size, config.batch_size, config.context_length, device, seed
     )
-    dtype = parse_dtype(config.dtype)
-    return make_step(model, inputs, targets, config.mode, dtype, optimizer, clock)
+    loss_fn = make_loss(model, recipe, device)
+    return make_step(model, inputs, targets, config.mode, optimizer=optimizer, clock=clock,
+                     loss_fn=loss_fn)  # fmt: skip
 
 
 def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
@@ -204,7 +293,7 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
     ``ModelConfig.train_step_flops`` for the modes with a backward, forward FLOPs otherwise).
     """
     device = resolve_device(config.device)
-    model_config = get_preset(config.preset)
+    model_config = config.model_config()
     clock = PhaseClock(device)
     step = build_step(config, device, seed=seed, clock=clock)
     try:
@@ -230,6 +319,7 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
         "d_ff": model_config.d_ff,
         "num_layers": model_config.num_layers,
         "num_heads": model_config.num_heads,
+        "vocab_size": model_config.vocab_size,
         "num_parameters": model_config.num_parameters(),
         "tokens_per_step": tokens,
         "flops_per_step": flops,
@@ -270,9 +360,8 @@ def benchmark_sweep(
 ) -> pd.DataFrame:
     """Benchmark every configuration through a ``Sweep`` keyed by all of ``BenchConfig``'s
     fields: each row lands in ``path`` as soon as it is measured, and a re-run skips it."""
-    key = list(BenchConfig.__dataclass_fields__)
     meta = {"timing_method": TIMING_METHOD, **(metadata or {})}
-    sweep = Sweep(path, key=key, metadata=meta)
+    sweep = BenchConfig.sweep(path, metadata=meta)
     return sweep.run([c.as_dict() for c in configs], measure, resume=resume, desc=desc)
 
 

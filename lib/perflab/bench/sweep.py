@@ -46,8 +46,13 @@ def _as_csv_text(value) -> str:
 class Sweep:
     """Results of one sweep in ``path`` (CSV) keyed by the configuration fields ``key``."""
 
-    def __init__(self, path: str | Path, key: Sequence[str], metadata: dict | None = None):
+    def __init__(self, path: str | Path, key: Sequence[str], metadata: dict | None = None,
+                 fill_key: Callable[[dict], dict] | None = None):  # fmt: skip
+        """``fill_key(row)`` gives the values of key fields that a row written before they
+        existed lacks (read as text like the rest of the row), so that an older file still
+        answers which configurations are done, and keeps them when it is rewritten."""
         self.path = Path(path)
+        self.fill_key = fill_key
         if self.path.suffix != ".csv":
             raise ValueError(f"a sweep file must end in .csv, got {self.path.name!r}")
         if not key:
@@ -74,7 +79,11 @@ class Sweep:
             return [], []
         with self.path.open(newline="") as f:
             reader = csv.DictReader(f)
-            return list(reader.fieldnames or []), list(reader)
+            fields, rows = list(reader.fieldnames or []), list(reader)
+        if self.fill_key:
+            for row in rows:
+                row.update({k: _as_csv_text(v) for k, v in self.fill_key(row).items()})
+        return fields, rows  # the header as written: a new key column makes append rewrite
 
     def done(self) -> set[tuple[str, ...]]:
         """Keys of the rows already in the file."""
@@ -209,8 +218,7 @@ class Sweep:
         frame = self.read()
         if frame.empty:
             return frame
-        text = pd.read_csv(self.path, dtype=str, keep_default_na=False)
-        keys = text[list(self.key)].apply(tuple, axis=1)
+        keys = [self.key_of(row) for row in self._rows()[1]]
         frame = frame.assign(_key=keys).drop_duplicates("_key", keep="last").set_index("_key")
         wanted = [self.key_of(c) for c in configs]
         wanted = [k for k in wanted if k in frame.index]

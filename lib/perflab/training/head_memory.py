@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from perflab.device import resolve_device
+from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
 from perflab.memory.timeline import peak_memory
-from perflab.training.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
 
 
 def plain_head_loss(hidden: torch.Tensor, weight: torch.Tensor,

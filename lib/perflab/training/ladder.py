@@ -2,59 +2,25 @@
 to the rung before, every rung checked against the baseline (loss, gradients, parameters after
 one AdamW step) and timed against the rung before, interleaved, with a verdict.
 
-A rung is a ``Recipe``: the autocast dtype, the loss head (logits + ``F.cross_entropy``, or
-``fused_linear_cross_entropy``), the attention (naive; FlashAttention: the Triton kernels on a
-GPU, the tiled PyTorch version on a CPU; or PyTorch's SDPA), AdamW's implementation (a
-for-loop over parameters, ``foreach`` multi-tensor kernels, or ``fused``), ``torch.compile``
-of the forward and loss, and activation checkpointing. The model already projects Q, K and V
-with one matmul (``CausalSelfAttention.qkv``), so fused QKV is in every rung.
+A rung is a ``Recipe`` (``perflab.bench.recipe``: dtype, loss head, attention, AdamW's
+implementation, ``torch.compile``, activation checkpointing). The model already projects Q, K
+and V with one matmul (``CausalSelfAttention.qkv``), so fused QKV is in every rung.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
-from perflab.attention import naive_attention
 from perflab.bench.comparison import compare
-from perflab.bench.steps import autocast_context, random_batch
+from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
+from perflab.bench.steps import random_batch
 from perflab.bench.timer import PhaseClock
-from perflab.device import parse_dtype
 from perflab.memory.timeline import peak_memory
-from perflab.model import ModelConfig, TransformerLM, cross_entropy
-from perflab.training.fused_cross_entropy import fused_linear_cross_entropy
-
-HEADS = ("plain", "fused")
-ATTENTIONS = ("naive", "flash", "sdpa")
-OPTIMIZERS = ("for-loop", "foreach", "fused")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How one training step is run; ``name`` says what this rung adds."""
-
-    name: str
-    dtype: str = "float32"
-    head: str = "plain"
-    attention: str = "naive"
-    optimizer: str = "for-loop"
-    compiled: bool = False
-    checkpoint_group: int | None = None
-
-    def __post_init__(self) -> None:
-        for field, valid in (("head", HEADS), ("attention", ATTENTIONS),
-                             ("optimizer", OPTIMIZERS)):  # fmt: skip
-            if getattr(self, field) not in valid:
-                raise ValueError(
-                    f"unknown {field} {getattr(self, field)!r}; valid: {', '.join(valid)}"
-                )
-        parse_dtype(self.dtype)
-
+from perflab.model import ModelConfig, TransformerLM
 
 #: The changes of the ladder, in the order of the full profile (a GPU).
 CHANGES = {
@@ -80,20 +46,6 @@ def ladder(rungs: list[str] | None = None) -> list[Recipe]:
     return recipes
 
 
-def _attention(name: str, device: torch.device) -> Callable:
-    if name == "naive":
-        return naive_attention
-    if name == "sdpa":
-        return torch.nn.functional.scaled_dot_product_attention
-    if device.type == "cuda":
-        from perflab.attention.flash_triton import flash_attention_triton
-
-        return flash_attention_triton
-    from perflab.attention.flash_torch import flash_attention_torch
-
-    return flash_attention_torch
-
-
 class TrainingStep:
     """A model, an AdamW and one random batch, run by ``recipe``; the same ``seed`` gives the
     same weights and batch whatever the recipe."""
@@ -106,25 +58,11 @@ class TrainingStep:
         torch.manual_seed(seed)
         with torch.device(device):
             self.model = TransformerLM(config).to(param_dtype)
-        self.model.set_attention(_attention(recipe.attention, device))
-        if recipe.checkpoint_group:
-            self.model.set_checkpointing("single", recipe.checkpoint_group)
-        implementation = {"for-loop": {"foreach": False}, "foreach": {"foreach": True},
-                          "fused": {"fused": True}}[recipe.optimizer]  # fmt: skip
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-3, **implementation)
+        prepare_model(self.model, recipe, device)
+        self.optimizer = make_optimizer(self.model, recipe)
         self.inputs, self.targets = random_batch(config.vocab_size, batch_size, seq_len,
                                                  device, seed)  # fmt: skip
-        self._loss = torch.compile(self._loss_eager) if recipe.compiled else self._loss_eager
-
-    def _loss_eager(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        with autocast_context(self.device, parse_dtype(self.recipe.dtype)):
-            if self.recipe.head == "fused":
-                hidden = self.model.hidden_states(inputs)
-                return fused_linear_cross_entropy(
-                    hidden.reshape(-1, hidden.shape[-1]), self.model.lm_head.weight,
-                    targets.reshape(-1),
-                )  # fmt: skip
-            return cross_entropy(self.model(inputs), targets)
+        self._loss = make_loss(self.model, recipe, device)
 
     def loss_and_backward(self, clock: PhaseClock | None = None,
                           micro_batches: int = 1) -> torch.Tensor:  # fmt: skip
