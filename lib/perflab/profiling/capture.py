@@ -14,9 +14,10 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
@@ -60,24 +61,20 @@ def profiling(**kwargs) -> Iterator[profile]:
             profiler.stop()
 
 
-def record_step_trace(
-    path: str | Path, config: BenchConfig, attention: str = "annotated", seed: int = 0
-) -> Path:
-    """Profile ``config.steps`` steps of ``config`` after ``config.warmup`` unprofiled ones,
-    with one of ``ATTENTIONS``; write the trace to ``path`` (gzipped when it ends in .gz) and
-    return the path."""
-    if attention not in ATTENTIONS:
-        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
-    device = resolve_device(config.device)
-    step = build_step(config, device, seed=seed, attention_fn=ATTENTIONS[attention])
-    for _ in range(config.warmup):
+def record_trace(step: Callable[[], object], path: str | Path, device: torch.device, *,
+                 warmup: int = 1, steps: int = 2) -> Path:  # fmt: skip
+    """Run ``step`` ``warmup`` times unprofiled, then profile ``steps`` calls (CPU operators, and
+    device kernels on CUDA) and write the trace to ``path`` (gzipped when it ends in .gz)."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    for _ in range(warmup):
         step()
     synchronize(device)
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
     with profiling(activities=activities) as profiler:
-        for _ in range(config.steps):
+        for _ in range(steps):
             step()
         synchronize(device)
 
@@ -92,3 +89,16 @@ def record_step_trace(
         else:
             shutil.copyfile(plain, path)
     return path
+
+
+def record_step_trace(
+    path: str | Path, config: BenchConfig, attention: str = "annotated", seed: int = 0
+) -> Path:
+    """Profile ``config.steps`` steps of ``config`` after ``config.warmup`` unprofiled ones,
+    with one of ``ATTENTIONS``; write the trace to ``path`` (gzipped when it ends in .gz) and
+    return the path."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
+    device = resolve_device(config.device)
+    step = build_step(config, device, seed=seed, attention_fn=ATTENTIONS[attention])
+    return record_trace(step, path, device, warmup=config.warmup, steps=config.steps)

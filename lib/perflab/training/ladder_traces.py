@@ -1,0 +1,132 @@
+"""Which bound dominates each rung of the ladder, from a profiler trace of each rung's step.
+
+``trace_ladder`` records a ``torch.profiler`` trace of a few training steps of every rung;
+``bound_table`` compares each rung's trace with the rung before's (``compare_traces``, the
+hotspot tools of notebook 02): the category that holds most of the operator (on a GPU: kernel)
+time, the hotspot whose time moved most, and what that change alone would do to the step,
+by Amdahl's law: a part holding a share s of the time, made r times as long, makes the whole
+1 - s + s r times as long. Set against the whole operator time and the measured step, it says
+why the step changed less (the hotspot held little of it) or more (other operators, or time
+outside them, moved too) than its hotspot.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from perflab.bench.recipe import Recipe
+from perflab.model import ModelConfig
+from perflab.profiling.capture import record_trace
+from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
+from perflab.profiling.trace import load_trace
+from perflab.training.ladder import TrainingStep
+
+
+def _file_name(index: int, rung: str) -> str:
+    return f"{index:02d}_{re.sub(r'[^a-z0-9]+', '_', rung.lower()).strip('_')}.json.gz"
+
+
+def trace_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
+                 device: torch.device, directory: str | Path, *, steps: int = 2,
+                 warmup: int = 1, seed: int = 0) -> dict[str, Path]:  # fmt: skip
+    """A trace of ``steps`` training steps of each rung (after ``warmup`` unprofiled ones, which
+    also compile a compiled rung), written to ``directory``; rung name -> trace path."""
+    paths = {}
+    for index, recipe in enumerate(recipes):
+        run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
+        path = Path(directory) / _file_name(index, recipe.name)
+        paths[recipe.name] = record_trace(run.step, path, device, warmup=warmup, steps=steps)
+    return paths
+
+
+def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None = None
+                ) -> pd.DataFrame:  # fmt: skip
+    """One row per rung (in the order of ``traces``): its operator time per step, the dominant
+    category and its share, and, against the rung before, the hotspot that moved most (its
+    milliseconds per step before and after, its share of the time before), ``hotspot_alone``
+    (the step's ratio if only the hotspot had changed), ``operators_ratio`` (all operators) and,
+    from ``timed`` (``time_ladder``'s table) when given, the measured step's ``vs_previous``
+    and verdict. ``steps`` is the number of profiled steps in each trace."""
+    names, rows = list(traces), []
+    loaded = {name: load_trace(path) for name, path in traces.items()}
+    measured = timed.set_index("rung") if timed is not None else None
+    for index, name in enumerate(names):
+        hotspots = kernel_hotspots(loaded[name])
+        shares = hotspots.groupby("category")["total_us"].sum() / hotspots["total_us"].sum()
+        row = {"rung": name, "source": hotspots["source"].iloc[0],
+               "operators_ms": hotspots["total_us"].sum() / steps / 1e3,
+               "dominant": shares.idxmax(), "dominant_share": float(shares.max())}  # fmt: skip
+        if index > 0:
+            comparison = compare_traces(loaded[names[index - 1]], loaded[name])
+            top = comparison.kernels.iloc[0]
+            share = top["baseline_us"] / comparison.baseline_total_us
+            change = top["optimized_us"] / top["baseline_us"] if top["baseline_us"] else math.inf
+            row.update(
+                hotspot=short_name(top["name"], 40),
+                hotspot_before_ms=top["baseline_us"] / steps / 1e3,
+                hotspot_after_ms=top["optimized_us"] / steps / 1e3,
+                hotspot_share_before=share,
+                hotspot_ratio=change,
+                hotspot_alone=1 + top["delta_us"] / comparison.baseline_total_us,
+                operators_ratio=comparison.optimized_total_us / comparison.baseline_total_us,
+            )  # fmt: skip
+            if measured is not None and name in measured.index:
+                row.update(vs_previous=measured.loc[name, "vs_previous"],
+                           verdict=measured.loc[name, "verdict"])  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def bound_sentence(row: pd.Series) -> str:
+    """What a ``bound_table`` row says, in a sentence computed from its numbers."""
+    text = (f"{row['rung']}: {row['dominant']} operators dominate ({row['dominant_share']:.0%} "
+            f"of {row['operators_ms']:.2f} ms)")  # fmt: skip
+    if pd.isna(row.get("hotspot")):
+        return text + "."
+    before, after = row["hotspot_before_ms"], row["hotspot_after_ms"]
+    if before == 0:
+        moved = f"is new ({after:.2f} ms a step)"
+    elif after == 0:
+        moved = f"is gone (was {before:.2f} ms a step, {row['hotspot_share_before']:.0%})"
+    else:
+        moved = (f"{'fell' if after < before else 'rose'} from {before:.2f} to {after:.2f} ms a "
+                 f"step ({row['hotspot_share_before']:.0%} of the time before)")  # fmt: skip
+    text += (f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
+             f"the step take {row['hotspot_alone']:.2f}x as long; all operators take "
+             f"{row['operators_ratio']:.2f}x")  # fmt: skip
+    step = row.get("vs_previous")
+    if step is None or pd.isna(step):
+        return text + "."
+    alone, ratio = math.log(max(row["hotspot_alone"], 1e-9)), math.log(step)
+    if row["verdict"] == "same":
+        why = (
+            "as the hotspot alone predicts"
+            if abs(alone) < 0.05
+            else "the hotspot's change does not reach the step beyond the noise: other "
+            "operators, or time outside them (Python, the allocator), make up for it"
+        )
+        return f"{text}, the measured step the same within the noise ({step:.2f}x): {why}."
+    text += f", the measured step {step:.2f}x ({row['verdict']})"
+    hotspot_ratio = row["hotspot_ratio"]
+    if ratio * alone < 0:
+        why = ("the other way from the hotspot alone: other operators, or time outside them "
+               "(Python, the allocator), outweigh it")  # fmt: skip
+    elif abs(ratio) < 0.5 * abs(alone):
+        why = ("less than the hotspot alone: other operators, or time outside them (Python, "
+               "the allocator), moved the other way")  # fmt: skip
+    elif abs(ratio) > 2 * abs(alone):
+        why = ("more than the hotspot alone: other operators, or time outside them, changed "
+               "as well")  # fmt: skip
+    elif 0 < hotspot_ratio < math.inf and abs(alone) < abs(math.log(hotspot_ratio)):
+        why = (
+            f"about what the hotspot alone gives, far less than its own "
+            f"({hotspot_ratio:.2f}x): it held {row['hotspot_share_before']:.0%} of the time"
+        )
+    else:
+        why = "about what the hotspot alone gives"
+    return f"{text}: {why}."

@@ -1,0 +1,101 @@
+"""Which bound dominates each rung: the table's numbers on hand-made traces whose operator
+times are known, the sentence's every branch, and a real trace of two rungs on the CPU."""
+
+import gzip
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from perflab.model import ModelConfig
+from perflab.profiling.hotspots import CATEGORIES
+from perflab.training.ladder import ladder
+from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
+
+
+def _trace(path, durations):
+    """A trace of CPU operators run one after another on one thread, ``name: microseconds``."""
+    events, ts = [], 0
+    for name, dur in durations.items():
+        events.append({"name": name, "cat": "cpu_op", "ph": "X", "ts": ts, "dur": dur, "pid": 1,
+                       "tid": 1})  # fmt: skip
+        ts += dur + 1
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def _table(tmp_path, vs_previous=None, verdict="faster"):
+    traces = {
+        "baseline": _trace(tmp_path / "a.json", {"aten::mm": 600, "aten::add": 400}),
+        "faster matmul": _trace(tmp_path / "b.json", {"aten::mm": 200, "aten::add": 400}),
+    }
+    timed = None
+    if vs_previous is not None:
+        timed = pd.DataFrame({"rung": ["baseline", "faster matmul"],
+                              "vs_previous": [None, vs_previous],
+                              "verdict": [None, verdict]})  # fmt: skip
+    return bound_table(traces, steps=2, timed=timed)
+
+
+def test_the_table_from_traces_with_known_times(tmp_path):
+    table = _table(tmp_path, vs_previous=0.62).set_index("rung")
+    base, rung = table.loc["baseline"], table.loc["faster matmul"]
+    assert base["operators_ms"] == pytest.approx(0.5)  # 1000 us over 2 steps
+    assert (base["dominant"], base["dominant_share"]) == ("compute-bound", pytest.approx(0.6))
+    assert (rung["dominant"], rung["dominant_share"]) == ("memory-bound", pytest.approx(2 / 3))
+    assert rung["hotspot"] == "aten::mm"
+    assert (rung["hotspot_before_ms"], rung["hotspot_after_ms"]) == pytest.approx((0.3, 0.1))
+    assert rung["hotspot_share_before"] == pytest.approx(0.6)
+    assert rung["hotspot_ratio"] == pytest.approx(1 / 3)
+    assert rung["hotspot_alone"] == pytest.approx(1 - 0.6 + 0.6 / 3)  # Amdahl: 1 - s + s r
+    assert rung["operators_ratio"] == pytest.approx(0.6)
+    assert (rung["vs_previous"], rung["verdict"]) == (0.62, "faster")
+
+
+@pytest.mark.parametrize(
+    "vs_previous, verdict, says",
+    [
+        (0.62, "faster", "about what the hotspot alone gives, far less than its own (0.33x)"),
+        (0.95, "faster", "less than the hotspot alone"),
+        (0.25, "faster", "more than the hotspot alone"),
+        (1.10, "slower", "the other way from the hotspot alone"),
+        (1.0, "same", "does not reach the step beyond the noise"),
+    ],
+)
+def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, says):
+    rows = _table(tmp_path, vs_previous, verdict)
+    assert bound_sentence(rows.iloc[0]) == (
+        "baseline: compute-bound operators dominate (60% of 0.50 ms)."
+    )
+    text = bound_sentence(rows.iloc[1])
+    assert text.startswith(
+        "faster matmul: memory-bound operators dominate (67% of 0.30 ms); "
+        "the hotspot that moved most, aten::mm, fell from 0.30 to 0.10 ms"
+    )
+    assert "take 0.60x as long" in text and says in text
+
+
+def test_untimed_rows_and_operators_that_appear_or_vanish(tmp_path):
+    traces = {
+        "a": _trace(tmp_path / "a.json", {"aten::sqrt": 300, "aten::mm": 700}),
+        "b": _trace(tmp_path / "b.json", {"aten::_fused_adamw_": 100, "aten::mm": 700}),
+    }
+    row = bound_table(traces, steps=1).iloc[1]
+    assert row["hotspot"] == "aten::sqrt" and row["hotspot_after_ms"] == 0
+    text = bound_sentence(row)
+    assert "is gone (was 0.30 ms a step, 30%)" in text and "measured" not in text
+
+
+def test_a_real_trace_of_each_rung(tmp_path):
+    config = ModelConfig("t", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=97,
+                         context_length=16)  # fmt: skip
+    recipes = ladder(["fused AdamW"])
+    paths = trace_ladder(config, recipes, 2, 8, torch.device("cpu"), tmp_path, steps=1)
+    assert [p.name for p in paths.values()] == ["00_baseline.json.gz", "01_fused_adamw.json.gz"]
+    table = bound_table(paths, steps=1)
+    assert table["rung"].tolist() == ["baseline", "fused AdamW"]
+    assert set(table["dominant"]) <= set(CATEGORIES) and (table["operators_ms"] > 0).all()
+    trace = json.loads(gzip.decompress(paths["fused AdamW"].read_bytes()))
+    names = {event.get("name") for event in trace["traceEvents"]}
+    assert "aten::_fused_adamw_" in names  # the trace is of the rung's own step
