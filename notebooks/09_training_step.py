@@ -39,6 +39,7 @@ seq_len = 32                    # tokens per sequence
 phase_steps = 5                 # timed steps of the baseline's phase breakdown
 rungs = ["fused loss head", "FlashAttention", "foreach AdamW", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
 rounds = 5                      # interleaved rounds of each rung against the one before
+trace_steps = 2                 # profiled steps of each rung for the final table
 head_tokens = 4096              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
@@ -52,6 +53,7 @@ device = "auto"                 # "cuda" when present, else "cpu"
 import torch
 
 from perflab.bench.checks import check_results
+from perflab.bench.steps import BenchConfig
 from perflab.device import resolve_device
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
@@ -60,6 +62,7 @@ from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps, p
 from perflab.training.data import read_corpus
 from perflab.training.head_memory import head_peak_memory
 from perflab.training.ladder import Recipe, TrainingStep, check_ladder, ladder, time_ladder
+from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
 from perflab.training.step_profile import (
     accumulation_table,
     batch_size_table,
@@ -136,7 +139,7 @@ print(f"The logits ({by['logits'] / MiB:.1f} MiB) are larger than one block's sa
 # `fused_linear_cross_entropy(hidden, weight, targets, chunk_size=None)` runs the head in
 # chunks of tokens: forward keeps only each token's log-sum-exp, backward recomputes a chunk's
 # logits and turns them at once into that chunk's gradients, `(softmax - onehot) / n` times the
-# weight and the hidden states (`perflab.training.fused_cross_entropy`). At most one chunk's
+# weight and the hidden states (`perflab.fused_cross_entropy`). At most one chunk's
 # logits exist at a time, for one more head matmul. The tests check it against logits +
 # `F.cross_entropy` in float64 (every chunking, ignored targets; to 1e-12) and under bf16
 # autocast. The memory of one forward + backward of each head, from the allocator's record
@@ -230,6 +233,43 @@ if dev.type == "cpu":
 fastest = steps.loc[steps["step_s"].idxmin()]
 print(f"the fastest step measured: {fastest['rung']} ({fastest['step_s'] * 1e3:.1f} ms, "
       f"{fastest['speedup_over_baseline']:.2f}x the baseline's speed)")
+
+# %% [markdown]
+# **The final table: which bound dominates each rung.** A profiler trace of `trace_steps` steps
+# of each rung (`perflab.training.ladder_traces`), each compared with the rung before's by
+# notebook 02's `compare_traces`: the category holding most of the operator time (on a GPU, the
+# kernel time; categories by `perflab.profiling.hotspots.classify`), the hotspot whose time
+# moved most, and what that change alone would do to the step by Amdahl's law: a part holding
+# a share s of the time, made r times as long, makes the whole 1 - s + s r as long
+# (`hotspot_alone`), next to all operators (`operators_ratio`) and the measured step
+# (`vs_previous`, from the interleaved comparison above). The traces are in `traces/`
+# (open them in Perfetto or `chrome://tracing`).
+
+# %%
+traces = trace_ladder(config, recipes, batch_size, seq_len, dev, out / "traces",
+                      steps=trace_steps)
+bounds = bound_table(traces, steps=trace_steps, timed=steps)
+final = steps[["rung", "step_s", "speedup_over_baseline", "peak_bytes"]].merge(bounds, on="rung")
+save_table(final.drop(columns="source"), out / "final_table.csv", provenance)
+print(f"operator times from {bounds['source'].iloc[0]}")
+final.assign(step_ms=final["step_s"] * 1e3, peak_MiB=final["peak_bytes"] / MiB)[
+    ["rung", "step_ms", "speedup_over_baseline", "peak_MiB", "dominant", "dominant_share",
+     "hotspot", "hotspot_share_before", "hotspot_alone", "operators_ratio", "vs_previous"]
+].round(3)
+
+# %%
+for _, row in bounds.iterrows():
+    print(bound_sentence(row))
+
+# %% [markdown]
+# To time one rung on its own, at any size, `perflab bench` takes the same changes as flags;
+# the fastest rung measured here is:
+
+# %%
+fastest_recipe = recipes[int(steps["step_s"].idxmin())]
+command = BenchConfig.from_recipe(fastest_recipe, preset, seq_len, "train-step",
+                                  batch_size=batch_size)
+print("perflab bench " + " ".join(command.command_line()))
 
 # %% [markdown]
 # ## 4. The data path on real text

@@ -270,6 +270,15 @@ def test_command_line_parses_back_to_the_same_configuration():
     assert "--checkpoint-group" not in plain.command_line()  # None: not given
 
 
+def test_a_recipe_round_trips_through_a_configuration():
+    from perflab.bench.recipe import Recipe
+
+    recipe = Recipe("cpu-tiny", dtype="bfloat16", head="fused", attention="flash",
+                    optimizer="fused", compiled=True, checkpoint_group=1)  # fmt: skip
+    config = BenchConfig.from_recipe(recipe, "cpu-tiny", 32, "train-step", batch_size=2)
+    assert config.recipe == recipe and config.batch_size == 2
+
+
 def test_the_recipe_flags_reach_the_model_the_optimizer_and_the_loss():
     from perflab.attention.flash_torch import flash_attention_torch
     from perflab.bench.recipe import make_loss, make_optimizer, prepare_model

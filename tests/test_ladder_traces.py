@@ -56,7 +56,7 @@ def test_the_table_from_traces_with_known_times(tmp_path):
 @pytest.mark.parametrize(
     "vs_previous, verdict, says",
     [
-        (0.62, "faster", "about what the hotspot alone gives, far less than its own (0.33x)"),
+        (0.62, "faster", "alone gives, less than the hotspot's own change (0.33x)"),
         (0.95, "faster", "less than the hotspot alone"),
         (0.25, "faster", "more than the hotspot alone"),
         (1.10, "slower", "the other way from the hotspot alone"),

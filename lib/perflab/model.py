@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from perflab.attention import naive_attention
 from perflab.checkpointing import check_strategy, run_blocks
+from perflab.fused_cross_entropy import fused_linear_cross_entropy
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,22 @@ class TransformerBlock(nn.Module):
         return x + self.ffn(self.ffn_norm(x))
 
 
+class LMHead(nn.Linear):
+    """The output projection, ``nn.Linear(d_model, vocab, bias=False)``; given targets too, it
+    returns the mean cross-entropy through ``fused_linear_cross_entropy`` instead of the logits,
+    never holding them whole. A module call either way, so wrappers that act around a module's
+    forward (notebook 08's FSDP gathers its weight there) work for the fused head too."""
+
+    def __init__(self, d_model: int, vocab_size: int):
+        super().__init__(d_model, vocab_size, bias=False)
+
+    def forward(self, hidden: Tensor, targets: Tensor | None = None) -> Tensor:
+        if targets is None:
+            return super().forward(hidden)
+        return fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.weight,
+                                          targets.reshape(-1))  # fmt: skip
+
+
 class TransformerLM(nn.Module):
     """Token ids (batch, seq) -> logits (batch, seq, vocab)."""
 
@@ -239,7 +256,7 @@ class TransformerLM(nn.Module):
             TransformerBlock(config, rope) for _ in range(config.num_layers)
         )
         self.final_norm = RMSNorm(config.d_model)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = LMHead(config.d_model, config.vocab_size)
         self._init_weights()
         if attention_fn is not None:
             self.set_attention(attention_fn)
@@ -267,7 +284,7 @@ class TransformerLM(nn.Module):
 
     def hidden_states(self, token_ids: Tensor) -> Tensor:
         """(batch, seq, d_model): everything but the output projection, for a loss head that
-        applies ``lm_head.weight`` itself (``perflab.training.fused_linear_cross_entropy``)."""
+        never holds the whole logits (``lm_head(hidden, targets)``)."""
         seq_len = token_ids.shape[-1]
         if seq_len > self.config.context_length:
             raise ValueError(

@@ -19,7 +19,6 @@ import torch
 
 from perflab.attention import naive_attention
 from perflab.device import parse_dtype
-from perflab.fused_cross_entropy import fused_linear_cross_entropy
 from perflab.model import AttentionFn, TransformerLM, cross_entropy
 
 HEADS = ("plain", "fused")
@@ -100,10 +99,7 @@ def make_loss(model: TransformerLM, recipe: Recipe, device: torch.device
     def loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with autocast_context(device, dtype):
             if recipe.head == "fused":
-                hidden = model.hidden_states(inputs)
-                return fused_linear_cross_entropy(
-                    hidden.reshape(-1, hidden.shape[-1]), model.lm_head.weight, targets.reshape(-1)
-                )
+                return model.lm_head(model.hidden_states(inputs), targets)
             return cross_entropy(model(inputs), targets)
 
     return torch.compile(loss) if recipe.compiled else loss

@@ -172,6 +172,14 @@ class BenchConfig:
                       optimizer=self.optimizer, compiled=self.compile,
                       checkpoint_group=self.checkpoint_group)  # fmt: skip
 
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, preset: str, context_length: int, mode: str,
+                    **fields_) -> BenchConfig:  # fmt: skip
+        """The configuration that runs ``recipe`` (e.g. a rung of notebook 09's ladder)."""
+        return cls(preset, context_length, mode, dtype=recipe.dtype, attention=recipe.attention,
+                   head=recipe.head, optimizer=recipe.optimizer, compile=recipe.compiled,
+                   checkpoint_group=recipe.checkpoint_group, **fields_)  # fmt: skip
+
     def as_dict(self) -> dict:
         return asdict(self)
 

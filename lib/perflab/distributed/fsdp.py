@@ -11,8 +11,8 @@ and PyTorch FSDP (Zhao et al. 2023).
   from a gathered weight are not kept: a saved-tensor hook stores where they came from and
   gathers the weight again, synchronously, when backward unpacks it, so full weights live only
   while in use. (Real FSDP also prefetches in backward, and gathers whole blocks at once.)
-- Backward reduce-scatters each weight's gradient in fp32: every rank gets the sum over ranks
-  of its shard's gradient, divided by the world size.
+- Backward reduce-scatters each weight's gradient in fp32 (float64 for float64 master weights):
+  every rank gets the sum over ranks of its shard's gradient, divided by the world size.
 
 The optimizer sees the shards (``FSDP(...).parameters()``); ``gather_full_params()`` returns
 the full fp32 tensors by the wrapped model's parameter names. Floating-point inputs are cast to
@@ -57,7 +57,8 @@ def _full_view(flat: Tensor, spec: _ShardSpec) -> Tensor:
 
 class _ShardedWeight(torch.autograd.Function):
     """shard -> full weight (given, already gathered); backward reduce-scatters the full
-    weight's gradient, in fp32, into the shard's gradient (averaged over ranks)."""
+    weight's gradient, in fp32 (float64 for a float64 shard), into the shard's gradient
+    (averaged over ranks)."""
 
     @staticmethod
     def forward(ctx, shard: Tensor, flat: Tensor, spec: _ShardSpec) -> Tensor:
@@ -69,10 +70,11 @@ class _ShardedWeight(torch.autograd.Function):
     def backward(ctx, grad_full: Tensor):
         spec = ctx.spec
         world_size = dist.get_world_size()
-        flat = torch.zeros(spec.shard_numel * world_size, dtype=torch.float32,
+        reduce_dtype = torch.promote_types(ctx.shard_dtype, torch.float32)
+        flat = torch.zeros(spec.shard_numel * world_size, dtype=reduce_dtype,
                            device=grad_full.device)  # fmt: skip
         flat[: spec.numel] = grad_full.reshape(-1)
-        grad_shard = torch.empty(spec.shard_numel, dtype=torch.float32, device=flat.device)
+        grad_shard = torch.empty(spec.shard_numel, dtype=reduce_dtype, device=flat.device)
         dist.reduce_scatter_single(grad_shard, flat)
         return grad_shard.div_(world_size).to(ctx.shard_dtype), None, None
 
@@ -259,16 +261,25 @@ class FSDP(nn.Module):
             grad.copy_(synced.view_as(grad))
 
     @torch.no_grad()
+    def _gather_full(self, value_of) -> dict[str, Tensor]:
+        full = {}
+        for local in self.flat_params:
+            spec, value = self.specs[local], value_of(local)
+            full[spec.name] = _full_view(_gather(value, spec, value.dtype)[0], spec) \
+                if spec.sharded else value.detach().clone()  # fmt: skip
+        return {name: full[first] for name, first in self.aliases.items()}
+
     def gather_full_params(self) -> dict[str, Tensor]:
         """Full parameters (master dtype) by every name the wrapped model gave them (tied
         weights under each of their names). A collective: call it on every rank."""
-        full = {}
-        for local in self.flat_params:
-            spec = self.specs[local]
-            value = _full_view(_gather(local, spec, local.dtype)[0], spec) if spec.sharded \
-                else local.detach().clone()  # fmt: skip
-            full[spec.name] = value
-        return {name: full[first] for name, first in self.aliases.items()}
+        return self._gather_full(lambda local: local)
+
+    def gather_full_grads(self) -> dict[str, Tensor]:
+        """Full gradients, named like ``gather_full_params``'s (after backward and
+        ``finish_gradient_synchronization``; zeros where a parameter got none). A collective."""
+        return self._gather_full(
+            lambda local: local.grad if local.grad is not None else torch.zeros_like(local)
+        )
 
 
 def _cast_floating(value, dtype: torch.dtype):

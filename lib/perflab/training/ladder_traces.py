@@ -124,7 +124,7 @@ def bound_sentence(row: pd.Series) -> str:
                "as well")  # fmt: skip
     elif 0 < hotspot_ratio < math.inf and abs(alone) < abs(math.log(hotspot_ratio)):
         why = (
-            f"about what the hotspot alone gives, far less than its own "
+            f"about what the hotspot alone gives, less than the hotspot's own change "
             f"({hotspot_ratio:.2f}x): it held {row['hotspot_share_before']:.0%} of the time"
         )
     else:

@@ -1,0 +1,222 @@
+"""One training step of a model too large for one device: notebook 08's ``FSDP`` over ranks,
+for notebook 09's leaderboard (the 2026 handout's 8B model, 2 x 32,768 tokens, on 2 GPUs).
+
+Each rank holds a shard of the parameters, their gradients and AdamW's state, and trains on
+its part of the global batch; the loss head is a module call (``LossModel``), so FSDP gathers
+the output projection's weight for the fused head too. ``sharded_step_memory`` says per rank
+what the step holds, from the shapes (activations: one block's saved bytes per token counted on
+the meta device), so one sees before running it how many devices the step needs.
+``check_sharded_step`` compares the sharded step with the same recipe in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from perflab.bench.recipe import Recipe, make_optimizer, prepare_model
+from perflab.bench.steps import random_batch
+from perflab.bench.timer import time_fn
+from perflab.device import parse_dtype
+from perflab.distributed.fsdp import FSDP
+from perflab.distributed.launch import launch, rank_device
+from perflab.fused_cross_entropy import default_chunk_size
+from perflab.memory.saved import saved_bytes, saved_tensors
+from perflab.model import ModelConfig, TransformerLM, cross_entropy, sized_for
+from perflab.training.ladder import TOLERANCE, UPDATE_TOLERANCE, TrainingStep
+
+GB = 1e9
+
+
+class LossModel(nn.Module):
+    """(inputs, targets) -> the mean next-token loss through ``head`` ("plain": logits and
+    ``cross_entropy``; "fused": ``model.lm_head(hidden, targets)``)."""
+
+    def __init__(self, model: TransformerLM, head: str):
+        super().__init__()
+        self.model, self.head = model, head
+
+    def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        if self.head == "fused":
+            return self.model.lm_head(self.model.hidden_states(inputs), targets)
+        return cross_entropy(self.model(inputs), targets)
+
+
+@dataclass
+class ShardedStep:
+    """What ``sharded_training_step`` measured."""
+
+    world_size: int
+    tokens: int  # of the global batch, per step
+    loss: float  # the first step's, averaged over ranks: the global batch's mean loss
+    step_s: list[float]  # each timed step, on the slowest rank
+    peak_bytes: int | None  # CUDA: the largest rank's peak allocation; None on a CPU
+    grads: dict[str, Tensor] | None  # the first step's full gradients (``check``)
+    params: dict[str, Tensor] | None  # the full parameters after the first step (``check``)
+
+    @property
+    def median_s(self) -> float:
+        return float(pd.Series(self.step_s).median())
+
+
+def _rank(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int, warmup: int,
+          steps: int, seed: int, param_dtype: torch.dtype, check: bool) -> dict:  # fmt: skip
+    device = rank_device()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(seed)  # the same weights as TrainingStep's with this seed
+    with torch.device(device):
+        model = TransformerLM(config).to(param_dtype)
+    prepare_model(model, recipe, device)
+    compute = parse_dtype(recipe.dtype)
+    sharded = FSDP(LossModel(model, recipe.head),
+                   compute_dtype=None if compute == torch.float32 else compute)  # fmt: skip
+    optimizer = make_optimizer(sharded, recipe)
+    inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, seed)
+    share = batch_size // world
+    inputs, targets = (t[rank * share : (rank + 1) * share] for t in (inputs, targets))
+
+    def loss_and_backward() -> Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = sharded(inputs, targets)
+        loss.backward()
+        sharded.finish_gradient_synchronization()
+        return loss.detach()
+
+    def step() -> None:
+        loss_and_backward()
+        optimizer.step()
+
+    def full(tensors: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {name.removeprefix("model."): value.cpu() for name, value in tensors.items()}
+
+    loss = loss_and_backward().to(torch.float64)
+    grads = full(sharded.gather_full_grads()) if check else None
+    optimizer.step()
+    params = full(sharded.gather_full_params()) if check else None
+    dist.all_reduce(loss)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    timing = time_fn(step, warmup=warmup, steps=steps, device=device)
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {"loss": float(loss) / world, "samples": list(timing.samples), "peak": peak,
+            "grads": grads if rank == 0 else None,
+            "params": params if rank == 0 else None}  # fmt: skip
+
+
+def sharded_training_step(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
+                          world_size: int, *, warmup: int = 1, steps: int = 3, seed: int = 0,
+                          param_dtype: torch.dtype = torch.float32, check: bool = False,
+                          backend: str = "auto") -> ShardedStep:  # fmt: skip
+    """``steps`` timed AdamW steps (after one untimed step, kept for ``check``, and ``warmup``
+    more) of ``config`` run by ``recipe`` under FSDP on ``world_size`` ranks, each on
+    ``batch_size / world_size`` of the global batch's sequences. A low-precision recipe dtype
+    becomes FSDP's compute dtype (weights gathered and computed in it; master weights, gradients
+    and AdamW's state in ``param_dtype``). ``check``: also return the first step's full
+    gradients and the full parameters after it."""
+    if batch_size % world_size:
+        raise ValueError(
+            f"batch_size ({batch_size}) must be a multiple of world_size ({world_size}): each "
+            "rank trains on an equal part of the global batch"
+        )
+    config = sized_for(config, seq_len)
+    results = launch(_rank, world_size, (config, recipe, batch_size, seq_len, warmup, steps, seed,
+                                          param_dtype, check), backend=backend)  # fmt: skip
+    slowest = [max(times) for times in zip(*(r["samples"] for r in results), strict=True)]
+    peaks = [r["peak"] for r in results if r["peak"] is not None]
+    return ShardedStep(world_size, batch_size * seq_len, results[0]["loss"], slowest,
+                       max(peaks) if peaks else None, results[0]["grads"],
+                       results[0]["params"])  # fmt: skip
+
+
+def check_sharded_step(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
+                       world_size: int, *, seed: int = 0, param_dtype=torch.float32,
+                       tolerance: float | None = None) -> dict:  # fmt: skip
+    """The sharded step against the same recipe in one process on the whole batch (the same
+    weights and batch): the loss, every gradient (within ``tolerance``, default ``TOLERANCE``
+    of the dtype) and every parameter's update in the first AdamW step (within
+    ``UPDATE_TOLERANCE``, or ``tolerance`` when given), as relative errors (max |a - b| / max |b|). The gradients are the
+    sharp test: Adam's first update is g / (|g| + eps), blind to a gradient's scale, and it
+    magnifies the rounding of gradients near zero (``check_ladder``)."""
+    sharded = sharded_training_step(config, recipe, batch_size, seq_len, world_size, warmup=0,
+                                    steps=1, seed=seed, param_dtype=param_dtype,
+                                    check=True)  # fmt: skip
+    single = TrainingStep(sized_for(config, seq_len), recipe, batch_size, seq_len,
+                          torch.device("cpu"), seed, param_dtype)  # fmt: skip
+    loss = float(single.loss_and_backward())
+    before = {name: p.detach().clone() for name, p in single.model.named_parameters()}
+    single.optimizer.step()
+
+    def relative(a: Tensor, b: Tensor) -> float:
+        a, b = a.double(), b.detach().double()
+        return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+    named = dict(single.model.named_parameters())
+    errors = {
+        "loss_error": abs(sharded.loss - loss) / abs(loss),
+        "grad_error": max(relative(sharded.grads[n], p.grad) for n, p in named.items()),
+        "update_error": max(
+            relative(sharded.params[n] - before[n], p - before[n]) for n, p in named.items()
+        ),  # fmt: skip
+    }
+    limit = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
+    update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
+    return {"world_size": world_size, **errors, "tolerance": limit,
+            "update_tolerance": update_limit,
+            "matches_single_process": errors["loss_error"] <= limit
+            and errors["grad_error"] <= limit
+            and errors["update_error"] <= update_limit}  # fmt: skip
+
+
+def block_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.bfloat16,
+                          seq_len: int = 256) -> float:  # fmt: skip
+    """Bytes one block saves for backward per token with FlashAttention (no seq x seq matrix),
+    in ``dtype``: the slope between ``seq_len`` and twice that, counted on the meta device."""
+    from perflab.attention.flash_torch import flash_attention_torch
+
+    counts = []
+    for length in (seq_len, 2 * seq_len):
+        with torch.device("meta"):
+            model = TransformerLM(replace(sized_for(config, length), num_layers=1)).to(dtype)
+            model.set_attention(flash_attention_torch)
+            x = torch.randn(1, length, config.d_model, dtype=dtype, requires_grad=True)
+        counts.append(saved_bytes(saved_tensors(lambda: model.blocks[0](x), model.parameters())))  # noqa: B023
+    return (counts[1] - counts[0]) / seq_len
+
+
+def sharded_step_memory(config: ModelConfig, batch_size: int, seq_len: int,
+                        world_sizes: list[int], *, state_dtype: str = "float32",
+                        compute_dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+    """Per rank, in GB, what one FSDP step with the fused head, FlashAttention and
+    checkpointing at every block holds at its peak: the shards of the parameters, gradients
+    and AdamW's two moments (P / W values each, in ``state_dtype``), every block's input kept
+    for the recomputation (L x tokens x d in ``compute_dtype``), one block's saved activations
+    while it is recomputed (``block_bytes_per_token`` x tokens), and one chunk of the head's
+    logits in float32 (``default_chunk_size``). Weights being gathered (one module's) are
+    left out: tens of MB. A sum of counted parts, not a measured peak."""
+    state = torch.finfo(parse_dtype(state_dtype)).bits // 8
+    compute = parse_dtype(compute_dtype)
+    width = torch.finfo(compute).bits // 8
+    per_token = block_bytes_per_token(config, compute)
+    params = config.num_parameters()
+    rows = []
+    for world in world_sizes:
+        if world < 1 or batch_size % world:
+            raise ValueError(f"world size {world} must divide the batch of {batch_size}")
+        tokens = batch_size // world * seq_len
+        chunk = default_chunk_size(tokens, config.vocab_size, config.d_model)
+        parts = {
+            "parameters": state * params / world,
+            "gradients": state * params / world,
+            "AdamW moments": 2 * state * params / world,
+            "block inputs (checkpoints)": config.num_layers * tokens * config.d_model * width,
+            "one block recomputed": per_token * tokens,
+            "head chunk logits": chunk * config.vocab_size * 4,
+        }
+        rows.append({"world_size": world, "tokens_per_rank": tokens,
+                     **{k: v / GB for k, v in parts.items()},
+                     "total_GB": sum(parts.values()) / GB})  # fmt: skip
+    return pd.DataFrame(rows)
