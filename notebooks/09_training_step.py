@@ -29,8 +29,8 @@
 # On a CPU the ladder runs a tiny model, where Python overheads are large against the work;
 # which changes pay off depends on the machine, and the verdicts say what this one measured.
 # Then the data path on real text, and the batch: its size and gradient accumulation. The full
-# profile (`perflab run 09 --full`) runs the `small` preset on a GPU. Not here yet: the 8B
-# leaderboard model on two GPUs.
+# profile (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B
+# model sharded over two GPUs (section 6).
 
 # %% tags=["parameters"]
 preset = "cpu-tiny"             # model of the ladder (d 128, 2 layers, vocabulary 10,000)
@@ -39,7 +39,7 @@ seq_len = 32                    # tokens per sequence
 phase_steps = 5                 # timed steps of the baseline's phase breakdown
 rungs = ["fused loss head", "FlashAttention", "foreach AdamW", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
 rounds = 5                      # interleaved rounds of each rung against the one before
-trace_steps = 2                 # profiled steps of each rung for the final table
+trace_steps = 1                 # profiled steps of each rung for the final table
 head_tokens = 4096              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
@@ -47,22 +47,38 @@ data_rounds = 5                 # interleaved rounds of the data-path comparison
 batch_seq_len = 128             # tokens per sequence in the batch-size and accumulation sweeps
 batch_sizes = [1, 4]            # sequences per step in the batch-size sweep
 global_batch = 4                # the accumulation sweep's batch, split into 1, 2, 4, ... micro-batches
+sharded_preset = "cpu-tiny"     # section 6: the model of the sharded step (full: leaderboard-8B)
+sharded_world_size = 2          # ranks (GPUs, or Gloo processes on a CPU)
+sharded_batch_size = 2          # sequences per step, split over the ranks
+sharded_seq_len = 64            # tokens per sequence (full: 32,768)
+sharded_dtype = "float32"       # compute dtype (full: bfloat16)
+sharded_steps = 2               # timed steps (full: 3)
+sharded_check = True            # also check it against one process (not at 8B)
 device = "auto"                 # "cuda" when present, else "cpu"
 
 # %%
+import pandas as pd
 import torch
 
 from perflab.bench.checks import check_results
 from perflab.bench.steps import BenchConfig
+from perflab.bench.recipe import Recipe
 from perflab.device import resolve_device
+from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
+from perflab.distributed.launch import max_world_size
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
 from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps, paired_table
 from perflab.training.data import read_corpus
 from perflab.training.head_memory import head_peak_memory
-from perflab.training.ladder import Recipe, TrainingStep, check_ladder, ladder, time_ladder
+from perflab.training.ladder import TrainingStep, check_ladder, ladder, time_ladder
 from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
+from perflab.training.sharded_step import (
+    compare_with_one_process,
+    sharded_step_memory,
+    sharded_training_step,
+)
 from perflab.training.step_profile import (
     accumulation_table,
     batch_size_table,
@@ -335,6 +351,78 @@ print(f"batch {int(large['batch_size'])}: {large['tokens_per_s']:,.0f} tokens/s 
       + (" (one micro-batch's activations at a time)" if finest["peak_bytes"] < whole["peak_bytes"]
          else " (no lower: here the gradients, not the activations, set the peak)")
       + f", step {finest['step_s'] / whole['step_s']:.2f}x the time (separate medians).")
+
+# %% [markdown]
+# ## 6. The leaderboard's step: one model over several devices
+#
+# The 2026 leaderboard times one AdamW step of the 8B model (d 4096, d_ff 11,008, 34 layers,
+# vocabulary 151,936) on 2 x 32,768 tokens in bf16, on two B200s. What one step holds per
+# device, counted from the shapes (`perflab.training.sharded_step.sharded_step_memory`): with
+# notebook 08's FSDP every rank keeps 1/W of the parameters, gradients and AdamW's two moments;
+# with checkpointing at every block it keeps each block's input (bf16) and, while a block is
+# recomputed, that block's activations (its saved bytes per token counted on the `meta`
+# device with FlashAttention, so no 32,768 x 32,768 matrix); the fused head holds one chunk of
+# logits. The state in float32 (master weights, as notebook 08's FSDP keeps them) or, as the
+# leaderboard's model is built, in bfloat16:
+
+# %%
+leaderboard_memory = pd.concat([
+    sharded_step_memory(leaderboard, 2, leaderboard.context_length, [1, 2], state_dtype=state)
+    .assign(state=state) for state in ("float32", "bfloat16")
+], ignore_index=True)
+save_table(leaderboard_memory, out / "leaderboard_memory.csv", provenance)
+leaderboard_memory.round(2)
+
+# %%
+for state, rows in leaderboard_memory.groupby("state", sort=False):
+    per_rank = rows.set_index("world_size")["total_GB"]
+    verdicts = []
+    for gpu in (H100_80GB, B200_180GB):
+        fit = [w for w, total in per_rank.items() if total <= gpu.memory_bytes / 1e9]
+        verdicts.append(f"{gpu.name}: " + (f"fits on {min(fit)}" if fit
+                                           else f"does not fit on {per_rank.index.max()}"))
+    print(f"{state} state, per rank on 1 / 2 GPUs: {per_rank[1]:.1f} / {per_rank[2]:.1f} GB; "
+          + "; ".join(verdicts))
+print("(sums of counted parts: the allocator's fragmentation and the CUDA context come on top)")
+
+# %% [markdown]
+# The sharded step itself (`sharded_training_step`: fused head, FlashAttention, fused AdamW,
+# checkpointing at every block, under notebook 08's FSDP, each rank on its part of the batch).
+# On a CPU: `sharded_preset` on Gloo ranks, checked against the same step in one process (the
+# loss, every gradient, and the first update; the tests do it in float64 to 1e-10). The full
+# profile runs the leaderboard's model on `sharded_world_size` GPUs, timed only (no one
+# process holds it to compare with); it needs that many GPUs, and was not run here.
+
+# %%
+sharded_recipe = Recipe("sharded", dtype=sharded_dtype, head="fused", attention="flash",
+                        optimizer="fused", checkpoint_group=1)
+sharded_config = get_preset(sharded_preset)
+if sharded_world_size > max_world_size():
+    print(f"the sharded step needs {sharded_world_size} ranks; this machine holds "
+          f"{max_world_size()}: not run")
+else:
+    sharded = sharded_training_step(sharded_config, sharded_recipe, sharded_batch_size,
+                                    sharded_seq_len, sharded_world_size, steps=sharded_steps,
+                                    check=sharded_check)
+    sharded_row = {"preset": sharded_preset, "world_size": sharded_world_size,
+                   "tokens": sharded.tokens, "step_s": sharded.median_s,
+                   "tokens_per_s": sharded.tokens / sharded.median_s, "loss": sharded.loss,
+                   "peak_bytes": sharded.peak_bytes}
+    if sharded_check:
+        sharded_row.update(compare_with_one_process(sharded, sharded_config, sharded_recipe,
+                                                    sharded_batch_size, sharded_seq_len))
+    sharded_table = pd.DataFrame([sharded_row])
+    save_table(sharded_table, out / "sharded_step.csv", provenance)
+    print(f"{sharded_preset} on {sharded_world_size} ranks: {sharded.median_s * 1e3:.1f} ms a "
+          f"step (median of {sharded_steps}, the slowest rank's), "
+          f"{sharded.tokens / sharded.median_s:,.0f} tokens/s"
+          + (f", peak {sharded.peak_bytes / 1e9:.1f} GB on the fullest GPU"
+             if sharded.peak_bytes else ""))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+if sharded_check and sharded_world_size <= max_world_size():
+    print("the sharded step matches one process:", bool(sharded_row["matches_single_process"]))
 
 # %% [markdown]
 # ## Where the results are

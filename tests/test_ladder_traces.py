@@ -47,7 +47,7 @@ def test_the_table_from_traces_with_known_times(tmp_path):
     assert rung["hotspot"] == "aten::mm"
     assert (rung["hotspot_before_ms"], rung["hotspot_after_ms"]) == pytest.approx((0.3, 0.1))
     assert rung["hotspot_share_before"] == pytest.approx(0.6)
-    assert rung["hotspot_ratio"] == pytest.approx(1 / 3)
+    assert rung["hotspot_change"] == pytest.approx(1 / 3)
     assert rung["hotspot_alone"] == pytest.approx(1 - 0.6 + 0.6 / 3)  # Amdahl: 1 - s + s r
     assert rung["operators_ratio"] == pytest.approx(0.6)
     assert (rung["vs_previous"], rung["verdict"]) == (0.62, "faster")

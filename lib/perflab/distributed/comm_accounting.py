@@ -63,6 +63,8 @@ class Accelerator:
 
 XXL = DenseStack("XXL", d_model=16384, d_ff=53248, num_blocks=126)
 H100_80GB = Accelerator("H100 80GB", 80e9)
+#: The leaderboard's GPU: a DGX B200 has 1,440 GB of GPU memory over 8 GPUs.
+B200_180GB = Accelerator("B200 180GB", 180e9)
 TPU_V5P = Accelerator("TPU v5p", 95e9, flops_per_s=4.6e14, link_bytes_per_s=2 * 9e10)
 HANDOUT_MESH = {"X": 16, "Y": 4, "M_X": 2, "M_Y": 1}
 

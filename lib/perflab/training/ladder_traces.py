@@ -71,7 +71,7 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
                 hotspot_before_ms=top["baseline_us"] / steps / 1e3,
                 hotspot_after_ms=top["optimized_us"] / steps / 1e3,
                 hotspot_share_before=share,
-                hotspot_ratio=change,
+                hotspot_change=change,
                 hotspot_alone=1 + top["delta_us"] / comparison.baseline_total_us,
                 operators_ratio=comparison.optimized_total_us / comparison.baseline_total_us,
             )  # fmt: skip
@@ -112,7 +112,7 @@ def bound_sentence(row: pd.Series) -> str:
         )
         return f"{text}, the measured step the same within the noise ({step:.2f}x): {why}."
     text += f", the measured step {step:.2f}x ({row['verdict']})"
-    hotspot_ratio = row["hotspot_ratio"]
+    hotspot_change = row["hotspot_change"]
     if ratio * alone < 0:
         why = ("the other way from the hotspot alone: other operators, or time outside them "
                "(Python, the allocator), outweigh it")  # fmt: skip
@@ -122,10 +122,10 @@ def bound_sentence(row: pd.Series) -> str:
     elif abs(ratio) > 2 * abs(alone):
         why = ("more than the hotspot alone: other operators, or time outside them, changed "
                "as well")  # fmt: skip
-    elif 0 < hotspot_ratio < math.inf and abs(alone) < abs(math.log(hotspot_ratio)):
+    elif 0 < hotspot_change < math.inf and abs(alone) < abs(math.log(hotspot_change)):
         why = (
             f"about what the hotspot alone gives, less than the hotspot's own change "
-            f"({hotspot_ratio:.2f}x): it held {row['hotspot_share_before']:.0%} of the time"
+            f"({hotspot_change:.2f}x): it held {row['hotspot_share_before']:.0%} of the time"
         )
     else:
         why = "about what the hotspot alone gives"

@@ -135,36 +135,53 @@ def sharded_training_step(config: ModelConfig, recipe: Recipe, batch_size: int, 
 def check_sharded_step(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
                        world_size: int, *, seed: int = 0, param_dtype=torch.float32,
                        tolerance: float | None = None) -> dict:  # fmt: skip
-    """The sharded step against the same recipe in one process on the whole batch (the same
-    weights and batch): the loss, every gradient (within ``tolerance``, default ``TOLERANCE``
-    of the dtype) and every parameter's update in the first AdamW step (within
-    ``UPDATE_TOLERANCE``, or ``tolerance`` when given), as relative errors (max |a - b| / max |b|). The gradients are the
-    sharp test: Adam's first update is g / (|g| + eps), blind to a gradient's scale, and it
-    magnifies the rounding of gradients near zero (``check_ladder``)."""
+    """One sharded step on ``world_size`` ranks against the same recipe in one process
+    (``compare_with_one_process``)."""
     sharded = sharded_training_step(config, recipe, batch_size, seq_len, world_size, warmup=0,
                                     steps=1, seed=seed, param_dtype=param_dtype,
                                     check=True)  # fmt: skip
+    return compare_with_one_process(sharded, config, recipe, batch_size, seq_len, seed=seed,
+                                    param_dtype=param_dtype, tolerance=tolerance)  # fmt: skip
+
+
+def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: Recipe,
+                             batch_size: int, seq_len: int, *, seed: int = 0,
+                             param_dtype=torch.float32,
+                             tolerance: float | None = None) -> dict:  # fmt: skip
+    """A sharded step (run with ``check=True`` and the same arguments) against the same recipe
+    in one process on the whole batch (the same weights and batch): the loss, every gradient
+    (within ``tolerance``, default ``TOLERANCE`` of the dtype) and every parameter's update in
+    the first AdamW step (within ``UPDATE_TOLERANCE``, or ``tolerance`` when given), as
+    relative errors (max |a - b| / max |b|). The update is the single process's AdamW stepping
+    from the sharded step's gradients, which isolates the sharded optimizer: Adam's first update
+    g / (|g| + eps) magnifies the rounding of gradients near zero, and is blind to their scale,
+    so the gradients are checked on their own (as ``check_ladder`` does)."""
+    if sharded.grads is None or sharded.params is None:
+        raise ValueError("compare_with_one_process needs a sharded step run with check=True")
     single = TrainingStep(sized_for(config, seq_len), recipe, batch_size, seq_len,
                           torch.device("cpu"), seed, param_dtype)  # fmt: skip
     loss = float(single.loss_and_backward())
-    before = {name: p.detach().clone() for name, p in single.model.named_parameters()}
+    named = dict(single.model.named_parameters())
+    grads = {name: p.grad.detach().clone() for name, p in named.items()}
+    before = {name: p.detach().clone() for name, p in named.items()}
+    for name, param in named.items():  # the update from the sharded step's own gradients
+        param.grad = sharded.grads[name].to(param.dtype)
     single.optimizer.step()
 
     def relative(a: Tensor, b: Tensor) -> float:
         a, b = a.double(), b.detach().double()
         return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
-    named = dict(single.model.named_parameters())
     errors = {
         "loss_error": abs(sharded.loss - loss) / abs(loss),
-        "grad_error": max(relative(sharded.grads[n], p.grad) for n, p in named.items()),
+        "grad_error": max(relative(sharded.grads[n], g) for n, g in grads.items()),
         "update_error": max(
             relative(sharded.params[n] - before[n], p - before[n]) for n, p in named.items()
         ),  # fmt: skip
     }
     limit = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
     update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
-    return {"world_size": world_size, **errors, "tolerance": limit,
+    return {"world_size": sharded.world_size, **errors, "tolerance": limit,
             "update_tolerance": update_limit,
             "matches_single_process": errors["loss_error"] <= limit
             and errors["grad_error"] <= limit
