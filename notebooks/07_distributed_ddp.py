@@ -70,7 +70,7 @@ from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
 from perflab.distributed.parity import ddp_parity_all
 from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.distributed.plots import (
-    plot_allreduce, plot_bucket_sweep, plot_ddp_steps, plot_ddp_timelines,
+    plot_allreduce, plot_bucket_sweep, plot_ddp_steps, plot_rank_timelines,
 )
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
@@ -303,7 +303,7 @@ if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, mea
 timelines = ddp_timelines(["naive", "individual", "bucketed"], ddp_world_size, ddp_model,
                           batch_size=batch_per_rank, seq_len=seq_len,
                           bucket_size_mb=timeline_bucket_mb, warmup=1)
-fig = plot_ddp_timelines(timelines)
+fig = plot_rank_timelines(timelines)
 fig.savefig(out / "ddp_timelines.png", dpi=80)
 overlap = overlap_table(timelines)
 save_table(overlap, out / "ddp_overlap.csv", provenance)

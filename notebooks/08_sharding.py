@@ -92,7 +92,7 @@ from perflab.distributed.memory_per_rank import (
 )
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
 from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
-from perflab.distributed.plots import plot_ddp_timelines, plot_max_devices, plot_memory_per_rank
+from perflab.distributed.plots import plot_rank_timelines, plot_max_devices, plot_memory_per_rank
 from perflab.distributed.toy import build_model
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
@@ -347,7 +347,7 @@ print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {world
 # %%
 gathers = fsdp_forward_timeline(world_size, memory_model, batch_size=zero_batch_per_rank,
                                 seq_len=zero_seq_len)
-fig = plot_ddp_timelines(gathers, lanes=("fsdp.wait", "fsdp.forward", "communication"),
+fig = plot_rank_timelines(gathers, lanes=("fsdp.wait", "fsdp.forward", "communication"),
                          xlabel="ms from the start of the forward (rank 0)")
 fig.savefig(out / "fsdp_forward_timeline.png", dpi=80)
 gather_stats = gather_summary(gathers)

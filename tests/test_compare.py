@@ -95,3 +95,19 @@ def test_least_squares_recovers_a_plane_and_its_r2():
     noisy = exact + np.where(x % 2 == 0, 1.0, -1.0)
     assert least_squares([np.ones_like(x), x, 1 / x], noisy)[1] < 1.0
     assert np.isnan(least_squares([np.ones_like(x)], np.full_like(x, 3.0))[1])
+
+
+def test_paired_table_against_a_reference():
+    from perflab.bench.comparison import paired_table
+
+    times = {"ref": [1.0, 1.1, 0.9, 1.0, 1.05], "double": [2.0, 2.2, 1.8, 2.0, 2.1],
+             "same": [1.0, 1.1, 0.9, 1.0, 1.05]}  # fmt: skip
+    table = paired_table(times, "ref", label="path").set_index("path")
+    assert table.loc["ref", "median_ms"] == pytest.approx(1000.0)
+    assert table.loc["ref", "verdict"] != table.loc["ref", "verdict"]  # NaN: no comparison
+    assert table.loc["double", "vs_reference"] == pytest.approx(2.0)
+    assert table.loc["double", "verdict"] == "slower"
+    assert table.loc["same", "vs_reference"] == pytest.approx(1.0)
+    assert table.loc["same", "verdict"] == "same"
+    with pytest.raises(ValueError, match="reference 'nope' is not among the timed: ref, double"):
+        paired_table(times, "nope")

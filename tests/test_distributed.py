@@ -381,7 +381,7 @@ def test_bucket_overhead_fit_recovers_the_model_and_its_optimum():
 
 def test_ddp_timelines_show_naive_communicating_only_after_backward():
     from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
-    from perflab.distributed.plots import plot_ddp_timelines
+    from perflab.distributed.plots import plot_rank_timelines
     from perflab.distributed.toy import build_model
 
     timelines = ddp_timelines(["naive", "flat"], 2, "toy", batch_size=2, seq_len=8, warmup=1)
@@ -392,7 +392,7 @@ def test_ddp_timelines_show_naive_communicating_only_after_backward():
     assert table.loc["flat", "collectives"] == 1
     assert (table["during_backward_ms"] == 0).all()  # both wait for backward to end
     assert (table["communicating_ms"] > 0).all()
-    assert len(plot_ddp_timelines(timelines).axes) == 2
+    assert len(plot_rank_timelines(timelines).axes) == 2
 
 
 def test_overlap_counts_simultaneous_collectives_once():
@@ -439,7 +439,7 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
         gather_summary,
         gather_table,
     )
-    from perflab.distributed.plots import plot_ddp_timelines
+    from perflab.distributed.plots import plot_rank_timelines
     from perflab.distributed.toy import build_model
 
     timeline = fsdp_forward_timeline(2, "lm:64:2", batch_size=2, seq_len=8)
@@ -457,4 +457,4 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
     assert summary["prefetched"] == len(table) - 1 >= summary["ready_in_time"]
     assert summary["forward_wall_ms"] > summary["late_wait_ms"] >= 0
     lanes = ("fsdp.wait", "fsdp.forward", "communication")
-    assert len(plot_ddp_timelines(timeline, lanes=lanes).axes) == 1
+    assert len(plot_rank_timelines(timeline, lanes=lanes).axes) == 1

@@ -25,16 +25,17 @@ def _trace(path, durations):
     return path
 
 
-def _table(tmp_path, vs_previous=None, verdict="faster"):
+def _table(tmp_path, vs_previous=None, verdict="faster", ci=None):
     traces = {
         "baseline": _trace(tmp_path / "a.json", {"aten::mm": 600, "aten::add": 400}),
         "faster matmul": _trace(tmp_path / "b.json", {"aten::mm": 200, "aten::add": 400}),
     }
     timed = None
     if vs_previous is not None:
+        low, high = ci or (0.98 * vs_previous, 1.02 * vs_previous)
         timed = pd.DataFrame({"rung": ["baseline", "faster matmul"],
-                              "vs_previous": [None, vs_previous],
-                              "verdict": [None, verdict]})  # fmt: skip
+                              "vs_previous": [None, vs_previous], "ci_low": [None, low],
+                              "ci_high": [None, high], "verdict": [None, verdict]})  # fmt: skip
     return bound_table(traces, steps=2, timed=timed)
 
 
@@ -51,20 +52,23 @@ def test_the_table_from_traces_with_known_times(tmp_path):
     assert rung["hotspot_alone"] == pytest.approx(1 - 0.6 + 0.6 / 3)  # Amdahl: 1 - s + s r
     assert rung["operators_ratio"] == pytest.approx(0.6)
     assert (rung["vs_previous"], rung["verdict"]) == (0.62, "faster")
+    assert rung["ci_low"] == pytest.approx(0.98 * 0.62) and pd.isna(rung["device_busy"])  # CPU
 
 
 @pytest.mark.parametrize(
-    "vs_previous, verdict, says",
-    [
-        (0.62, "faster", "alone gives, less than the hotspot's own change (0.33x)"),
-        (0.95, "faster", "less than the hotspot alone"),
-        (0.25, "faster", "more than the hotspot alone"),
-        (1.10, "slower", "the other way from the hotspot alone"),
-        (1.0, "same", "does not reach the step beyond the noise"),
+    "vs_previous, verdict, ci, says",
+    [  # the hotspot alone gives 0.60x
+        (0.62, "faster", (0.58, 0.66), "alone gives, less than the hotspot's own change (0.33x)"),
+        (0.62, "faster", (0.61, 0.63), "less than the hotspot alone"),  # 0.60 outside the CI
+        (0.95, "faster", None, "less than the hotspot alone"),
+        (0.25, "faster", None, "more than the hotspot alone"),
+        (1.10, "slower", None, "the other way from the hotspot alone"),
+        (1.0, "same", (0.97, 1.04), "predicts a change outside the step's interval"),
+        (0.7, "same", (0.55, 1.01), "as the hotspot alone predicts, within the step's interval"),
     ],
 )
-def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, says):
-    rows = _table(tmp_path, vs_previous, verdict)
+def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, says):
+    rows = _table(tmp_path, vs_previous, verdict, ci)
     assert bound_sentence(rows.iloc[0]) == (
         "baseline: compute-bound operators dominate (60% of 0.50 ms)."
     )
@@ -85,6 +89,16 @@ def test_untimed_rows_and_operators_that_appear_or_vanish(tmp_path):
     assert row["hotspot"] == "aten::sqrt" and row["hotspot_after_ms"] == 0
     text = bound_sentence(row)
     assert "is gone (was 0.30 ms a step, 30%)" in text and "measured" not in text
+    reverse = bound_table({"b": traces["b"], "a": traces["a"]}, steps=1).iloc[1]
+    assert reverse["hotspot"] == "aten::sqrt" and reverse["hotspot_change"] == float("inf")
+    assert "is new (0.30 ms a step)" in bound_sentence(reverse)
+
+
+def test_a_sentence_without_a_usable_measurement_states_only_the_trace(tmp_path):
+    row = _table(tmp_path, vs_previous=0.62).iloc[1]
+    for bad in (0.0, float("nan")):
+        text = bound_sentence(row.copy().replace({row["vs_previous"]: bad}))
+        assert text.endswith("take 0.60x as long; all operators take 0.60x.")
 
 
 def test_a_real_trace_of_each_rung(tmp_path):

@@ -51,8 +51,12 @@ def test_memory_per_rank_from_the_shapes():
     assert table.loc[1, "parameters"] == pytest.approx(4 * params / 1e9)
     assert table.loc[2, "AdamW moments"] == pytest.approx(table.loc[1, "AdamW moments"] / 2)
     assert table.loc[2, "block inputs (checkpoints)"] == pytest.approx(2 * 2 * 16 * 32 * 2 / 1e9)
-    parts = table.drop(columns=["tokens_per_rank", "total_GB"])
-    assert table["total_GB"].tolist() == pytest.approx(parts.sum(axis=1).tolist())
+    parts = table.drop(columns=["tokens_per_rank", "at_least_GB", "unchecked_activations_GB"])
+    unchecked = TINY.num_layers * table["one block recomputed"]  # every block's, kept
+    assert table["unchecked_activations_GB"].tolist() == pytest.approx(unchecked.tolist())
+    assert table["at_least_GB"].tolist() == pytest.approx(parts.sum(axis=1).tolist())
+    head = TINY.vocab_size * TINY.d_model  # gathered bf16 weight and gradient, two fp32 buffers
+    assert table.loc[2, "largest module's transients"] == pytest.approx(head * 12 / 1e9)
     with pytest.raises(ValueError, match="world size 3 must divide the batch of 4"):
         sharded_step_memory(TINY, 4, 16, [3])
 

@@ -164,6 +164,8 @@ def test_each_rung_adds_exactly_one_change():
 def test_bad_rungs_and_recipes_raise_one_clear_error():
     with pytest.raises(ValueError, match="unknown rungs"):
         ladder(["fastest"])
+    with pytest.raises(ValueError, match=r"rungs \['fused AdamW'\] are given more than once"):
+        ladder(["fused AdamW", "foreach AdamW", "fused AdamW"])
     with pytest.raises(ValueError, match="unknown attention 'fast'; valid: naive, flash, sdpa"):
         Recipe("x", attention="fast")
 
@@ -258,7 +260,8 @@ def test_bad_data_path_and_short_corpus_raise():
 
 
 def test_data_path_steps_time_every_mode_in_every_round():
-    from perflab.training.data import data_path_steps, paired_table, read_corpus
+    from perflab.bench.comparison import paired_table
+    from perflab.training.data import data_path_steps, read_corpus
 
     byte_model = ModelConfig("bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2,
                              vocab_size=256, context_length=32)  # fmt: skip
@@ -267,7 +270,7 @@ def test_data_path_steps_time_every_mode_in_every_round():
                             modes=("tokenise every step", "pre-tokenised"))  # fmt: skip
     assert set(times) == {"synthetic", "tokenise every step", "pre-tokenised"}
     assert all(len(t) == 3 and min(t) > 0 for t in times.values())
-    table = paired_table(times, "synthetic").set_index("data_path")
+    table = paired_table(times, "synthetic", label="data_path").set_index("data_path")
     assert set(table["verdict"].dropna()) <= {"same", "faster", "slower"}
     with pytest.raises(ValueError, match="vocabulary of at least 256"):
         data_path_steps(TrainingStep(TINY, Recipe("baseline"), 2, 16, CPU), "x" * 100, 2)

@@ -96,12 +96,13 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "data_rounds": 10,
         "batch_sizes": [1, 2, 4, 8, 16],
         "global_batch": 16,
-        "trace_steps": 3,
+        "trace_steps": 5,
         # The 2026 leaderboard's step: the 8B model, 2 x 32,768 tokens, bf16, on two GPUs
         # (notebook 08's FSDP); timed only: no one process holds it to compare with.
         "sharded_preset": "leaderboard-8B",
         "sharded_seq_len": 32768,
         "sharded_dtype": "bfloat16",
+        "sharded_state": "bfloat16",  # fp32 state: 82 GB per rank, above an H100's memory
         "sharded_steps": 3,
         "sharded_check": False,
     },

@@ -170,6 +170,24 @@ def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
     )  # fmt: skip
 
 
+def paired_table(times: dict[str, list[float]], reference: str,
+                 label: str = "name") -> pd.DataFrame:  # fmt: skip
+    """Each entry of ``times`` (seconds per round, the entries timed in turns within each round)
+    against ``reference``: its median, the paired ratio with its 95% interval, and the verdict
+    (``paired_comparison``); one row per entry, named in the column ``label``."""
+    if reference not in times:
+        raise ValueError(f"reference {reference!r} is not among the timed: {', '.join(times)}")
+    rows = []
+    for name, samples in times.items():
+        row = {label: name, "median_ms": float(pd.Series(samples).median()) * 1e3}
+        if name != reference:
+            result = paired_comparison(times[reference], samples, names=(reference, name))
+            row.update(vs_reference=result.ratio, ci_low=result.ci[0], ci_high=result.ci[1],
+                       verdict=result.verdict)  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 @contextlib.contextmanager
 def competing_work(processes: int = 2, seconds: float = 120) -> Iterator[None]:
     """Busy-looping Python processes for the duration of the block (stopped on exit, and by

@@ -133,9 +133,11 @@ class BenchConfig:
 
     def command_line(self) -> list[str]:
         """``perflab bench``'s arguments for this configuration."""
-        words = []
+        preset, words = get_preset(self.preset), []
         for f in fields(self):
             value, flag = getattr(self, f.name), "--" + f.name.replace("_", "-")
+            if f.name in MODEL_FIELDS and value == getattr(preset, f.name):
+                continue  # the preset's own: left out, so that a new --preset changes it too
             if isinstance(value, bool):
                 words += [flag] if value else []
             elif value is not None:
@@ -188,9 +190,10 @@ class BenchConfig:
         """The fields that a row of an older sweep file (written before they existed) lacks or
         left blank, at the values it was measured with: the preset's shape and the defaults."""
         missing = [f for f in fields(cls) if row.get(f.name, "") == "" and f.name != "preset"]
-        if not missing or not row.get("preset"):
+        try:
+            preset = get_preset(row.get("preset", ""))
+        except ValueError:  # no preset, or one renamed since: the row stays as written
             return {}
-        preset = get_preset(row["preset"])
         return {f.name: getattr(preset, f.name) if f.name in MODEL_FIELDS else f.default
                 for f in missing if f.default is not dataclasses.MISSING}  # fmt: skip
 

@@ -97,7 +97,7 @@ def plot_max_devices(table: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot_ddp_timelines(
+def plot_rank_timelines(
     timelines: pd.DataFrame,
     lanes: tuple[str, ...] = ("forward", "backward", "sync", "communication"),
     xlabel: str = "ms from the start of the step (rank 0)",

@@ -24,11 +24,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from perflab.bench.comparison import paired_comparison
 from perflab.device import synchronize
 from perflab.paths import REPO_ROOT
 
@@ -171,17 +169,3 @@ def loader_rates(text: str, batch_size: int, seq_len: int, batches_per_round: in
                 pass
             times[mode].append((time.perf_counter() - start) / batches_per_round)
     return times
-
-
-def paired_table(times: dict[str, list[float]], reference: str) -> pd.DataFrame:
-    """Each entry of ``times`` (seconds per round, rounds taken in turns) against
-    ``reference``: its median, the paired ratio with its 95% interval, and the verdict."""
-    rows = []
-    for name, samples in times.items():
-        row = {"data_path": name, "median_ms": float(pd.Series(samples).median()) * 1e3}
-        if name != reference:
-            result = paired_comparison(times[reference], samples, names=(reference, name))
-            row.update(vs_reference=result.ratio, ci_low=result.ci[0], ci_high=result.ci[1],
-                       verdict=result.verdict)  # fmt: skip
-        rows.append(row)
-    return pd.DataFrame(rows)

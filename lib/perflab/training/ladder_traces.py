@@ -49,9 +49,13 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
     """One row per rung (in the order of ``traces``): its operator time per step, the dominant
     category and its share, and, against the rung before, the hotspot that moved most (its
     milliseconds per step before and after, its share of the time before), ``hotspot_alone``
-    (the step's ratio if only the hotspot had changed), ``operators_ratio`` (all operators) and,
-    from ``timed`` (``time_ladder``'s table) when given, the measured step's ``vs_previous``
-    and verdict. ``steps`` is the number of profiled steps in each trace."""
+    (the step's ratio if only the hotspot had changed), ``operators_ratio`` (all operators),
+    ``device_busy`` (a GPU trace: the share of the traced span in which a kernel runs; low
+    means the step waits on the host, whatever the kernels' category) and, from ``timed``
+    (``time_ladder``'s table) when given, the measured step's ``vs_previous`` with its 95%
+    interval and verdict. ``steps`` is the number of profiled steps in each trace. Categories
+    come from operator or kernel names (``perflab.profiling.hotspots.classify``), not from a
+    roofline; operator times are summed self times, not the step's wall time."""
     names, rows = list(traces), []
     loaded = {name: load_trace(path) for name, path in traces.items()}
     measured = timed.set_index("rung") if timed is not None else None
@@ -74,10 +78,11 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
                 hotspot_change=change,
                 hotspot_alone=1 + top["delta_us"] / comparison.baseline_total_us,
                 operators_ratio=comparison.optimized_total_us / comparison.baseline_total_us,
+                device_busy=comparison.optimized_busy,
             )  # fmt: skip
             if measured is not None and name in measured.index:
-                row.update(vs_previous=measured.loc[name, "vs_previous"],
-                           verdict=measured.loc[name, "verdict"])  # fmt: skip
+                row.update({k: measured.loc[name, k]
+                            for k in ("vs_previous", "ci_low", "ci_high", "verdict")})  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -99,34 +104,37 @@ def bound_sentence(row: pd.Series) -> str:
     text += (f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
              f"the step take {row['hotspot_alone']:.2f}x as long; all operators take "
              f"{row['operators_ratio']:.2f}x")  # fmt: skip
-    step = row.get("vs_previous")
-    if step is None or pd.isna(step):
+    busy = row.get("device_busy")
+    if busy is not None and not pd.isna(busy) and busy < 0.8:
+        text += f"; the GPU is busy only {busy:.0%} of the step: it waits on the host"
+    step, alone = row.get("vs_previous"), row.get("hotspot_alone")
+    if step is None or pd.isna(step) or step <= 0 or pd.isna(alone) or alone <= 0:
         return text + "."
-    alone, ratio = math.log(max(row["hotspot_alone"], 1e-9)), math.log(step)
+    low, high = row.get("ci_low", step), row.get("ci_high", step)
+    inside = low <= alone <= high
     if row["verdict"] == "same":
         why = (
-            "as the hotspot alone predicts"
-            if abs(alone) < 0.05
-            else "the hotspot's change does not reach the step beyond the noise: other "
+            "as the hotspot alone predicts, within the step's interval"
+            if inside
+            else "the hotspot alone predicts a change outside the step's interval: other "
             "operators, or time outside them (Python, the allocator), make up for it"
         )
-        return f"{text}, the measured step the same within the noise ({step:.2f}x): {why}."
-    text += f", the measured step {step:.2f}x ({row['verdict']})"
-    hotspot_change = row["hotspot_change"]
-    if ratio * alone < 0:
+        return (f"{text}, the measured step no different beyond the noise ({step:.2f}x, 95% CI "
+                f"{low:.2f}-{high:.2f}): {why}.")  # fmt: skip
+    text += f", the measured step {step:.2f}x (95% CI {low:.2f}-{high:.2f}, {row['verdict']})"
+    change = row["hotspot_change"]
+    if inside:
+        why = "about what the hotspot alone gives"
+        if 0 < change < math.inf and abs(math.log(alone)) < abs(math.log(change)):
+            why += (f", less than the hotspot's own change ({change:.2f}x): it held "
+                    f"{row['hotspot_share_before']:.0%} of the time")  # fmt: skip
+    elif (step - 1) * (alone - 1) < 0:
         why = ("the other way from the hotspot alone: other operators, or time outside them "
                "(Python, the allocator), outweigh it")  # fmt: skip
-    elif abs(ratio) < 0.5 * abs(alone):
-        why = ("less than the hotspot alone: other operators, or time outside them (Python, "
-               "the allocator), moved the other way")  # fmt: skip
-    elif abs(ratio) > 2 * abs(alone):
+    elif abs(math.log(step)) > abs(math.log(alone)):
         why = ("more than the hotspot alone: other operators, or time outside them, changed "
                "as well")  # fmt: skip
-    elif 0 < hotspot_change < math.inf and abs(alone) < abs(math.log(hotspot_change)):
-        why = (
-            f"about what the hotspot alone gives, less than the hotspot's own change "
-            f"({hotspot_change:.2f}x): it held {row['hotspot_share_before']:.0%} of the time"
-        )
     else:
-        why = "about what the hotspot alone gives"
+        why = ("less than the hotspot alone: other operators, or time outside them (Python, "
+               "the allocator), moved the other way")  # fmt: skip
     return f"{text}: {why}."

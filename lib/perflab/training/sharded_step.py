@@ -207,18 +207,24 @@ def block_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.bfloat
 def sharded_step_memory(config: ModelConfig, batch_size: int, seq_len: int,
                         world_sizes: list[int], *, state_dtype: str = "float32",
                         compute_dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
-    """Per rank, in GB, what one FSDP step with the fused head, FlashAttention and
-    checkpointing at every block holds at its peak: the shards of the parameters, gradients
+    """Per rank, in GB, a lower bound on what one FSDP step with the fused head, FlashAttention
+    and checkpointing at every block holds at its peak: the shards of the parameters, gradients
     and AdamW's two moments (P / W values each, in ``state_dtype``), every block's input kept
     for the recomputation (L x tokens x d in ``compute_dtype``), one block's saved activations
-    while it is recomputed (``block_bytes_per_token`` x tokens), and one chunk of the head's
-    logits in float32 (``default_chunk_size``). Weights being gathered (one module's) are
-    left out: tens of MB. A sum of counted parts, not a measured peak."""
+    while it is recomputed (``block_bytes_per_token`` x tokens), one chunk of the head's logits
+    (``default_chunk_size`` tokens x V; float32, with the compute-dtype matmul output beside it),
+    and the largest module's transients in backward (its weight gathered and its gradient, in
+    ``compute_dtype``, a float32 gradient accumulator and the float32 buffer that is
+    reduce-scattered: the V x d head or embedding). Counted parts, not a measured peak: the
+    allocator's fragmentation and the CUDA context come on top. Beside the total,
+    ``unchecked_activations_GB``: what every block's saved activations would take without
+    checkpointing, which shows where checkpointing is needed."""
     state = torch.finfo(parse_dtype(state_dtype)).bits // 8
     compute = parse_dtype(compute_dtype)
     width = torch.finfo(compute).bits // 8
     per_token = block_bytes_per_token(config, compute)
     params = config.num_parameters()
+    largest = config.vocab_size * config.d_model
     rows = []
     for world in world_sizes:
         if world < 1 or batch_size % world:
@@ -231,9 +237,12 @@ def sharded_step_memory(config: ModelConfig, batch_size: int, seq_len: int,
             "AdamW moments": 2 * state * params / world,
             "block inputs (checkpoints)": config.num_layers * tokens * config.d_model * width,
             "one block recomputed": per_token * tokens,
-            "head chunk logits": chunk * config.vocab_size * 4,
+            "head chunk logits": chunk * config.vocab_size * (4 + width),
+            "largest module's transients": largest * (2 * width + 4 + 4),
         }
         rows.append({"world_size": world, "tokens_per_rank": tokens,
                      **{k: v / GB for k, v in parts.items()},
-                     "total_GB": sum(parts.values()) / GB})  # fmt: skip
+                     "at_least_GB": sum(parts.values()) / GB,
+                     "unchecked_activations_GB":
+                         config.num_layers * per_token * tokens / GB})  # fmt: skip
     return pd.DataFrame(rows)
