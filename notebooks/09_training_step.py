@@ -40,7 +40,7 @@ preset = "cpu-tiny"             # model of the ladder (d 128, 2 layers, vocabula
 batch_size = 2                  # sequences per step
 seq_len = 32                    # tokens per sequence
 phase_steps = 5                 # timed steps of the baseline's phase breakdown
-rungs = ["fused loss head", "FlashAttention", "foreach AdamW", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
+rungs = ["fused QKV", "fused loss head", "FlashAttention", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
 rounds = 4                      # interleaved rounds of each rung against the one before
 trace_steps = 3                 # profiled steps of each rung for the final table
 head_tokens = 4096              # the loss head's memory benchmark: tokens,
@@ -80,7 +80,7 @@ from perflab.bench.comparison import describe_ratio, paired_table
 from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps
 from perflab.training.data import read_corpus
 from perflab.training.head_memory import head_peak_memory
-from perflab.training.ladder import TrainingStep, check_ladder, ladder, time_ladder
+from perflab.training.ladder import BASELINE, TrainingStep, check_ladder, ladder, time_ladder
 from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
 from perflab.training.sharded_step import (
     compare_with_one_process,
@@ -110,12 +110,14 @@ print(f"the leaderboard's logits, 2 x 32,768 tokens x {leaderboard.vocab_size:,}
 # %% [markdown]
 # ## 1. The baseline step: where the time and the memory go
 #
-# The baseline is the workbook's model as notebook 01 trains it: naive attention, the full
-# logits and `F.cross_entropy`, AdamW looping over the parameters, float32. The phases are
-# measured inside each step with synchronised marks (`PhaseClock`), so they add up to the step.
+# The baseline is the workbook's model as notebook 01 trains it, with Q, K and V projected by
+# three matmuls as an unfused model would (`BASELINE`; the ladder's first rung fuses them):
+# naive attention, the full logits and `F.cross_entropy`, AdamW looping over the parameters,
+# float32. The phases are measured inside each step with synchronised marks (`PhaseClock`), so
+# they add up to the step.
 
 # %%
-baseline = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, dev)
+baseline = TrainingStep(config, BASELINE, batch_size, seq_len, dev)
 phases = step_phases(baseline, steps=phase_steps)
 save_table(phases, out / "baseline_phases.csv", provenance)
 phases.round(3)
@@ -189,14 +191,15 @@ print(f"{head_tokens} tokens x vocabulary {head_vocab:,} x d {head_d_model}, flo
 # %% [markdown]
 # ## 3. The ladder: one change at a time
 #
-# Each rung keeps every change before it and adds one (`perflab.training.ladder`): the fused
-# loss head, FlashAttention (the Triton kernels on a GPU; on a CPU the tiled PyTorch version,
-# which loops over tiles in Python), AdamW's `foreach` (one kernel over many tensors) and
-# `fused` implementations, bf16 autocast, and `torch.compile`. `rungs` chooses the changes and
-# their order: the full profile (a GPU) starts with bf16; the CPU default puts it last, since a
-# CPU without bf16 matrix instructions runs it slower and would slow every rung after it, and
-# leaves compile out to keep the run short (notebook 05 measures it). Projecting Q, K and V
-# with one matmul is in the model already.
+# Each rung keeps every change before it and adds one (`perflab.training.ladder`): Q, K and
+# V projected by one matmul instead of three, the fused loss head, FlashAttention (the Triton
+# kernels on a GPU; on a CPU the tiled PyTorch version, which loops over tiles in Python),
+# AdamW's `foreach` (one kernel over many tensors) and `fused` implementations, bf16
+# autocast, and `torch.compile`. `rungs` chooses the changes and their order: the full
+# profile (a GPU) runs them all, bf16 first; the CPU default puts bf16 last, since a CPU
+# without bf16 matrix instructions runs it slower and would slow every rung after it, and
+# leaves out `foreach` AdamW and compile to keep the run short (the tests check both against
+# the baseline; notebook 05 measures compile).
 #
 # **Correctness first**: each rung against the baseline on the same weights and a fresh batch:
 # the loss, every gradient, and each optimizer's step from the same gradients, as relative
@@ -318,7 +321,7 @@ print("perflab bench " + " ".join(command.command_line()))
 text = read_corpus()
 print(f"{len(text.encode('utf-8')):,} bytes of text")
 modes = tuple(DATA_PATHS) if dev.type == "cuda" else CPU_DATA_PATHS
-data_run = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, dev)
+data_run = TrainingStep(config, BASELINE, batch_size, seq_len, dev)
 data_times = data_path_steps(data_run, text, data_rounds, modes=modes)
 data_table = paired_table(data_times, "synthetic", label="data_path")
 save_table(data_table, out / "data_path.csv", provenance)

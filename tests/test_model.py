@@ -149,3 +149,14 @@ def test_any_context_length_runs():
     assert row["context_length"] == 1024 and row["median_s"] > 0
     assert sized_for(get_preset("cpu-tiny"), 1024).context_length == 1024
     assert sized_for(get_preset("cpu-tiny"), 100) is get_preset("cpu-tiny")
+
+
+def test_separate_qkv_projections_equal_the_fused_one():
+    """Three matmuls with the thirds of the stacked weight give the one matmul's q, k, v."""
+    torch.manual_seed(0)
+    model = TransformerLM(PRESETS["cpu-tiny"]).double()
+    ids = torch.randint(0, 10_000, (2, 12))
+    fused = model(ids)
+    model.set_fused_qkv(False)
+    assert not model.blocks[0].attn.qkv.fused
+    torch.testing.assert_close(model(ids), fused, rtol=1e-12, atol=1e-12)

@@ -148,11 +148,19 @@ CPU = torch.device("cpu")
 
 def test_each_rung_adds_exactly_one_change():
     recipes = ladder()
-    assert recipes[0] == Recipe("baseline")
+    assert recipes[0] == Recipe("baseline", qkv="separate")
     for before, after in itertools.pairwise(recipes):
         changed = [
             f
-            for f in ("dtype", "head", "attention", "optimizer", "compiled", "checkpoint_group")
+            for f in (
+                "dtype",
+                "qkv",
+                "head",
+                "attention",
+                "optimizer",
+                "compiled",
+                "checkpoint_group",
+            )  # fmt: skip
             if getattr(before, f) != getattr(after, f)
         ]
         assert len(changed) == 1, (after.name, changed)
@@ -171,14 +179,14 @@ def test_bad_rungs_and_recipes_raise_one_clear_error():
 
 
 @pytest.mark.parametrize("change", [
-    {"head": "fused"}, {"attention": "flash"}, {"attention": "sdpa"}, {"optimizer": "foreach"},
-    {"optimizer": "fused"}, {"checkpoint_group": 1},
+    {"qkv": "fused"}, {"head": "fused"}, {"attention": "flash"}, {"attention": "sdpa"},
+    {"optimizer": "foreach"}, {"optimizer": "fused"}, {"checkpoint_group": 1},
 ])  # fmt: skip
 def test_every_float_rung_is_the_baseline_in_float64(change):
     """Each optimisation alone, float64 parameters, a fresh batch: loss, gradients and the
     parameters after one AdamW step equal the baseline's to 1e-10."""
-    row = check_rung(TINY, Recipe("one change", **change), 2, 16, CPU, seed=3,
-                     param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
+    row = check_rung(TINY, Recipe("one change", **{"qkv": "separate", **change}), 2, 16, CPU,
+                     seed=3, param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
     assert row["matches_baseline"], row
 
 
@@ -195,8 +203,8 @@ def test_the_check_catches_a_rung_that_differs():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.optim, "AdamW", adamw_wrong_when_foreach)
-        row = check_rung(TINY, Recipe("foreach", optimizer="foreach"), 2, 16, CPU, seed=3,
-                         param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
+        row = check_rung(TINY, Recipe("foreach", qkv="separate", optimizer="foreach"), 2, 16,
+                         CPU, seed=3, param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
     assert row["grad_error"] == 0 and row["update_error"] > 1  # ten times the update
     assert not row["matches_baseline"]
 

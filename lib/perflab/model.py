@@ -174,19 +174,42 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
-        seq_len = x.shape[-2]
-        cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """``x`` (..., seq, head_dim) at positions 0 .. seq - 1, or at ``positions`` (batch,
+        seq) for x of shape (batch, heads, seq, head_dim): a decoder's new tokens, each
+        sequence at its own offset."""
+        if positions is None:
+            seq_len = x.shape[-2]
+            cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
+        else:
+            cos = self.cos[positions].to(x.dtype)[:, None]  # (batch, 1, seq, head_dim / 2)
+            sin = self.sin[positions].to(x.dtype)[:, None]
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)
+
+
+class QKVProjection(nn.Linear):
+    """x -> (q, k, v), each (..., d_model): one matmul with the stacked (3 d, d) weight, or with
+    ``fused = False`` three, one per third of the same weight: the same numbers, computed as an
+    unfused model would (notebook 09 measures the difference). A module call either way, so
+    wrappers around a module's forward (FSDP) see it."""
+
+    def __init__(self, d_model: int):
+        super().__init__(d_model, 3 * d_model, bias=False)
+        self.fused = True
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        if self.fused:
+            return super().forward(x).chunk(3, dim=-1)
+        return tuple(F.linear(x, w) for w in self.weight.chunk(3))
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
         self.num_heads = config.num_heads
-        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.qkv = QKVProjection(config.d_model)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
         self.rope = rope
         self.attention_fn: AttentionFn = naive_attention
@@ -194,8 +217,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         batch, seq_len, d_model = x.shape
         q, k, v = (
-            t.view(batch, seq_len, self.num_heads, -1).transpose(1, 2)
-            for t in self.qkv(x).chunk(3, dim=-1)
+            t.reshape(batch, seq_len, self.num_heads, -1).transpose(1, 2) for t in self.qkv(x)
         )
         q, k = self.rope(q), self.rope(k)
         y = self.attention_fn(q, k, v, is_causal=True)
@@ -275,6 +297,11 @@ class TransformerLM(nn.Module):
         """Use ``attention_fn`` in every block of this model (other instances are unaffected)."""
         for block in self.blocks:
             block.attn.attention_fn = attention_fn
+
+    def set_fused_qkv(self, fused: bool) -> None:
+        """Project Q, K and V with one matmul (the default) or three (``QKVProjection``)."""
+        for block in self.blocks:
+            block.attn.qkv.fused = fused
 
     def set_checkpointing(self, strategy: str = "none", group_size: int | None = None) -> None:
         """Activation checkpointing of the block stack: "none", "single" with ``group_size``

@@ -86,6 +86,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "phase_steps": 10,
         "rungs": [
             "bf16 autocast",
+            "fused QKV",
             "fused loss head",
             "FlashAttention",
             "foreach AdamW",

@@ -1,6 +1,7 @@
 """How one training step is run, apart from the model's shape: a ``Recipe``.
 
-A recipe names the autocast dtype, the loss head (logits + ``F.cross_entropy``, or
+A recipe names the autocast dtype, the Q, K, V projection (one matmul, or three as an unfused
+model would), the loss head (logits + ``F.cross_entropy``, or
 ``fused_linear_cross_entropy``, which never holds the whole logits), the attention (naive;
 FlashAttention: the Triton kernels on a GPU, the tiled PyTorch version on a CPU; or PyTorch's
 SDPA), AdamW's implementation (a for-loop over parameters, ``foreach`` multi-tensor kernels,
@@ -21,6 +22,7 @@ from perflab.attention import naive_attention
 from perflab.device import parse_dtype
 from perflab.model import AttentionFn, TransformerLM, cross_entropy
 
+QKV = ("fused", "separate")
 HEADS = ("plain", "fused")
 ATTENTIONS = ("naive", "flash", "sdpa")
 OPTIMIZERS = ("for-loop", "foreach", "fused")
@@ -32,6 +34,7 @@ class Recipe:
 
     name: str
     dtype: str = "float32"
+    qkv: str = "fused"
     head: str = "plain"
     attention: str = "naive"
     optimizer: str = "for-loop"
@@ -39,7 +42,7 @@ class Recipe:
     checkpoint_group: int | None = None
 
     def __post_init__(self) -> None:
-        for field, valid in (("head", HEADS), ("attention", ATTENTIONS),
+        for field, valid in (("qkv", QKV), ("head", HEADS), ("attention", ATTENTIONS),
                              ("optimizer", OPTIMIZERS)):  # fmt: skip
             if getattr(self, field) not in valid:
                 raise ValueError(
@@ -77,7 +80,9 @@ def attention_function(name: str, device: torch.device) -> AttentionFn:
 
 
 def prepare_model(model: TransformerLM, recipe: Recipe, device: torch.device) -> None:
-    """Give ``model`` the recipe's attention and activation checkpointing."""
+    """Give ``model`` the recipe's Q, K, V projection, attention and activation
+    checkpointing."""
+    model.set_fused_qkv(recipe.qkv == "fused")
     model.set_attention(attention_function(recipe.attention, device))
     if recipe.checkpoint_group:
         model.set_checkpointing("single", recipe.checkpoint_group)

@@ -23,6 +23,7 @@ from perflab.bench.recipe import (
     ATTENTIONS,
     HEADS,
     OPTIMIZERS,
+    QKV,
     Recipe,
     autocast_context,
     make_loss,
@@ -63,7 +64,7 @@ class BenchConfig:
 
     The model is the preset's, with any of ``MODEL_FIELDS`` given instead (left out, they are
     filled in from the preset, so a configuration always names its shape); the step is run by
-    the ``Recipe`` of ``dtype``, ``attention``, ``head``, ``optimizer``, ``compile`` and
+    the ``Recipe`` of ``dtype``, ``qkv``, ``attention``, ``head``, ``optimizer``, ``compile`` and
     ``checkpoint_group`` (``perflab.bench.recipe``). Declared once: ``perflab bench``'s
     arguments (``add_arguments``, ``from_arguments``), the command line that runs a
     configuration in another process (``command_line``) and a sweep's key (``sweep``) are
@@ -86,6 +87,9 @@ class BenchConfig:
     num_layers: int | None = field(default=None, metadata=_shape("number of blocks"))
     num_heads: int | None = field(default=None, metadata=_shape("number of attention heads"))
     vocab_size: int | None = field(default=None, metadata=_shape("vocabulary"))
+    qkv: str = field(default="fused", metadata={
+        "help": "Q, K, V projected by one matmul (fused) or three (separate)",
+        "choices": QKV})  # fmt: skip
     attention: str = field(default="naive", metadata={
         "help": "naive; flash (the Triton kernels on a GPU, tiled PyTorch on a CPU); sdpa",
         "choices": ATTENTIONS})  # fmt: skip
@@ -170,7 +174,8 @@ class BenchConfig:
     @property
     def recipe(self) -> Recipe:
         """How the step runs (``perflab.bench.recipe``)."""
-        return Recipe(self.preset, dtype=self.dtype, head=self.head, attention=self.attention,
+        return Recipe(self.preset, dtype=self.dtype, qkv=self.qkv, head=self.head,
+                      attention=self.attention,
                       optimizer=self.optimizer, compiled=self.compile,
                       checkpoint_group=self.checkpoint_group)  # fmt: skip
 
@@ -178,7 +183,8 @@ class BenchConfig:
     def from_recipe(cls, recipe: Recipe, preset: str, context_length: int, mode: str,
                     **fields_) -> BenchConfig:  # fmt: skip
         """The configuration that runs ``recipe`` (e.g. a rung of notebook 09's ladder)."""
-        return cls(preset, context_length, mode, dtype=recipe.dtype, attention=recipe.attention,
+        return cls(preset, context_length, mode, dtype=recipe.dtype, qkv=recipe.qkv,
+                   attention=recipe.attention,
                    head=recipe.head, optimizer=recipe.optimizer, compile=recipe.compiled,
                    checkpoint_group=recipe.checkpoint_group, **fields_)  # fmt: skip
 

@@ -2,9 +2,10 @@
 to the rung before, every rung checked against the baseline (loss, gradients, parameters after
 one AdamW step) and timed against the rung before, interleaved, with a verdict.
 
-A rung is a ``Recipe`` (``perflab.bench.recipe``: dtype, loss head, attention, AdamW's
-implementation, ``torch.compile``, activation checkpointing). The model already projects Q, K
-and V with one matmul (``CausalSelfAttention.qkv``), so fused QKV is in every rung.
+A rung is a ``Recipe`` (``perflab.bench.recipe``: dtype, Q, K, V projection, loss head,
+attention, AdamW's implementation, ``torch.compile``, activation checkpointing). The baseline
+projects Q, K and V with three matmuls, as an unfused model would; the workbook's model fuses
+them (``QKVProjection``), and the ladder's "fused QKV" rung measures that.
 """
 
 from __future__ import annotations
@@ -22,8 +23,12 @@ from perflab.bench.timer import PhaseClock
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, TransformerLM
 
+#: The ladder's first rung: the workbook's model with Q, K and V projected by three matmuls.
+BASELINE = Recipe("baseline", qkv="separate")
+
 #: The changes of the ladder, in the order of the full profile (a GPU).
 CHANGES = {
+    "fused QKV": {"qkv": "fused"},
     "bf16 autocast": {"dtype": "bfloat16"},
     "fused loss head": {"head": "fused"},
     "FlashAttention": {"attention": "flash"},
@@ -43,7 +48,7 @@ def ladder(rungs: list[str] | None = None) -> list[Recipe]:
     repeated = sorted({name for name in rungs if rungs.count(name) > 1})
     if repeated:
         raise ValueError(f"rungs {repeated} are given more than once; each change is one rung")
-    recipes = [Recipe("baseline")]
+    recipes = [BASELINE]
     for name in rungs:
         recipes.append(dataclasses.replace(recipes[-1], name=name, **CHANGES[name]))
     return recipes
@@ -140,7 +145,7 @@ def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, se
     with a far tighter one for all three). An Adam step divides by sqrt(v), which magnifies any
     difference of near-zero gradients; stepping from the same gradients isolates the
     optimizer's own implementation."""
-    base = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, device, seed, param_dtype)
+    base = TrainingStep(config, BASELINE, batch_size, seq_len, device, seed, param_dtype)
     base_loss = _wide(base.loss_and_backward())
     base_grads = [p.grad.detach().clone() for p in base.model.parameters()]
     before = [_wide(p) for p in base.model.parameters()]  # every run starts from these

@@ -22,7 +22,7 @@ from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.memory.timeline import peak_memory
-from perflab.training.ladder import Recipe, TrainingStep
+from perflab.training.ladder import BASELINE, TrainingStep
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -83,7 +83,7 @@ def batch_size_table(config, batch_sizes: list[int], seq_len: int, device: torch
     forward and backward above parameters and AdamW's state, for each batch size."""
     rows = []
     for batch_size in batch_sizes:
-        run = TrainingStep(config, Recipe("baseline"), batch_size, seq_len, device)
+        run = TrainingStep(config, BASELINE, batch_size, seq_len, device)
         run.step()
         timing = time_fn(run.step, warmup=0, steps=steps, device=device)
         run.model.zero_grad(set_to_none=True)
@@ -99,7 +99,7 @@ def accumulation_table(config, global_batch: int, micro_batch_counts: list[int],
     """The same global batch as 1, 2, 4, ... micro-batches with gradient accumulation: time
     per optimizer step and the peak of forward and backward (activations shrink with the
     micro-batch; the gradients do not)."""
-    run = TrainingStep(config, Recipe("baseline"), global_batch, seq_len, device)
+    run = TrainingStep(config, BASELINE, global_batch, seq_len, device)
     run.step()
     rows = []
     for count in micro_batch_counts:
