@@ -12,7 +12,7 @@ LAYERS = {
     "attention": 1, "precision": 1, "fused_cross_entropy": 1,
     "model": 2,
     "bench": 3, "profiling": 3, "memory": 3,
-    "distributed": 4, "training": 4,
+    "distributed": 4, "training": 4, "decode": 4,
     "cli": 5, "__main__": 5, "__init__": 5,
 }  # fmt: skip
 
