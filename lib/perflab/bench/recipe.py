@@ -95,6 +95,15 @@ def make_optimizer(model: torch.nn.Module, recipe: Recipe, lr: float = 1e-3) -> 
     return torch.optim.AdamW(model.parameters(), lr=lr, **implementation)
 
 
+def head_loss(model: TransformerLM, head: str, inputs: torch.Tensor,
+              targets: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """The mean next-token loss through ``head``: "plain" (the logits, then ``cross_entropy``)
+    or "fused" (``model.lm_head(hidden, targets)``, a module call, never the whole logits)."""
+    if head == "fused":
+        return model.lm_head(model.hidden_states(inputs), targets)
+    return cross_entropy(model(inputs), targets)
+
+
 def make_loss(model: TransformerLM, recipe: Recipe, device: torch.device
               ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:  # fmt: skip
     """``loss(inputs, targets)``: the forward and the mean next-token cross-entropy, under the
@@ -103,8 +112,6 @@ def make_loss(model: TransformerLM, recipe: Recipe, device: torch.device
 
     def loss(inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         with autocast_context(device, dtype):
-            if recipe.head == "fused":
-                return model.lm_head(model.hidden_states(inputs), targets)
-            return cross_entropy(model(inputs), targets)
+            return head_loss(model, recipe.head, inputs, targets)
 
     return torch.compile(loss) if recipe.compiled else loss

@@ -111,7 +111,7 @@ class TrainingStep:
         self.targets = targets.to(self.device, non_blocking=True)
 
 
-def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """max |a - b| / max |b|: the error against the reference's scale."""
     scale = b.abs().max().clamp_min(torch.finfo(b.dtype).tiny)
     return float((a - b).abs().max() / scale)
@@ -160,11 +160,11 @@ def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, se
             param.grad = grad.clone().to(param.dtype)
         run.optimizer.step()
         errors = {
-            "loss_error": _relative_error(loss, base_loss),
-            "grad_error": max(_relative_error(a, _wide(b))
+            "loss_error": relative_error(loss, base_loss),
+            "grad_error": max(relative_error(a, _wide(b))
                               for a, b in zip(grads, base_grads, strict=True)),
             "update_error": max(
-                _relative_error(_wide(p) - b, u)
+                relative_error(_wide(p) - b, u)
                 for p, b, u in zip(run.model.parameters(), before, base_updates, strict=True)
             ),
         }  # fmt: skip

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from perflab.bench.recipe import Recipe, make_optimizer, prepare_model
+from perflab.bench.recipe import Recipe, head_loss, make_optimizer, prepare_model
 from perflab.bench.steps import random_batch
 from perflab.bench.timer import time_fn
 from perflab.device import parse_dtype
@@ -26,8 +26,8 @@ from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, rank_device
 from perflab.fused_cross_entropy import default_chunk_size
 from perflab.memory.saved import saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, cross_entropy, sized_for
-from perflab.training.ladder import TOLERANCE, UPDATE_TOLERANCE, TrainingStep
+from perflab.model import ModelConfig, TransformerLM, sized_for
+from perflab.training.ladder import TOLERANCE, UPDATE_TOLERANCE, TrainingStep, relative_error
 
 GB = 1e9
 
@@ -41,9 +41,7 @@ class LossModel(nn.Module):
         self.model, self.head = model, head
 
     def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:
-        if self.head == "fused":
-            return self.model.lm_head(self.model.hidden_states(inputs), targets)
-        return cross_entropy(self.model(inputs), targets)
+        return head_loss(self.model, self.head, inputs, targets)
 
 
 @dataclass
@@ -169,8 +167,7 @@ def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: 
     single.optimizer.step()
 
     def relative(a: Tensor, b: Tensor) -> float:
-        a, b = a.double(), b.detach().double()
-        return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+        return relative_error(a.double(), b.detach().double())
 
     errors = {
         "loss_error": abs(sharded.loss - loss) / abs(loss),
