@@ -15,9 +15,6 @@
 #     name: python3
 # ---
 
-# %% [markdown] tags=["papermill-error-cell-tag"]
-# <span style="color:red; font-family:Helvetica Neue, Helvetica, Arial, sans-serif; font-size:2em;">An Exception was encountered at '<a href="#papermill-error-cell">In [24]</a>'.</span>
-
 # %% [markdown]
 # # 09 The fastest training step, one measured change at a time
 #
@@ -394,9 +391,6 @@ leaderboard_memory = pd.concat([
 ], ignore_index=True)
 save_table(leaderboard_memory, out / "leaderboard_memory.csv", provenance)
 leaderboard_memory.round(2)
-
-# %% [markdown] tags=["papermill-error-cell-tag"]
-# <span id="papermill-error-cell" style="color:red; font-family:Helvetica Neue, Helvetica, Arial, sans-serif; font-size:2em;">Execution using papermill encountered an exception here and stopped:</span>
 
 # %%
 for state, rows in leaderboard_memory.groupby("state", sort=False):

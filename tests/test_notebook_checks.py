@@ -63,3 +63,17 @@ def test_the_scan_finds_what_it_looks_for():
     assert DEVICE_DEPENDENT_CALLS.search(source)
     assert DEVICE_WORDS.search("compile backend here: aot_eager_decomp_partition")
     assert DEVICE_WORDS.search("compile backend here: inductor")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_committed_notebook_and_its_py_twin_hold_the_same_cells_and_no_error(path):
+    """``jupytext --sync`` takes the newer file as the source: a notebook that failed under
+    papermill and was synced leaves papermill's error banner in both, or the twins apart."""
+    import jupytext
+
+    cells = json.loads(path.read_text())["cells"]
+    twin = jupytext.read(path.with_suffix(".py"))["cells"]
+    assert ["".join(c["source"]) for c in cells] == [c["source"] for c in twin]
+    for cell in cells:
+        assert "papermill-error-cell-tag" not in cell.get("metadata", {}).get("tags", [])
+        assert all(o.get("output_type") != "error" for o in cell.get("outputs", []))
