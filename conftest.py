@@ -13,7 +13,12 @@ def pytest_configure(config):
     os.environ.setdefault("MPLBACKEND", "Agg")
     # The distributed tests start two ranks: NCCL needs a GPU for each, so a one-GPU box runs
     # them on Gloo (the CPU) like a machine without CUDA.
+    # Choose the Triton interpreter (as ``import perflab`` does) before any test module is
+    # collected: one that imports Triton first (torch.utils.flop_counter does) would make
+    # perflab's kernels refuse to load, depending on which files run.
     import torch
+
+    import perflab  # noqa: F401
 
     if torch.cuda.is_available() and torch.cuda.device_count() < 2:
         os.environ.setdefault("PERFLAB_DIST_BACKEND", "gloo")

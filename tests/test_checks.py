@@ -36,13 +36,17 @@ def test_each_rule_finds_its_contradiction(tmp_path, capsys):
     pd.DataFrame({"x_s": [-5.0], "status": ["oom"]}).to_csv(tmp_path / "oom.csv", index=False)
     concluded = {"key": "k", "sentence": "b is 2x faster", "verdict": "faster", "unstable": True}
     pd.DataFrame([concluded]).to_csv(tmp_path / "conclusions.csv", index=False)
-    rules = sorted(check_results(tmp_path)["rule"])
-    assert rules == sorted([
+    pd.DataFrame({"batch": [1, 2], "tokens_per_s_low": [90.0, 300.0],
+                  "roofline_tokens_per_s": [100.0, 200.0]}).to_csv(tmp_path / "decode.csv",
+                                                                    index=False)  # fmt: skip
+    found = check_results(tmp_path)
+    assert sorted(found["rule"]) == sorted([
         "larger preset faster", "negative time", "share out of bounds", "ratio not positive",
-        "conclusion from an unstable measurement",
+        "conclusion from an unstable measurement", "above the roofline",
     ])  # fmt: skip
+    assert "row 1: measured at least 300 tokens/s, bound 200" in " ".join(found["detail"])
     assert main(["check-results", str(tmp_path)]) == 1
-    assert "5 contradictions" in capsys.readouterr().out
+    assert "6 contradictions" in capsys.readouterr().out
 
 
 def test_conclusions_are_computed_and_never_from_unstable_rows(tmp_path):

@@ -11,8 +11,10 @@ from perflab.decode import (
     CACHES,
     ContiguousKVCache,
     PagedKVCache,
-    _cached_logits,
+    StaticDecoder,
+    cached_logits,
     generate,
+    make_cache,
 )
 from perflab.model import ModelConfig, TransformerLM
 
@@ -40,12 +42,12 @@ def test_every_cache_greedily_decodes_like_full_recomputation(seed):
         assert generate(model, prompts, 8, cache="paged", block_size=block_size) == reference
 
 
-def test_cached_logits_equal_the_full_sequence_logits():
+def testcached_logits_equal_the_full_sequence_logits():
     model, prompts = _model(3), _prompts(3, lengths=(6, 2))
     cache = ContiguousKVCache(model, 2, 16)
     for row, prompt in enumerate(prompts):  # prefill one at a time, then one token together
-        _cached_logits(model, cache, [row], torch.tensor([prompt]))
-    step = _cached_logits(model, cache, [0, 1], torch.tensor([[7], [9]]))
+        cached_logits(model, cache, [row], torch.tensor([prompt]))
+    step = cached_logits(model, cache, [0, 1], torch.tensor([[7], [9]]))
     for row, (prompt, token) in enumerate(zip(prompts, (7, 9), strict=True)):
         full = model(torch.tensor([prompt + [token]]))[0, -1]
         torch.testing.assert_close(step[row], full, rtol=1e-10, atol=1e-10)
@@ -113,3 +115,69 @@ def test_bad_input_gets_one_clear_error(kwargs, message):
     args = {"prompts": [[1, 2]], "max_new_tokens": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
         generate(_model(0), **args)
+
+
+def test_unequal_budgets_decode_like_full_recomputation_and_free_the_blocks():
+    model, prompts = _model(8), _prompts(8)
+    budgets = [7, 0, 2, 5]
+    reference = generate(model, prompts, 7, cache="none")
+    expected = [tokens[:n] for tokens, n in zip(reference, budgets, strict=True)]
+    assert generate(model, prompts, budgets, cache="none") == expected
+    assert generate(model, prompts, budgets, cache="contiguous") == expected
+    paged = make_cache(model, "paged", prompts, budgets, block_size=2)
+    assert generate(model, prompts, budgets, cache=paged) == expected
+    assert paged.blocks_in_use == 0 and not paged.tables  # every block back in the pool
+    at_once = sum(math.ceil((len(p) + n) / 2) for p, n in zip(prompts, budgets, strict=True))
+    assert paged.peak_blocks < at_once  # finished sequences gave theirs back early
+    with pytest.raises(ValueError, match="3 entries for 4 prompts"):
+        generate(model, prompts, [1, 2, 3])
+
+
+def test_static_decoder_eager_and_traced_decode_like_full_recomputation():
+    model, prompts = _model(9), _prompts(9)
+    reference = generate(model, prompts, 6, cache="none")
+    decoder = StaticDecoder(model, len(prompts), 20)
+    assert decoder.generate(prompts, 6) == reference
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    traced = torch.compile(decoder, backend=counting_backend, fullgraph=True)
+    assert decoder.generate(prompts, 6, step=traced) == reference  # a second run: reset, reused
+    assert len(graphs) == 1  # the shapes never change: traced once
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="max_len must be in 1 .. 48"):
+        StaticDecoder(model, 2, 49)
+    with pytest.raises(ValueError, match="the cache holds 20"):
+        decoder.generate(prompts, 12)
+
+
+def test_rotary_tables_computed_every_step_equal_the_precomputed_ones():
+    model, prompts = _model(10), _prompts(10)
+    reference = generate(model, prompts, 5, cache="contiguous")
+    model.blocks[0].attn.rope.precomputed = False  # shared by every block
+    assert generate(model, prompts, 5, cache="contiguous") == reference
+    x = torch.randn(1, 2, 9, TINY.head_dim, dtype=torch.float64)
+    rope = model.blocks[0].attn.rope
+    every = rope(x)
+    rope.precomputed = True
+    # float32 cos and sin of the same angles, vectorised differently: within a few ulps
+    torch.testing.assert_close(every, rope(x), rtol=0, atol=1e-6)
+
+
+def test_paged_cache_tracks_the_most_token_bytes_held_at_once():
+    model = _model(11)
+    cache = PagedKVCache(model, num_blocks=8, block_size=4)
+    for row, n in enumerate((3, 6)):
+        cache.reserve(row, n)
+        cache.advance([row], n)
+    cache.release(1)
+    cache.reserve(0, 1)
+    cache.advance([0], 1)
+    token = 2 * TINY.num_layers * TINY.d_model * 8
+    assert cache.token_bytes == token
+    assert cache.peak_stored_bytes == 9 * token and cache.stored_bytes == 4 * token
+    assert cache.peak_bytes == 3 * cache.block_bytes

@@ -165,14 +165,27 @@ class RMSNorm(nn.Module):
 
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al. 2021): rotates pairs of channels by an angle
-    proportional to the position, so that q.k depends on the relative offset only."""
+    proportional to the position, so that q.k depends on the relative offset only.
+
+    The cos and sin tables of every position are computed once, at construction; with
+    ``precomputed = False`` they are computed again at every call from the positions (the
+    same numbers; notebook 10 measures what the tables save a decoder)."""
 
     def __init__(self, head_dim: int, context_length: int, theta: float):
         super().__init__()
         inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
+        self.precomputed = True
+
+    def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin at ``positions`` (any shape), shape (*positions.shape, head_dim / 2)."""
+        if self.precomputed:
+            return self.cos[positions], self.sin[positions]
+        angles = positions.to(torch.float32)[..., None] * self.inv_freq
+        return angles.cos(), angles.sin()
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """``x`` (..., seq, head_dim) at positions 0 .. seq - 1, or at ``positions`` (batch,
@@ -180,10 +193,13 @@ class RotaryEmbedding(nn.Module):
         sequence at its own offset."""
         if positions is None:
             seq_len = x.shape[-2]
-            cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
-        else:
-            cos = self.cos[positions].to(x.dtype)[:, None]  # (batch, 1, seq, head_dim / 2)
-            sin = self.sin[positions].to(x.dtype)[:, None]
+            if self.precomputed:
+                cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
+            else:
+                cos, sin = (t.to(x.dtype) for t in
+                            self.tables(torch.arange(seq_len, device=x.device)))  # fmt: skip
+        else:  # (batch, 1, seq, head_dim / 2): the same angles for every head
+            cos, sin = (t.to(x.dtype)[:, None] for t in self.tables(positions))
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)

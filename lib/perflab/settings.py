@@ -20,14 +20,17 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "presets": ["small", "medium", "large", "xl", "10B"],
         "context_length": 512,
         "warmup": 5,
+        "steps": 10,
         "warmup_study_preset": "small",
         "warmup_study_steps": 20,
+        "warmup_study_warmups": [0, 1, 2, 5],
     },
     "02_profiling": {"preset": "small", "context_length": 512, "warmup": 5, "steps": 3},
     "03_mixed_precision": {
         "presets": ["small", "medium", "large", "xl", "10B"],
         "context_length": 512,
         "warmup": 5,
+        "batch_size": 4,
         "rounds": 10,
     },
     "04_memory": {
@@ -106,6 +109,25 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "sharded_state": "bfloat16",  # fp32 state: 82 GB per rank, above an H100's memory
         "sharded_steps": 3,
         "sharded_check": False,
+    },
+    "10_decoding": {
+        # The leaderboard's 8B-class model in bfloat16 on one GPU (16 GB of weights).
+        "preset": "leaderboard-8B",
+        "dtype": "bfloat16",
+        "prompt_len": 1024,
+        "context": 1024,
+        "batch_sizes": [1, 4, 16, 64],
+        "steps": 10,
+        "rounds": 10,
+        "cache_prompt_lens": [20, 400, 100, 1500],
+        "cache_new_tokens": 16,  # no cache at 8B: every step runs each whole sequence again
+        "cache_rounds": 5,
+        "kv_preset": "leaderboard-8B",
+        "kv_prompt_lens": [100, 3000, 250, 1200, 40, 2000, 600, 80],
+        "kv_new_tokens": [128, 16, 96, 64, 120, 32, 48, 100],
+        "block_sizes": [1, 16, 64, 256],
+        "compile_preset": "leaderboard-8B",
+        "compile_batch": 8,
     },
 }
 

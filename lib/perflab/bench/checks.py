@@ -11,6 +11,8 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
 - **larger preset faster**: in a timing table, a preset with more parameters whose median's
   95% interval lies entirely below that of a smaller preset timed in the same configuration
   (mode, dtype, context, batch, device);
+- **above the roofline**: a measured throughput whose 95% interval lies entirely above the
+  bound computed for it (``tokens_per_s_low`` over ``roofline_tokens_per_s``, notebook 10);
 - **conclusion from an unstable measurement**: a row of ``conclusions.csv`` that concludes
   ("faster", "slower" or another verdict) although it is marked unstable.
 
@@ -79,6 +81,17 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
     return findings
 
 
+def _roofline(path: Path, frame: pd.DataFrame) -> list[dict]:
+    if not {"tokens_per_s_low", "roofline_tokens_per_s"} <= set(frame.columns):
+        return []
+    above = _numeric(frame, "tokens_per_s_low") > _numeric(frame, "roofline_tokens_per_s")
+    return [
+        _finding(path, "above the roofline", f"row {index}: measured at least "
+                 f"{row.tokens_per_s_low:.4g} tokens/s, bound {row.roofline_tokens_per_s:.4g}")
+        for index, row in zip(frame.index[above], frame[above].itertuples(), strict=True)
+    ]  # fmt: skip
+
+
 def _conclusions(path: Path, frame: pd.DataFrame) -> list[dict]:
     if path.name != "conclusions.csv" or not {"unstable", "verdict"} <= set(frame.columns):
         return []
@@ -101,7 +114,8 @@ def check_results(directory: str | Path) -> pd.DataFrame:
         if "status" in frame:
             frame = frame[frame["status"].fillna("ok") == "ok"]
         name = path.relative_to(directory)
-        findings += _bounds(name, frame) + _preset_order(name, frame) + _conclusions(name, frame)
+        findings += (_bounds(name, frame) + _preset_order(name, frame) + _roofline(name, frame)
+                     + _conclusions(name, frame))  # fmt: skip
     return pd.DataFrame(findings, columns=["file", "rule", "detail"])
 
 

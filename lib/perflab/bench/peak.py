@@ -52,3 +52,32 @@ def measure_peak_matmul(
         if best is None or rate > best.flops_per_s:
             best = PeakMatmul(device_name(device), dtype_name(dtype), n, timing.median, rate)
     return best
+
+
+@dataclass(frozen=True)
+class CopyBandwidth:
+    """Measured memory bandwidth of a large copy: read + write bytes over the median time."""
+
+    device_name: str
+    size_bytes: int
+    median_s: float
+    bytes_per_s: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure_copy_bandwidth(device: torch.device, size_bytes: int | None = None, warmup: int = 2,
+                           steps: int = 5) -> CopyBandwidth:  # fmt: skip
+    """Bandwidth of ``dst.copy_(src)`` for buffers of ``size_bytes`` (default 256 MiB on CPU,
+    well beyond the caches; 1 GiB on CUDA), counting the bytes read and written (2 x size, as
+    STREAM's copy does): the slope of a memory-bound roofline, measured, not a datasheet's."""
+    if size_bytes is None:
+        size_bytes = 2**30 if device.type == "cuda" else 2**28
+    if size_bytes < 4:
+        raise ValueError(f"size_bytes must be at least 4, got {size_bytes}")
+    src = torch.ones(size_bytes // 4, device=device)
+    dst = torch.empty_like(src)
+    timing = time_fn(lambda: dst.copy_(src), warmup=warmup, steps=steps, device=device)
+    moved = 2 * src.numel() * 4
+    return CopyBandwidth(device_name(device), moved // 2, timing.median, moved / timing.median)

@@ -1,0 +1,341 @@
+"""The measurements of notebook 10, each returning a DataFrame: prefill against decode per
+token, decode tokens/s against batch size beside the roofline, the three caches' tokens/s
+and KV memory, the fixed-shape step eager against compiled (and how often a growing-shape step
+recompiles), rotary tables, and sampling on the device.
+
+Every timed decode step runs at a fixed context: the cache's lengths are set back before each
+call, so that each sample does the same work. Comparisons go through ``perflab.bench.compare``
+(interleaved rounds, 95% interval, verdict).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from perflab.bench.comparison import compare
+from perflab.bench.timer import time_fn
+from perflab.decode import generate, make_cache
+from perflab.decode.caches import ContiguousKVCache
+from perflab.decode.costs import decode_cost, prefill_cost, roofline_tokens_per_s
+from perflab.decode.steps import StaticDecoder, cached_logits, pick
+from perflab.device import synchronize
+from perflab.model import ModelConfig, TransformerLM
+
+
+def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                seed: int = 0) -> TransformerLM:  # fmt: skip
+    """A random ``TransformerLM`` in eval mode, initialised on ``device`` directly in ``dtype``
+    (an 8B model in bf16 never exists in float32 or in host memory)."""
+    default = torch.get_default_dtype()
+    torch.manual_seed(seed)
+    try:
+        torch.set_default_dtype(dtype)
+        with torch.device(device):
+            model = TransformerLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval().requires_grad_(False)
+
+
+def random_prompts(vocab_size: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    """Prompts of the given lengths, uniformly random token ids (seeded)."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab_size, (n,), generator=generator).tolist() for n in lengths]
+
+
+def _element_bytes(model: TransformerLM) -> int:
+    return next(model.parameters()).element_size()
+
+
+def decode_step_at(model: TransformerLM, batch: int, context: int) -> Callable[[], torch.Tensor]:
+    """A decode step of ``batch`` sequences at ``context`` tokens each (a contiguous cache
+    filled with random prompts), set back to ``context`` before every call."""
+    device = next(model.parameters()).device
+    cache = ContiguousKVCache(model, batch, context + 1)
+    prompts = random_prompts(model.config.vocab_size, [context] * batch)
+    with torch.no_grad():
+        cached_logits(model, cache, list(range(batch)), torch.tensor(prompts, device=device))
+    rows, tokens = list(range(batch)), torch.zeros(batch, 1, dtype=torch.long, device=device)
+
+    @torch.no_grad()
+    def step() -> torch.Tensor:
+        cache.lengths = dict.fromkeys(rows, context)
+        return cached_logits(model, cache, rows, tokens)
+
+    return step
+
+
+def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
+                      steps: int = 5) -> pd.DataFrame:  # fmt: skip
+    """One sequence: the prompt's prefill (all ``prompt_len`` tokens in one pass) against one
+    decode step at the same context, per token: time, FLOPs, bytes, FLOPs per byte and the
+    rates they imply."""
+    device = next(model.parameters()).device
+    prompt = torch.tensor(random_prompts(model.config.vocab_size, [prompt_len]), device=device)
+
+    @torch.no_grad()
+    def prefill() -> torch.Tensor:
+        return cached_logits(model, ContiguousKVCache(model, 1, prompt_len), [0], prompt)
+
+    config, element = model.config, _element_bytes(model)
+    rows = []
+    for phase, fn, tokens, cost in (
+        ("prefill", prefill, prompt_len, prefill_cost(config, prompt_len, element)),
+        ("decode", decode_step_at(model, 1, prompt_len), 1, decode_cost(config, 1, prompt_len,
+                                                                         element)),
+    ):  # fmt: skip
+        timing = time_fn(fn, warmup=warmup, steps=steps, device=device)
+        per_token = timing.median / tokens
+        rows.append({"phase": phase, "tokens": tokens, "median_s": timing.median,
+                     "s_per_token": per_token, **cost,
+                     "flops_per_byte": cost["flops_per_token"] / cost["bytes_per_token"],
+                     "achieved_gflops": cost["flops_per_token"] / per_token / 1e9,
+                     "achieved_gb_per_s": cost["bytes_per_token"] / per_token / 1e9})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: int,
+                        bandwidth: float, peak_flops: float, *, warmup: int = 2,
+                        steps: int = 5) -> pd.DataFrame:  # fmt: skip
+    """Decode tokens/s (batch / median step time, with the 95% interval of the median) for
+    each batch size at ``context``, beside the roofline of ``roofline_tokens_per_s`` from the
+    measured ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s)."""
+    device, rows = next(model.parameters()).device, []
+    for batch in tqdm(batch_sizes, desc="batch sizes"):
+        timing = time_fn(decode_step_at(model, batch, context), warmup=warmup, steps=steps,
+                         device=device)  # fmt: skip
+        low, high = timing.median_ci
+        bounds = roofline_tokens_per_s(model.config, batch, context, _element_bytes(model),
+                                       bandwidth, peak_flops)  # fmt: skip
+        rows.append({"batch": batch, "median_s": timing.median,
+                     "tokens_per_s": batch / timing.median, "tokens_per_s_low": batch / high,
+                     "tokens_per_s_high": batch / low, **bounds})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    frame["fraction_of_roofline"] = frame["tokens_per_s"] / frame["roofline_tokens_per_s"]
+    return frame
+
+
+def _timed_generation(model, prompts, max_new_tokens, cache: str, **kwargs) -> Callable:
+    return lambda: generate(model, prompts, max_new_tokens, cache, **kwargs)
+
+
+def compare_caches(model: TransformerLM, prompts: list[list[int]], max_new_tokens: int, *,
+                   rounds: int = 5, warmup: int = 1,
+                   block_size: int = 16) -> pd.DataFrame:  # fmt: skip
+    """Generation with no cache against the contiguous cache, and the contiguous against the
+    paged cache (``compare``): one row per pair, with each side's tokens/s."""
+    device = next(model.parameters()).device
+    tokens = len(prompts) * max_new_tokens
+    runs = {cache: _timed_generation(model, prompts, max_new_tokens, cache, block_size=block_size)
+            for cache in ("none", "contiguous", "paged")}  # fmt: skip
+    rows = []
+    for a, b in (("none", "contiguous"), ("contiguous", "paged")):
+        result = compare(runs[a], runs[b], rounds=rounds, warmup=warmup, device=device,
+                         names=(a, b))  # fmt: skip
+        row = result.as_row()
+        row.update(tokens_per_s_a=tokens / row["median_a_s"],
+                   tokens_per_s_b=tokens / row["median_b_s"],
+                   sentence=result.sentence())  # fmt: skip
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int],
+              block_sizes: list[int]) -> pd.DataFrame:  # fmt: skip
+    """KV memory of one generation of a batch of requests (prompt lengths and new tokens per
+    request; a sequence leaves the batch when it has its tokens), measured from the caches as
+    it runs: the contiguous cache's allocation against the paged cache's most blocks in use,
+    for each block size; beside them the most bytes that held tokens at once (what any cache
+    must hold), the share wasted, and the block-table entries at the peak."""
+    if not block_sizes or min(block_sizes) < 1:
+        raise ValueError(
+            f"block_sizes must be a non-empty list of positive ints, got {block_sizes}"
+        )
+    prompts = random_prompts(model.config.vocab_size, prompt_lens)
+    rows, peak_tokens = [], 0
+    for cache, block_size in [("contiguous", None)] + [("paged", b) for b in block_sizes]:
+        kv = make_cache(model, cache, prompts, new_tokens, block_size=block_size or 1)
+        generate(model, prompts, new_tokens, kv)
+        if cache == "paged":
+            peak_tokens = kv.peak_stored_bytes
+        rows.append({"cache": cache, "block_size": block_size,
+                     "kv_bytes": kv.peak_bytes if cache == "paged" else kv.reserved_bytes,
+                     "table_entries": kv.peak_blocks if cache == "paged" else None})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    frame["peak_token_bytes"] = peak_tokens  # the same tokens, whatever the cache
+    frame["waste"] = 1 - peak_tokens / frame["kv_bytes"]
+    frame["vs_contiguous"] = frame["kv_bytes"] / frame.loc[0, "kv_bytes"]
+    return frame
+
+
+def compile_static_step(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
+                        warmup: int = 2, mode: str | None = None) -> dict:  # fmt: skip
+    """The fixed-shape decode step (``StaticDecoder``) eager against ``torch.compile``d (with
+    ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph), at ``context``: the
+    compiled step's first call (compilation included, ``compile_s``), its logits' largest
+    difference from eager, and the interleaved comparison."""
+    device = next(model.parameters()).device
+    decoder = StaticDecoder(model, batch, context + 1)
+    decoder.prefill(random_prompts(model.config.vocab_size, [context] * batch))
+    tokens = torch.zeros(batch, dtype=torch.long, device=device)
+    positions = torch.full((batch,), context, device=device)
+    compiled = torch.compile(decoder, mode=mode, fullgraph=True)
+    with torch.no_grad():
+        eager_logits = decoder(tokens, positions)
+        synchronize(device)
+        start = time.perf_counter()
+        compiled_logits = compiled(tokens, positions).clone()
+        synchronize(device)
+        compile_s = time.perf_counter() - start
+        result = compare(lambda: decoder(tokens, positions), lambda: compiled(tokens, positions),
+                         rounds=rounds, warmup=warmup, device=device,
+                         names=("eager", "compiled"))  # fmt: skip
+    return {**result.as_row(), "mode": mode or "default", "compile_s": compile_s,
+            "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
+            "tokens_per_s_eager": batch / result.as_row()["median_a_s"],
+            "tokens_per_s_compiled": batch / result.as_row()["median_b_s"],
+            "sentence": result.sentence()}  # fmt: skip
+
+
+class _RecompileLog(logging.Handler):
+    """Keeps dynamo's warnings (such as reaching its recompile limit) out of the output and
+    remembers them."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _compiled_step(model: TransformerLM, shapes: str, prompts: list[list[int]], room: int,
+                   backend: Callable) -> Callable[[], torch.Tensor]:  # fmt: skip
+    """A decode step of ``prompts`` (all of one length) compiled with ``backend``: "growing"
+    (``cached_logits``) or "fixed" (``StaticDecoder``); each call decodes the next position."""
+    device, batch = next(model.parameters()).device, len(prompts)
+    tokens = torch.zeros(batch, dtype=torch.long, device=device)
+    rows = list(range(batch))
+    if shapes == "growing":
+        cache = ContiguousKVCache(model, batch, room)
+        with torch.no_grad():
+            cached_logits(model, cache, rows, torch.tensor(prompts, device=device))
+        return torch.compile(lambda: cached_logits(model, cache, rows, tokens[:, None]),
+                             backend=backend)  # fmt: skip
+    decoder = StaticDecoder(model, batch, room)
+    decoder.prefill(prompts)
+    compiled, position = torch.compile(decoder, backend=backend, fullgraph=True), [len(prompts[0])]
+
+    def step() -> torch.Tensor:
+        logits = compiled(tokens, torch.full((batch,), position[0], device=device))
+        position[0] += 1
+        return logits
+
+    return step
+
+
+def count_compilations(model: TransformerLM, batch: int, context: int,
+                       calls: int) -> pd.DataFrame:  # fmt: skip
+    """Graphs ``torch.compile`` builds over ``calls`` decode steps, for the step with growing
+    shapes (``cached_logits``: the keys grow by one per step, and the cache's lengths are
+    Python ints that dynamo guards on) and for the fixed-shape ``StaticDecoder``: per call,
+    graphs so far and seconds. A counting backend stands in for the compiler (the graphs are
+    traced, not compiled), so the seconds are dynamo's tracing alone; dynamo gives up on a
+    function after ``torch._dynamo.config.recompile_limit`` graphs and runs it eagerly (its
+    warnings are kept in ``attrs["dynamo_warnings"]``)."""
+    prompts = random_prompts(model.config.vocab_size, [context] * batch)
+    rows, log = [], _RecompileLog()
+    dynamo_log = logging.getLogger("torch._dynamo")
+    for shapes in ("growing", "fixed"):
+        graphs: list = []
+
+        def backend(gm, example_inputs, graphs=graphs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        step = _compiled_step(model, shapes, prompts, context + 2 * calls, backend)  # never full
+        dynamo_log.addHandler(log)
+        previous, dynamo_log.propagate = dynamo_log.propagate, False
+        try:
+            with torch.no_grad():
+                for call in range(calls):
+                    start = time.perf_counter()
+                    step()
+                    rows.append({"shapes": shapes, "call": call + 1, "graphs": len(graphs),
+                                 "seconds": time.perf_counter() - start})  # fmt: skip
+        finally:
+            dynamo_log.removeHandler(log)
+            dynamo_log.propagate = previous
+    torch._dynamo.reset()
+    frame = pd.DataFrame(rows)
+    frame.attrs["dynamo_warnings"] = log.messages
+    return frame
+
+
+def _rotary_modules(model: TransformerLM) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if hasattr(m, "precomputed")]
+
+
+def compare_rotary_tables(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
+                          warmup: int = 2) -> dict:  # fmt: skip
+    """A decode step with the rotary cos/sin tables computed once (at construction) against
+    computing them at every step from the positions; and the logits' largest difference."""
+    device = next(model.parameters()).device
+    step = decode_step_at(model, batch, context)
+
+    def with_tables(precomputed: bool) -> Callable[[], torch.Tensor]:
+        def run() -> torch.Tensor:
+            for module in _rotary_modules(model):
+                module.precomputed = precomputed
+            try:
+                return step()
+            finally:
+                for module in _rotary_modules(model):
+                    module.precomputed = True
+
+        return run
+
+    once, every = with_tables(True), with_tables(False)
+    diff = (once() - every()).abs().max().item()
+    result = compare(once, every, rounds=rounds, warmup=warmup, device=device,
+                     names=("tables once", "tables every step"))  # fmt: skip
+    return {**result.as_row(), "max_abs_diff": diff, "sentence": result.sentence()}
+
+
+def host_pick(logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy ids chosen on the host: the whole logits copied to host memory (a device-to-host
+    transfer on a GPU; a copy on a CPU), then numpy's argmax. Returns the ids and the bytes
+    that crossed."""
+    on_host = logits.to("cpu", copy=True)
+    return on_host.float().numpy().argmax(axis=-1).tolist(), on_host.nbytes
+
+
+def device_pick(logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy ids chosen on the logits' device (``pick``); only the ids cross to the host."""
+    ids = pick(logits).to("cpu")
+    return ids.tolist(), ids.nbytes
+
+
+def compare_sampling_place(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
+                           warmup: int = 2) -> dict:  # fmt: skip
+    """A decode step with the next ids picked on the device (ids to the host) against with
+    the logits copied to the host and picked there: bytes to the host per token, measured
+    from what was copied, and the interleaved comparison of the two steps."""
+    device = next(model.parameters()).device
+    step = decode_step_at(model, batch, context)
+    logits = step()
+    (device_ids, device_bytes), (host_ids, host_bytes) = device_pick(logits), host_pick(logits)
+    result = compare(lambda: device_pick(step()), lambda: host_pick(step()), rounds=rounds,
+                     warmup=warmup, device=device,
+                     names=("on the device", "on the host"))  # fmt: skip
+    return {**result.as_row(), "same_ids": device_ids == host_ids,
+            "device_bytes_per_token": device_bytes / batch,
+            "host_bytes_per_token": host_bytes / batch,
+            "bytes_ratio": host_bytes / device_bytes, "sentence": result.sentence()}  # fmt: skip

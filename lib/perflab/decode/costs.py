@@ -1,0 +1,74 @@
+"""What one generated token costs, counted from the model's shapes (notebook 10): FLOPs, and
+bytes of weights and keys/values read from memory, for prefill (the prompt, all tokens in one
+pass) and decode (one new token per sequence and step).
+
+Per token, a forward pass does 2 FLOPs per weight of the matmuls (``matmul_weights``: the
+blocks' projections and the LM head; the embedding is a lookup) plus attention, 2 x 2 x
+context x d_model per layer (scores and weighted sum over ``context`` keys). Decode reads every
+matmul weight once per step, shared by the ``batch`` sequences of the step, and each
+sequence's keys and values (2 x layers x d_model per token of context). Its arithmetic
+intensity is therefore about ``batch`` FLOPs per weight byte / bytes per element: far below a
+GPU's or a CPU's FLOPs-to-bandwidth ratio, so decode is bound by memory bandwidth
+(the roofline: Williams et al. 2009), and larger batches amortise the weights.
+"""
+
+from __future__ import annotations
+
+from perflab.model import ModelConfig
+
+
+def matmul_weights(config: ModelConfig) -> int:
+    """Weights of the matmuls of one token's forward pass: per layer 4 d^2 (Q, K, V, output)
+    + 3 d d_ff (SwiGLU), and the LM head d V."""
+    d = config.d_model
+    return config.num_layers * (4 * d * d + 3 * d * config.d_ff) + d * config.vocab_size
+
+
+def kv_bytes_per_token(config: ModelConfig, element_bytes: int) -> int:
+    """Keys and values of one token over all layers: 2 x layers x d_model elements."""
+    return 2 * config.num_layers * config.d_model * element_bytes
+
+
+def flops_per_token(config: ModelConfig, context: int) -> int:
+    """FLOPs of one token attending over ``context`` keys: 2 x matmul weights + 4 x context x
+    d_model per layer."""
+    return 2 * matmul_weights(config) + 4 * context * config.d_model * config.num_layers
+
+
+def decode_step_bytes(config: ModelConfig, batch: int, context: int, element_bytes: int) -> int:
+    """Bytes a decode step must read or write at least: the matmul weights once, and for each
+    of ``batch`` sequences the keys and values of ``context`` tokens read and one token's
+    written."""
+    kv = kv_bytes_per_token(config, element_bytes)
+    return matmul_weights(config) * element_bytes + batch * (context + 1) * kv
+
+
+def prefill_cost(config: ModelConfig, prompt_len: int, element_bytes: int) -> dict:
+    """Per token of a prompt of ``prompt_len`` tokens, prefilled in one pass: FLOPs (token i
+    attends over i + 1 keys; on average (prompt_len + 1) / 2), and bytes (the weights read
+    once for the whole prompt, the keys and values written)."""
+    mean_context = (prompt_len + 1) / 2
+    flops = flops_per_token(config, 0) + 4 * mean_context * config.d_model * config.num_layers
+    weights = matmul_weights(config) * element_bytes
+    bytes_ = weights / prompt_len + kv_bytes_per_token(config, element_bytes)
+    return {"flops_per_token": flops, "bytes_per_token": bytes_}
+
+
+def decode_cost(config: ModelConfig, batch: int, context: int, element_bytes: int) -> dict:
+    """Per generated token of a decode step of ``batch`` sequences at ``context``: FLOPs and
+    bytes (``decode_step_bytes`` shared by the batch)."""
+    return {
+        "flops_per_token": flops_per_token(config, context),
+        "bytes_per_token": decode_step_bytes(config, batch, context, element_bytes) / batch,
+    }
+
+
+def roofline_tokens_per_s(config: ModelConfig, batch: int, context: int, element_bytes: int,
+                          bandwidth: float, peak_flops: float) -> dict:  # fmt: skip
+    """The most tokens/s a decode step of ``batch`` sequences can reach: memory-bound
+    ``batch x bandwidth / step bytes``, compute-bound ``peak / FLOPs per token``; the lower of
+    the two bounds it (bandwidth in bytes/s, peak in FLOP/s, both measured)."""
+    memory = batch * bandwidth / decode_step_bytes(config, batch, context, element_bytes)
+    compute = peak_flops / flops_per_token(config, context)
+    return {"memory_bound_tokens_per_s": memory, "compute_bound_tokens_per_s": compute,
+            "roofline_tokens_per_s": min(memory, compute)}  # fmt: skip

@@ -1,0 +1,49 @@
+"""Figures of notebook 10; each takes the DataFrame a ``perflab.decode.bench`` function
+returned."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+
+def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
+    """Measured decode tokens/s against batch size (95% intervals as error bars), beside the
+    memory-bandwidth bound, the compute bound and the roofline (the lower of the two)."""
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    batch = table["batch"]
+    ax.plot(batch, table["memory_bound_tokens_per_s"], "--", color="tab:orange",
+            label="memory bound: batch x bandwidth / bytes per step")  # fmt: skip
+    ax.plot(batch, table["compute_bound_tokens_per_s"], ":", color="tab:red",
+            label="compute bound: peak / FLOPs per token")  # fmt: skip
+    ax.plot(batch, table["roofline_tokens_per_s"], "-", color="gray", alpha=0.5, linewidth=4,
+            label="roofline")  # fmt: skip
+    errors = [table["tokens_per_s"] - table["tokens_per_s_low"],
+              table["tokens_per_s_high"] - table["tokens_per_s"]]  # fmt: skip
+    ax.errorbar(batch, table["tokens_per_s"], yerr=errors, fmt="o-", color="tab:blue",
+                capsize=3, label="measured")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequences decoded together (batch)")
+    ax.set_ylabel("generated tokens / s")
+    ax.set_title(f"Decode throughput and its roofline ({device})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_kv_memory(table: pd.DataFrame) -> Figure:
+    """KV memory of each cache (bars, MiB) and the most bytes that held tokens at once (line)."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [c if pd.isna(b) else f"{c}, block {int(b)}"
+              for c, b in zip(table["cache"], table["block_size"], strict=True)]  # fmt: skip
+    ax.bar(labels, table["kv_bytes"] / 2**20, color="tab:blue", label="KV memory held")
+    ax.axhline(table["peak_token_bytes"].iloc[0] / 2**20, color="black", linestyle="--",
+               label="bytes of tokens at the peak")  # fmt: skip
+    ax.set_ylabel("MiB")
+    ax.set_title("KV memory for one batch of unequal requests")
+    ax.tick_params(axis="x", rotation=20)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

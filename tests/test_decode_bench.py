@@ -1,0 +1,113 @@
+"""perflab.decode.costs (cross-checked against the model's own counts) and the measurements
+of notebook 10 on a tiny model: each returns what it promises, and the deterministic parts
+(bytes, memory, graphs, correctness flags) are right."""
+
+import pytest
+import torch
+
+from perflab.bench.peak import measure_copy_bandwidth
+from perflab.decode.bench import (
+    build_model,
+    compare_rotary_tables,
+    compare_sampling_place,
+    count_compilations,
+    kv_memory,
+    prefill_vs_decode,
+    throughput_by_batch,
+)
+from perflab.decode.costs import (
+    decode_step_bytes,
+    flops_per_token,
+    kv_bytes_per_token,
+    matmul_weights,
+    roofline_tokens_per_s,
+)
+from perflab.model import PRESETS, ModelConfig
+
+TINY = ModelConfig("decode-bench-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
+                   vocab_size=101, context_length=64)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["cpu-tiny", "small", "leaderboard-8B"])
+def test_costs_agree_with_the_models_own_counts(name):
+    config = PRESETS[name]
+    d, V = config.d_model, config.vocab_size
+    norms = (2 * config.num_layers + 1) * d
+    assert matmul_weights(config) == config.num_parameters() - V * d - norms  # no embedding
+    assert flops_per_token(config, 1) == config.forward_flops(1, 1)  # one token over itself
+    assert kv_bytes_per_token(config, 2) == 2 * config.num_layers * d * 2
+
+
+def test_decode_bytes_and_roofline():
+    config = PRESETS["leaderboard-8B"]
+    weights = matmul_weights(config) * 2
+    step = decode_step_bytes(config, batch=8, context=1000, element_bytes=2)
+    assert step == weights + 8 * 1001 * kv_bytes_per_token(config, 2)
+    bound = roofline_tokens_per_s(config, 8, 1000, 2, bandwidth=3.35e12, peak_flops=989e12)
+    assert bound["memory_bound_tokens_per_s"] == pytest.approx(8 * 3.35e12 / step)
+    assert bound["roofline_tokens_per_s"] == bound["memory_bound_tokens_per_s"]  # decode: memory
+    # a large enough batch makes it compute-bound
+    large = roofline_tokens_per_s(config, 4096, 10, 2, 3.35e12, 989e12)
+    assert large["roofline_tokens_per_s"] == pytest.approx(989e12 / flops_per_token(config, 10))
+
+
+def test_prefill_does_more_flops_per_byte_than_decode():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    table = prefill_vs_decode(model, 16, warmup=0, steps=2).set_index("phase")
+    assert list(table["tokens"]) == [16, 1]
+    assert table.loc["prefill", "flops_per_byte"] > 4 * table.loc["decode", "flops_per_byte"]
+    assert (table["median_s"] > 0).all()
+
+
+def test_throughput_table_has_a_row_per_batch_with_its_bounds():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,
+                                steps=2)  # fmt: skip
+    assert list(table["batch"]) == [1, 3]
+    assert (table["tokens_per_s_low"] <= table["tokens_per_s_high"]).all()
+    assert (table["roofline_tokens_per_s"] <= table["memory_bound_tokens_per_s"]).all()
+
+
+def test_build_model_initialises_in_the_dtype_asked_and_restores_the_default():
+    model = build_model(TINY, torch.device("cpu"), torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert torch.get_default_dtype() == torch.float32 and not model.training
+
+
+def test_kv_memory_of_unequal_requests():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    prompts, new = [3, 40, 5], [10, 2, 12]
+    table = kv_memory(model, prompts, new, [1, 8]).set_index("block_size", drop=False)
+    token = kv_bytes_per_token(TINY, 4)
+    assert table["kv_bytes"].iloc[0] == 3 * 42 * token  # contiguous: every row at the longest
+    block_1 = table[table["block_size"] == 1].iloc[0]
+    assert block_1["waste"] == 0 and block_1["kv_bytes"] == block_1["peak_token_bytes"]
+    assert table["peak_token_bytes"].iloc[0] <= (13 + 42 + 17) * token
+    assert (table["vs_contiguous"].iloc[1:] < 1).all()
+    with pytest.raises(ValueError, match="block_sizes must be a non-empty list"):
+        kv_memory(model, prompts, new, [])
+
+
+def test_fixed_shapes_are_traced_once_and_growing_ones_again():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    table = count_compilations(model, batch=2, context=4, calls=3)
+    graphs = table.groupby("shapes")["graphs"].max()
+    assert graphs["fixed"] == 1 and graphs["growing"] > 1
+
+
+def test_rotary_and_sampling_comparisons_report_correctness_and_bytes():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    rotary = compare_rotary_tables(model, 2, 8, rounds=2, warmup=0)
+    assert rotary["max_abs_diff"] < 1e-5 and rotary["verdict"] in {"same", "faster", "slower"}
+    sampling = compare_sampling_place(model, 2, 8, rounds=2, warmup=0)
+    assert sampling["same_ids"]
+    assert sampling["device_bytes_per_token"] == 8  # one int64 id
+    assert sampling["host_bytes_per_token"] == TINY.vocab_size * 4  # float32 logits
+
+
+def test_copy_bandwidth_counts_read_and_write():
+    result = measure_copy_bandwidth(torch.device("cpu"), size_bytes=2**20, warmup=0, steps=2)
+    assert result.size_bytes == 2**20
+    assert result.bytes_per_s == pytest.approx(2 * 2**20 / result.median_s)
+    with pytest.raises(ValueError, match="size_bytes must be at least 4"):
+        measure_copy_bandwidth(torch.device("cpu"), size_bytes=2)
