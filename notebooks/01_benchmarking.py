@@ -33,10 +33,10 @@ presets = ["cpu-tiny", "cpu-small"]  # model sizes from perflab.model.PRESETS
 context_length = 128                 # tokens per sequence
 batch_size = 4                       # sequences per step
 warmup = 3                           # untimed steps before each measurement
-steps = 10                           # timed steps
+steps = 6                            # timed steps
 warmup_study_preset = "cpu-small"    # the model of the warm-up study
-warmup_study_steps = 6               # timed steps after each warm-up setting
-warmup_study_warmups = [0, 1, 2]     # warm-up steps compared, each in a fresh process
+warmup_study_steps = 4               # timed steps after each warm-up setting
+warmup_study_warmups = [0, 2]        # warm-up steps compared, each in a fresh process
 device = "auto"                      # "cuda" when present, else "cpu"
 dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
 resume = True                        # skip configurations already in this device's results file
@@ -199,9 +199,10 @@ for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items
 # %% [markdown]
 # ## What warm-up steps do
 #
-# The same training step, timed for `warmup_study_steps` steps after 0, 1, 2 and 5
-# untimed warm-up steps, **each in a fresh Python process** (`python -m perflab bench`), since
-# warm-up effects happen once per process and would be invisible after the runs above.
+# The same training step, timed for `warmup_study_steps` steps after each number of untimed
+# warm-up steps in `warmup_study_warmups` (0 and 2 on a CPU; 0, 1, 2 and 5 in the full
+# profile), **each in a fresh Python process** (`python -m perflab bench`), since warm-up
+# effects happen once per process and would be invisible after the runs above.
 
 # %%
 base = BenchConfig(preset=warmup_study_preset, context_length=context_length,

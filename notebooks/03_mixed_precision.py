@@ -26,7 +26,7 @@
 # %% tags=["parameters"]
 presets = ["cpu-tiny", "cpu-small"]  # model sizes of the float32 vs bfloat16 benchmark
 context_length = 64                  # tokens per sequence
-batch_size = 4                       # sequences per step
+batch_size = 2                       # sequences per step
 warmup = 1                           # untimed steps of each dtype before the comparison
 rounds = 3                           # rounds of the comparison (each times both dtypes twice)
 device = "auto"                      # "cuda" when present, else "cpu"

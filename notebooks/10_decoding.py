@@ -1,0 +1,372 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: -papermill,-execution,-ExecuteTime
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -papermill,-widgets
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10 Decoding fast: KV cache, paged KV cache, static shapes, sampling on the device
+#
+# Training processes a whole sequence at once; generating text does not. After the prompt
+# (the **prefill**, one pass over all its tokens), a model produces one token per sequence
+# and step (the **decode**), and each step must read every weight of the model for that one
+# token. This notebook measures what that costs and what a production inference stack does
+# about it:
+#
+# 1. prefill against decode: time, FLOPs and bytes per token;
+# 2. decode tokens/s against batch size, next to the memory-bandwidth roofline;
+# 3. the key/value cache: none, contiguous, **paged** (block tables, as in vLLM), every mode
+#    checked to decode exactly like recomputing the whole sequence;
+# 4. the KV memory a batch of very unequal requests needs, paged against contiguous, and the
+#    block size's trade-off;
+# 5. static shapes and graph capture: the decode step under `torch.compile` (on CUDA,
+#    `mode="reduce-overhead"` replays it as a CUDA graph), and what a step with growing shapes
+#    costs the compiler;
+# 6. rotary tables computed once against every step; sampling on the device (how many bytes
+#    cross to the host per token).
+#
+# The library is `perflab.decode`: `generate(model, prompts, max_new_tokens, cache=...)`, the
+# caches, the fixed-shape `StaticDecoder`, the cost formulas (`costs`) and the measurements
+# (`bench`). On a CPU it runs a small model within the workbook's budget; the full profile
+# (`perflab run 10 --full`) decodes the leaderboard's 8B-class model in bfloat16 on a GPU.
+
+# %% tags=["parameters"]
+preset = "cpu-small"                          # the model decoded (full: leaderboard-8B)
+dtype = "float32"                             # its parameters' dtype (full: bfloat16)
+prompt_len = 128                              # section 1: the prompt prefilled, and the decode step's context
+context = 128                                 # tokens of context of every timed decode step
+batch_sizes = [1, 2, 4, 8, 16]                # section 2: sequences decoded together
+steps = 5                                     # timed steps per measurement
+rounds = 5                                    # interleaved rounds of every comparison
+cache_prompt_lens = [5, 40, 12, 90]           # section 3: prompts of unequal lengths
+cache_new_tokens = 6                          # new tokens per prompt
+cache_rounds = 3                              # interleaved rounds of the cache comparison (no cache is slow)
+kv_preset = "cpu-tiny"                        # section 4: the model whose KV memory is measured
+kv_prompt_lens = [12, 400, 30, 150, 6, 250, 60, 20]  # a batch of very unequal requests: prompt lengths
+kv_new_tokens = [40, 8, 64, 16, 48, 4, 24, 32]       # and new tokens of each
+block_sizes = [1, 4, 16, 64]                  # tokens per block of the paged cache
+compile_preset = "cpu-tiny"                   # section 5: the model compiled (about 25 s on a 2-core CPU)
+compile_batch = 4                             # sequences of the fixed-shape step
+compile_mode = "auto"                         # "reduce-overhead" (CUDA graphs) on CUDA, the default elsewhere
+compile_calls = 6                             # decode steps traced to count compilations
+device = "auto"                               # "cuda" when present, else "cpu"
+
+# %%
+import pandas as pd
+import torch
+
+from perflab.bench.checks import check_results
+from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
+from perflab.decode import CACHES, generate
+from perflab.decode.bench import (
+    build_model,
+    compare_caches,
+    compare_rotary_tables,
+    compare_sampling_place,
+    compile_static_step,
+    count_compilations,
+    kv_memory,
+    prefill_vs_decode,
+    random_prompts,
+    throughput_by_batch,
+)
+from perflab.decode.costs import kv_bytes_per_token, matmul_weights
+from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
+from perflab.device import parse_dtype, resolve_device
+from perflab.model import get_preset
+from perflab.paths import display_path, results_dir, save_table
+from perflab.settings import record_settings
+
+MiB = 2**20
+dev = resolve_device(device)
+param_dtype = parse_dtype(dtype)
+config = get_preset(preset)
+settings = record_settings("10_decoding", globals())
+out = results_dir("10_decoding", dev)
+provenance = {"settings": settings}
+model = build_model(config, dev, param_dtype)
+element = torch.finfo(param_dtype).bits // 8
+print(f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
+      f"{matmul_weights(config) * element / MiB:.1f} MiB of matmul weights in {dtype}, "
+      f"{kv_bytes_per_token(config, element) / 1024:.1f} KiB of keys and values per token; "
+      f"on {dev.type}")
+
+# %% [markdown]
+# The two yardsticks of a roofline, measured on this device (not taken from a datasheet): the
+# bandwidth of a large copy (bytes read + written per second; the buffers are far larger than
+# the caches) and the fastest square matmul.
+
+# %%
+bandwidth = measure_copy_bandwidth(dev)
+peak = measure_peak_matmul(dev, param_dtype, sizes=(512, 1024) if dev.type == "cpu" else None)
+save_table(pd.DataFrame([bandwidth.as_dict() | {"peak_flops_per_s": peak.flops_per_s}]),
+           out / "yardsticks.csv", provenance)
+print(f"copy bandwidth {bandwidth.bytes_per_s / 1e9:.1f} GB/s, matmul peak "
+      f"{peak.flops_per_s / 1e9:.0f} GFLOP/s in {dtype}: a kernel needs "
+      f"{peak.flops_per_s / bandwidth.bytes_per_s:.1f} FLOPs per byte to be compute-bound")
+
+# %% [markdown]
+# ## 1. Prefill against decode
+#
+# One sequence: its prompt of `prompt_len` tokens prefilled in one pass, against one decode
+# step at the same context. The FLOPs and bytes are counted from the shapes
+# (`perflab.decode.costs`: 2 FLOPs per matmul weight and token, plus attention over the
+# context; bytes = the weights, read once per pass, plus the keys and values).
+
+# %%
+phases = prefill_vs_decode(model, prompt_len, steps=steps)
+save_table(phases, out / "prefill_vs_decode.csv", provenance)
+phases.round(4)
+
+# %%
+by_phase = phases.set_index("phase")
+per_token = by_phase.loc["decode", "s_per_token"] / by_phase.loc["prefill", "s_per_token"]
+print(f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medians of {steps}): "
+      f"prefill does {by_phase.loc['prefill', 'flops_per_byte']:.0f} FLOPs per byte of weights "
+      f"and KV, decode {by_phase.loc['decode', 'flops_per_byte']:.2f}, "
+      + ("below" if by_phase.loc["decode", "flops_per_byte"]
+         < peak.flops_per_s / bandwidth.bytes_per_s else "above")
+      + f" the {peak.flops_per_s / bandwidth.bytes_per_s:.1f} this device needs to be "
+      "compute-bound: by the roofline, decode at batch 1 is bound by memory, prefill by "
+      + ("compute" if by_phase.loc["prefill", "flops_per_byte"]
+         > peak.flops_per_s / bandwidth.bytes_per_s else "memory too"))
+
+# %% [markdown]
+# ## 2. Decode tokens/s against batch size, and the roofline
+#
+# A decode step reads every matmul weight once, whatever the batch: more sequences per step
+# share that read. The roofline bounds tokens/s by the lower of
+# `batch × bandwidth / bytes per step` (weights + each sequence's keys and values) and
+# `peak / FLOPs per token`. Each point is `batch / median step time` at a context of
+# `context` tokens, with the 95% interval of the median.
+
+# %%
+throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
+                                 peak.flops_per_s, steps=steps)
+save_table(throughput, out / "decode_throughput.csv", provenance)
+fig = plot_decode_roofline(throughput, dev.type)
+fig.savefig(out / "decode_roofline.png", dpi=80)
+throughput[["batch", "median_s", "tokens_per_s", "memory_bound_tokens_per_s",
+            "compute_bound_tokens_per_s", "fraction_of_roofline"]].round(3)
+
+# %%
+first, last = throughput.iloc[0], throughput.iloc[-1]
+bound = "compute" if last["compute_bound_tokens_per_s"] < last["memory_bound_tokens_per_s"] else "memory"
+print(f"batch {int(first['batch'])}: {first['tokens_per_s']:.0f} tokens/s, "
+      f"{first['fraction_of_roofline']:.0%} of its roofline; batch {int(last['batch'])}: "
+      f"{last['tokens_per_s']:.0f} tokens/s ({last['tokens_per_s'] / first['tokens_per_s']:.1f}x), "
+      f"{last['fraction_of_roofline']:.0%} of a roofline that is {bound}-bound there. "
+      + ("Far below the roofline at every batch: on this device each step's fixed costs (a "
+         "Python loop over layers, dozens of small operator calls) outweigh moving the bytes, "
+         "which is what graph capture (section 5) removes on a GPU."
+         if throughput["fraction_of_roofline"].max() < 0.5 else
+         "Close to the roofline: the step is as fast as moving its bytes allows."))
+
+# %% [markdown]
+# ## 3. The KV cache: none, contiguous, paged
+#
+# Without a cache, every step runs the whole sequence again. A **contiguous** cache keeps each
+# layer's keys and values, preallocated for every sequence to the longest length the batch
+# can reach. A **paged** cache (`PagedKVCache`) keeps them in fixed-size blocks from a shared
+# pool, each sequence's blocks listed in its block table, taken as it grows and returned
+# when it finishes. First the check that matters most: every mode decodes exactly the tokens
+# of full recomputation (a random float64 model, prompts of unequal lengths, greedy and
+# sampled with a seeded generator; `tests/test_decode.py` checks more).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+check_model = build_model(get_preset("cpu-tiny"), dev, torch.float64, seed=1)
+check_prompts = random_prompts(check_model.config.vocab_size, [3, 17, 1, 9], seed=1)
+for sampling in ({}, {"temperature": 1.0, "top_k": 20}):
+    decoded = {cache: generate(check_model, check_prompts, [6, 2, 5, 4], cache,
+                               generator=torch.Generator().manual_seed(0), **sampling)
+               for cache in CACHES}
+    print(f"{'sampled' if sampling else 'greedy'}: every cache decodes like full recomputation:",
+          all(tokens == decoded["none"] for tokens in decoded.values()))
+
+# %%
+prompts = random_prompts(config.vocab_size, cache_prompt_lens)
+caches = compare_caches(model, prompts, cache_new_tokens, rounds=cache_rounds)
+save_table(caches, out / "cache_modes.csv", provenance)
+caches[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low", "ci_high",
+        "verdict"]].round(3)
+
+# %%
+for row in caches.itertuples():
+    print(row.sentence)
+tokens_per_s = {**dict(zip(caches["a"], caches["tokens_per_s_a"])),
+                **dict(zip(caches["b"], caches["tokens_per_s_b"]))}
+print("tokens/s per mode (medians of each mode's own rounds): "
+      + ", ".join(f"{mode} {rate:.0f}" for mode, rate in tokens_per_s.items()))
+
+# %% [markdown]
+# The paged cache gathers each sequence's blocks through its block table, per sequence and
+# layer, in Python here; on a GPU, PagedAttention reads the blocks inside the attention kernel.
+# What paging is for is memory, next.
+#
+# ## 4. KV memory for a batch of very unequal requests
+#
+# The batch below mixes short and long prompts and short and long answers. The contiguous
+# cache must reserve the longest sequence for every row; the paged cache holds only the
+# blocks in use, and a sequence that finishes gives its blocks back. Measured from the caches
+# while `generate` runs (`kv_memory`): the contiguous cache's allocation, the paged cache's
+# most blocks in use, and the most bytes that held tokens at once.
+
+# %%
+kv_model = build_model(get_preset(kv_preset), dev, param_dtype)
+kv = kv_memory(kv_model, kv_prompt_lens, kv_new_tokens, block_sizes)
+save_table(kv, out / "kv_memory.csv", provenance)
+fig = plot_kv_memory(kv)
+fig.savefig(out / "kv_memory.png", dpi=80)
+kv.assign(kv_MiB=kv["kv_bytes"] / MiB)[["cache", "block_size", "kv_MiB", "table_entries",
+                                        "waste", "vs_contiguous"]].round(3)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+requests = list(zip(kv_prompt_lens, kv_new_tokens, strict=True))
+print(f"{len(requests)} requests (prompt, new tokens): {requests}")
+contiguous_row, paged = kv.iloc[0], kv.iloc[1:].set_index("block_size")
+best_block = int(paged["kv_bytes"].idxmin())
+print(f"contiguous: {contiguous_row['kv_bytes'] / MiB:.2f} MiB; paged: "
+      + ", ".join(f"{r.kv_bytes / MiB:.2f} MiB with blocks of {int(b)}"
+                  for b, r in paged.iterrows())
+      + f"; the tokens themselves at the peak: {contiguous_row['peak_token_bytes'] / MiB:.2f} MiB")
+
+# %%
+largest_block = int(paged["vs_contiguous"].idxmax())
+print(f"the paged cache needs {paged['vs_contiguous'].min():.0%} of the contiguous cache's "
+      f"memory with block size {best_block} ({paged.loc[best_block, 'waste']:.0%} of it "
+      f"wasted) and {paged['vs_contiguous'].max():.0%} with block size {largest_block} "
+      f"({paged.loc[largest_block, 'waste']:.0%} wasted); the contiguous cache wastes "
+      f"{contiguous_row['waste']:.0%}. Smaller blocks waste less (at most a block less one token "
+      f"per sequence) but need longer block tables ({int(paged['table_entries'].max())} entries "
+      f"against {int(paged['table_entries'].min())}) and smaller reads per lookup, which a GPU "
+      "kernel pays for: vLLM uses 16 tokens.")
+
+# %% [markdown]
+# ## 5. Static shapes and graph capture
+#
+# `cached_logits` has shapes that grow: the keys read grow by one token per step, and the
+# cache's lengths are Python numbers. A compiler specialises a graph to what it saw, so such
+# a step is compiled again, or compiled with symbolic shapes. `StaticDecoder` (PyTorch's
+# gpt-fast design) fixes every shape: it writes the new key and value at each sequence's
+# position in a cache preallocated to the maximum length and attends over all of it, masking
+# what lies beyond the position. That is what `torch.compile` needs to compile once, and what
+# CUDA graphs need to replay the whole step with one launch (`mode="reduce-overhead"`;
+# **GPU-only**: on a CPU the default mode runs).
+#
+# First how many graphs each kind of step costs over `compile_calls` calls; a counting backend
+# stands in for the compiler, so the seconds are dynamo's tracing alone:
+
+# %%
+compile_model = build_model(get_preset(compile_preset), dev, param_dtype)
+compilations = count_compilations(compile_model, compile_batch, context, compile_calls)
+save_table(compilations, out / "compilations.csv", provenance)
+compilations.pivot(index="call", columns="shapes", values=["graphs", "seconds"]).round(3)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+graphs = compilations.groupby("shapes")["graphs"].max()
+print(f"over {compile_calls} decode steps: the growing-shape step was traced into "
+      f"{graphs['growing']} graphs, the fixed-shape step into {graphs['fixed']}")
+
+# %%
+traced = compilations.groupby("shapes")["seconds"].agg(["sum", "median"])
+print(f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over {compile_calls} "
+      f"calls, the fixed one {traced.loc['fixed', 'sum']:.1f} s; a steady call takes about "
+      f"{traced.loc['fixed', 'median'] * 1e3:.0f} ms"
+      + (". After its first recompilation dynamo makes the lengths symbolic (automatic dynamic "
+         "shapes): the later graphs are reused, but every new length would still be a new CUDA "
+         "graph, and the cache's lengths, Python values that change at every step, are guards "
+         "that dynamo checks again at every call."
+         if graphs["growing"] < compile_calls else
+         ": a new graph at every step."))
+
+# %% [markdown]
+# Then the fixed-shape step compiled for real (inductor), against the same step run eagerly:
+# the first call includes the compilation.
+
+# %%
+mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
+compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
+save_table(pd.DataFrame([compiled]), out / "compiled_step.csv", provenance)
+print(f"mode {compiled['mode']}: first call {compiled['compile_s']:.1f} s (compilation), then "
+      f"{compiled['median_b_s'] * 1e3:.2f} ms a step against {compiled['median_a_s'] * 1e3:.2f} ms "
+      f"eager: {compiled['tokens_per_s_compiled']:.0f} against "
+      f"{compiled['tokens_per_s_eager']:.0f} tokens/s; {compiled['sentence']}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tolerance = 1e-4 if param_dtype == torch.float32 else 5e-2
+print(f"compiled logits equal eager within {tolerance:g}:", compiled["max_abs_diff"] < tolerance)
+
+# %% [markdown]
+# On a CPU, what compilation can gain comes from inductor's fused C++ kernels: fewer operator
+# calls and fewer passes over memory. On a GPU with `mode="reduce-overhead"` the step is also
+# one CUDA graph, replayed with one launch instead of one per kernel; the 2–3x that production
+# stacks report for decoding at small batches is mostly that (GPU-only, not measured here).
+#
+# ## 6. Rotary tables, and sampling on the device
+#
+# The rotary embedding's cos and sin tables are computed once for every position
+# (`RotaryEmbedding.precomputed`); computed again at every step they cost a few small kernels.
+# And the next token can be chosen where the logits are (`pick`: argmax, or top-k sampling with
+# a seeded generator), so that only the ids cross to the host, not the logits.
+
+# %%
+rotary = compare_rotary_tables(model, batch_sizes[-1], context, rounds=rounds)
+sampling = compare_sampling_place(model, batch_sizes[-1], context, rounds=rounds)
+save_table(pd.DataFrame([rotary, sampling]), out / "rotary_and_sampling.csv", provenance)
+print(rotary["sentence"])
+print(sampling["sentence"])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"the same logits with tables computed every step (largest difference below 1e-5): "
+      f"{rotary['max_abs_diff'] < 1e-5}")
+print(f"the same ids picked on the device and on the host: {sampling['same_ids']}")
+print(f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (one int64 id) "
+      f"against {sampling['host_bytes_per_token']:,.0f} (the logits: {config.vocab_size:,} x "
+      f"{element} bytes), {sampling['bytes_ratio']:,.0f}x fewer")
+
+# %% [markdown]
+# On a CPU the "host copy" is a memory copy in the same memory; on a GPU it is a transfer over
+# PCIe that also makes the host wait for the device at every token.
+#
+# ## What ran here, and what is GPU-only
+#
+# Everything above ran on this device. Not run on a CPU, written for a GPU: CUDA graphs
+# (`mode="reduce-overhead"`, chosen automatically on CUDA), bfloat16 weights, and the
+# leaderboard's 8B-class model, which `perflab run 10 --full` decodes:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+eight_b = get_preset("leaderboard-8B")
+print(f"{eight_b.name} in bfloat16: {matmul_weights(eight_b) * 2 / 1e9:.1f} GB of matmul weights "
+      f"read per decode step, {kv_bytes_per_token(eight_b, 2) / 1e6:.2f} MB of keys and values "
+      f"per token of context ({kv_bytes_per_token(eight_b, 2) * 32768 / 1e9:.1f} GB for one "
+      "sequence at its full 32,768-token context)")
+
+# %% [markdown]
+#
+# ## Where the results are
+
+# %%
+for path in sorted(out.iterdir()):
+    print(display_path(path))
+
+# %%
+findings = check_results(out)
+print(f"{len(findings)} contradictions in {display_path(out)}")
+findings
