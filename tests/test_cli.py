@@ -192,3 +192,16 @@ def test_kernels_compiles_for_a_target_and_prints_the_table():
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert rows["flash_forward"][1:4] == ["sm_90", "20", "0"]  # 10 configs, causal and not
     assert rows["weighted_sum_forward"][1:4] == ["sm_90", "1", "0"]
+
+
+def test_version_names_perflab_and_torch(capsys):
+    import torch
+
+    import perflab
+    from perflab.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    expected = f"perflab {perflab.__version__} (torch {torch.__version__})"
+    assert capsys.readouterr().out.strip() == expected

@@ -20,6 +20,7 @@ from perflab.decode.costs import (
     flops_per_token,
     kv_bytes_per_token,
     matmul_weights,
+    prefill_cost,
     roofline_tokens_per_s,
 )
 from perflab.model import PRESETS, ModelConfig
@@ -36,6 +37,10 @@ def test_costs_agree_with_the_models_own_counts(name):
     assert matmul_weights(config) == config.num_parameters() - V * d - norms  # no embedding
     assert flops_per_token(config, 1) == config.forward_flops(1, 1)  # one token over itself
     assert kv_bytes_per_token(config, 2) == 2 * config.num_layers * d * 2
+    # a prompt's prefill is the model's forward pass with the LM head on its last token only
+    for length in (1, 100):
+        prefill = prefill_cost(config, length, 2)["flops_per_token"] * length
+        assert prefill == pytest.approx(config.forward_flops(1, length) - 2 * d * V * (length - 1))
 
 
 def test_decode_bytes_and_roofline():
@@ -84,6 +89,7 @@ def test_kv_memory_of_unequal_requests():
     assert block_1["waste"] == 0 and block_1["kv_bytes"] == block_1["peak_token_bytes"]
     assert table["peak_token_bytes"].iloc[0] <= (13 + 42 + 17) * token
     assert (table["vs_contiguous"].iloc[1:] < 1).all()
+    assert (table["pool_bytes"] >= table["kv_bytes"]).all()
     with pytest.raises(ValueError, match="block_sizes must be a non-empty list"):
         kv_memory(model, prompts, new, [])
 
@@ -111,3 +117,13 @@ def test_copy_bandwidth_counts_read_and_write():
     assert result.bytes_per_s == pytest.approx(2 * 2**20 / result.median_s)
     with pytest.raises(ValueError, match="size_bytes must be at least 4"):
         measure_copy_bandwidth(torch.device("cpu"), size_bytes=2)
+
+
+def test_timed_steps_refuse_a_context_the_model_does_not_have():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    with pytest.raises(ValueError, match=r"context must be in 1 \.\. 63 .*got 64"):
+        throughput_by_batch(model, [1], 64, 1e10, 1e11)
+    with pytest.raises(ValueError, match="prompt_len must be in 1 .. 63"):
+        prefill_vs_decode(model, 0)
+    with pytest.raises(ValueError, match="batch_sizes must list at least one"):
+        throughput_by_batch(model, [], 8, 1e10, 1e11)

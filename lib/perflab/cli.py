@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
+import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
 from perflab.paths import NOTEBOOKS_DIR
@@ -278,6 +281,8 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
+    version = f"perflab {perflab.__version__} (torch {torch.__version__})"
+    parser.add_argument("--version", action="version", version=version)
     commands = parser.add_subparsers(
         dest="command",
         required=True,

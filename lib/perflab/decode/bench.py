@@ -53,9 +53,20 @@ def _element_bytes(model: TransformerLM) -> int:
     return next(model.parameters()).element_size()
 
 
+def _check_context(model: TransformerLM, context: int, name: str = "context") -> None:
+    """A decode step at ``context`` writes position ``context``: it must lie in the model's."""
+    limit = model.config.context_length
+    if not 1 <= context < limit:
+        raise ValueError(f"{name} must be in 1 .. {limit - 1} (below the model's context of "
+                         f"{limit}), got {context}")  # fmt: skip
+
+
 def decode_step_at(model: TransformerLM, batch: int, context: int) -> Callable[[], torch.Tensor]:
     """A decode step of ``batch`` sequences at ``context`` tokens each (a contiguous cache
     filled with random prompts), set back to ``context`` before every call."""
+    _check_context(model, context)
+    if batch < 1:
+        raise ValueError(f"batch must be positive, got {batch}")
     device = next(model.parameters()).device
     cache = ContiguousKVCache(model, batch, context + 1)
     prompts = random_prompts(model.config.vocab_size, [context] * batch)
@@ -76,6 +87,7 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
     """One sequence: the prompt's prefill (all ``prompt_len`` tokens in one pass) against one
     decode step at the same context, per token: time, FLOPs, bytes, FLOPs per byte and the
     rates they imply."""
+    _check_context(model, prompt_len, "prompt_len")
     device = next(model.parameters()).device
     prompt = torch.tensor(random_prompts(model.config.vocab_size, [prompt_len]), device=device)
 
@@ -106,6 +118,8 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
     """Decode tokens/s (batch / median step time, with the 95% interval of the median) for
     each batch size at ``context``, beside the roofline of ``roofline_tokens_per_s`` from the
     measured ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s)."""
+    if not batch_sizes:
+        raise ValueError("batch_sizes must list at least one batch size")
     device, rows = next(model.parameters()).device, []
     for batch in tqdm(batch_sizes, desc="batch sizes"):
         timing = time_fn(decode_step_at(model, batch, context), warmup=warmup, steps=steps,
@@ -152,7 +166,10 @@ def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int
     request; a sequence leaves the batch when it has its tokens), measured from the caches as
     it runs: the contiguous cache's allocation against the paged cache's most blocks in use,
     for each block size; beside them the most bytes that held tokens at once (what any cache
-    must hold), the share wasted, and the block-table entries at the peak."""
+    must hold), the share wasted, and the block-table entries at the peak. ``pool_bytes`` is
+    what the paged pool was given here (room for every sequence at its longest at once); a
+    server sizes its pool to its memory and shares it among all requests, so what a batch
+    costs it is the peak in use."""
     if not block_sizes or min(block_sizes) < 1:
         raise ValueError(
             f"block_sizes must be a non-empty list of positive ints, got {block_sizes}"
@@ -166,6 +183,7 @@ def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int
             peak_tokens = kv.peak_stored_bytes
         rows.append({"cache": cache, "block_size": block_size,
                      "kv_bytes": kv.peak_bytes if cache == "paged" else kv.reserved_bytes,
+                     "pool_bytes": kv.reserved_bytes,
                      "table_entries": kv.peak_blocks if cache == "paged" else None})  # fmt: skip
     frame = pd.DataFrame(rows)
     frame["peak_token_bytes"] = peak_tokens  # the same tokens, whatever the cache
@@ -177,9 +195,10 @@ def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int
 def compile_static_step(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
                         warmup: int = 2, mode: str | None = None) -> dict:  # fmt: skip
     """The fixed-shape decode step (``StaticDecoder``) eager against ``torch.compile``d (with
-    ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph), at ``context``: the
-    compiled step's first call (compilation included, ``compile_s``), its logits' largest
-    difference from eager, and the interleaved comparison."""
+    ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph, recorded on a later call
+    than the first), at ``context``: the compiled step's first call (compilation included,
+    ``compile_s``), its logits' largest difference from eager and whether both pick the same
+    next tokens, and the interleaved comparison."""
     device = next(model.parameters()).device
     decoder = StaticDecoder(model, batch, context + 1)
     decoder.prefill(random_prompts(model.config.vocab_size, [context] * batch))
@@ -198,6 +217,8 @@ def compile_static_step(model: TransformerLM, batch: int, context: int, *, round
                          names=("eager", "compiled"))  # fmt: skip
     return {**result.as_row(), "mode": mode or "default", "compile_s": compile_s,
             "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
+            "same_next_tokens": bool((eager_logits.argmax(-1)
+                                      == compiled_logits.argmax(-1)).all()),
             "tokens_per_s_eager": batch / result.as_row()["median_a_s"],
             "tokens_per_s_compiled": batch / result.as_row()["median_b_s"],
             "sentence": result.sentence()}  # fmt: skip

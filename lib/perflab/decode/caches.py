@@ -71,6 +71,9 @@ class ContiguousKVCache(KVCache):
         """Keys and values of ``rows`` up to their length plus ``new`` (padded to the
         longest; ``_attend`` masks what lies beyond each row's own)."""
         end = max(self.lengths[row] for row in rows) + new
+        if rows == list(range(rows[0], rows[0] + len(rows))):  # a view, not a gathered copy
+            picked = slice(rows[0], rows[0] + len(rows))
+            return self.k[layer, picked, :, :end], self.v[layer, picked, :, :end]
         return self.k[layer, rows, :, :end], self.v[layer, rows, :, :end]
 
 
@@ -106,8 +109,8 @@ class PagedKVCache(KVCache):
 
     def _slots(self, row: int, start: int, count: int) -> tuple[Tensor, Tensor]:
         """(block ids, offsets in the block) of positions start .. start + count - 1."""
-        positions = torch.arange(start, start + count)
-        table = torch.tensor(self.tables[row])
+        positions = torch.arange(start, start + count, device=self.k.device)
+        table = torch.tensor(self.tables[row], device=self.k.device)
         return table[positions // self.block_size], positions % self.block_size
 
     def write(self, layer: int, rows: list[int], k: Tensor, v: Tensor) -> None:

@@ -7,9 +7,13 @@ blocks' projections and the LM head; the embedding is a lookup) plus attention, 
 context x d_model per layer (scores and weighted sum over ``context`` keys). Decode reads every
 matmul weight once per step, shared by the ``batch`` sequences of the step, and each
 sequence's keys and values (2 x layers x d_model per token of context). Its arithmetic
-intensity is therefore about ``batch`` FLOPs per weight byte / bytes per element: far below a
-GPU's or a CPU's FLOPs-to-bandwidth ratio, so decode is bound by memory bandwidth
+intensity is therefore about 2 x ``batch`` / bytes per element FLOPs per byte of weights: far
+below a GPU's or a CPU's FLOPs-to-bandwidth ratio, so decode is bound by memory bandwidth
 (the roofline: Williams et al. 2009), and larger batches amortise the weights.
+
+Attention is counted over the whole square, as a dense kernel computes it (the convention of
+``ModelConfig.forward_flops``), and the LM head only where logits are computed: for the last
+token of a prefilled prompt, for every decoded token.
 """
 
 from __future__ import annotations
@@ -44,11 +48,13 @@ def decode_step_bytes(config: ModelConfig, batch: int, context: int, element_byt
 
 
 def prefill_cost(config: ModelConfig, prompt_len: int, element_bytes: int) -> dict:
-    """Per token of a prompt of ``prompt_len`` tokens, prefilled in one pass: FLOPs (token i
-    attends over i + 1 keys; on average (prompt_len + 1) / 2), and bytes (the weights read
-    once for the whole prompt, the keys and values written)."""
-    mean_context = (prompt_len + 1) / 2
-    flops = flops_per_token(config, 0) + 4 * mean_context * config.d_model * config.num_layers
+    """Per token of a prompt of ``prompt_len`` tokens, prefilled in one pass: FLOPs (the
+    blocks' matmuls, attention over the ``prompt_len`` keys, and the LM head once for the
+    prompt: only its last token's logits are needed), and bytes (the weights read once for the
+    whole prompt, the keys and values written)."""
+    head = config.d_model * config.vocab_size
+    flops = (2 * (matmul_weights(config) - head) + 2 * head / prompt_len
+             + 4 * prompt_len * config.d_model * config.num_layers)  # fmt: skip
     weights = matmul_weights(config) * element_bytes
     bytes_ = weights / prompt_len + kv_bytes_per_token(config, element_bytes)
     return {"flops_per_token": flops, "bytes_per_token": bytes_}
