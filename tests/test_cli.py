@@ -136,8 +136,14 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "result.txt").read_text() == "42"
     executed = nbformat.read(tmp_path / "out" / "07_tiny.ipynb", 4)
-    assert executed.metadata["papermill"]["input_path"] == "07_tiny.ipynb"  # no machine path
+    assert "papermill" not in executed.metadata  # no times: a re-run leaves the same metadata
+    assert not any({"papermill", "execution"} & set(c.metadata) for c in executed.cells)
     assert "1 notebooks" in done.stdout and "0 failed" in done.stdout
+    done = perflab("run", str(path), "-p", "x", "1", "--keep-timings", "--output",
+                   str(tmp_path / "timed"), cwd=tmp_path)  # fmt: skip
+    timed = nbformat.read(tmp_path / "timed" / "07_tiny.ipynb", 4)
+    assert timed.metadata["papermill"]["input_path"] == "07_tiny.ipynb"  # no machine path
+    assert all("duration" in c.metadata["papermill"] for c in timed.cells)
 
 
 def test_run_passes_each_notebook_only_its_own_parameters(tmp_path):

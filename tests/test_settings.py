@@ -40,7 +40,7 @@ def test_run_full_applies_the_full_sizes_and_p_wins(monkeypatch, tmp_path):
         seen[notebook] = parameters
 
     monkeypatch.setattr(papermill, "execute_notebook", execute)
-    monkeypatch.setattr(cli, "_drop_machine_paths", lambda path: None)
+    monkeypatch.setattr(cli, "_clean_executed", lambda path, keep_timings: None)
     status = cli.main(
         ["run", "04", "--full", "-p", "preset", "cpu-tiny", "--output", str(tmp_path)]
     )

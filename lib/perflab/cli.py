@@ -81,16 +81,26 @@ def resolve_notebook(name: str, directory: Path = NOTEBOOKS_DIR) -> Path:
     return matches[0]
 
 
-def _drop_machine_paths(path: Path) -> None:
-    """Keep only file names in papermill's record of where a notebook was run from and to,
-    so that executed notebooks carry no paths of the machine that ran them."""
+def _clean_executed(path: Path, keep_timings: bool = False) -> None:
+    """Leave in an executed notebook only what a re-run with nothing changed reproduces:
+    papermill's record (start and end times, per-cell durations) and Jupyter's per-cell
+    execution times are dropped, so that ``git diff`` of a re-run notebook shows only changed
+    outputs. With ``keep_timings`` they stay (for finding slow cells), without the paths of the
+    machine that ran the notebook."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
-    record = notebook.metadata.get("papermill", {})
-    for key in ("input_path", "output_path"):
-        if record.get(key):
-            record[key] = Path(record[key]).name
+    if keep_timings:
+        record = notebook.metadata.get("papermill", {})
+        for key in ("input_path", "output_path"):
+            if record.get(key):
+                record[key] = Path(record[key]).name
+    else:
+        for key in ("papermill", "widgets"):
+            notebook.metadata.pop(key, None)
+        for cell in notebook.cells:
+            for key in ("papermill", "execution", "ExecuteTime"):
+                cell.metadata.pop(key, None)
     nbformat.write(notebook, path)
 
 
@@ -135,7 +145,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
             )
-            _drop_machine_paths(target)
+            _clean_executed(target, args.keep_timings)
         except papermill.PapermillExecutionError as error:
             failed.append(notebook.stem)
             print(
@@ -300,6 +310,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar=("NAME", "VALUE"),
         help="notebook parameter; VALUE is a Python literal or else a string",
+    )
+    run.add_argument(
+        "--keep-timings",
+        action="store_true",
+        help="keep papermill's start, end and per-cell times in the executed notebooks",
     )
     run.add_argument(
         "--full",
