@@ -22,7 +22,7 @@ import pytest
 
 from perflab.attention.aot import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 from perflab.attention.flash_triton import AUTOTUNE_CONFIGS
-from perflab.attention.triton_compile import TARGETS, get_target
+from perflab.attention.triton_compile import TARGETS, get_target, kernel_source
 
 SMALLEST = [min(AUTOTUNE_CONFIGS, key=lambda c: (c[0] * c[1], c[3]))]
 LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
@@ -145,3 +145,14 @@ def test_bad_names_get_one_clear_error():
         jobs(kernels=["flash"])
     with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
         jobs(dtypes=["fp8"])
+
+
+def test_kernel_source_is_the_kernels_own_code():
+    from perflab.attention.flash_triton import _flash_forward_kernel
+    from perflab.attention.weighted_sum import _weighted_sum_forward_kernel
+
+    source = kernel_source(_flash_forward_kernel)
+    assert source.startswith("@triton.jit\ndef _flash_forward_kernel(") and "tl.dot" in source
+    assert "def _weighted_sum_forward_kernel(" in kernel_source(_weighted_sum_forward_kernel)
+    with pytest.raises(ValueError, match="not a Triton kernel or a function"):
+        kernel_source(3)

@@ -11,7 +11,7 @@ LAYERS = {
     "device": 0, "ranges": 0, "checkpointing": 0, "paths": 0, "settings": 0,
     "attention": 1, "precision": 1, "fused_cross_entropy": 1,
     "model": 2,
-    "bench": 3, "profiling": 3, "memory": 3,
+    "bench": 3, "profiling": 3, "memory": 3, "report": 3,
     "distributed": 4, "training": 4, "decode": 4,
     "cli": 5, "__main__": 5, "__init__": 5,
 }  # fmt: skip

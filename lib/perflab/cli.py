@@ -9,6 +9,7 @@
                   [--checkpoint-group N] [--memory] [--format {table,json}]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
+    perflab report [--results DIR] [--output DIR]
     perflab noise-check [--runs N] [--burst]
     perflab kernels [--target sm_80|sm_90|sm_100 ...] [--dtype fp16 ...] [--head-dim D ...]
                     [--summary] [--format {table,csv}]
@@ -20,9 +21,11 @@ step; the command that ``nsys profile`` wraps in notebook 02); ``hotspots`` anal
 Chrome/Kineto trace, or compares a baseline trace with an optimized one; ``kernels`` compiles
 every Triton kernel of the workbook for GPU targets (no GPU needed) and prints registers,
 spills and shared memory per configuration; ``check-results`` flags contradictions in saved
-results (exit 1 if any); ``noise-check`` measures how often ``perflab.bench.compare`` calls
-identical work different (A/A) and finds a 2x difference (A/B). Bad arguments exit with status
-2 and a one-line message naming the valid choices.
+results (exit 1 if any); ``report`` writes every table and figure of a results folder, with
+its provenance, as Markdown and HTML (tables also as LaTeX and Typst); ``noise-check`` measures
+how often ``perflab.bench.compare`` calls identical work different (A/A) and finds a 2x
+difference (A/B). Bad arguments exit with status 2 and a one-line message naming the valid
+choices.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import torch
 import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
-from perflab.paths import NOTEBOOKS_DIR
+from perflab.paths import NOTEBOOKS_DIR, data_dir
 from perflab.settings import full_sizes
 
 
@@ -289,6 +292,18 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     return 0
 
 
+def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.report import build_report
+
+    try:
+        written = build_report(args.results, args.output)
+    except ValueError as error:
+        parser.error(str(error))
+    print(f"wrote {written} and {written.with_suffix('.html')}, tables also as LaTeX and Typst in "
+          f"{written.parent / 'tables'}")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perflab", description=__doc__.split("\n\n")[0])
     version = f"perflab {perflab.__version__} (torch {torch.__version__})"
@@ -296,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{run,bench,hotspots,kernels,check-results,noise-check}",
+        metavar="{run,bench,hotspots,kernels,check-results,report,noise-check}",
     )
 
     run = commands.add_parser("run", help="execute notebooks with papermill")
@@ -358,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-results", help="flag contradictions in saved results")
     check.add_argument("directory", metavar="DIR", help="e.g. data/results")
     check.set_defaults(handler=_check_results, subparser=check)
+
+    report = commands.add_parser("report", help="a write-up of every table and figure")
+    report.add_argument("--results", default=str(data_dir() / "results"),
+                        help="results folder (default: data/results)")  # fmt: skip
+    report.add_argument("--output", default="report", help="folder for the write-up")
+    report.set_defaults(handler=_report, subparser=report)
 
     noise = commands.add_parser("noise-check", help="A/A and A/B runs of perflab.bench.compare")
     noise.add_argument("--runs", type=_count(1), default=20, help="comparisons of each kind")

@@ -96,15 +96,26 @@ def git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
+def library_versions() -> dict[str, str]:
+    """Python's, torch's and perflab's versions, recorded with every result."""
+    import platform
+    from importlib.metadata import version
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "perflab": version("perflab")}  # fmt: skip
+
+
 def save_table(table, path: str | Path, metadata: dict | None = None) -> Path:
     """``table`` (a DataFrame) as CSV at ``path``, and beside it ``<name>.json`` with
-    ``metadata`` (the notebook's settings, the machine), the time and the commit."""
+    ``metadata`` (the notebook's settings, the machine), the time, the commit and the library
+    versions."""
     path = Path(path)
     table.to_csv(path, index=False)
     record = {
         **(metadata or {}),
         "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
+        "versions": library_versions(),
     }
     path.with_suffix(".json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     return path

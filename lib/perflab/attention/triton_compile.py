@@ -15,6 +15,7 @@ which drops the configurations that need more shared memory than the GPU has.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -48,6 +49,17 @@ TARGETS = {
     "sm_90": Target("sm_90", 90, "H100", 227 * 1024),
     "sm_100": Target("sm_100", 100, "B200", 227 * 1024),
 }
+
+
+def kernel_source(kernel) -> str:
+    """The Python source of a Triton kernel, through its ``triton.autotune`` and ``triton.jit``
+    wrappers (compiled or interpreted), for showing next to the prose that explains it."""
+    function = kernel
+    while hasattr(function, "fn"):
+        function = function.fn
+    if not callable(function):
+        raise ValueError(f"not a Triton kernel or a function: {kernel!r}")
+    return inspect.getsource(function)
 
 
 def get_target(name: str) -> Target:

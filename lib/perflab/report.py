@@ -1,0 +1,160 @@
+"""``perflab report``: every table and figure under a results folder, with its provenance, as a
+write-up: ``report.md`` and ``report.html``, and each table also as LaTeX (``tables/*.tex``)
+and Typst (``tables/*.typ``) for a course's write-up. Nothing in it is typed: the tables are the
+CSVs the notebooks saved, the provenance their JSON sidecars (the notebook's settings, the
+commit, the time, the library versions where recorded), the device the folder they sit in
+(``data/results/<notebook>/<device>/``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+#: Rows shown per table in the write-up; the CSV holds all of them.
+MAX_ROWS = 30
+
+
+@dataclass
+class Entry:
+    """One table (CSV) or figure (PNG) of a notebook, measured on one device."""
+
+    notebook: str
+    device: str
+    path: Path
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    @property
+    def label(self) -> str:
+        return f"{self.notebook}-{self.device}-{self.name}"
+
+
+def find_entries(results: Path) -> list[Entry]:
+    """Tables and figures under ``results/<notebook>/<device>/``, in order, each with the JSON
+    sidecar of the same name. A figure without one (``savefig`` writes none) takes the newest
+    sidecar of its folder, the record of the notebook run that drew it, marked as such."""
+    results = Path(results)
+    if not results.is_dir():
+        raise ValueError(f"no results folder {str(results)!r}")
+    entries = []
+    for folder in sorted(p for p in results.glob("*/*") if p.is_dir()):
+        for path in sorted(folder.iterdir()):
+            if path.suffix not in (".csv", ".png"):
+                continue
+            sidecar = path.with_suffix(".json")
+            if sidecar.is_file():
+                provenance = json.loads(sidecar.read_text())
+            else:
+                records = [json.loads(p.read_text()) for p in folder.glob("*.json")]
+                records.sort(key=lambda r: str(r.get("saved_at", "")))
+                newest = records[-1] if records else {}
+                provenance = {**newest, "from": "this folder's newest table"} if newest else {}
+            entries.append(Entry(folder.parent.name, folder.name, path, provenance))
+    if not entries:
+        raise ValueError(f"no tables (.csv) or figures (.png) under {str(results)!r}")
+    return entries
+
+
+def provenance_line(entry: Entry) -> str:
+    """Device, commit, time, versions and settings of an entry, on one line."""
+    record = entry.provenance
+    parts = [f"device `{entry.device}`"]
+    for key, label in (("commit", "commit"), ("saved_at", "saved")):
+        if record.get(key):
+            parts.append(f"{label} `{record[key]}`")
+    versions = record.get("versions")
+    if versions:
+        parts.append("versions " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    settings = record.get("settings")
+    if settings:
+        parts.append("settings " + ", ".join(f"{k}={v!r}" for k, v in settings.items()))
+    if record.get("from"):
+        parts.append(f"recorded with {record['from']}")
+    if len(parts) == 1:
+        parts.append("no provenance recorded")
+    return "; ".join(parts)
+
+
+def _shown(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The part of ``table`` a reader reads: no empty columns, no columns of serialised lists
+    (per-step samples), at most ``MAX_ROWS`` rows; and a note of what was left out."""
+    listed = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])
+              and table[c].astype(str).str.match(r"^\s*[\[{]").any()]  # fmt: skip
+    empty = [c for c in table.columns if table[c].isna().all()]
+    shown = table.drop(columns=listed + empty).head(MAX_ROWS)
+    notes = []
+    if len(table) > MAX_ROWS:
+        notes.append(f"first {MAX_ROWS} of {len(table)} rows")
+    if listed:
+        notes.append(f"columns of samples left out: {', '.join(listed)}")
+    return shown, f"({'; '.join(notes)}; all in the CSV)" if notes else ""
+
+
+def typst_table(table: pd.DataFrame) -> str:
+    """A Typst ``#table`` of ``table``: a header row, then the values as text."""
+
+    def cell(value) -> str:
+        if pd.isna(value):
+            return "[]"
+        text = f"{value:.4g}" if isinstance(value, float) else str(value)
+        return "[" + text.replace("\\", "\\\\").replace("]", "\\]").replace("[", "\\[") + "]"
+
+    header = ", ".join(cell(c) for c in table.columns)
+    rows = ",\n  ".join(", ".join(cell(v) for v in row) for row in table.itertuples(index=False))
+    return (f"#table(\n  columns: {len(table.columns)},\n  table.header({header}),\n"
+            f"  {rows}\n)\n")  # fmt: skip
+
+
+def build_report(results: str | Path, output: str | Path) -> Path:
+    """Write ``report.md``, ``report.html`` and ``tables/<label>.tex`` / ``.typ`` for every
+    table and figure under ``results`` into ``output``; returns the Markdown file."""
+    entries = find_entries(Path(results))
+    output = Path(output)
+    (output / "tables").mkdir(parents=True, exist_ok=True)
+    markdown = ["# perflab results", "",
+                f"Every table and figure under `{Path(results).as_posix()}`, each with where "
+                "and how it was measured.", ""]  # fmt: skip
+    body = ["<h1>perflab results</h1>"]
+    current = None
+    for entry in entries:
+        if entry.notebook != current:
+            current = entry.notebook
+            markdown += [f"## {current}", ""]
+            body.append(f"<h2>{html.escape(current)}</h2>")
+        heading = f"{entry.name} ({entry.device})"
+        line = provenance_line(entry)
+        markdown += [f"### {heading}", "", f"*{line}*", ""]
+        body += [f"<h3>{html.escape(heading)}</h3>", f"<p><em>{html.escape(line)}</em></p>"]
+        relative = Path(os.path.relpath(entry.path, output)).as_posix()
+        if entry.path.suffix == ".png":
+            markdown += [f"![{entry.name}]({relative})", ""]
+            body.append(f'<img src="{html.escape(relative)}" alt="{html.escape(entry.name)}">')
+            continue
+        table = pd.read_csv(entry.path)
+        shown, note = _shown(table)
+        markdown += [shown.to_markdown(index=False, floatfmt=".4g"), ""]
+        markdown += [note, ""] if note else []
+        body.append(shown.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep=""))
+        body += [f"<p>{html.escape(note)}</p>"] if note else []
+        (output / "tables" / f"{entry.label}.tex").write_text(
+            shown.to_latex(index=False, float_format="%.4g", na_rep="",
+                           caption=heading.replace("_", r"\_"), label=f"tab:{entry.label}")
+        )  # fmt: skip
+        (output / "tables" / f"{entry.label}.typ").write_text(typst_table(shown))
+    (output / "report.md").write_text("\n".join(markdown))
+    page = ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>perflab results</title>"
+            "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
+            "table{border-collapse:collapse;font-size:80%}td,th{border:1px solid #ccc;"
+            "padding:2px 6px}img{max-width:100%}</style></head><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    (output / "report.html").write_text(page)
+    return output / "report.md"

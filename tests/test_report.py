@@ -1,0 +1,62 @@
+"""perflab report: every table and figure of a small results folder, with its provenance, in
+Markdown, HTML, LaTeX and Typst; clear errors for a missing or empty folder."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from perflab.cli import main  # noqa: E402
+from perflab.paths import save_table  # noqa: E402
+from perflab.report import MAX_ROWS, build_report  # noqa: E402
+
+
+@pytest.fixture
+def results(tmp_path):
+    folder = tmp_path / "results" / "10_decoding" / "amd-epyc"
+    folder.mkdir(parents=True)
+    table = pd.DataFrame({"batch": [1, 2], "tokens_per_s": [113.4061, 166.2853],
+                          "samples_s": ["[0.1, 0.2]", "[0.3]"]})  # fmt: skip
+    save_table(table, folder / "decode_throughput.csv", {"settings": {"preset": "cpu-small"}})
+    pd.DataFrame({"i": range(MAX_ROWS + 5)}).to_csv(folder / "long.csv", index=False)
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    fig.savefig(folder / "decode_roofline.png")
+    plt.close(fig)
+    return tmp_path / "results"
+
+
+def test_report_shows_every_table_and_figure_with_its_provenance(results, tmp_path):
+    written = build_report(results, tmp_path / "report")
+    text = written.read_text()
+    assert "## 10_decoding" in text and "### decode_throughput (amd-epyc)" in text
+    assert "113.4" in text and "[0.1, 0.2]" not in text  # samples are left out
+    assert "columns of samples left out: samples_s" in text
+    assert f"first {MAX_ROWS} of {MAX_ROWS + 5} rows" in text
+    record = json.loads((results / "10_decoding/amd-epyc/decode_throughput.json").read_text())
+    assert f"commit `{record['commit']}`" in text and "preset='cpu-small'" in text
+    assert f"torch {record['versions']['torch']}" in text
+    assert "![decode_roofline](../results/10_decoding/amd-epyc/decode_roofline.png)" in text
+    assert "recorded with this folder's newest table" in text  # the figure's provenance
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "<table" in page and 'src="../results/10_decoding/amd-epyc/decode_roofline.png"' in page
+    tables = tmp_path / "report" / "tables"
+    latex = (tables / "10_decoding-amd-epyc-decode_throughput.tex").read_text()
+    assert r"\begin{table}" in latex and "tab:10_decoding-amd-epyc-decode_throughput" in latex
+    typst = (tables / "10_decoding-amd-epyc-decode_throughput.typ").read_text()
+    assert typst.startswith("#table(\n  columns: 2,") and "[113.4]" in typst
+
+
+def test_report_command_and_its_errors(results, tmp_path, capsys):
+    assert main(["report", "--results", str(results), "--output", str(tmp_path / "r")]) == 0
+    assert "report.md" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    for folder, message in ((tmp_path / "nowhere", "no results folder"),
+                            (tmp_path / "empty", "no tables")):  # fmt: skip
+        with pytest.raises(SystemExit) as done:
+            main(["report", "--results", str(folder), "--output", str(tmp_path / "r")])
+        assert done.value.code == 2 and message in capsys.readouterr().err
