@@ -76,6 +76,10 @@ from perflab.attention.flash_triton import (
 )
 from perflab.attention.triton_compile import TARGETS
 from perflab.attention.weighted_sum import WeightedSumTriton
+from perflab.attention.weighted_sum import _weighted_sum_forward_kernel
+from perflab.attention.flash_triton import _flash_forward_kernel
+from perflab.attention.triton_compile import kernel_source
+from IPython.display import Markdown
 from perflab.bench import Sweep
 from perflab.bench.plots import plot_attention_sweep
 from perflab.device import describe, resolve_device
@@ -94,7 +98,13 @@ print(f"on {dev}; Triton {'interpreted (not a speed measurement)' if INTERPRETED
 #
 # `y = x @ w` for x (rows, D) and w (D,): each program sums ROWS rows, walking D in chunks with
 # masks. The backward writes dx = dy w^T and one partial dw per program, summed afterwards (no
-# atomics). Checked against PyTorch in float64:
+# atomics). The forward kernel, as the library defines it:
+
+# %%
+Markdown(f"```python\n{kernel_source(_weighted_sum_forward_kernel)}```")
+
+# %% [markdown]
+# Checked against PyTorch in float64:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -110,6 +120,18 @@ print(f"forward within 1e-4: {(y.double() - x64 @ w64).abs().max().item() < 1e-4
 
 # %% [markdown]
 # ## 2. Correctness of both FlashAttention implementations
+#
+# The Triton forward kernel: each program owns one tile of queries and walks the key tiles,
+# keeping the running maximum `row_max`, the running sum `row_sum` and the unnormalised output
+# `acc` in registers (the online softmax: each new tile rescales them by `correction`), and
+# writes the output and the logsumexp `row_max + log row_sum` once at the end. With the causal
+# mask, key tiles wholly after the query tile are not visited, and only the tiles on the
+# diagonal are masked element by element.
+
+# %%
+Markdown(f"```python\n{kernel_source(_flash_forward_kernel)}```")
+
+# %% [markdown]
 #
 # Fresh random inputs, lengths that are not multiples of the tiles, different query and key
 # lengths, causal and not; errors are the largest difference from the float64 reference
