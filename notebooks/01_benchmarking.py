@@ -65,6 +65,7 @@ from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
 from perflab.paths import display_path, results_dir, results_elsewhere, save_table
 from perflab.settings import record_settings
+from perflab.widgets import results_explorer
 
 pd.set_option("display.precision", 4)
 settings = record_settings("01_benchmarking", globals())
@@ -146,6 +147,23 @@ for row in breakdown.itertuples():
                    f"{row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
                    f"{row.optimizer_share:.0%} of the step", unstable=row.unstable,
                    verdict=where))
+
+# %% [markdown]
+# **Explore the saved rows.** `timings.csv` keeps every configuration measured on this device,
+# in this run or an earlier one (other presets, contexts, dtypes, step counts). Choose a
+# preset, mode, context and dtype and the table (and, in JupyterLab, a figure of the median
+# against the model's size) follows, without measuring anything again. Without a front end
+# (papermill, nbval) the widget draws nothing; the table under it is its starting state.
+
+# %%
+saved = pd.read_csv(out / "timings.csv")
+explorer = results_explorer(
+    saved[saved["status"] == "ok"], ["preset", "mode", "context_length", "dtype"],
+    ["batch_size", "steps", "num_parameters", "median_s", "median_ci_low_s", "median_ci_high_s",
+     "tokens_per_s"],
+    defaults={"mode": "train-step"}, plot=("num_parameters", "median_s"))
+display(explorer)
+explorer.result
 
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to

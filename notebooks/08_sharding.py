@@ -96,6 +96,7 @@ from perflab.distributed.plots import plot_rank_timelines, plot_max_devices, plo
 from perflab.distributed.toy import build_model
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
+from perflab.widgets import calculator_controls
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -418,6 +419,17 @@ examples.assign(comm_over_compute=examples["comm_s"] / examples["compute_s"])
 print(f"{config.name}, batch 256 x {calculator_seq_len} tokens: largest compute-bound "
       "device count: " + ", ".join(
           f"{s} {max_compute_bound_devices(s, work, H100_NODE)}" for s in STRATEGIES))
+
+# %% [markdown]
+# The same calculator with sliders: choose the model, the global batch, the sequence length,
+# the device's dense FLOP/s and the two link bandwidths, and the largest compute-bound device
+# count of each strategy follows (in JupyterLab; without a front end the table under the
+# widget is its starting state, the example above).
+
+# %%
+controls = calculator_controls("xl", 256, calculator_seq_len, H100_NODE)
+display(controls)
+controls.result
 
 # %%
 table = pd.concat([max_devices_table(get_preset(name), H100_NODE, calculator_batch_sizes,

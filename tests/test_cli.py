@@ -211,3 +211,27 @@ def test_version_names_perflab_and_torch(capsys):
     assert done.value.code == 0
     expected = f"perflab {perflab.__version__} (torch {torch.__version__})"
     assert capsys.readouterr().out.strip() == expected
+
+
+def test_cleaning_keeps_a_progress_bars_text_and_drops_a_controls_view(tmp_path):
+    from perflab.cli import WIDGET_VIEW, _clean_executed
+
+    view = {WIDGET_VIEW: {"model_id": "abc", "version_major": 2, "version_minor": 0}}
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", {**view, "text/plain": "interactive(children=("}),
+        nbformat.v4.new_output("display_data", {**view, "text/plain": "sweep: 100%|##| 4/4"}),
+        nbformat.v4.new_output("display_data", view),
+        nbformat.v4.new_output("stream", name="stdout", text="printed\n"),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=[cell], metadata={"widgets": {"state": {}}})
+    path = tmp_path / "n.ipynb"
+    nbformat.write(notebook, path)
+    _clean_executed(path)
+    cleaned = nbformat.read(path, 4)
+    assert "widgets" not in cleaned.metadata
+    outputs = cleaned.cells[0].outputs
+    assert [o.get("data", {}).get("text/plain", o.get("text")) for o in outputs] == [
+        "sweep: 100%|##| 4/4",
+        "printed\n",
+    ]

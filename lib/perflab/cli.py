@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -84,12 +85,29 @@ def resolve_notebook(name: str, directory: Path = NOTEBOOKS_DIR) -> Path:
     return matches[0]
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+#: The text a widget leaves without its state, e.g. "interactive(children=(Dropdown(...": nothing
+#: to read (a progress bar's text, "sweep: 100%|####| 4/4", is kept).
+_WIDGET_REPR = re.compile(r"^[A-Za-z]+\(children=\(")
+
+
+def _is_widget_repr(output: dict) -> bool:
+    """An output left with nothing but a widget's repr, or nothing at all (its view dropped)."""
+    if "data" not in output:
+        return False
+    data = output["data"]
+    return not data or (set(data) == {"text/plain"}
+                        and bool(_WIDGET_REPR.match("".join(data["text/plain"]))))  # fmt: skip
+
+
 def _clean_executed(path: Path, keep_timings: bool = False) -> None:
     """Leave in an executed notebook only what a re-run with nothing changed reproduces:
     papermill's record (start and end times, per-cell durations) and Jupyter's per-cell
     execution times are dropped, so that ``git diff`` of a re-run notebook shows only changed
     outputs. With ``keep_timings`` they stay (for finding slow cells), without the paths of the
-    machine that ran the notebook."""
+    machine that ran the notebook. Widgets keep no state in a committed notebook: their views
+    are dropped, a progress bar stays as its text, a control (re-run to use it) leaves
+    nothing."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
@@ -104,6 +122,11 @@ def _clean_executed(path: Path, keep_timings: bool = False) -> None:
         for cell in notebook.cells:
             for key in ("papermill", "execution", "ExecuteTime"):
                 cell.metadata.pop(key, None)
+    for cell in notebook.cells:  # no widget state is kept: only the text of a widget stays
+        for output in cell.get("outputs", []):
+            output.get("data", {}).pop(WIDGET_VIEW, None)
+        if "outputs" in cell:
+            cell["outputs"] = [o for o in cell["outputs"] if not _is_widget_repr(o)]
     nbformat.write(notebook, path)
 
 
