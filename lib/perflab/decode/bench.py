@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pandas as pd
 import torch
@@ -25,7 +26,7 @@ from perflab.decode.caches import ContiguousKVCache
 from perflab.decode.costs import decode_cost, prefill_cost, roofline_tokens_per_s
 from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
 
 
 def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
@@ -135,10 +136,6 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
     return frame
 
 
-def _timed_generation(model, prompts, max_new_tokens, cache: str, **kwargs) -> Callable:
-    return lambda: generate(model, prompts, max_new_tokens, cache, **kwargs)
-
-
 def compare_caches(model: TransformerLM, prompts: list[list[int]], max_new_tokens: int, *,
                    rounds: int = 5, warmup: int = 1,
                    block_size: int = 16) -> pd.DataFrame:  # fmt: skip
@@ -146,7 +143,7 @@ def compare_caches(model: TransformerLM, prompts: list[list[int]], max_new_token
     paged cache (``compare``): one row per pair, with each side's tokens/s."""
     device = next(model.parameters()).device
     tokens = len(prompts) * max_new_tokens
-    runs = {cache: _timed_generation(model, prompts, max_new_tokens, cache, block_size=block_size)
+    runs = {cache: partial(generate, model, prompts, max_new_tokens, cache, block_size=block_size)
             for cache in ("none", "contiguous", "paged")}  # fmt: skip
     rows = []
     for a, b in (("none", "contiguous"), ("contiguous", "paged")):
@@ -215,12 +212,13 @@ def compile_static_step(model: TransformerLM, batch: int, context: int, *, round
         result = compare(lambda: decoder(tokens, positions), lambda: compiled(tokens, positions),
                          rounds=rounds, warmup=warmup, device=device,
                          names=("eager", "compiled"))  # fmt: skip
-    return {**result.as_row(), "mode": mode or "default", "compile_s": compile_s,
+    row = result.as_row()
+    return {**row, "mode": mode or "default", "compile_s": compile_s,
             "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
             "same_next_tokens": bool((eager_logits.argmax(-1)
                                       == compiled_logits.argmax(-1)).all()),
-            "tokens_per_s_eager": batch / result.as_row()["median_a_s"],
-            "tokens_per_s_compiled": batch / result.as_row()["median_b_s"],
+            "tokens_per_s_eager": batch / row["median_a_s"],
+            "tokens_per_s_compiled": batch / row["median_b_s"],
             "sentence": result.sentence()}  # fmt: skip
 
 
@@ -300,8 +298,8 @@ def count_compilations(model: TransformerLM, batch: int, context: int,
     return frame
 
 
-def _rotary_modules(model: TransformerLM) -> list[torch.nn.Module]:
-    return [m for m in model.modules() if hasattr(m, "precomputed")]
+def _rotary_modules(model: TransformerLM) -> list[RotaryEmbedding]:
+    return [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
 
 
 def compare_rotary_tables(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
