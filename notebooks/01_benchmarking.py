@@ -65,7 +65,7 @@ from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
 from perflab.paths import display_path, results_dir, results_elsewhere, save_table
 from perflab.settings import record_settings
-from perflab.widgets import results_explorer
+from perflab.widgets import MeasureNow, results_explorer
 
 pd.set_option("display.precision", 4)
 settings = record_settings("01_benchmarking", globals())
@@ -147,23 +147,6 @@ for row in breakdown.itertuples():
                    f"{row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
                    f"{row.optimizer_share:.0%} of the step", unstable=row.unstable,
                    verdict=where))
-
-# %% [markdown]
-# **Explore the saved rows.** `timings.csv` keeps every configuration measured on this device,
-# in this run or an earlier one (other presets, contexts, dtypes, step counts). Choose a
-# preset, mode, context and dtype and the table (and, in JupyterLab, a figure of the median
-# against the model's size) follows, without measuring anything again. Without a front end
-# (papermill, nbval) the widget draws nothing; the table under it is its starting state.
-
-# %%
-saved = pd.read_csv(out / "timings.csv")
-explorer = results_explorer(
-    saved[saved["status"] == "ok"], ["preset", "mode", "context_length", "dtype"],
-    ["batch_size", "steps", "num_parameters", "median_s", "median_ci_low_s", "median_ci_high_s",
-     "tokens_per_s"],
-    defaults={"mode": "train-step"}, plot=("num_parameters", "median_s"))
-display(explorer)
-explorer.result
 
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to
@@ -267,7 +250,39 @@ print(f"{n}x{n} matmul, {other.rounds} rounds: " + describe_ratio(
 # `torch.utils.benchmark` times blocks of many calls and divides, so it hides per-call
 # overhead that ours includes (a synchronisation and a clock read per call): the smaller the
 # operation, the more the two can differ.
+
+# %% [markdown]
+# ## Explore the saved rows, or measure one more
 #
+# **Explore.** `timings.csv` keeps every configuration measured on this device,
+# in this run or an earlier one (other presets, contexts, dtypes, step counts). Choose a
+# preset, mode, context and dtype and the widget's table (and a figure of the median against
+# the model's size) follows, without measuring anything again. Without a front end (papermill,
+# nbval) the widget draws nothing; the table under the cell is its starting state.
+
+# %%
+saved = pd.read_csv(out / "timings.csv")
+explorer = results_explorer(
+    saved[saved["status"] == "ok"], ["preset", "mode", "context_length", "dtype"],
+    ["batch_size", "steps", "num_parameters", "median_s", "median_ci_low_s", "median_ci_high_s",
+     "tokens_per_s"],
+    defaults={"mode": "train-step"}, plot=("num_parameters", "median_s"))
+display(explorer)
+explorer.result
+
+# %% [markdown]
+# **Measure one configuration now.** Choose a preset, mode, context, batch, dtype and number of
+# timed steps, and press *measure now*: that configuration is timed in this kernel (with the
+# sweep's warm-up), its row is appended to `timings.csv` (measured again even if saved) and
+# shown under the button. Nothing runs until the button is pressed; without a front end the
+# table under it is the configuration it starts at and the median last saved for it.
+
+# %%
+measure = MeasureNow(out / "timings.csv", configs[0], presets, metadata=provenance)
+display(measure)
+measure.planned()
+
+# %% [markdown]
 # ## Where the results are
 
 # %%

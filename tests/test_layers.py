@@ -8,7 +8,7 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parents[1] / "lib"
 #: Layer of each top-level part of ``perflab``, from the ground up (README, "Layout").
 LAYERS = {
-    "device": 0, "ranges": 0, "checkpointing": 0, "paths": 0, "settings": 0,
+    "device": 0, "ranges": 0, "checkpointing": 0, "paths": 0, "settings": 0, "progress": 0,
     "attention": 1, "precision": 1, "fused_cross_entropy": 1,
     "model": 2,
     "bench": 3, "profiling": 3, "memory": 3, "report": 3,

@@ -1,12 +1,16 @@
 """perflab.widgets: the controls compute their default state without a front end (what
-papermill shows), follow a changed value, and refuse bad input with one clear line."""
+papermill shows), follow a changed value, measure only when asked, and refuse bad input with
+one clear line."""
+
+import math
 
 import pandas as pd
 import pytest
 
+from perflab.bench import BenchConfig
 from perflab.distributed.calculators import H100_NODE, Workload, max_compute_bound_devices
 from perflab.model import get_preset
-from perflab.widgets import ALL, calculator_controls, filter_rows, results_explorer
+from perflab.widgets import ALL, MeasureNow, calculator_controls, filter_rows, results_explorer
 
 
 def _control(controls, description):
@@ -40,3 +44,32 @@ def test_results_explorer_filters_saved_rows_without_measuring():
     assert len(filter_rows(table, preset=ALL, mode=ALL)) == 3
     with pytest.raises(ValueError, match="no column dtype; valid: preset, mode, median_s"):
         results_explorer(table, ["dtype"], ["median_s"])
+
+
+def test_measure_now_measures_the_chosen_configuration_only_when_pressed(tmp_path):
+    path = tmp_path / "timings.csv"
+    start = BenchConfig(preset="cpu-tiny", context_length=32, mode="forward", batch_size=1,
+                        warmup=0, steps=2, device="cpu")  # fmt: skip
+    control = MeasureNow(path, start, ["cpu-tiny", "cpu-small"])
+    planned = control.planned()
+    assert planned[["preset", "mode", "context_length", "steps"]].values.tolist() == [
+        ["cpu-tiny", "forward", 32, 2]
+    ]
+    assert math.isnan(planned["saved_median_s"].iloc[0])
+    assert control.result is None and not path.exists()  # nothing ran yet
+
+    _control(control, "steps").value = 3
+    _control(control, "mode").value = "forward-backward"
+    control.manual_button.click()
+    measured = control.result
+    assert measured[["mode", "steps", "status"]].values.tolist() == [["forward-backward", 3, "ok"]]
+    saved = pd.read_csv(path)
+    assert len(saved) == 1 and saved["median_s"].iloc[0] == pytest.approx(
+        measured["median_ms"].iloc[0] / 1e3
+    )
+    assert control.planned()["saved_median_s"].iloc[0] == saved["median_s"].iloc[0]
+
+    control.manual_button.click()  # pressed again: measured again, a second row
+    assert len(pd.read_csv(path)) == 2
+    with pytest.raises(ValueError, match="unknown preset 'huge'"):
+        MeasureNow(path, start, ["cpu-tiny", "huge"])

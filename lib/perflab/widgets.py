@@ -1,16 +1,23 @@
-"""Controls for exploring without measuring again (notebooks 01 and 08): ipywidgets that
-recompute a table from saved results or from formulas when a value changes.
+"""Controls for exploring (notebooks 01 and 08): ipywidgets that recompute a table from saved
+results or from formulas when a value changes, and one that measures a chosen configuration
+when asked.
 
 Each control is an ``ipywidgets.interactive``: in JupyterLab its table follows the sliders and
 menus. Without a front end (papermill, nbval), widgets draw nothing, so the notebooks also show
-``control.result``, the table of the default state, as a plain output.
+the table of the default state (``control.result``, or ``MeasureNow.planned()``) as a plain
+output.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import ipywidgets as widgets
 import pandas as pd
 
+from perflab.bench.steps import MODES, BenchConfig, benchmark_sweep
+from perflab.bench.tables import timing_table
+from perflab.device import DTYPES
 from perflab.distributed.calculators import (
     H100_NODE,
     STRATEGIES,
@@ -21,6 +28,8 @@ from perflab.distributed.calculators import (
 from perflab.model import PRESETS, get_preset
 
 ALL = "(all)"
+#: Options of ``interactive``: show the function's returned table in the widget's output.
+SHOW_RESULT = {"auto_display": True}
 
 
 def max_devices_at(preset: str, batch_size: int, seq_len: int, tflops: float,
@@ -47,6 +56,7 @@ def calculator_controls(preset: str = "xl", batch_size: int = 256, seq_len: int 
         )
     return widgets.interactive(
         max_devices_at,
+        SHOW_RESULT,
         preset=widgets.Dropdown(options=list(PRESETS), value=preset, description="model"),
         batch_size=widgets.SelectionSlider(options=powers, value=batch_size,
                                            description="batch"),
@@ -101,4 +111,66 @@ def results_explorer(table: pd.DataFrame, filters: list[str], columns: list[str]
             plt.show()
         return rows
 
-    return widgets.interactive(show, **menus)
+    return widgets.interactive(show, SHOW_RESULT, **menus)
+
+
+class MeasureNow(widgets.interactive):
+    """Menus for one benchmark configuration (preset, mode, context, batch, dtype, timed steps)
+    and a "measure now" button: a click times that configuration in this kernel, appends its
+    row to ``path`` (``benchmark_sweep`` with ``resume=False``: measured again even if saved)
+    and shows it. The other fields (warm-up, device) are ``defaults``'s.
+
+    Nothing runs until the button is pressed; ``planned()`` is the table to show without a
+    front end: the chosen configuration and its last saved median, if any.
+    """
+
+    def __init__(self, path, defaults: BenchConfig, presets: list[str],
+                 metadata: dict | None = None) -> None:  # fmt: skip
+        for preset in presets:
+            get_preset(preset)  # a clear error for an unknown name
+        self.path, self.defaults, self.metadata = path, defaults, metadata
+        contexts = sorted({2**i for i in range(5, 14)} | {defaults.context_length})
+        batches = sorted({2**i for i in range(8)} | {defaults.batch_size})
+        super().__init__(
+            self.measure,
+            {**SHOW_RESULT, "manual": True, "manual_name": "measure now"},
+            preset=widgets.Dropdown(options=presets, value=defaults.preset, description="preset"),
+            mode=widgets.Dropdown(options=MODES, value=defaults.mode, description="mode"),
+            context_length=widgets.Dropdown(options=contexts, value=defaults.context_length,
+                                            description="context"),
+            batch_size=widgets.Dropdown(options=batches, value=defaults.batch_size,
+                                        description="batch"),
+            dtype=widgets.Dropdown(options=list(DTYPES), value=defaults.dtype,
+                                   description="dtype"),
+            steps=widgets.IntSlider(value=defaults.steps, min=1, max=50, description="steps"),
+        )  # fmt: skip
+
+    def config(self, **chosen: object) -> BenchConfig:
+        """The configuration of the controls' current values (or of ``chosen``)."""
+        values = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets} | chosen
+        return dataclasses.replace(self.defaults, **values)
+
+    def planned(self) -> pd.DataFrame:
+        """The chosen configuration, with the median last saved for it in ``path`` (empty
+        when it was never measured)."""
+        config = self.config()
+        row = {k: v for k, v in config.as_dict().items() if k in CHOSEN_FIELDS}
+        saved = BenchConfig.sweep(self.path).select([config.as_dict()])
+        ok = saved[saved["status"] == "ok"] if not saved.empty else saved
+        row["saved_median_s"] = ok["median_s"].iloc[-1] if not ok.empty else float("nan")
+        return pd.DataFrame([row])
+
+    def measure(self, **chosen: object) -> pd.DataFrame:
+        """Time the configuration of ``chosen`` now, append its row to ``path``, return its
+        timing table."""
+        config = self.config(**chosen)
+        rows = benchmark_sweep([config], self.path, resume=False, metadata=self.metadata,
+                               desc="measure now")  # fmt: skip
+        return timing_table(
+            rows, keys=("preset", "mode", "context_length", "batch_size", "dtype", "steps")
+        )
+
+
+#: The fields a ``MeasureNow`` control sets, shown in its planned table.
+CHOSEN_FIELDS = ("preset", "mode", "context_length", "batch_size", "dtype", "warmup", "steps",
+                 "device")  # fmt: skip

@@ -186,7 +186,7 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     """One row per job (``jobs()``), compiled in a child process without the Triton
     interpreter, ``workers`` compiles at a time (default: one per CPU core), with a progress
     bar (seconds each when not in Triton's cache)."""
-    from tqdm.auto import tqdm
+    from perflab.progress import progress
 
     workers = workers or os.cpu_count() or 1
     env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
@@ -197,7 +197,7 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
                                  text=True, env=env)  # fmt: skip
         child.stdin.write(json.dumps([asdict(job) for job in job_list]))
         child.stdin.close()
-        with tqdm(total=len(job_list), desc="compiling", unit="kernel") as bar:
+        with progress(total=len(job_list), desc="compiling", unit="kernel") as bar:
             for line in child.stdout:
                 rows.append(json.loads(line))
                 bar.update()

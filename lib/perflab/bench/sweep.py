@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from perflab.paths import git_commit
+from perflab.progress import progress
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -185,7 +185,7 @@ class Sweep:
         configs = list(configs)
         todo = {self.key_of(config) for config in self.todo(configs, resume=resume)}
         skipped = 0
-        bar = tqdm(configs, desc=desc or self.path.stem, unit="config")
+        bar = progress(configs, desc=desc or self.path.stem, unit="config")
         for config in bar:
             key = self.key_of(config)
             if key not in todo:

@@ -17,7 +17,6 @@ from functools import partial
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from perflab.bench.comparison import compare
 from perflab.bench.timer import time_fn
@@ -27,6 +26,7 @@ from perflab.decode.costs import decode_cost, prefill_cost, roofline_tokens_per_
 from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
 from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
+from perflab.progress import progress
 
 
 def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
@@ -122,7 +122,7 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
     device, rows = next(model.parameters()).device, []
-    for batch in tqdm(batch_sizes, desc="batch sizes"):
+    for batch in progress(batch_sizes, desc="batch sizes"):
         timing = time_fn(decode_step_at(model, batch, context), warmup=warmup, steps=steps,
                          device=device)  # fmt: skip
         low, high = timing.median_ci

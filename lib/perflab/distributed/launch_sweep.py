@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 import torch.distributed as dist
-from tqdm.auto import tqdm
 
 from perflab.bench.sweep import Sweep
 from perflab.distributed.launch import RankError, check_world_size, launch
+from perflab.progress import progress
 
 
 def _sweep_rank(path, key, configs, measure_rank, args) -> None:
@@ -65,7 +65,7 @@ def launch_sweep(
     in one call and returns their rows in order on rank 0. Returns the rows of ``configs``."""
     configs = list(configs)
     todo = sweep.todo(configs, resume=resume)
-    bar = tqdm(total=len(todo), desc=desc, unit="config")
+    bar = progress(total=len(todo), desc=desc, unit="config")
     for world_size in dict.fromkeys(c["world_size"] for c in todo):
         group = [c for c in todo if c["world_size"] == world_size]
         while group:
