@@ -70,7 +70,18 @@ def test_throughput_table_has_a_row_per_batch_with_its_bounds():
                                 steps=2)  # fmt: skip
     assert list(table["batch"]) == [1, 3]
     assert (table["tokens_per_s_low"] <= table["tokens_per_s_high"]).all()
-    assert (table["roofline_tokens_per_s"] <= table["memory_bound_tokens_per_s"]).all()
+    # tokens/s is the batch over the median step, the interval inverted around it, and the
+    # share of the roofline is taken against the bounds computed for that row.
+    assert table["tokens_per_s"].tolist() == pytest.approx(
+        (table["batch"] / table["median_s"]).tolist()
+    )
+    assert (table["tokens_per_s_low"] <= table["tokens_per_s"]).all()
+    assert (table["tokens_per_s"] <= table["tokens_per_s_high"]).all()
+    bounds = roofline_tokens_per_s(TINY, 3, 8, 4, bandwidth=1e10, peak_flops=1e11)
+    assert table.iloc[1]["roofline_tokens_per_s"] == pytest.approx(bounds["roofline_tokens_per_s"])
+    assert table["fraction_of_roofline"].tolist() == pytest.approx(
+        (table["tokens_per_s"] / table["roofline_tokens_per_s"]).tolist()
+    )
 
 
 def test_build_model_initialises_in_the_dtype_asked_and_restores_the_default():
