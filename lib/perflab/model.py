@@ -12,6 +12,7 @@ Used by every notebook; the FLOP model here is the one utilisation figures are q
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
@@ -221,6 +222,11 @@ class QKVProjection(nn.Linear):
         return tuple(F.linear(x, w) for w in self.weight.chunk(3))
 
 
+#: A decoder's attention over its KV cache: q, k, v (batch, heads, new, head_dim) of the new
+#: tokens, rotated, -> attention's output for them; it stores k and v in the cache first.
+CachedAttention = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
@@ -230,13 +236,17 @@ class CausalSelfAttention(nn.Module):
         self.rope = rope
         self.attention_fn: AttentionFn = naive_attention
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, positions: Tensor | None = None,
+                cached: CachedAttention | None = None) -> Tensor:  # fmt: skip
+        """Causal self-attention of ``x`` (batch, seq, d_model) at positions 0 .. seq - 1. A
+        decoder passes its new tokens' ``positions`` (batch, seq) and ``cached``, which keeps
+        their keys and values and attends over the whole cache (``perflab.decode.steps``)."""
         batch, seq_len, d_model = x.shape
         q, k, v = (
             t.reshape(batch, seq_len, self.num_heads, -1).transpose(1, 2) for t in self.qkv(x)
         )
-        q, k = self.rope(q), self.rope(k)
-        y = self.attention_fn(q, k, v, is_causal=True)
+        q, k = self.rope(q, positions), self.rope(k, positions)
+        y = self.attention_fn(q, k, v, is_causal=True) if cached is None else cached(q, k, v)
         return self.out(y.transpose(1, 2).reshape(batch, seq_len, d_model))
 
 
@@ -261,8 +271,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.d_model)
         self.ffn = SwiGLU(config.d_model, config.d_ff)
 
-    def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.attn_norm(x))
+    def forward(self, x: Tensor, positions: Tensor | None = None,
+                cached: CachedAttention | None = None) -> Tensor:  # fmt: skip
+        """Pre-norm block; ``positions`` and ``cached`` as in ``CausalSelfAttention``."""
+        x = x + self.attn(self.attn_norm(x), positions, cached)
         return x + self.ffn(self.ffn_norm(x))
 
 

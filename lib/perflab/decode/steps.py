@@ -26,23 +26,6 @@ def attend(q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) @ v
 
 
-def _qkv(block: nn.Module, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """q, k, v (batch, heads, new, head_dim) of ``x`` (batch, new, d_model), rotated to
-    ``positions`` (batch, new)."""
-    attn = block.attn
-    batch, new, _ = x.shape
-    q, k, v = (t.reshape(batch, new, attn.num_heads, -1).transpose(1, 2)
-               for t in attn.qkv(block.attn_norm(x)))  # fmt: skip
-    return attn.rope(q, positions), attn.rope(k, positions), v
-
-
-def _finish_block(block: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    """The block's output from its input ``x`` and attention's ``y`` (batch, heads, new, hd)."""
-    batch, _, new, _ = y.shape
-    x = x + block.attn.out(y.transpose(1, 2).reshape(batch, new, -1))
-    return x + block.ffn(block.ffn_norm(x))
-
-
 def cached_logits(model: TransformerLM, cache: KVCache, rows: list[int], tokens: Tensor) -> Tensor:
     """Logits of the last of ``tokens`` (len(rows), new) for each row, its keys and values
     added to ``cache`` at each row's current length."""
@@ -51,10 +34,12 @@ def cached_logits(model: TransformerLM, cache: KVCache, rows: list[int], tokens:
     positions = starts[:, None] + torch.arange(new, device=tokens.device)
     x = model.embedding(tokens)
     for layer, block in enumerate(model.blocks):
-        q, k, v = _qkv(block, x, positions)
-        cache.write(layer, rows, k, v)
-        keys, values = cache.read(layer, rows, new)
-        x = _finish_block(block, x, attend(q, keys, values, positions))
+
+        def over_cache(q: Tensor, k: Tensor, v: Tensor, layer: int = layer) -> Tensor:
+            cache.write(layer, rows, k, v)
+            return attend(q, *cache.read(layer, rows, new), positions)
+
+        x = block(x, positions, over_cache)  # the model's own block, attending over the cache
     cache.advance(rows, new)
     return model.lm_head(model.final_norm(x[:, -1]))
 
@@ -124,10 +109,13 @@ class StaticDecoder(nn.Module):
         model, pos = self.model, positions[:, None]
         x = model.embedding(tokens[:, None])
         for layer, block in enumerate(model.blocks):
-            q, k, v = _qkv(block, x, pos)
-            self.k[layer, self.rows, :, positions] = k[:, :, 0]  # (batch, heads, head_dim)
-            self.v[layer, self.rows, :, positions] = v[:, :, 0]
-            x = _finish_block(block, x, attend(q, self.k[layer], self.v[layer], pos))
+
+            def over_cache(q: Tensor, k: Tensor, v: Tensor, layer: int = layer) -> Tensor:
+                self.k[layer, self.rows, :, positions] = k[:, :, 0]  # (batch, heads, head_dim)
+                self.v[layer, self.rows, :, positions] = v[:, :, 0]
+                return attend(q, self.k[layer], self.v[layer], pos)
+
+            x = block(x, pos, over_cache)
         return model.lm_head(model.final_norm(x[:, -1]))
 
     @torch.no_grad()
