@@ -34,7 +34,7 @@ context_length = 128                 # tokens per sequence
 batch_size = 4                       # sequences per step
 warmup = 3                           # untimed steps before each measurement
 steps = 6                            # timed steps
-warmup_study_preset = "cpu-small"    # the model of the warm-up study
+warmup_study_preset = "cpu-tiny"     # the model of the warm-up study
 warmup_study_steps = 4               # timed steps after each warm-up setting
 warmup_study_warmups = [0, 2]        # warm-up steps compared, each in a fresh process
 device = "auto"                      # "cuda" when present, else "cpu"
@@ -273,12 +273,14 @@ explorer.result
 # %% [markdown]
 # **Measure one configuration now.** Choose a preset, mode, context, batch, dtype and number of
 # timed steps, and press *measure now*: that configuration is timed in this kernel (with the
-# sweep's warm-up), its row is appended to `timings.csv` (measured again even if saved) and
-# shown under the button. Nothing runs until the button is pressed; without a front end the
-# table under it is the configuration it starts at and the median last saved for it.
+# sweep's warm-up), its row is appended to `measure_now.csv` beside `timings.csv` (which it
+# never changes) and shown under the button. Nothing runs until the button is pressed; without
+# a front end the table under it is the configuration it starts at and the median last saved
+# for it (in either file).
 
 # %%
-measure = MeasureNow(out / "timings.csv", configs[0], presets, metadata=provenance)
+measure = MeasureNow(out / "measure_now.csv", configs[0], presets, metadata=provenance,
+                     sweep=out / "timings.csv")
 display(measure)
 measure.planned()
 

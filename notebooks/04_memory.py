@@ -31,7 +31,7 @@
 
 # %% tags=["parameters"]
 preset = "cpu-tiny"                # model of the timelines and the peak-memory table
-context_lengths = [64, 128, 256]   # tokens, of the peak-memory table (timelines at the last)
+context_lengths = [64, 256]        # tokens, of the peak-memory table (timelines at the last)
 batch_size = 4                     # sequences per step
 checkpoint_preset = "cpu-tiny"     # block shape of the checkpointing study
 checkpoint_seq_len = 128           # tokens per sequence in the checkpointing study

@@ -22,9 +22,14 @@ import pandas as pd
 import pytest
 
 from perflab.device import resolve_device
+from perflab.model import get_preset
 from perflab.paths import NOTEBOOKS_DIR, REPO_ROOT, device_slug
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
+from selenium.common.exceptions import (  # noqa: E402
+    SessionNotCreatedException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
 
@@ -62,10 +67,14 @@ def _free_port() -> int:
 
 
 def _wait_for(condition, timeout: float, what: str, every: float = 0.5):
-    """Poll ``condition()`` until it returns something true; fail naming ``what``."""
+    """Poll ``condition()`` until it returns something true (an element re-rendered while it
+    was read counts as not yet); fail naming ``what``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = condition()
+        try:
+            value = condition()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         time.sleep(every)
@@ -98,7 +107,11 @@ def jupyter_lab(tmp_path):
     port = _free_port()
     # The kernel as a user gets it: the test session's MPLBACKEND=Agg would hide the figures.
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    env |= {"PERFLAB_DATA_DIR": str(data), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    env |= {
+        "PERFLAB_DATA_DIR": str(data),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+    }  # no user's ~/.jupyter
     as_root = ["--allow-root"] if os.geteuid() == 0 else []  # CI's containers run as root
     log = open(tmp_path / "jupyter.log", "w")  # noqa: SIM115 (closed below)
     server = subprocess.Popen(
@@ -112,12 +125,14 @@ def jupyter_lab(tmp_path):
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
+
     def up() -> bool:
         if server.poll() is not None:
             last = (tmp_path / "jupyter.log").read_text().splitlines()[-3:]
             raise AssertionError("jupyter lab exited: " + " / ".join(last))
         try:
-            with urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2):
+            with direct.open(f"{url}/api/status?token={TOKEN}", timeout=2):
                 return True
         except OSError:
             return False
@@ -141,7 +156,10 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                  "--window-size=1400,1000"):  # fmt: skip
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    try:
+        driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
+    except SessionNotCreatedException as error:  # e.g. a driver of another Chromium version
+        pytest.skip(f"{CHROMIUM} with {CHROMEDRIVER} does not start: {error.msg.splitlines()[0]}")
     try:
         yield driver
     finally:
@@ -163,10 +181,12 @@ def _widget(driver, text: str):
     raise AssertionError(f"no widget showing {text!r} in the page")
 
 
-def _shown(box) -> list[str]:
-    """The words of the tables in the widget's output area (not of its menus)."""
-    tables = box.find_elements(By.CSS_SELECTOR, ".widget-output table")
-    return " ".join(t.text for t in tables).split()
+def _shown(driver, box) -> list[str]:
+    """The words of the tables in the widget's output area (not of its menus), read in one
+    step in the page, so that a table re-rendered meanwhile cannot be half read."""
+    return driver.execute_script(
+        "return Array.from(arguments[0].querySelectorAll('.widget-output table'))"
+        ".map(t => t.innerText).join(' ');", box).split()  # fmt: skip
 
 
 def _dropdown(box, label: str) -> Select:
@@ -188,10 +208,11 @@ def test_notebook_01_runs_in_jupyterlab_and_its_widgets_respond(jupyter_lab, bro
               30, "the committed outputs to be cleared")  # fmt: skip
     browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
 
-    def finished():
+    def finished():  # every cell ran, or one failed (run-all then drops the cells after it)
         state = browser.execute_script(NOTEBOOK_STATE_JS)
         ran = all(c["count"] is not None for c in state["cells"])
-        return state if state["status"] == "idle" and ran else None
+        failed = any("error" in c["outputs"] for c in state["cells"])
+        return state if state["status"] == "idle" and (ran or failed) else None
 
     state = _wait_for(finished, 900, "all cells of notebook 01 to run", every=2)
     errors = [i for i, c in enumerate(state["cells"]) if "error" in c["outputs"]]
@@ -205,23 +226,31 @@ def test_notebook_01_runs_in_jupyterlab_and_its_widgets_respond(jupyter_lab, bro
 
     # The explorer: choosing one preset leaves only its rows in the widget's table.
     explorer = _widget(browser, "num_parameters")
-    assert {"cpu-tiny", "cpu-small"} <= set(_shown(explorer))
+    assert {"cpu-tiny", "cpu-small"} <= set(_shown(browser, explorer))
     _dropdown(explorer, "preset").select_by_visible_text("cpu-small")
-    _wait_for(lambda: "cpu-tiny" not in _shown(explorer), 60,
-              "the explorer's table to follow the preset menu")  # fmt: skip
-    assert "cpu-small" in _shown(explorer)
+    _wait_for(lambda: (s := _shown(browser, explorer)) and "cpu-tiny" not in s and "cpu-small" in s,
+              60, "the explorer's table to follow the preset menu")  # fmt: skip
     assert explorer.find_elements(By.CSS_SELECTOR, "img"), "the explorer draws no figure"
     _shot(browser, explorer, "01_explorer_cpu_small.png")
 
-    # Measure now: nothing under the button until it is pressed, then the measured row.
+    # Measure now: nothing under the button until it is pressed; then the configuration chosen
+    # in the menus (not the one it starts at) is measured, shown and saved.
     measure = _widget(browser, "measure now")
-    assert not _shown(measure), "the measure control showed a table before being pressed"
+    assert not _shown(browser, measure), "the control showed a table before being pressed"
     here = device_slug(resolve_device("auto"))  # the notebook's device="auto"
-    timings = data / "results" / "01_benchmarking" / here / "timings.csv"
-    rows_before = len(pd.read_csv(timings))
-    _dropdown(measure, "mode").select_by_visible_text("forward")
+    saved = data / "results" / "01_benchmarking" / here / "measure_now.csv"
+    assert not saved.exists()
+    _dropdown(measure, "preset").select_by_visible_text("cpu-small")
+    _dropdown(measure, "mode").select_by_visible_text("forward-backward")
     measure.find_element(By.XPATH, ".//button[normalize-space()='measure now']").click()
-    shown = _wait_for(lambda: _shown(measure), 300, "the measured row under the control")
-    assert "ok" in shown and "forward" in shown
+    shown = _wait_for(lambda: _shown(browser, measure), 300, "the measured row under the control")
+    assert {"ok", "cpu-small", "forward-backward"} <= set(shown)
     _shot(browser, measure, "01_measure_now.png")
-    assert len(pd.read_csv(timings)) == rows_before + 1
+    row = pd.read_csv(saved).iloc[-1]
+    small = get_preset("cpu-small")
+    assert (row["preset"], row["mode"], row["d_model"], row["num_layers"]) == (
+        "cpu-small",
+        "forward-backward",
+        small.d_model,
+        small.num_layers,
+    )

@@ -77,8 +77,9 @@ def test_throughput_table_has_a_row_per_batch_with_its_bounds():
     )
     assert (table["tokens_per_s_low"] <= table["tokens_per_s"]).all()
     assert (table["tokens_per_s"] <= table["tokens_per_s_high"]).all()
-    bounds = roofline_tokens_per_s(TINY, 3, 8, 4, bandwidth=1e10, peak_flops=1e11)
-    assert table.iloc[1]["roofline_tokens_per_s"] == pytest.approx(bounds["roofline_tokens_per_s"])
+    for row in table.itertuples():
+        bounds = roofline_tokens_per_s(TINY, row.batch, 8, 4, bandwidth=1e10, peak_flops=1e11)
+        assert row.roofline_tokens_per_s == pytest.approx(bounds["roofline_tokens_per_s"])
     assert table["fraction_of_roofline"].tolist() == pytest.approx(
         (table["tokens_per_s"] / table["roofline_tokens_per_s"]).tolist()
     )

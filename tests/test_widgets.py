@@ -71,5 +71,28 @@ def test_measure_now_measures_the_chosen_configuration_only_when_pressed(tmp_pat
 
     control.manual_button.click()  # pressed again: measured again, a second row
     assert len(pd.read_csv(path)) == 2
+
+    _control(control, "preset").value = "cpu-small"  # another preset: its own shape
+    small = get_preset("cpu-small")
+    assert control.config().d_model == small.d_model != start.d_model
+    control.manual_button.click()
+    row = pd.read_csv(path).iloc[-1]
+    assert (row["preset"], row["num_layers"]) == ("cpu-small", small.num_layers)
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         MeasureNow(path, start, ["cpu-tiny", "huge"])
+    with pytest.raises(ValueError, match="defaults.preset 'cpu-tiny' is not among"):
+        MeasureNow(path, start, ["cpu-small"])
+
+
+def test_measure_now_shows_the_sweeps_saved_median_until_it_measures_its_own(tmp_path):
+    start = BenchConfig(preset="cpu-tiny", context_length=32, mode="forward", batch_size=1,
+                        warmup=0, steps=2, device="cpu")  # fmt: skip
+    sweep = tmp_path / "timings.csv"
+    mine = tmp_path / "measure_now.csv"
+    MeasureNow(sweep, start, ["cpu-tiny"]).manual_button.click()  # the sweep's own row
+    in_sweep = pd.read_csv(sweep)["median_s"].iloc[-1]
+    control = MeasureNow(mine, start, ["cpu-tiny"], sweep=sweep)
+    assert control.planned()["saved_median_s"].iloc[0] == in_sweep
+    control.manual_button.click()
+    assert control.planned()["saved_median_s"].iloc[0] == pd.read_csv(mine)["median_s"].iloc[-1]
+    assert len(pd.read_csv(sweep)) == 1  # the sweep's file is never written

@@ -21,10 +21,12 @@ class progress(tqdm):  # noqa: N801 (used like tqdm)
 
     def __init__(self, *args, **kwargs) -> None:
         self._handle = None
-        if IN_NOTEBOOK:
+        # A bar shown after a delay, or removed when done, is left to tqdm.
+        tracked = IN_NOTEBOOK and kwargs.get("leave", True) and kwargs.get("delay", 0) <= 0
+        if tracked:
             kwargs["display"] = False  # shown below, under a display id
         super().__init__(*args, **kwargs)
-        if IN_NOTEBOOK and not self.disable:
+        if tracked and not self.disable:
             from IPython.display import display
 
             self._handle = display(self.container, display_id=True)

@@ -15,7 +15,7 @@ import dataclasses
 import ipywidgets as widgets
 import pandas as pd
 
-from perflab.bench.steps import MODES, BenchConfig, benchmark_sweep
+from perflab.bench.steps import MODEL_FIELDS, MODES, BenchConfig, benchmark_sweep
 from perflab.bench.tables import timing_table
 from perflab.device import DTYPES
 from perflab.distributed.calculators import (
@@ -118,17 +118,23 @@ class MeasureNow(widgets.interactive):
     """Menus for one benchmark configuration (preset, mode, context, batch, dtype, timed steps)
     and a "measure now" button: a click times that configuration in this kernel, appends its
     row to ``path`` (``benchmark_sweep`` with ``resume=False``: measured again even if saved)
-    and shows it. The other fields (warm-up, device) are ``defaults``'s.
+    and shows it. The other fields (warm-up, device) are ``defaults``'s; the model's shape is
+    the chosen preset's.
 
     Nothing runs until the button is pressed; ``planned()`` is the table to show without a
-    front end: the chosen configuration and its last saved median, if any.
+    front end: the chosen configuration and the median last saved for it, in ``path`` or else
+    in ``sweep`` (the sweep's own results file, which the control never writes).
     """
 
     def __init__(self, path, defaults: BenchConfig, presets: list[str],
-                 metadata: dict | None = None) -> None:  # fmt: skip
+                 metadata: dict | None = None, sweep=None) -> None:  # fmt: skip
         for preset in presets:
             get_preset(preset)  # a clear error for an unknown name
+        if defaults.preset not in presets:
+            raise ValueError(f"defaults.preset {defaults.preset!r} is not among the presets "
+                             f"offered: {', '.join(presets)}")  # fmt: skip
         self.path, self.defaults, self.metadata = path, defaults, metadata
+        self.sources = [path] + ([sweep] if sweep is not None else [])
         contexts = sorted({2**i for i in range(5, 14)} | {defaults.context_length})
         batches = sorted({2**i for i in range(8)} | {defaults.batch_size})
         super().__init__(
@@ -142,12 +148,15 @@ class MeasureNow(widgets.interactive):
                                         description="batch"),
             dtype=widgets.Dropdown(options=list(DTYPES), value=defaults.dtype,
                                    description="dtype"),
-            steps=widgets.IntSlider(value=defaults.steps, min=1, max=50, description="steps"),
+            steps=widgets.IntSlider(value=defaults.steps, min=1, max=max(50, defaults.steps),
+                                    description="steps"),
         )  # fmt: skip
 
     def config(self, **chosen: object) -> BenchConfig:
         """The configuration of the controls' current values (or of ``chosen``)."""
         values = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets} | chosen
+        if values["preset"] != self.defaults.preset:  # that preset's own shape, not the default's
+            values |= dict.fromkeys(MODEL_FIELDS)
         return dataclasses.replace(self.defaults, **values)
 
     def planned(self) -> pd.DataFrame:
@@ -155,9 +164,12 @@ class MeasureNow(widgets.interactive):
         when it was never measured)."""
         config = self.config()
         row = {k: v for k, v in config.as_dict().items() if k in CHOSEN_FIELDS}
-        saved = BenchConfig.sweep(self.path).select([config.as_dict()])
-        ok = saved[saved["status"] == "ok"] if not saved.empty else saved
-        row["saved_median_s"] = ok["median_s"].iloc[-1] if not ok.empty else float("nan")
+        row["saved_median_s"] = float("nan")
+        for source in self.sources:
+            saved = BenchConfig.sweep(source).select([config.as_dict()])
+            if not saved.empty and saved["status"].iloc[-1] == "ok":
+                row["saved_median_s"] = saved["median_s"].iloc[-1]
+                break
         return pd.DataFrame([row])
 
     def measure(self, **chosen: object) -> pd.DataFrame:
