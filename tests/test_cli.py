@@ -223,6 +223,9 @@ def test_cleaning_keeps_a_progress_bars_text_and_drops_a_controls_view(tmp_path)
         nbformat.v4.new_output("display_data", {**view, "text/plain": "sweep: 100%|##| 4/4"}),
         nbformat.v4.new_output("display_data", view),
         nbformat.v4.new_output("stream", name="stdout", text="printed\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="flushed apart\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="after it\n"),
     ]
     notebook = nbformat.v4.new_notebook(cells=[cell], metadata={"widgets": {"state": {}}})
     path = tmp_path / "n.ipynb"
@@ -233,5 +236,7 @@ def test_cleaning_keeps_a_progress_bars_text_and_drops_a_controls_view(tmp_path)
     outputs = cleaned.cells[0].outputs
     assert [o.get("data", {}).get("text/plain", o.get("text")) for o in outputs] == [
         "sweep: 100%|##| 4/4",
-        "printed\n",
+        "printed\nflushed apart\n",  # one stream's consecutive outputs, merged
+        "a warning\n",
+        "after it\n",
     ]

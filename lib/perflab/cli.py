@@ -100,6 +100,24 @@ def _is_widget_repr(output: dict) -> bool:
                         and bool(_WIDGET_REPR.match("".join(data["text/plain"]))))  # fmt: skip
 
 
+def _merge_streams(outputs: list) -> list:
+    """Consecutive outputs of one stream (stdout, stderr) as one: how printed text is split into
+    messages depends on when the kernel flushed, not on what was printed."""
+    merged = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (
+            output.get("output_type") == "stream"
+            and last is not None
+            and last.get("output_type") == "stream"
+            and last["name"] == output["name"]
+        ):
+            last["text"] = "".join(last["text"]) + "".join(output["text"])
+        else:
+            merged.append(output)
+    return merged
+
+
 def _clean_executed(path: Path, keep_timings: bool = False) -> None:
     """Leave in an executed notebook only what a re-run with nothing changed reproduces:
     papermill's record (start and end times, per-cell durations) and Jupyter's per-cell
@@ -107,7 +125,8 @@ def _clean_executed(path: Path, keep_timings: bool = False) -> None:
     outputs. With ``keep_timings`` they stay (for finding slow cells), without the paths of the
     machine that ran the notebook. Widgets keep no state in a committed notebook: their views
     are dropped, a progress bar stays as its text, a control (re-run to use it) leaves
-    nothing."""
+    nothing. Consecutive stream outputs are merged (where the kernel split them varies).
+    """
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
@@ -126,7 +145,7 @@ def _clean_executed(path: Path, keep_timings: bool = False) -> None:
         for output in cell.get("outputs", []):
             output.get("data", {}).pop(WIDGET_VIEW, None)
         if "outputs" in cell:
-            cell["outputs"] = [o for o in cell["outputs"] if not _is_widget_repr(o)]
+            cell["outputs"] = _merge_streams([o for o in cell["outputs"] if not _is_widget_repr(o)])
     nbformat.write(notebook, path)
 
 
