@@ -31,7 +31,7 @@ from selenium.common.exceptions import (  # noqa: E402
     StaleElementReferenceException,
 )
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 NOTEBOOK = "01_benchmarking.ipynb"
 SCREENSHOTS = REPO_ROOT / "output" / "browser"
@@ -67,18 +67,11 @@ def _free_port() -> int:
 
 
 def _wait_for(condition, timeout: float, what: str, every: float = 0.5):
-    """Poll ``condition()`` until it returns something true (an element re-rendered while it
-    was read counts as not yet); fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = condition()
-        except StaleElementReferenceException:
-            value = None
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    """Poll ``condition()`` with selenium's ``WebDriverWait`` until it returns something true
+    (an element re-rendered while it was read counts as not yet); fail naming ``what``."""
+    wait = WebDriverWait(None, timeout, poll_frequency=every,
+                         ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
+    return wait.until(lambda _: condition(), message=f"{timeout:.0f} s waiting for {what}")
 
 
 def _write_settings(folder: Path, plugin: str, **values) -> None:

@@ -114,6 +114,12 @@ def results_explorer(table: pd.DataFrame, filters: list[str], columns: list[str]
     return widgets.interactive(show, SHOW_RESULT, **menus)
 
 
+#: What a ``MeasureNow`` control's tables show of a configuration: the fields it sets, and (in
+#: the planned table) the warm-up and device it keeps from its defaults.
+CHOSEN_FIELDS = ("preset", "mode", "context_length", "batch_size", "dtype", "steps")
+PLANNED_FIELDS = (*CHOSEN_FIELDS, "warmup", "device")
+
+
 class MeasureNow(widgets.interactive):
     """Menus for one benchmark configuration (preset, mode, context, batch, dtype, timed steps)
     and a "measure now" button: a click times that configuration in this kernel, appends its
@@ -160,10 +166,10 @@ class MeasureNow(widgets.interactive):
         return dataclasses.replace(self.defaults, **values)
 
     def planned(self) -> pd.DataFrame:
-        """The chosen configuration, with the median last saved for it in ``path`` (empty
-        when it was never measured)."""
+        """The chosen configuration, with the median last saved for it in ``path`` or else in
+        ``sweep`` (NaN when neither holds it)."""
         config = self.config()
-        row = {k: v for k, v in config.as_dict().items() if k in CHOSEN_FIELDS}
+        row = {k: v for k, v in config.as_dict().items() if k in PLANNED_FIELDS}
         row["saved_median_s"] = float("nan")
         for source in self.sources:
             saved = BenchConfig.sweep(source).select([config.as_dict()])
@@ -178,11 +184,4 @@ class MeasureNow(widgets.interactive):
         config = self.config(**chosen)
         rows = benchmark_sweep([config], self.path, resume=False, metadata=self.metadata,
                                desc="measure now")  # fmt: skip
-        return timing_table(
-            rows, keys=("preset", "mode", "context_length", "batch_size", "dtype", "steps")
-        )
-
-
-#: The fields a ``MeasureNow`` control sets, shown in its planned table.
-CHOSEN_FIELDS = ("preset", "mode", "context_length", "batch_size", "dtype", "warmup", "steps",
-                 "device")  # fmt: skip
+        return timing_table(rows, keys=CHOSEN_FIELDS)
