@@ -35,7 +35,7 @@ batch_size = 4                       # sequences per step
 warmup = 3                           # untimed steps before each measurement
 steps = 6                            # timed steps
 warmup_study_preset = "cpu-tiny"     # the model of the warm-up study
-warmup_study_steps = 4               # timed steps after each warm-up setting
+warmup_study_steps = 6               # timed steps after each warm-up setting
 warmup_study_warmups = [0, 2]        # warm-up steps compared, each in a fresh process
 device = "auto"                      # "cuda" when present, else "cpu"
 dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
@@ -51,6 +51,7 @@ from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep
 from perflab.bench.checks import check_results
 from perflab.bench.comparison import describe_ratio
+from perflab.bench.stats import level_text
 from perflab.bench.conclusions import conclude
 from perflab.bench.tables import phase_breakdown, throughput, timing_table
 from perflab.bench.warmup import (
@@ -97,7 +98,8 @@ presets_table(batch_size=4, seq_len=512)
 # %%
 peak = measure_peak_matmul(dev, parse_dtype(dtype))
 print(f"{peak.device_name}: {peak.flops_per_s / 1e12:.3f} TFLOP/s "
-      f"({peak.dtype}, {peak.size}x{peak.size} matmul, median of the timer's samples)")
+      f"({peak.dtype}, {peak.size}x{peak.size} matmul, the fastest of {peak.steps} runs; the "
+      f"median run: {peak.median_flops_per_s / 1e12:.3f})")
 
 # %% [markdown]
 # ## Forward, backward, optimizer
@@ -121,8 +123,10 @@ results = benchmark_sweep(configs, out / "timings.csv", resume=resume,
 timing_table(results)
 
 # %% [markdown]
-# Each row's median comes with a 95% bootstrap interval, and a row whose samples spread too
-# much (IQR above 25% of the median) is flagged `unstable`: no conclusion is drawn from it.
+# Each row's median comes with its distribution-free interval and the confidence that interval
+# really has (`ci_ms`: 6 timed steps give 96.8%, fewer steps less; `perflab.bench.stats`), and a
+# row whose samples spread too much (IQR above 25% of the median) is flagged `unstable`: no
+# conclusion is drawn from it.
 #
 # **Where the step's time goes.** Inside every timed training step the device is synchronised
 # at the end of the forward pass (with the loss), of the backward pass and of the optimizer
@@ -140,10 +144,14 @@ breakdown
 # %%
 for row in breakdown.itertuples():
     ci = (row.backward_over_forward_ci_low, row.backward_over_forward_ci_high)
+    level = row.backward_over_forward_ci_level
     where = ("consistent with" if ci[0] <= 2 <= ci[1] else "above" if ci[0] > 2 else "below")
+    if level < 0.95:
+        where = "too few steps to compare with"
     print(conclude(out, f"backward/forward {row.preset}",
                    f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
-                   f"(95% CI {ci[0]:.2f}–{ci[1]:.2f}), {where} the FLOP model's 2x; forward "
+                   f"({level_text(level)} CI {ci[0]:.2f}–{ci[1]:.2f}), {where} the FLOP model's "
+                   f"2x; forward "
                    f"{row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
                    f"{row.optimizer_share:.0%} of the step", unstable=row.unstable,
                    verdict=where))
@@ -244,7 +252,7 @@ timers
 other = timers.iloc[1]
 print(f"{n}x{n} matmul, {other.rounds} rounds: " + describe_ratio(
     "the workbook's timer", "torch.utils.benchmark", other.ratio_to_perflab,
-    (other.ci_low, other.ci_high)))
+    (other.ci_low, other.ci_high), confidence=other.confidence))
 
 # %% [markdown]
 # `torch.utils.benchmark` times blocks of many calls and divides, so it hides per-call

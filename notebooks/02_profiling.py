@@ -19,7 +19,7 @@
 # # 02 Profiling: where does the time go, and what bounds it?
 #
 # A timer says *how long*; a profiler says *where*. You will annotate a training step with
-# named ranges that Nsight Systems and `torch.profiler` both see, summarise its kernels per
+# named ranges meant for both Nsight Systems and `torch.profiler`, summarise its kernels per
 # range the way Nsight's `cuda_gpu_kern_sum` report does, answer four questions about the
 # model from those tables, and then use the workbook's **hotspot analysis** on any trace: a
 # real 2-GPU A100 training trace, and a pair of the workbook's own traces before and after an
@@ -27,7 +27,8 @@
 #
 # On a GPU the tables list device kernels; on a CPU there are none, so they list PyTorch's CPU
 # operators by self time instead, and every table says which. Nsight Systems (`nsys`) is used
-# only where both CUDA and `nsys` exist (GPU-only).
+# only where both CUDA and `nsys` exist (GPU-only), and that path has not yet been run: no
+# result here comes from it.
 
 # %% tags=["parameters"]
 preset = "cpu-small"   # the model profiled, from perflab.model.PRESETS
@@ -35,7 +36,7 @@ context_length = 256   # tokens per sequence
 batch_size = 4         # sequences per step
 warmup = 2             # unprofiled steps before the profiled ones
 steps = 2              # profiled steps per trace
-timer_steps = 5        # timed steps of the forward pass that the profiler's view is held against
+timer_steps = 6        # timed steps of the forward pass that the profiler's view is held against
 device = "auto"        # "cuda" when present, else "cpu"
 top = 10               # rows shown in each table
 
@@ -48,6 +49,9 @@ import pandas as pd
 from perflab.bench.checks import check_results
 from perflab.attention import ATTENTION_RANGES
 from perflab.bench import BenchConfig, run_benchmark
+from perflab.bench.comparison import NOISE_BAND
+from perflab.bench.peak import measure_copy_bandwidth
+from perflab.bench.stats import level_text
 from perflab.device import resolve_device
 from perflab.model import get_preset
 from perflab.paths import REPO_ROOT, display_path, results_dir
@@ -69,9 +73,9 @@ print(f"{preset}, context {context_length}, batch {batch_size}, "
       f"{steps} profiled steps after {warmup} warm-up steps, on {dev}")
 
 # %% [markdown]
-# ## 1. Ranges both profilers see
+# ## 1. Ranges for both profilers
 #
-# `perflab.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA) and a
+# `perflab.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA; not yet run) and a
 # `torch.profiler.record_function` range at once. Every step the workbook times is annotated
 # with `step`, `forward`, `backward` and `optimizer`; the annotated attention adds
 # `attention/scores`, `attention/softmax` and `attention/weighted_sum`. We record a trace of a
@@ -112,17 +116,19 @@ step.table.head(top)
 # **How long does the forward pass take, as the profiler sees it and as the timer does?** The
 # profiler's `forward` ranges (their kernels' device time on a GPU, their span on a CPU) per
 # step, against the workbook's timer on the forward mode of the same model (median of
-# `timer_steps` steps with its 95% interval). The profiler records every operator, which costs
-# time of its own.
+# `timer_steps` steps with the median's interval, at the confidence level that many steps give:
+# printed with it, 96.8% for 6 steps). The profiler records every operator, which costs time of
+# its own.
 
 # %%
 forward_range = range_totals(trace, ["forward"]).iloc[0]
 profiled_ms = forward_range.total_us / forward_range.instances / 1e3
 timer_row, _ = run_benchmark(replace(step_config, mode="forward", steps=timer_steps))
 low, high = timer_row["median_ci_low_s"] * 1e3, timer_row["median_ci_high_s"] * 1e3
+level = level_text(timer_row["median_ci_level"])
 inside = low <= profiled_ms <= high
 print(f"forward per step: profiler {profiled_ms:.1f} ms ({forward_range.instances} ranges), timer "
-      f"{timer_row['median_s'] * 1e3:.1f} ms (95% CI {low:.1f}–{high:.1f} ms): "
+      f"{timer_row['median_s'] * 1e3:.1f} ms ({level} CI {low:.1f}–{high:.1f} ms): "
       + ("the profiler's figure lies inside the timer's interval" if inside else
          f"the profiler's figure is {profiled_ms / (timer_row['median_s'] * 1e3):.2f}x the timer's"))
 
@@ -188,21 +194,45 @@ print(f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls fo
 
 # %% [markdown]
 # Softmax does about 5 FLOPs per score against the matmuls' 4·d, yet it reads and writes the
-# whole score matrix: it is bound by memory traffic, not arithmetic. Fusing it into the matmuls
-# so the scores never leave fast memory is exactly what FlashAttention does (notebook 06).
+# whole score matrix. Is it then bound by memory traffic? Its bytes (the scores read, the
+# probabilities written, float32) over its time, against the copy bandwidth measured on this
+# device (the best of several large copies, `perflab.bench.peak`), answer that from the numbers:
+
+# %%
+copy = measure_copy_bandwidth(dev)
+# scores read + probabilities written, 4 bytes each (float32, the dtype of this step)
+score_bytes = 2 * batch_size * config.num_heads * context_length**2 * 4
+softmax_bytes_per_s = score_bytes * soft["instances"] / (soft["total_us"] * 1e-6)
+fraction = softmax_bytes_per_s / copy.bytes_per_s
+print(f"softmax moves {softmax_bytes_per_s / 1e9:.1f} GB/s, {fraction:.0%} of the copy bandwidth "
+      f"({copy.bytes_per_s / 1e9:.1f} GB/s, the best of {copy.steps} copies; the median copy "
+      f"{copy.median_bytes_per_s / 1e9:.1f} GB/s): "
+      + ("at 70% of it or more: near the memory bound, so its time is set by memory traffic"
+         if fraction >= 0.7 else
+         "below 70% of it, so not at the memory bound, and it is "
+         f"{time_ratio / flop_ratio:.0f}x slower per FLOP than the matmuls: "
+         "neither bandwidth nor arithmetic explains its time alone here; what else does (the "
+         "passes it makes over the scores, its per-operator overhead) is not measured here"))
+
+# %% [markdown]
+# Either way, softmax's time is out of all proportion to its FLOPs, and it exists only because
+# the score matrix is written out: fusing it into the matmuls so the scores never leave fast
+# memory is what FlashAttention does (notebook 06).
 #
-# ## 4. The same table from Nsight Systems (GPU-only)
+# ## 4. The same table from Nsight Systems (GPU-only, not yet run)
 #
-# With CUDA and `nsys` present, `nsys profile` runs `perflab bench` with the NVTX capture range
-# `timed` (so warm-up is not captured) and `nsys stats --report cuda_gpu_kern_sum` reads it
-# back into the same columns.
+# Written for a GPU and **not yet run**: no machine with both CUDA and `nsys` has executed this
+# cell, so nothing here shows that it works. With both present, `nsys profile` is meant to run
+# `perflab bench` with the NVTX capture range `timed` (so warm-up is not captured) and
+# `nsys stats --report cuda_gpu_kern_sum` to read it back into the same columns.
 
 # %%
 if nsys_available():
     from_nsys = nsys_kernel_summary(step_config.command_line(), out / "nsys")
     display(from_nsys.table.head(top))
 else:
-    print("GPU-only: CUDA and nsys are not both present here, so the nsys summary is skipped.")
+    print("GPU-only and not yet run: CUDA and nsys are not both present here, so the nsys "
+          "summary is skipped.")
 
 # %% [markdown]
 # ## 5. Hotspots of a real multi-GPU trace
@@ -239,8 +269,10 @@ print(f"the GPU runs a kernel during {busy:.1%} of the traced span")
 #
 # The workbook's own pair: a training step with naive attention (three separate operations that
 # write the full score matrix) and the same step with PyTorch's fused
-# `scaled_dot_product_attention`. `compare_traces` lines up every kernel, the categories before
-# and after, and reads a verdict off the numbers.
+# `scaled_dot_product_attention`. `compare_traces` lines up every kernel and the categories
+# before and after. It is one trace of each, recorded one after the other, not interleaved
+# rounds: there is no interval, so a change in the total smaller than the ±3% noise band of the
+# workbook's comparisons is not claimed as a change.
 
 # %%
 pair = {
@@ -257,7 +289,19 @@ fig.savefig(out / "naive_vs_sdpa.png", dpi=80)
 comparison.categories
 
 # %%
-print(comparison.verdict)
+change = comparison.optimized_total_us / comparison.baseline_total_us - 1
+totals = (f"{comparison.baseline_total_us / 1e3:.2f} ms -> "
+          f"{comparison.optimized_total_us / 1e3:.2f} ms")
+if abs(change) < NOISE_BAND:
+    print(f"The total time ({totals}, {change:+.1%}) differs by less than the ±{NOISE_BAND:.0%} "
+          "noise band: no "
+          "change is established from this one pair of traces (one trace each, not interleaved "
+          "rounds).")
+else:
+    print(f"The total time {'fell' if change < 0 else 'rose'} by {abs(change):.1%} ({totals}) in "
+          "this one pair of traces (one trace each, not interleaved rounds, so without an "
+          "interval).")
+print(comparison.verdict.partition(". ")[2])  # the rest of the verdict: categories, busy time
 both = comparison.kernels[(comparison.kernels["baseline_us"] > 0)
                           & (comparison.kernels["optimized_us"] > 0)]
 untouched = both.loc[both["baseline_us"].idxmax()]

@@ -28,7 +28,8 @@ presets = ["cpu-tiny", "cpu-small"]  # model sizes of the float32 vs bfloat16 be
 context_length = 64                  # tokens per sequence
 batch_size = 2                       # sequences per step
 warmup = 1                           # untimed steps of each dtype before the comparison
-rounds = 3                           # rounds of the comparison (each times both dtypes twice)
+rounds = 8                           # first look of the comparison's adaptive rounds (each times both dtypes twice)
+budget_s = 30                        # seconds each comparison may take adding rounds until it concludes
 device = "auto"                      # "cuda" when present, else "cpu"
 
 # %%
@@ -161,9 +162,12 @@ print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by
 
 # %% [markdown]
 # For each preset the float32 and the bfloat16-autocast training steps are built side by side
-# and take turns (`perflab.bench.compare`: `rounds` rounds after `warmup` steps of each), so that
-# a slow moment of the machine falls on both; the ratio of their times comes with a 95%
-# interval, and the verdict is "same" unless the whole interval leaves the ±3% noise band.
+# and take turns (`perflab.bench.compare`, after `warmup` steps of each), so that a slow moment
+# of the machine falls on both. The rounds are adaptive: looked at after `rounds`, then twice as
+# many, until the verdict is conclusive or `budget_s` is spent, each look's interval widened so
+# that the reported one holds with at least 95% confidence. The verdict is "faster" or "slower"
+# when the whole interval of the time ratio leaves the ±3% noise band, "same" when it lies
+# inside it, and "inconclusive" otherwise.
 
 # %%
 comparisons, too_large = {}, []
@@ -172,7 +176,7 @@ for p in presets:
                        batch_size=batch_size, dtype="float32", device=str(dev))
     try:
         comparisons[p] = compare_configs(fp32, replace(fp32, dtype="bfloat16"), dev,
-                                         rounds=rounds, warmup=warmup)
+                                         rounds=rounds, warmup=warmup, budget_s=budget_s)
     except torch.OutOfMemoryError:  # two models with their AdamW states at once (xl on 80 GB)
         too_large.append(p)
         torch.cuda.empty_cache()

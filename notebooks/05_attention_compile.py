@@ -33,7 +33,7 @@ batch = 8                        # sequences per call (no heads)
 head_dims = [16, 64]             # d of q, k, v
 seq_lens = [128, 256, 512]       # sequence lengths
 warmup = 1                       # untimed calls
-steps = 5                        # timed calls (and rounds of each comparison)
+steps = 6                        # timed calls (and rounds of each comparison: 6 is the fewest for a 95% verdict)
 gpu_memory_gib = 80              # the GPU whose memory section 2 accounts for (an H100 SXM)
 model_preset = "cpu-tiny"        # the model compiled whole
 model_context_length = 128       # tokens per sequence, whole-model comparison
@@ -137,8 +137,10 @@ naive_memory_check(results)
 # ## 3. Does compiling attention help?
 #
 # At every point of the grid the naive and the compiled forward + backward take turns
-# (`perflab.bench.compare`, `steps` rounds), and the verdict comes from the 95% interval of
-# their time ratio; the peak memory ratio comes from the sweep above.
+# (`perflab.bench.compare`, `steps` rounds), and the verdict comes from the interval of their
+# time ratio (its confidence in `confidence`: 96.8% from 6 rounds); "inconclusive" when the
+# interval neither leaves nor fits inside the ±3% noise band. The peak memory ratio comes from
+# the sweep above.
 
 # %%
 grid = pd.DataFrame([
@@ -154,25 +156,27 @@ fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
                                    grid["seq_len"].astype(str)),
                        x="point", title="compiled / naive attention, forward + backward (d/n)")
 fig.savefig(out / "compiled_vs_naive.png", dpi=80)
-grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "verdict",
+grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict",
       "peak_memory_ratio"]]
 
 # %%
 counts = grid["verdict"].value_counts()
 largest = grid.iloc[-1]
 print(f"compiled attention over {len(grid)} grid points: {counts.get('faster', 0)} faster, "
-      f"{counts.get('same', 0)} without a difference beyond noise, {counts.get('slower', 0)} "
-      "slower")
+      f"{counts.get('same', 0)} the same within the noise band, {counts.get('slower', 0)} "
+      f"slower, {counts.get('inconclusive', 0)} inconclusive")
 print(conclude(out, "compiled attention at the largest size", describe_ratio(
-    "naive", "naive_compiled", largest.ratio_b_over_a, (largest.ci_low, largest.ci_high))
+    "naive", "naive_compiled", largest.ratio_b_over_a, (largest.ci_low, largest.ci_high),
+    confidence=largest.confidence)
     + f" at d {largest.head_dim}, n {largest.seq_len}; peak memory "
       f"{largest.peak_memory_ratio:.2f}x of naive", verdict=largest.verdict))
 
 # %% [markdown]
-# `torch.compile` fuses the scaling, masking and softmax into fewer kernels, so it saves memory
-# traffic over the score matrix and may save some of the memory (`peak_memory_ratio` above), but
-# it still materialises the scores: compiling does not change the quadratic memory. That takes a
-# different algorithm (notebook 06).
+# `torch.compile` fuses the scaling, masking and softmax into fewer kernels, which should read
+# and write the score matrix fewer times (the memory traffic is not measured here: a GPU
+# profile's bytes per kernel would show it) and may save some of the memory
+# (`peak_memory_ratio` above, measured), but it still materialises the scores: compiling does
+# not change the quadratic memory. That takes a different algorithm (notebook 06).
 #
 # ## 4. The whole model, compiled against eager
 
@@ -184,7 +188,8 @@ model
 
 # %%
 for row in model.itertuples():
-    sentence = describe_ratio("eager", "compiled", row.ratio_b_over_a, (row.ci_low, row.ci_high))
+    sentence = describe_ratio("eager", "compiled", row.ratio_b_over_a, (row.ci_low, row.ci_high),
+                              confidence=row.confidence)
     saved = row.median_a_s - row.median_b_s
     payback = (f"; the {row.compile_s:.1f} s of compilation pay back after "
                f"{row.compile_s / saved:.0f} steps" if row.verdict == "faster" else

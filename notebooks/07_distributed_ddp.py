@@ -41,7 +41,7 @@ ddp_world_size = 2                    # ranks of the DDP benchmark
 batch_per_rank = 4                    # sequences per rank and step
 seq_len = 64                          # tokens per sequence
 warmup = 2                            # untimed rounds (one step of every variant per round)
-rounds = 4                            # timed rounds
+rounds = 6                            # timed rounds (6: the fewest for a 95% verdict)
 bucket_sizes_mb = [1, 10, 100, 1000]  # bucketed DDP's bucket sizes, MB
 ring_sizes_mb = [1, 2, 8]             # sizes of the alternate-ring experiment, MB
 ring_world_sizes = [2, 4]             # its world sizes
@@ -187,7 +187,7 @@ if len(ring_fit) >= 2:
         "(within 25%)")
 
 # %% [markdown]
-# On a CPU the "link" is shared memory and the ranks share two cores, so the egress need not
+# On a CPU the "link" is Gloo's TCP over the loopback device and the ranks share two cores, so the egress need not
 # be one number, and Gloo's own all-reduce need not be the textbook ring (its ratio to N/2 says
 # how far). The ring's time also includes two copies and N-1 additions per call, which a
 # bandwidth model leaves out.
@@ -245,15 +245,15 @@ fig.savefig(out / "bucket_sweep.png", dpi=80)
 
 # %% [markdown]
 # Because the variants took turns round by round, each one's rounds pair with naive's rounds:
-# the ratio of their step times comes with a 95% interval and a verdict
-# (`perflab.bench.comparison.paired_comparison`).
+# the ratio of their step times comes with an interval, that interval's confidence (96.8% from
+# 6 rounds) and a verdict (`perflab.bench.comparison.paired_comparison`).
 
 # %%
 against_naive = ddp_comparisons(steps, "naive")
 save_table(against_naive, out / "ddp_vs_naive.csv", provenance)
 fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
 fig.savefig(out / "ddp_vs_naive.png", dpi=80)
-against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "verdict"]]
+against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
 
 # %%
 bucketed = steps[steps["variant"] == "bucketed"].sort_values("step_ms")
@@ -264,19 +264,28 @@ by_name = against_naive.set_index("b")
 for name in ("none", best):
     row = by_name.loc[name]
     print(conclude(out, f"{name.split(' ')[0]} vs naive",
-                   describe_ratio("naive", name, row.ratio_b_over_a, (row.ci_low, row.ci_high)),
+                   describe_ratio("naive", name, row.ratio_b_over_a, (row.ci_low, row.ci_high),
+                                  confidence=row.confidence),
                    verdict=row.verdict))
 against_torch = ddp_comparisons(steps, "torch").set_index("b").loc[best]
 print(conclude(out, "bucketed vs torch DDP", describe_ratio(
-    "torch DDP", best, against_torch.ratio_b_over_a, (against_torch.ci_low, against_torch.ci_high)),
-    verdict=against_torch.verdict))
+    "torch DDP", best, against_torch.ratio_b_over_a, (against_torch.ci_low, against_torch.ci_high),
+    confidence=against_torch.confidence), verdict=against_torch.verdict))
+if len(bucketed) > 1:  # is the fastest bucket size told apart from the next one?
+    runner_up = f"bucketed {bucketed.iloc[1].bucket_size_mb:g} MB"
+    versus = ddp_comparisons(steps, best).set_index("b").loc[runner_up]
+    print(conclude(out, "fastest bucket size", f"fastest bucket size by median: {best}; against "
+                   f"the next, {runner_up}: " + describe_ratio(
+                       best, runner_up, versus.ratio_b_over_a, (versus.ci_low, versus.ci_high),
+                       confidence=versus.confidence), verdict=versus.verdict))
 one_bucket = bucketed[bucketed["buckets"] == 1]
 if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, measured twice
     first, second = (f"bucketed {s:g} MB" for s in one_bucket["bucket_size_mb"].iloc[:2])
     yardstick = ddp_comparisons(steps, first).set_index("b").loc[second]
     print(f"noise yardstick (A/A): {first} and {second} give the same single bucket; "
           + describe_ratio(first, second, yardstick.ratio_b_over_a,
-                           (yardstick.ci_low, yardstick.ci_high)))
+                           (yardstick.ci_low, yardstick.ci_high),
+                           confidence=yardstick.confidence))
 
 # %% [markdown]
 # What to read from it: no variant can beat the compute-only step (`none`), which bounds what
@@ -360,8 +369,9 @@ else:
 # %% [markdown]
 # The model assumes equal buckets and a bucket's compute time equal to its transfer; buckets
 # filled in parameter order are not equal (the embedding can fill one alone), and on a CPU the
-# premise need not hold. The fastest bucket size measured above is a separate question,
-# answered by the verdicts there.
+# premise need not hold. The fastest bucket size measured above is a separate question: the
+# fastest median is a winner only where its verdict against the next size says so (printed
+# above; "not established" when their intervals overlap).
 #
 # ## Where the results are
 

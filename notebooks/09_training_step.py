@@ -36,14 +36,15 @@
 preset = "cpu-tiny"             # model of the ladder (d 128, 2 layers, vocabulary 10,000)
 batch_size = 2                  # sequences per step
 seq_len = 32                    # tokens per sequence
-phase_steps = 5                 # timed steps of the baseline's phase breakdown
+phase_steps = 6                 # timed steps of the baseline's phase breakdown
 rungs = ["fused QKV", "fused loss head", "FlashAttention", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
-rounds = 4                      # interleaved rounds of each rung against the one before
+rounds = 8                      # first look of the adaptive rounds of each rung against the one before
+budget_s = 20                   # seconds each rung's comparison may take adding rounds until it concludes
 trace_steps = 3                 # profiled steps of each rung for the final table
 head_tokens = 2048              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
-data_rounds = 4                 # interleaved rounds of the data-path comparison
+data_rounds = 6                 # interleaved rounds of the data-path comparison (6: the fewest for a 95% verdict)
 batch_seq_len = 128             # tokens per sequence in the batch-size and accumulation sweeps
 batch_sizes = [1, 4]            # sequences per step in the batch-size sweep
 global_batch = 4                # the accumulation sweep's batch, split into 1, 2, 4, ... micro-batches
@@ -53,7 +54,7 @@ sharded_batch_size = 2          # sequences per step, split over the ranks
 sharded_seq_len = 64            # tokens per sequence (full: 32,768)
 sharded_dtype = "float32"       # compute dtype (full: bfloat16)
 sharded_state = "float32"       # master weights, gradients, AdamW state (full: bfloat16)
-sharded_steps = 2               # timed steps (full: 3)
+sharded_steps = 3               # timed steps (full: 5)
 sharded_check = True            # also check it against one process (not at 8B)
 device = "auto"                 # "cuda" when present, else "cpu"
 
@@ -74,6 +75,7 @@ from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
 from perflab.bench.comparison import describe_ratio, paired_table
+from perflab.bench.stats import is_unstable, level_text
 from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps
 from perflab.training.data import read_corpus
 from perflab.training.head_memory import head_peak_memory
@@ -217,14 +219,16 @@ checks
 print(checks[["rung", "tolerance", "update_tolerance", "matches_baseline"]].to_string(index=False))
 
 # %% [markdown]
-# **Then speed and memory.** Each rung against the rung before, taking turns for `rounds`
-# rounds (`perflab.bench.compare`: the ratio of the paired times, its 95% interval, and a
-# verdict), and the peak of its forward and backward above the parameters and AdamW's state.
+# **Then speed and memory.** Each rung against the rung before, taking turns
+# (`perflab.bench.compare`: the ratio of the paired times, its interval with at least 95%
+# confidence, and a verdict: faster, slower, the same within ±3%, or inconclusive), with adaptive
+# rounds: from `rounds`, doubling until the verdict is conclusive or `budget_s` is spent; and
+# the peak of its forward and backward above the parameters and AdamW's state.
 # `step_ms` is each rung's median in its own comparison; `vs_previous` is the median of the
 # paired ratios, so the two need not agree exactly:
 
 # %%
-steps = time_ladder(config, recipes, batch_size, seq_len, dev, rounds=rounds)
+steps = time_ladder(config, recipes, batch_size, seq_len, dev, rounds=rounds, budget_s=budget_s)
 save_table(steps, out / "ladder.csv", provenance)
 steps.assign(step_ms=steps["step_s"] * 1e3, peak_MiB=steps["peak_bytes"] / MiB).drop(
     columns=["step_s", "peak_bytes"]).round(3)
@@ -232,13 +236,24 @@ steps.assign(step_ms=steps["step_s"] * 1e3, peak_MiB=steps["peak_bytes"] / MiB).
 # %%
 for row in steps.iloc[1:].itertuples():
     change = {"faster": "made the step faster", "slower": "made the step slower",
-              "same": "made no difference beyond the noise"}[row.verdict]
-    print(f"{row.rung}: {change} ({row.vs_previous:.2f}x the step before, 95% CI "
-          f"{row.ci_low:.2f}-{row.ci_high:.2f}); peak {row.peak_bytes / MiB:.1f} MiB")
+              "same": "took the same time within the ±3% noise band",
+              "inconclusive": "made a difference that is not established"}[row.verdict]
+    print(f"{row.rung}: {change} ({row.vs_previous:.2f}x the step's time before, "
+          f"{level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, {row.rounds} "
+          f"rounds); peak {row.peak_bytes / MiB:.1f} MiB")
 last = steps.iloc[-1]
-print(f"All together: {last['speedup_over_baseline']:.2f}x the baseline's speed "
-      f"({last['tokens_per_s']:,.0f} tokens/s; medians of different comparisons, so no "
-      f"verdict), peak {last['peak_bytes'] / steps['peak_bytes'].iloc[0]:.2f}x the baseline's.")
+print(f"All together: {last['chained_speedup']:.2f}x the baseline's speed as the product of the "
+      f"rungs' paired ratios, {last['speedup_over_baseline']:.2f}x as the ratio of the first and "
+      f"last medians ({last['tokens_per_s']:,.0f} tokens/s); each comparison is interleaved, "
+      "the chain is not, so the two differ by the machine's drift between comparisons and "
+      f"carry no verdict; peak {last['peak_bytes'] / steps['peak_bytes'].iloc[0]:.2f}x the "
+      "baseline's.")
+phase_sum_ms = phases["median_ms"].sum()
+print(f"the baseline's phases (section 1, {phase_steps} steps with synchronised marks) add up to "
+      f"{phase_sum_ms:.1f} ms against its {steps['step_s'].iloc[0] * 1e3:.1f} ms median here: "
+      f"{phase_sum_ms / (steps['step_s'].iloc[0] * 1e3):.2f}x, two separate measurements at "
+      "different moments (a sum of medians is not the median of sums, the marks' "
+      "synchronisations add their own cost, and the machine drifts between them)")
 gradients = memory.set_index("category").loc["gradients", "measured_bytes"]
 if steps["peak_bytes"].max() < 1.25 * gradients:
     print(f"At {batch_size} x {seq_len} tokens the peaks stay within 1.25x the gradients "
@@ -246,12 +261,13 @@ if steps["peak_bytes"].max() < 1.25 * gradients:
           "them; section 2 measures the head where they are not.")
 
 # %% [markdown]
-# What to expect where: bf16 pays off on hardware with bf16 matrix units (GPU tensor cores;
-# on a CPU only with AMX or AVX512-BF16 instructions, else it is converted around float32
-# arithmetic); the Triton FlashAttention runs as compiled kernels on a GPU, while on a CPU the
-# tiled PyTorch version loops over tiles in Python; `foreach` and `fused` AdamW save kernel
-# launches, which matter most on a GPU. The verdicts above are what this machine measured;
-# the full profile (`--full`) runs the same ladder on a GPU at the `small` preset.
+# What to expect where (expectations from the hardware's documentation, **not measured here**;
+# only the verdicts above are): bf16 should pay off on hardware with bf16 matrix units (GPU
+# tensor cores; on a CPU only with AMX or AVX512-BF16 instructions, else it is converted around
+# float32 arithmetic); the Triton FlashAttention runs as compiled kernels on a GPU, while on a
+# CPU the tiled PyTorch version loops over tiles in Python; `foreach` and `fused` AdamW launch
+# fewer kernels, which should matter most on a GPU (GPU-only, not yet run: the full profile,
+# `--full`, runs the same ladder on a GPU at the `small` preset).
 
 # %%
 if dev.type == "cpu":
@@ -328,7 +344,7 @@ data_table.round(3)
 for row in data_table.iloc[1:].itertuples():
     print(f"{row.data_path}: {row.median_ms:.1f} ms a step; "
           + describe_ratio("synthetic data", row.data_path, row.vs_reference,
-                           (row.ci_low, row.ci_high)))
+                           (row.ci_low, row.ci_high), confidence=row.confidence))
 if dev.type == "cpu" and any("worker" in m for m in modes):
     print(f"(the DataLoader's worker processes share this machine's {os.cpu_count()} cores "
           "with the step)")
@@ -446,7 +462,7 @@ if sharded is not None:
                    "dtype": sharded_dtype, "state": sharded_state,
                    "tokens": sharded.tokens, "step_s": sharded.median_s,
                    "tokens_per_s": sharded.tokens / sharded.median_s, "loss": sharded.loss,
-                   "peak_bytes": sharded.peak_bytes}
+                   "peak_bytes": sharded.peak_bytes, "unstable": is_unstable(sharded.step_s)}
     if sharded_check:
         sharded_row.update(compare_with_one_process(
             sharded, sharded_config, sharded_recipe, sharded_batch_size, sharded_seq_len,
@@ -454,7 +470,9 @@ if sharded is not None:
     sharded_table = pd.DataFrame([sharded_row])
     save_table(sharded_table, out / "sharded_step.csv", provenance)
     print(f"{sharded_preset} on {sharded_world_size} ranks: {sharded.median_s * 1e3:.1f} ms a "
-          f"step (median of {sharded_steps}, the slowest rank's), "
+          f"step (median of {sharded_steps}, the slowest rank's"
+          + ("; unstable: too few or too spread samples to conclude from"
+             if sharded_row["unstable"] else "") + "), "
           f"{sharded.tokens / sharded.median_s:,.0f} tokens/s"
           + (f", peak {sharded.peak_bytes / 1e9:.1f} GB on the fullest GPU"
              if sharded.peak_bytes else ""))

@@ -47,16 +47,16 @@ dtype = "float32"                             # its parameters' dtype (full: bfl
 prompt_len = 128                              # section 1: the prompt prefilled, and the decode step's context
 context = 128                                 # tokens of context of every timed decode step
 batch_sizes = [1, 2, 4, 8, 16]                # section 2: sequences decoded together
-steps = 5                                     # timed steps per measurement
-rounds = 5                                    # interleaved rounds of every comparison
+steps = 6                                     # timed steps per measurement (6: the fewest for a 95% interval)
+rounds = 6                                    # interleaved rounds of every comparison (6: the fewest that reach 95%)
 cache_prompt_lens = [5, 40, 12, 90]           # section 3: prompts of unequal lengths
 cache_new_tokens = 6                          # new tokens per prompt
-cache_rounds = 3                              # interleaved rounds of the cache comparison (no cache is slow)
+cache_rounds = 6                              # interleaved rounds of the cache comparison (fewer cannot reach a verdict)
 kv_preset = "cpu-tiny"                        # section 4: the model whose KV memory is measured
 kv_prompt_lens = [12, 400, 30, 150, 6, 250, 60, 20]  # a batch of very unequal requests: prompt lengths
 kv_new_tokens = [40, 8, 64, 16, 48, 4, 24, 32]       # and new tokens of each
 block_sizes = [1, 4, 16, 64]                  # tokens per block of the paged cache
-compile_preset = "cpu-tiny"                   # section 5: the model compiled (about 25 s on a 2-core CPU)
+compile_preset = "cpu-tiny"                   # section 5: the model compiled
 compile_batch = 4                             # sequences of the fixed-shape step
 compile_mode = "auto"                         # "reduce-overhead" (CUDA graphs) on CUDA, the default elsewhere
 compile_calls = 6                             # decode steps traced to count compilations
@@ -68,6 +68,7 @@ import torch
 
 from perflab.bench.checks import check_results
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
+from perflab.bench.stats import level_text
 from perflab.decode import CACHES, generate
 from perflab.decode.bench import (
     build_model,
@@ -105,15 +106,19 @@ print(f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
 # %% [markdown]
 # The two yardsticks of a roofline, measured on this device (not taken from a datasheet): the
 # bandwidth of a large copy (bytes read + written per second; the buffers are far larger than
-# the caches) and the fastest square matmul.
+# the caches) and the fastest square matmul. Each is a peak, so each is the best of several runs,
+# saved with the median run beside it (`copy_*` and `peak_*` columns).
 
 # %%
 bandwidth = measure_copy_bandwidth(dev)
 peak = measure_peak_matmul(dev, param_dtype, sizes=(512, 1024) if dev.type == "cpu" else None)
-save_table(pd.DataFrame([bandwidth.as_dict() | {"peak_flops_per_s": peak.flops_per_s}]),
-           out / "yardsticks.csv", provenance)
-print(f"copy bandwidth {bandwidth.bytes_per_s / 1e9:.1f} GB/s, matmul peak "
-      f"{peak.flops_per_s / 1e9:.0f} GFLOP/s in {dtype}: a kernel needs "
+yardsticks = ({f"copy_{key}": value for key, value in bandwidth.as_dict().items()}
+              | {f"peak_{key}": value for key, value in peak.as_dict().items()})
+save_table(pd.DataFrame([yardsticks]), out / "yardsticks.csv", provenance)
+print(f"copy bandwidth {bandwidth.bytes_per_s / 1e9:.1f} GB/s (the best of {bandwidth.steps} "
+      f"copies; median {bandwidth.median_bytes_per_s / 1e9:.1f} GB/s), matmul peak "
+      f"{peak.flops_per_s / 1e9:.0f} GFLOP/s in {dtype} (the best of {peak.steps} runs at n = "
+      f"{peak.size}; median {peak.median_flops_per_s / 1e9:.0f} GFLOP/s): a kernel needs "
       f"{peak.flops_per_s / bandwidth.bytes_per_s:.1f} FLOPs per byte to be compute-bound")
 
 # %% [markdown]
@@ -155,7 +160,9 @@ print(f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medi
 # share that read. The roofline bounds tokens/s by the lower of
 # `batch × bandwidth / bytes per step` (weights + each sequence's keys and values) and
 # `peak / FLOPs per token`. Each point is `batch / median step time` at a context of
-# `context` tokens, with the 95% interval of the median.
+# `context` tokens, with the median's interval at the level its `steps` samples give (printed
+# below the table: 6 steps give 96.8%, 5 would give 93.75%). An unstable point (`unstable`: IQR above 25%
+# of the median) is drawn hollow.
 
 # %%
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
@@ -163,7 +170,9 @@ throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_pe
 save_table(throughput, out / "decode_throughput.csv", provenance)
 fig = plot_decode_roofline(throughput, dev.type)
 fig.savefig(out / "decode_roofline.png", dpi=80)
-throughput[["batch", "median_s", "tokens_per_s", "memory_bound_tokens_per_s",
+print(f"error bars: the median's {', '.join(sorted({level_text(v) for v in throughput['median_ci_level']}))} "
+      f"interval ({steps} steps); unstable points: {int(throughput['unstable'].sum())} of {len(throughput)}")
+throughput[["batch", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
             "compute_bound_tokens_per_s", "fraction_of_roofline"]].round(3)
 
 # %%
@@ -180,6 +189,34 @@ print(f"batch {int(first['batch'])}: {first['tokens_per_s']:.0f} tokens/s, "
          if throughput["fraction_of_roofline"].max() < 0.5 else
          "At half the roofline or more at some batch: there the step comes close to what "
          "moving its bytes and doing its FLOPs allows."))
+
+# %% [markdown]
+# The batch-1 decode step is timed twice in this notebook: in section 1 (at `prompt_len`
+# tokens of context) and here (at `context`). The two are separate medians taken at different
+# moments, not interleaved, so how far apart they lie shows how much two such medians of the
+# same work can differ on this machine:
+
+# %%
+if 1 in batch_sizes and prompt_len == context:
+    in_1, in_2 = by_phase.loc["decode"], throughput.set_index("batch").loc[1]
+    apart = in_2["median_s"] / in_1["median_s"]
+
+    def shown(row):
+        return (f"{row['median_s'] * 1e3:.2f} ms ({level_text(row['median_ci_level'])} CI "
+                f"{row['median_ci_low_s'] * 1e3:.2f}–{row['median_ci_high_s'] * 1e3:.2f} ms"
+                + (", unstable)" if row["unstable"] else ")"))
+
+    overlap = (in_1["median_ci_low_s"] <= in_2["median_ci_high_s"]
+               and in_2["median_ci_low_s"] <= in_1["median_ci_high_s"])
+    print(f"the batch-1 decode step at {context} tokens: {shown(in_1)} in section 1, "
+          f"{shown(in_2)} here; the second is {apart:.2f}x the first ({apart - 1:+.0%}), and "
+          + ("their intervals overlap" if overlap else "their intervals do not overlap")
+          + ". Separate, non-interleaved measurements of the same work: a gap of this size "
+          "is how far apart two such medians lie here, and medians from different cells should "
+          "not be compared more finely than that.")
+else:
+    print(f"not compared: section 1 decodes at {prompt_len} tokens of context and section 2 at "
+          f"{context}" + ("" if 1 in batch_sizes else ", without batch 1"))
 
 # %% [markdown]
 # ## 3. The KV cache: none, contiguous, paged
@@ -298,9 +335,11 @@ print(f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over 
          + compilations.attrs["dynamo_warnings"][0].splitlines()[0]
          if compilations.attrs["dynamo_warnings"] else
          "; after its first recompilation dynamo made the lengths symbolic (automatic dynamic "
-         "shapes) and reused that graph, but every new length would still need a new CUDA "
-         "graph, and the cache's lengths, Python values that change at every step, are guards "
-         "dynamo checks at every call" if 1 < graphs["growing"] < compile_calls else
+         "shapes) and reused that graph, and the cache's lengths, Python values that change at "
+         "every step, are guards dynamo checks at every call (on a GPU with "
+         "mode=\"reduce-overhead\", every new length would also need a new CUDA graph "
+         "recorded: a GPU claim, not measured here, where the counting backend counts dynamo's "
+         "graphs only)" if 1 < graphs["growing"] < compile_calls else
          "; the growing step was traced anew at every call" if graphs["growing"] >= compile_calls
          else ""))
 
@@ -326,9 +365,9 @@ print("the compiled step picks the same next tokens as the eager one:",
 # %% [markdown]
 # On a CPU, what compilation can gain comes from inductor's fused C++ kernels: fewer operator
 # calls and fewer passes over memory. On a GPU with `mode="reduce-overhead"` the step is also
-# one CUDA graph, replayed with one launch instead of one per kernel; production stacks report
-# 2–3x from that for decoding at small batches (their figure, not this notebook's: on a GPU
-# the comparison above measures it; on a CPU there are no kernel launches to save).
+# one CUDA graph, replayed with one launch instead of one per kernel; what that gains for
+# decoding at small batches is what the comparison above measures when it runs on a GPU (not
+# run here; on a CPU there are no kernel launches to save).
 #
 # ## 6. Rotary tables, and choosing the next token on the device
 #

@@ -39,18 +39,18 @@ def test_each_rule_finds_its_contradiction(tmp_path, capsys):
     pd.DataFrame({"batch": [1, 2], "tokens_per_s_low": [90.0, 300.0],
                   "roofline_tokens_per_s": [100.0, 200.0]}).to_csv(tmp_path / "decode.csv",
                                                                     index=False)  # fmt: skip
-    found = check_results(tmp_path)
+    found = check_results(tmp_path, library=None)
     assert sorted(found["rule"]) == sorted([
         "larger preset faster", "negative time", "share out of bounds", "ratio not positive",
         "conclusion from an unstable measurement", "above the roofline",
     ])  # fmt: skip
     assert "row 1: measured at least 300 tokens/s, bound 200" in " ".join(found["detail"])
     assert main(["check-results", str(tmp_path)]) == 1
-    assert "6 contradictions" in capsys.readouterr().out
+    assert "7 contradictions" in capsys.readouterr().out  # and the conclusion's missing tree
 
 
 def test_conclusions_are_computed_and_never_from_unstable_rows(tmp_path):
-    comparison = paired_comparison([1.0, 1.0, 1.0], [0.5, 0.5, 0.5], names=("eager", "compiled"))
+    comparison = paired_comparison([1.0] * 6, [0.5] * 6, names=("eager", "compiled"))
     assert conclude(tmp_path, "compile", comparison).startswith("compiled is 2.00x faster")
     assert conclude(tmp_path, "phases", "backward is 2x forward", unstable=True).endswith(
         UNSTABLE_SENTENCE
@@ -65,3 +65,85 @@ def test_a_missing_folder_is_one_clear_error():
     with pytest.raises(SystemExit) as exit_:
         main(["check-results", "no/such/folder"])
     assert exit_.value.code == 2
+
+
+def _rules(folder, **kwargs) -> list[str]:
+    return sorted(check_results(folder, **kwargs)["rule"])
+
+
+def test_a_sweep_row_contradicting_an_interleaved_verdict_is_found(tmp_path):
+    """Notebook 06's case: the sweep showed naive 9.6x slower than flash_torch at n = 256, above
+    an interleaved verdict that flash_torch is 2.66x slower."""
+    verdicts = pd.DataFrame(
+        [
+            {
+                "a": "naive",
+                "b": "flash_torch",
+                "ratio_b_over_a": 2.66,
+                "ci_low": 2.6,
+                "ci_high": 2.7,
+                "confidence": 0.97,
+                "noise_band": 0.03,
+                "verdict": "slower",
+                "seq_len": 256,
+            }
+        ]
+    )
+    verdicts.to_csv(tmp_path / "against_naive.csv", index=False)
+    sweep = pd.DataFrame(
+        {
+            "implementation": ["naive", "flash_torch"],
+            "seq_len": [256, 256],
+            "end_to_end_s": [0.05, 0.0052],
+            "unstable": [True, True],
+        }
+    )
+    sweep.to_csv(tmp_path / "flash.csv", index=False)
+    assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]
+    sweep.assign(end_to_end_s=[0.005, 0.013]).to_csv(tmp_path / "flash.csv", index=False)
+    assert _rules(tmp_path, library=None) == []
+    # With intervals, only intervals lying apart on the wrong side count.
+    sweep.assign(
+        median_s=[0.010, 0.009], median_ci_low_s=[0.008, 0.007], median_ci_high_s=[0.012, 0.011]
+    ).to_csv(tmp_path / "flash.csv", index=False)
+    assert _rules(tmp_path, library=None) == []
+
+
+def test_overstated_confidence_and_same_outside_the_band_are_found(tmp_path):
+    few = paired_comparison([1.0] * 3, [2.0, 2.1, 1.9])  # 75%: no verdict
+    conclude(tmp_path, "few", "b is 2.00x slower than a (95% CI 1.90–2.10x)", comparison=few)
+    assert _rules(tmp_path) == ["confidence overstated"]
+    (tmp_path / "conclusions.csv").unlink()
+    pd.DataFrame([{"a": "x", "b": "y", "ci_low": 1.01, "ci_high": 1.22, "confidence": 0.97,
+                   "noise_band": 0.03, "verdict": "same"},
+                  {"a": "x", "b": "z", "ci_low": 0.5, "ci_high": 0.6, "confidence": 0.75,
+                   "noise_band": 0.03, "verdict": "faster"}]).to_csv(tmp_path / "t.csv",
+                                                                      index=False)  # fmt: skip
+    assert _rules(tmp_path) == ['"same" outside the band', "confidence overstated"]
+    (tmp_path / "t.csv").unlink()
+    pd.DataFrame([{"key": "k", "sentence": "no difference beyond the noise (1.05x, 96.8% CI "
+                   "1.02–1.06)", "verdict": "", "ci_low": 1.02, "ci_high": 1.06,
+                   "confidence": 0.968, "library_tree": "t"}]).to_csv(
+        tmp_path / "conclusions.csv", index=False)  # fmt: skip
+    assert _rules(tmp_path, library="t") == ['"same" outside the band']
+
+
+def test_unstable_flags_yardsticks_and_the_library_are_checked(tmp_path):
+    pd.DataFrame({"phase": ["forward"], "median_ms": [3.0]}).to_csv(tmp_path / "p.csv",
+                                                                   index=False)  # fmt: skip
+    pd.DataFrame({"achieved_flops_per_s": [2e11], "peak_flops_per_s": [1.3e11]}).to_csv(
+        tmp_path / "mfu.csv", index=False
+    )
+    pd.DataFrame({"x": [1], "measured_at": ["2026-01-01"], "library_tree": ["old"]}).to_csv(
+        tmp_path / "rows.csv", index=False
+    )
+    assert _rules(tmp_path, library="new") == [
+        "above the yardstick",
+        "measured by other code",
+        "unstable flag missing",
+    ]
+    # The same rows in a GPU folder are a historical record: kept, not flagged.
+    gpu = tmp_path / "nvidia-h100-80gb-hbm3"
+    gpu.mkdir()
+    (tmp_path / "rows.csv").rename(gpu / "rows.csv")
+    assert "measured by other code" not in _rules(tmp_path, library="new")

@@ -287,7 +287,8 @@ def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
     assert ok["round_ms"].map(lambda text: len(json.loads(text))).eq(2).all()
     against = ddp_comparisons(frame, "naive")
     assert set(against["b"]) == set(ok["variant"]) - {"naive", "bucketed"} | {"bucketed 1 MB"}
-    assert against["verdict"].isin(["same", "faster", "slower"]).all()
+    # 2 rounds give a 50% interval: every comparison is inconclusive, however the times fall.
+    assert (against["confidence"] == 0.5).all() and (against["verdict"] == "inconclusive").all()
     (error,) = frame[frame["status"] == "error"].itertuples()
     assert error.world_size == 10_000 and "does not fit" in error.error
     again = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0, rounds=2)
@@ -346,8 +347,9 @@ def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
     assert list(frame["optimizer"]) == ["adamw", "sharded-adamw"]
     assert (frame["status"] == "ok").all() and (frame["step_ms"] > 0).all()
     rounds = [json.loads(text) for text in frame["round_ms"]]
-    assert paired_comparison(*rounds, names=("adamw", "sharded")).verdict in (
-        "same", "faster", "slower")  # fmt: skip
+    assert [len(r) for r in rounds] == [3, 3]
+    zero = paired_comparison(*rounds, names=("adamw", "sharded"))
+    assert zero.confidence == 0.75 and zero.verdict == "inconclusive"  # too few rounds
 
 
 def test_zero_communication_accounting():

@@ -88,6 +88,6 @@ def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatc
     assert list(found) == ["nvidia-h100-80gb-hbm3"]
     assert found["nvidia-h100-80gb-hbm3"].attrs["source"] == (
         "data/results/06_x/nvidia-h100-80gb-hbm3/flash.csv, measured 2026-11-23 to 2026-11-23 "
-        "at commit fd8348d"
+        "at commit fd8348d; a historical record, measured before rows recorded their library_tree"
     )
     assert results_elsewhere("06_x", "other.csv", "cpu") == {}

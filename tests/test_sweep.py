@@ -8,6 +8,15 @@ import torch
 
 from perflab.bench import Sweep, is_out_of_memory
 
+
+@pytest.fixture(autouse=True)
+def _rows_without_a_library(monkeypatch, request):
+    """The hand-written files below record no library_tree: resume them as rows of an
+    unrecorded library (the library test sets its own trees)."""
+    if "library" not in request.node.name:
+        monkeypatch.setattr("perflab.bench.sweep.library_tree", lambda: None)
+
+
 CONFIGS = [{"size": s, "name": f"cfg{s}"} for s in (1, 2, 3)]
 
 
@@ -161,3 +170,40 @@ def test_an_older_file_without_a_new_key_field_still_answers_and_is_rewritten(tm
     written = pd.read_csv(path)
     assert written["flavour"].tolist() == ["plain", "plain", "fused"]  # rewritten, filled in
     assert Sweep(path, key=["size", "flavour"]).todo(configs) == []
+
+
+def test_rows_record_the_library_and_resume_only_its_own(tmp_path, monkeypatch):
+    import perflab.bench.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "library_tree", lambda: "tree-one")
+    sweep = Sweep(tmp_path / "s.csv", key=["n"])
+    calls = []
+    sweep.run([{"n": 1}], lambda c: calls.append(c) or {"t": 1.0})
+    assert sweep.read()["library_tree"].tolist() == ["tree-one"]
+    sweep.run([{"n": 1}], lambda c: calls.append(c) or {"t": 1.0})
+    assert len(calls) == 1  # the same library: resumed
+    monkeypatch.setattr(sweep_module, "library_tree", lambda: "tree-two")
+    sweep.run([{"n": 1}], lambda c: calls.append(c) or {"t": 1.0}, resume="any")
+    assert len(calls) == 1  # told to reuse any library's rows
+    sweep.run([{"n": 1}], lambda c: calls.append(c) or {"t": 1.0})
+    assert len(calls) == 2  # another library: measured again
+    assert sweep.read()["library_tree"].tolist() == ["tree-one", "tree-two"]
+    with pytest.raises(ValueError, match="resume must be True, False or 'any'"):
+        sweep.todo([{"n": 1}], resume="yes")
+
+
+def test_library_tree_is_the_committed_tree_of_a_clean_library():
+    import subprocess
+
+    from perflab.paths import REPO_ROOT, library_tree
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()  # fmt: skip
+
+    tree = library_tree()
+    assert tree and len(tree) == 40
+    if not git("status", "--porcelain", "--", "lib/perflab"):
+        assert tree == git("rev-parse", "HEAD:lib/perflab")
+    else:  # uncommitted changes: the tree they would commit, not HEAD's
+        assert tree != git("rev-parse", "HEAD:lib/perflab")

@@ -10,7 +10,7 @@
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
     perflab report [--results DIR] [--output DIR]
-    perflab noise-check [--runs N] [--burst]
+    perflab noise-check [--runs N] [--burst | --simulate]
     perflab kernels [--target sm_80|sm_90|sm_100 ...] [--dtype fp16 ...] [--head-dim D ...]
                     [--summary] [--format {table,csv}]
 
@@ -24,8 +24,9 @@ spills and shared memory per configuration; ``check-results`` flags contradictio
 results (exit 1 if any); ``report`` writes every table and figure of a results folder, with
 its provenance, as Markdown and HTML (tables also as LaTeX and Typst); ``noise-check`` measures
 how often ``perflab.bench.compare`` calls identical work different (A/A) and finds a 2x
-difference (A/B). Bad arguments exit with status 2 and a one-line message naming the valid
-choices.
+difference (A/B); ``--simulate``: the intervals' actual coverage against their stated confidence
+and the false-alarm rate, simulated at every round count (``perflab.bench.simulate``). Bad
+arguments exit with status 2 and a one-line message naming the valid choices.
 """
 
 from __future__ import annotations
@@ -314,6 +315,14 @@ def _check_results(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 
 def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.simulate:
+        from perflab.bench.simulate import SIMULATED_ROUNDS, coverage_table
+
+        for noise in ("quiet", "bursty"):
+            table = coverage_table(SIMULATED_ROUNDS, runs=args.runs, noise=noise,
+                                   adaptive_from=(8,))  # fmt: skip
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+        return 0
     from perflab.bench.comparison import noise_check
 
     table = noise_check(runs=args.runs, burst=args.burst)
@@ -322,6 +331,7 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         same=("verdict", lambda v: int((v == "same").sum())),
         slower=("verdict", lambda v: int((v == "slower").sum())),
         faster=("verdict", lambda v: int((v == "faster").sum())),
+        inconclusive=("verdict", lambda v: int((v == "inconclusive").sum())),
         median_ratio=("ratio_b_over_a", "median"),
         min_ratio=("ratio_b_over_a", "min"),
         max_ratio=("ratio_b_over_a", "max"),
@@ -329,7 +339,7 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(summary.to_string())
     aa, ab = summary.loc["A/A"], summary.loc["A/B 2x"]
     burst = " (under a burst of competing work)" if args.burst else ""
-    print(f"A/A false alarms: {int(aa.runs - aa.same)} of {int(aa.runs)}; "
+    print(f"A/A false alarms: {int(aa.faster + aa.slower)} of {int(aa.runs)}; "
           f"A/B 2x detected: {int(ab.slower)} of {int(ab.runs)}{burst}")  # fmt: skip
     return 0
 
@@ -425,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     noise = commands.add_parser("noise-check", help="A/A and A/B runs of perflab.bench.compare")
     noise.add_argument("--runs", type=_count(1), default=20, help="comparisons of each kind")
     noise.add_argument("--burst", action="store_true", help="under competing busy processes")
+    noise.add_argument(
+        "--simulate",
+        action="store_true",
+        help="simulated coverage and false alarms per round count (--runs each)",
+    )
     noise.set_defaults(handler=_noise_check, subparser=noise)
     return parser
 

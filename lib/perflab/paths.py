@@ -8,10 +8,12 @@ gets its own results folder, so CPU and GPU runs of the same notebook never mix.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 import torch
@@ -61,6 +63,12 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
             source += f" at commit {', '.join(commits)}" if commits else ""
         versions = sorted({str(v) for v in table.get("torch", pd.Series()).dropna()})
         source += f" with torch {', '.join(versions)}" if versions else ""
+        trees = sorted({str(t)[:10] for t in table.get("library_tree", pd.Series()).dropna()})
+        source += (
+            f"; library_tree {', '.join(trees)}"
+            if trees
+            else "; a historical record, measured before rows recorded their library_tree"
+        )
         table.attrs["source"] = source
         found[path.parent.name] = table
     return found
@@ -96,6 +104,36 @@ def git_commit() -> str | None:
     return commit + ("+dirty" if dirty else "")
 
 
+def _git(*args: str, env: dict | None = None) -> str:
+    return subprocess.run(
+        ["git", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env=None if env is None else {**os.environ, **env},
+    ).stdout.strip()
+
+
+@functools.cache
+def library_tree() -> str | None:
+    """The git tree id of ``lib/perflab/`` as it is on disk (first asked in this process): the
+    code that measured a row. Equal to ``git rev-parse HEAD:lib/perflab`` for a committed
+    library; for uncommitted changes, the id the tree would have once committed (computed
+    through a temporary index, leaving the repository's own untouched). ``$PERFLAB_LIBRARY_TREE``
+    wins when set (a copy of the tree without its ``.git``); None outside a git checkout."""
+    if os.environ.get("PERFLAB_LIBRARY_TREE"):
+        return os.environ["PERFLAB_LIBRARY_TREE"]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            _git("add", "lib/perflab", env=env)
+            return _git("write-tree", "--prefix=lib/perflab/", env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def library_versions() -> dict[str, str]:
     """Python's, torch's and perflab's versions, recorded with every result."""
     import platform
@@ -107,14 +145,15 @@ def library_versions() -> dict[str, str]:
 
 def save_table(table, path: str | Path, metadata: dict | None = None) -> Path:
     """``table`` (a DataFrame) as CSV at ``path``, and beside it ``<name>.json`` with
-    ``metadata`` (the notebook's settings, the machine), the time, the commit and the library
-    versions."""
+    ``metadata`` (the notebook's settings, the machine), the time, the commit, the library's
+    tree (``library_tree``) and the library versions."""
     path = Path(path)
     table.to_csv(path, index=False)
     record = {
         **(metadata or {}),
         "saved_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": git_commit(),
+        "library_tree": library_tree(),
         "versions": library_versions(),
     }
     path.with_suffix(".json").write_text(json.dumps(record, indent=2, default=str) + "\n")

@@ -109,7 +109,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "sharded_seq_len": 32768,
         "sharded_dtype": "bfloat16",
         "sharded_state": "bfloat16",  # fp32 state: 82 GB per rank, above an H100's memory
-        "sharded_steps": 3,
+        "sharded_steps": 5,
         "sharded_check": False,
     },
     "10_decoding": {
@@ -123,7 +123,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "rounds": 10,
         "cache_prompt_lens": [20, 400, 100, 1500],
         "cache_new_tokens": 16,  # no cache at 8B: every step runs each whole sequence again
-        "cache_rounds": 5,
+        "cache_rounds": 10,
         "kv_preset": "leaderboard-8B",
         "kv_prompt_lens": [100, 3000, 250, 1200, 40, 2000, 600, 80],
         "kv_new_tokens": [128, 16, 96, 64, 120, 32, 48, 100],

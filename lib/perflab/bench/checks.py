@@ -14,18 +14,44 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
 - **above the roofline**: a measured throughput whose 95% interval lies entirely above the
   bound computed for it (``tokens_per_s_low`` over ``roofline_tokens_per_s``, notebook 10);
 - **conclusion from an unstable measurement**: a row of ``conclusions.csv`` that concludes
-  ("faster", "slower" or another verdict) although it is marked unstable.
+  ("faster", "slower" or another verdict) although it is marked unstable;
+- **sweep row contradicts a verdict**: a comparison measured interleaved (columns ``a``, ``b``,
+  ``verdict``) says b is faster (slower) than a, while another table of the same folder shows
+  the same configuration (equal values in the columns both tables have) with b's time on the
+  other side of a's: beyond both intervals where the rows have them (``median_ci_*``), beyond
+  the noise band where they do not;
+- **unstable flag missing**: a table of medians (``median_s``, ``median_ms``, or a time with
+  ``*_unstable`` beside it elsewhere) without an ``unstable`` column, so an unstable row would
+  be shown like any other;
+- **confidence overstated**: an interval labelled with more confidence than its method gives: a
+  stored sentence whose "N% CI" exceeds its row's ``confidence``, a table whose ``verdict`` is
+  conclusive although its ``confidence`` is below 95%, or a column named ``ci95*`` beside a
+  level below 95% (a stated level with no confidence recorded is flagged in CPU folders; GPU
+  folders' sentences predate the record and stay as measured);
+- **"same" outside the band**: a verdict "same", or a sentence saying "no difference" or "the
+  same time", for an interval not inside 1 ± ``noise_band``;
+- **above the yardstick**: an achieved rate above the peak measured for it in the same row
+  (``achieved_flops_per_s`` over ``peak_flops_per_s``, ``achieved_bytes_per_s`` over
+  ``copy_bytes_per_s``);
+- **measured by other code**: in a CPU results folder, a table whose rows (``library_tree``)
+  or metadata do not record the library now in ``lib/perflab``; GPU folders are historical
+  records and keep their provenance.
 
 Rows whose ``status`` is not "ok" (out of memory, errors) are not checked.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from perflab.bench.comparison import NOISE_BAND
+from perflab.bench.stats import CONFIDENCE
 from perflab.model import PRESET_ALIASES, PRESETS, get_preset
+from perflab.paths import library_tree
 
 _SAME_CONFIGURATION = ("mode", "dtype", "context_length", "batch_size", "device")
 
@@ -96,26 +122,249 @@ def _conclusions(path: Path, frame: pd.DataFrame) -> list[dict]:
     if path.name != "conclusions.csv" or not {"unstable", "verdict"} <= set(frame.columns):
         return []
     unstable = frame["unstable"].astype(str).str.lower() == "true"
-    concluding = ~frame["verdict"].fillna("").isin(["", "none", "same"])
+    concluding = ~frame["verdict"].astype(object).fillna("").isin(
+        ["", "none", "same", "inconclusive"]
+    )
     return [
         _finding(path, "conclusion from an unstable measurement", f"{row.key}: {row.sentence}")
         for row in frame[unstable & concluding].itertuples()
     ]
 
 
-def check_results(directory: str | Path) -> pd.DataFrame:
-    """One row (file, rule, detail) per contradiction found in the CSVs under ``directory``."""
+def _band_of(row) -> float:
+    band = pd.to_numeric(getattr(row, "noise_band", None), errors="coerce")
+    return NOISE_BAND if pd.isna(band) else float(band)
+
+
+def _same_outside_band(path: Path, frame: pd.DataFrame) -> list[dict]:
+    if not {"ci_low", "ci_high"} <= set(frame.columns):
+        return []
+    findings = []
+    for index, row in frame.iterrows():
+        low, high = pd.to_numeric(row["ci_low"], errors="coerce"), pd.to_numeric(
+            row["ci_high"], errors="coerce")  # fmt: skip
+        if pd.isna(low) or pd.isna(high):
+            continue
+        band = _band_of(row)
+        inside = 1 - band <= low and high <= 1 + band
+        said_same = str(row.get("verdict", "")) == "same" or re.search(
+            r"no difference|the same time", str(row.get("sentence", "")))  # fmt: skip
+        if said_same and not inside:
+            findings.append(_finding(path, '"same" outside the band', (
+                f"row {index} ({row.get('key', row.get('b', ''))}): interval {low:.3g}–{high:.3g}"
+                f" is not inside 1 ± {band:.0%}")))  # fmt: skip
+    return findings
+
+
+def _overstated(path: Path, frame: pd.DataFrame, historical: bool = False) -> list[dict]:
+    findings = []
+    if "confidence" in frame.columns:
+        level = pd.to_numeric(frame["confidence"], errors="coerce")
+        for index, row in frame.iterrows():
+            if pd.isna(level[index]):
+                continue
+            for stated in re.findall(r"(\d+(?:\.\d+)?)% CI", str(row.get("sentence", ""))):
+                if float(stated) / 100 > level[index] + 1e-9:
+                    findings.append(
+                        _finding(
+                            path,
+                            "confidence overstated",
+                            (f"row {index}: '{stated}% CI' for an interval of {level[index]:.2%}"),
+                        )
+                    )
+            if (str(row.get("verdict", "")) in ("faster", "slower", "same")
+                    and level[index] < CONFIDENCE - 1e-9):  # fmt: skip
+                findings.append(
+                    _finding(
+                        path,
+                        "confidence overstated",
+                        (
+                            f"row {index}: verdict {row['verdict']!r} from a "
+                            f"{level[index]:.2%} interval"
+                        ),
+                    )
+                )
+    elif path.name == "conclusions.csv" and "sentence" in frame.columns and not historical:
+        for index, sentence in frame["sentence"].astype(str).items():
+            if re.search(r"\d% CI|\d% interval", sentence):
+                findings.append(
+                    _finding(
+                        path,
+                        "confidence overstated",
+                        (f"row {index}: a stated level without the interval's confidence recorded"),
+                    )
+                )
+    for column in (c for c in frame.columns if "ci95" in c):
+        levels = [c for c in frame.columns if c.endswith("ci_level")]
+        for level_column in levels:
+            low = pd.to_numeric(frame[level_column], errors="coerce") < CONFIDENCE - 1e-9
+            if low.any():
+                findings.append(
+                    _finding(
+                        path,
+                        "confidence overstated",
+                        (f"{column}: {int(low.sum())} rows with {level_column} below 95%"),
+                    )
+                )
+    return findings
+
+
+def _unstable_missing(path: Path, frame: pd.DataFrame) -> list[dict]:
+    if path.name == "conclusions.csv" or "unstable" in frame.columns:
+        return []
+    medians = [c for c in ("median_s", "median_ms") if c in frame.columns]
+    paired = {"a", "b", "verdict"} <= set(frame.columns)  # interleaved: the verdict is the flag
+    if not medians or paired:
+        return []
+    return [_finding(path, "unstable flag missing", f"{medians[0]} without an unstable column")]
+
+
+def _above_yardstick(path: Path, frame: pd.DataFrame) -> list[dict]:
+    findings = []
+    for achieved, peak in (("achieved_flops_per_s", "peak_flops_per_s"),
+                           ("achieved_bytes_per_s", "copy_bytes_per_s")):  # fmt: skip
+        if not {achieved, peak} <= set(frame.columns):
+            continue
+        above = _numeric(frame, achieved) > _numeric(frame, peak)
+        for index in frame.index[above]:
+            findings.append(_finding(path, "above the yardstick", (
+                f"row {index}: {achieved} {frame.at[index, achieved]:.4g} above {peak} "
+                f"{frame.at[index, peak]:.4g}")))  # fmt: skip
+    return findings
+
+
+_TIME_COLUMNS = ("median_s", "end_to_end_s", "step_s", "forward_s")
+
+
+def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -> list[dict]:
+    findings = []
+    for path, comparisons in tables.items():
+        if not {"a", "b", "verdict"} <= set(comparisons.columns):
+            continue
+        for other_path, sweep in tables.items():
+            if other_path == path or other_path.parent != path.parent:
+                continue
+            time_column = next((c for c in _TIME_COLUMNS if c in sweep.columns), None)
+            shared = [
+                c
+                for c in comparisons.columns
+                if c in sweep.columns
+                and c
+                not in (
+                    "a",
+                    "b",
+                    "verdict",
+                    "status",
+                    "error",
+                    "measured_at",
+                    "commit",
+                    "library_tree",
+                    "median_a_s",
+                    "median_b_s",
+                )
+            ]
+            if time_column is None or not shared:
+                continue
+            for row in comparisons.itertuples(index=False):
+                if row.verdict not in ("faster", "slower"):
+                    continue
+                match = sweep
+                for column in shared:
+                    match = match[match[column].astype(str) == str(getattr(row, column))]
+                named = {}
+                for column in sweep.columns:
+                    values = match[column].astype(str)
+                    if (values == row.a).any() and (values == row.b).any():
+                        named = {
+                            "a": match[values == row.a].iloc[-1],
+                            "b": match[values == row.b].iloc[-1],
+                        }
+                        break
+                if not named:
+                    continue
+                ta, tb = float(named["a"][time_column]), float(named["b"][time_column])
+                band = _band_of(row)
+                if {"median_ci_low_s", "median_ci_high_s"} <= set(sweep.columns):
+                    b_faster = named["b"]["median_ci_high_s"] < named["a"]["median_ci_low_s"]
+                    b_slower = named["b"]["median_ci_low_s"] > named["a"]["median_ci_high_s"]
+                else:
+                    b_faster, b_slower = tb < (1 - band) * ta, tb > (1 + band) * ta
+                if (row.verdict == "slower" and b_faster) or (row.verdict == "faster" and b_slower):
+                    where = ", ".join(f"{c}={getattr(row, c)}" for c in shared)
+                    findings.append(_finding(other_path, "sweep row contradicts a verdict", (
+                        f"{row.b} vs {row.a} at {where}: {path.name} says {row.verdict!r}, the "
+                        f"shown {time_column} is {tb / ta:.2f}x")))  # fmt: skip
+    return findings
+
+
+def _is_gpu_folder(folder: Path) -> bool:
+    """A results folder of a GPU run: its metadata names a CUDA (or ROCm) device."""
+    for sidecar in folder.glob("*.json"):
+        try:
+            machine = json.loads(sidecar.read_text()).get("machine", {})
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(machine, dict) and str(machine.get("device", "")).startswith("cuda"):
+            return True
+    return folder.name.startswith(("nvidia", "amd-instinct"))
+
+
+def _other_library(path: Path, frame: pd.DataFrame, full: Path, tree: str | None) -> list[dict]:
+    if tree is None or _is_gpu_folder(full.parent):
+        return []
+    if "library_tree" in frame.columns and "measured_at" in frame.columns:
+        trees = frame["library_tree"].astype(object).fillna("").astype(str)
+        other = trees != tree
+        if other.any():
+            seen = ", ".join(sorted({t[:10] or "none" for t in trees[other]}))
+            return [_finding(path, "measured by other code", (
+                f"{int(other.sum())} of {len(frame)} rows by library_tree {seen}, not the "
+                f"shipped {tree[:10]}"))]  # fmt: skip
+        return []
+    if path.name == "conclusions.csv":
+        recorded = (
+            frame.get("library_tree", pd.Series("", index=frame.index)).astype(object).fillna("")
+        )
+        stale = recorded.astype(str) != tree
+        return [_finding(path, "measured by other code", f"{int(stale.sum())} conclusions from "
+                         "another library")] if stale.any() else []  # fmt: skip
+    sidecar = full.with_suffix(".json")
+    if "measured_at" in frame.columns:
+        return [_finding(path, "measured by other code", "rows record no library_tree")]
+    if sidecar.exists():
+        try:
+            recorded = json.loads(sidecar.read_text()).get("library_tree")
+        except (ValueError, AttributeError):
+            recorded = None
+        if recorded != tree:
+            return [_finding(path, "measured by other code", (
+                f"{sidecar.name} records library_tree {str(recorded)[:10]}, not the shipped "
+                f"{tree[:10]}"))]  # fmt: skip
+    return []
+
+
+def check_results(directory: str | Path, library: str | None = "current") -> pd.DataFrame:
+    """One row (file, rule, detail) per contradiction found in the CSVs under ``directory``.
+    CPU rows are held to ``library`` (default: the tree of ``lib/perflab`` on disk; None skips
+    that rule)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"no results folder {str(directory)!r}")
-    findings = []
+    tree = library_tree() if library == "current" else library
+    findings, tables = [], {}
     for path in sorted(directory.rglob("*.csv")):
         frame = pd.read_csv(path)
         if "status" in frame:
             frame = frame[frame["status"].fillna("ok") == "ok"]
         name = path.relative_to(directory)
+        tables[name] = frame
         findings += (_bounds(name, frame) + _preset_order(name, frame) + _roofline(name, frame)
-                     + _conclusions(name, frame))  # fmt: skip
+                     + _conclusions(name, frame) + _same_outside_band(name, frame)
+                     + _overstated(name, frame, _is_gpu_folder(path.parent))
+                     + _unstable_missing(name, frame)
+                     + _above_yardstick(name, frame)
+                     + _other_library(name, frame, path, tree))  # fmt: skip
+    findings += _sweep_against_verdicts(directory, tables)
     return pd.DataFrame(findings, columns=["file", "rule", "detail"])
 
 

@@ -9,10 +9,21 @@ each. A round's time of a is the faster of its two calls, likewise b (a disturba
 one call is dropped), and the round gives the paired ratio r = t_b / t_a; a disturbance that
 lasts longer than a round slows both sides and cancels in r.
 
-``ratio`` is the median of the rounds' ratios and ``ci`` its 95% percentile-bootstrap interval
-over rounds (``perflab.bench.stats``). The verdict (b against a) follows Criterion.rs: "same"
-unless the whole interval lies outside the noise band 1 ± ``noise_band`` (default ±3%):
-"faster" when the interval lies below 1 - band (b takes less time), "slower" above 1 + band.
+``ratio`` is the median of the rounds' ratios and ``ci`` its distribution-free interval
+(``perflab.bench.stats.median_interval``), whose real ``confidence`` the ``Comparison`` carries:
+6 rounds give 96.8%, 3 rounds only 75%. Four verdicts (b against a), in the manner of
+Criterion.rs's noise threshold: "faster" when the whole interval lies below 1 - band (b takes
+less time), "slower" when it lies above 1 + band, "same" when it lies inside 1 ± band (default
+±3%), and "inconclusive" otherwise, or whenever the interval's confidence is below the 95% asked
+for (fewer than 6 rounds). The levels are claims, tested by simulation
+(``perflab.bench.simulate``, ``tests/test_coverage.py``).
+
+**Adaptive rounds** (``budget_s``): the rounds are looked at after ``rounds``, 2 x, 4 x ... up to
+``max_rounds``, stopping at the first conclusive verdict or when the next look would overrun
+the time budget. Looking several times and stopping when it looks conclusive would inflate the
+false alarms, so each look's interval is taken at 1 - alpha / (number of planned looks)
+(Bonferroni): whichever look stops, the reported interval holds with at least the stated
+confidence.
 """
 
 from __future__ import annotations
@@ -28,16 +39,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.stats import CONFIDENCE, bootstrap_ci
+from perflab.bench.stats import CONFIDENCE, is_unstable, level_text, max_level, median_interval
 from perflab.device import synchronize
 
 NOISE_BAND = 0.03
-VERDICTS = ("same", "faster", "slower")
+VERDICTS = ("same", "faster", "slower", "inconclusive")
+MAX_ROUNDS = 48
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """b against a: paired per-round times, the ratio b / a with its interval, the verdict."""
+    """b against a: paired per-round times, the ratio b / a with its interval and that
+    interval's real confidence, the verdict."""
 
     name_a: str
     name_b: str
@@ -46,11 +59,17 @@ class Comparison:
     ratio: float  # median over rounds of time_b / time_a
     ci: tuple[float, float]
     noise_band: float
-    confidence: float = CONFIDENCE
+    confidence: float  # what the interval gives (at least this, for adaptive rounds)
+    required: float = CONFIDENCE  # what a verdict asks for
+    looks: int = 1  # how often the rounds were looked at (adaptive rounds: more than one)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.times_a)
 
     @property
     def verdict(self) -> str:
-        return verdict(self.ci, self.noise_band)
+        return verdict(self.ci, self.noise_band, self.confidence, self.required)
 
     @property
     def speedup(self) -> float:
@@ -59,7 +78,8 @@ class Comparison:
 
     def sentence(self) -> str:
         """The conclusion in words, computed from the verdict."""
-        return describe_ratio(self.name_a, self.name_b, self.ratio, self.ci, self.noise_band)
+        return describe_ratio(self.name_a, self.name_b, self.ratio, self.ci, self.noise_band,
+                              self.confidence, self.required)  # fmt: skip
 
     def as_row(self) -> dict:
         """A flat dict for a results table."""
@@ -71,42 +91,81 @@ class Comparison:
             "ratio_b_over_a": self.ratio,
             "ci_low": self.ci[0],
             "ci_high": self.ci[1],
-            "rounds": len(self.times_a),
+            "confidence": self.confidence,
+            "rounds": self.rounds,
+            "looks": self.looks,
             "noise_band": self.noise_band,
             "verdict": self.verdict,
         }
 
 
-def verdict(ci: tuple[float, float], noise_band: float = NOISE_BAND) -> str:
+def verdict(ci: tuple[float, float], noise_band: float = NOISE_BAND,
+            confidence: float = CONFIDENCE, required: float = CONFIDENCE) -> str:  # fmt: skip
     """ "faster" / "slower" when the whole interval of time_b / time_a lies below 1 - band /
-    above 1 + band; "same" otherwise."""
+    above 1 + band, "same" when it lies inside 1 ± band, "inconclusive" otherwise or when the
+    interval's ``confidence`` is below the ``required`` one."""
     low, high = ci
+    if confidence < required - 1e-12:
+        return "inconclusive"
     if high < 1 - noise_band:
         return "faster"
     if low > 1 + noise_band:
         return "slower"
-    return "same"
+    if 1 - noise_band <= low and high <= 1 + noise_band:
+        return "same"
+    return "inconclusive"
 
 
 def describe_ratio(name_a: str, name_b: str, ratio: float, ci: tuple[float, float],
-                   noise_band: float = NOISE_BAND) -> str:  # fmt: skip
-    """'b is 1.80x faster than a (95% CI 1.62–1.97x)'; for the verdict "same", either 'the same
-    time within the noise band' (the whole interval inside it) or 'no difference beyond noise
-    established' (the interval reaches into the band but does not lie inside it)."""
+                   noise_band: float = NOISE_BAND, confidence: float = CONFIDENCE,
+                   required: float = CONFIDENCE) -> str:  # fmt: skip
+    """'b is 1.80x faster than a (95% CI 1.62–1.97x)' with the interval's real level; 'the same
+    time within the ±3% noise band' only when the whole interval lies inside it; otherwise 'not
+    established' with the reason (the interval reaches past the band, or too few rounds)."""
     low, high = ci
-    result = verdict(ci, noise_band)
+    level = level_text(confidence)
+    result = verdict(ci, noise_band, confidence, required)
     if result == "faster":
         return (f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
-                f"(95% CI {1 / high:.2f}–{1 / low:.2f}x)")  # fmt: skip
+                f"({level} CI {1 / high:.2f}–{1 / low:.2f}x)")  # fmt: skip
     if result == "slower":
         return (f"{name_b} is {ratio:.2f}x slower than {name_a} "
-                f"(95% CI {low:.2f}–{high:.2f}x)")  # fmt: skip
-    if 1 - noise_band <= low and high <= 1 + noise_band:
+                f"({level} CI {low:.2f}–{high:.2f}x)")  # fmt: skip
+    if result == "same":
         return (f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
-                f"(time ratio {ratio:.2f}, 95% CI {low:.2f}–{high:.2f})")  # fmt: skip
-    return (f"no difference between {name_b} and {name_a} beyond noise is established: time "
-            f"ratio {ratio:.2f} (95% CI {low:.2f}–{high:.2f} reaches into the ±{noise_band:.0%} "
-            "noise band)")  # fmt: skip
+                f"(time ratio {ratio:.2f}, {level} CI {low:.2f}–{high:.2f})")  # fmt: skip
+    if confidence < required - 1e-12:
+        reason = (f"the interval's confidence is {level}, below the {level_text(required)} a "
+                  "verdict needs: more rounds")  # fmt: skip
+    else:
+        reason = f"the interval is neither outside nor inside the ±{noise_band:.0%} noise band"
+    return (
+        f"a difference between {name_b} and {name_a} is not established (time ratio "
+        f"{ratio:.2f}, {level} CI {low:.2f}–{high:.2f}: {reason})"
+    )
+
+
+def look_schedule(rounds: int, max_rounds: int) -> list[int]:
+    """The round counts at which adaptive rounds look: ``rounds``, doubling, up to and
+    including ``max_rounds``."""
+    looks = [rounds]
+    while looks[-1] < max_rounds:
+        looks.append(min(2 * looks[-1], max_rounds))
+    return looks
+
+
+def _per_look_confidence(looks: int, confidence: float) -> float:
+    return 1 - (1 - confidence) / looks
+
+
+def first_look_rounds(max_rounds: int = MAX_ROUNDS, confidence: float = CONFIDENCE) -> int:
+    """The fewest rounds that can reach a verdict at the first look of adaptive rounds (8 for
+    95% with looks up to 48 rounds)."""
+    rounds = 2
+    while max_level(rounds) < _per_look_confidence(len(look_schedule(rounds, max_rounds)),
+                                                    confidence):  # fmt: skip
+        rounds += 1
+    return rounds
 
 
 def compare(
@@ -119,15 +178,23 @@ def compare(
     noise_band: float = NOISE_BAND,
     names: tuple[str, str] = ("a", "b"),
     seed: int = 0,
+    budget_s: float | None = None,
+    max_rounds: int = MAX_ROUNDS,
+    confidence: float = CONFIDENCE,
 ) -> Comparison:
-    """Time ``fn_a`` and ``fn_b`` interleaved for ``rounds`` rounds (see the module docstring)
-    and return the ``Comparison`` of b against a."""
-    if not isinstance(rounds, int) or rounds < 2:
+    """Time ``fn_a`` and ``fn_b`` interleaved (see the module docstring) and return the
+    ``Comparison`` of b against a: ``rounds`` rounds, or with ``budget_s`` adaptive rounds from
+    ``rounds`` (at least ``first_look_rounds``) up to ``max_rounds``."""
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2, got {rounds!r}")
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an integer >= 0, got {warmup!r}")
     if not 0 <= noise_band < 1:
         raise ValueError(f"noise_band must be in [0, 1), got {noise_band!r}")
+    if budget_s is not None and not budget_s > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds or None, got {budget_s!r}")
+    if budget_s is not None and not (isinstance(max_rounds, int) and max_rounds >= rounds):
+        raise ValueError(f"max_rounds must be an integer >= rounds ({rounds}), got {max_rounds!r}")
     device = torch.device(device)
 
     def timed(fn: Callable[[], object]) -> float:
@@ -137,26 +204,66 @@ def compare(
         synchronize(device)
         return time.perf_counter() - start
 
+    started = time.perf_counter()
     for _ in range(warmup):
         fn_a()
         fn_b()
-    order = np.random.default_rng(seed).integers(0, 2, size=rounds)
-    times_a, times_b = [], []
-    for a_first in order:
-        if a_first:
+    order = np.random.default_rng(seed).integers(0, 2, size=max(rounds, max_rounds))
+    timing_started = time.perf_counter()
+
+    def take_round(index: int) -> tuple[float, float]:
+        if order[index]:
             a1, b1, b2, a2 = timed(fn_a), timed(fn_b), timed(fn_b), timed(fn_a)
         else:
             b1, a1, a2, b2 = timed(fn_b), timed(fn_a), timed(fn_a), timed(fn_b)
-        times_a.append(min(a1, a2))
-        times_b.append(min(b1, b2))
-    return paired_comparison(times_a, times_b, names=names, noise_band=noise_band)
+        return min(a1, a2), min(b1, b2)
+
+    def within_budget(done: int, next_look: int) -> bool:
+        per_round = (time.perf_counter() - timing_started) / done
+        return time.perf_counter() - started + per_round * (next_look - done) <= budget_s
+
+    return interleaved_rounds(take_round, rounds=rounds, adaptive=budget_s is not None,
+                              max_rounds=max_rounds, may_continue=within_budget, names=names,
+                              noise_band=noise_band, confidence=confidence)  # fmt: skip
+
+
+def interleaved_rounds(take_round: Callable[[int], tuple[float, float]], *, rounds: int,
+                       adaptive: bool = False, max_rounds: int = MAX_ROUNDS,
+                       may_continue: Callable[[int, int], bool] = lambda done, next_look: True,
+                       names: tuple[str, str] = ("a", "b"), noise_band: float = NOISE_BAND,
+                       confidence: float = CONFIDENCE) -> Comparison:  # fmt: skip
+    """The rounds of a comparison and when to stop: ``take_round(i)`` gives round i's times of a
+    and b (``compare`` times them; ``perflab.bench.simulate`` draws them). Fixed: ``rounds``
+    rounds. Adaptive: looks at ``look_schedule``, each at the Bonferroni level, until a
+    conclusive verdict, the last look, or ``may_continue(rounds_done, next_look)`` says no."""
+    if not adaptive:
+        times = [take_round(i) for i in range(rounds)]
+        return paired_comparison(*zip(*times, strict=True), names=names, noise_band=noise_band,
+                                 confidence=confidence)  # fmt: skip
+    looks = look_schedule(max(rounds, first_look_rounds(max_rounds, confidence)), max_rounds)
+    level = _per_look_confidence(len(looks), confidence)
+    times: list[tuple[float, float]] = []
+    for looked, target in enumerate(looks, start=1):
+        times += [take_round(i) for i in range(len(times), target)]
+        result = paired_comparison(*zip(*times, strict=True), names=names,
+                                   noise_band=noise_band, confidence=level)  # fmt: skip
+        if (looked == len(looks) or result.verdict != "inconclusive"
+                or not may_continue(target, looks[looked])):  # fmt: skip
+            break
+    # Whichever look stopped, its interval holds with at least 1 - alpha (Bonferroni over the
+    # planned looks): the Comparison states that overall level; its verdict is the look's.
+    overall = confidence if result.confidence >= level - 1e-12 else result.confidence
+    return Comparison(result.name_a, result.name_b, result.times_a, result.times_b, result.ratio,
+                      result.ci, noise_band, overall, confidence, looked)  # fmt: skip
 
 
 def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
-                      noise_band: float = NOISE_BAND) -> Comparison:  # fmt: skip
+                      noise_band: float = NOISE_BAND,
+                      confidence: float = CONFIDENCE) -> Comparison:  # fmt: skip
     """The ``Comparison`` of per-round times measured in turns elsewhere (``compare``, or a
     benchmark whose variants take turns, as notebook 07's DDP rounds): element i of both
-    sequences must come from the same round."""
+    sequences must come from the same round. The interval is the narrowest whose level reaches
+    ``confidence`` (or [min, max] with its lower level, and the verdict "inconclusive")."""
     times_a, times_b = np.asarray(times_a, dtype=float), np.asarray(times_b, dtype=float)
     if times_a.shape != times_b.shape or times_a.size < 2:
         raise ValueError(
@@ -164,25 +271,33 @@ def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
             f"{times_b.size}"
         )
     ratios = times_b / times_a
+    interval = median_interval(ratios, confidence)
     return Comparison(
         names[0], names[1], tuple(times_a.tolist()), tuple(times_b.tolist()),
-        float(np.median(ratios)), bootstrap_ci(ratios), noise_band,
+        float(np.median(ratios)), (interval.low, interval.high), noise_band, interval.level,
+        confidence,
     )  # fmt: skip
 
 
 def paired_table(times: dict[str, list[float]], reference: str,
                  label: str = "name") -> pd.DataFrame:  # fmt: skip
     """Each entry of ``times`` (seconds per round, the entries timed in turns within each round)
-    against ``reference``: its median, the paired ratio with its 95% interval, and the verdict
-    (``paired_comparison``); one row per entry, named in the column ``label``."""
+    against ``reference``: its median, the paired ratio with its interval and that interval's
+    confidence, and the verdict (``paired_comparison``), and whether its own times are
+    ``unstable``; one row per entry, named in the column ``label``."""
     if reference not in times:
         raise ValueError(f"reference {reference!r} is not among the timed: {', '.join(times)}")
     rows = []
     for name, samples in times.items():
-        row = {label: name, "median_ms": float(pd.Series(samples).median()) * 1e3}
+        row = {
+            label: name,
+            "median_ms": float(pd.Series(samples).median()) * 1e3,
+            "unstable": is_unstable(samples),
+        }
         if name != reference:
             result = paired_comparison(times[reference], samples, names=(reference, name))
             row.update(vs_reference=result.ratio, ci_low=result.ci[0], ci_high=result.ci[1],
+                       confidence=result.confidence, rounds=result.rounds,
                        verdict=result.verdict)  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)

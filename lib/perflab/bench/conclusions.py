@@ -14,21 +14,39 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from perflab.bench.comparison import Comparison
-from perflab.paths import git_commit
+from perflab.paths import git_commit, library_tree
 
-FIELDS = ("key", "sentence", "verdict", "unstable", "concluded_at", "commit")
+FIELDS = (
+    "key",
+    "sentence",
+    "verdict",
+    "unstable",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "confidence",
+    "noise_band",
+    "concluded_at",
+    "commit",
+    "library_tree",
+)
 UNSTABLE_SENTENCE = "no conclusion: the measurement behind it is unstable (IQR > 25% of median)"
 
 
 def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
-             unstable: bool = False, verdict: str = "") -> str:  # fmt: skip
+             unstable: bool = False, verdict: str = "",
+             comparison: Comparison | None = None) -> str:  # fmt: skip
     """The sentence for ``evidence`` (a Comparison's own sentence, or one computed by the
-    caller), replaced by ``UNSTABLE_SENTENCE`` when ``unstable``; stored under ``key`` (a
-    re-run replaces the row of the same key)."""
+    caller, then with the ``comparison`` it rests on where there is one), replaced by
+    ``UNSTABLE_SENTENCE`` when ``unstable``; stored under ``key`` with the comparison's ratio,
+    interval, confidence and band, so that ``perflab check-results`` can hold the sentence to
+    them (a re-run replaces the row of the same key)."""
     if isinstance(evidence, Comparison):
-        sentence, verdict = evidence.sentence(), evidence.verdict
+        sentence, verdict, comparison = evidence.sentence(), evidence.verdict, evidence
     else:
         sentence = evidence
+        if comparison is not None and not verdict:
+            verdict = comparison.verdict
     if unstable:
         sentence, verdict = f"{key}: {UNSTABLE_SENTENCE}", "none"
     path = Path(out) / "conclusions.csv"
@@ -36,13 +54,17 @@ def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
     if path.exists():
         with path.open(newline="") as f:
             rows = [row for row in csv.DictReader(f) if row["key"] != key]
+    numbers = {} if comparison is None else {
+        "ratio": comparison.ratio, "ci_low": comparison.ci[0], "ci_high": comparison.ci[1],
+        "confidence": comparison.confidence, "noise_band": comparison.noise_band,
+    }  # fmt: skip
     rows.append({
-        "key": key, "sentence": sentence, "verdict": verdict, "unstable": unstable,
+        "key": key, "sentence": sentence, "verdict": verdict, "unstable": unstable, **numbers,
         "concluded_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": git_commit() or "",
+        "commit": git_commit() or "", "library_tree": library_tree() or "",
     })  # fmt: skip
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
     return sentence

@@ -32,7 +32,8 @@ def compare_timers(
     rounds: int = 3,
 ) -> pd.DataFrame:
     """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each
-    timer's time over the workbook's with its 95% interval and verdict.
+    timer's time over the workbook's with its interval, that interval's confidence and the
+    verdict.
 
     The timers take turns for ``rounds`` rounds (each reports its median per round), so that
     a slow phase of a shared machine does not land on one timer only; the ratio is the paired
@@ -69,6 +70,6 @@ def compare_timers(
         rows.append({
             "n": n, "rounds": rounds, "timer": timer, "median_s": float(np.median(values)),
             "ratio_to_perflab": paired.ratio, "ci_low": paired.ci[0], "ci_high": paired.ci[1],
-            "verdict": paired.verdict,
+            "confidence": paired.confidence, "verdict": paired.verdict,
         })  # fmt: skip
     return pd.DataFrame(rows)

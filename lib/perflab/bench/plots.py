@@ -7,6 +7,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from perflab.bench.stats import level_text
+
 
 def plot_phases(breakdown: pd.DataFrame) -> Figure:
     """Stacked bars: forward, backward and optimizer seconds per preset."""
@@ -37,11 +39,27 @@ def plot_warmup(samples: pd.DataFrame) -> Figure:
 def plot_attention_sweep(rows: pd.DataFrame, columns: dict[str, str], hue: str,
                          style: str) -> Figure:  # fmt: skip
     """One panel per column (title: its label) against sequence length, log-log, for the
-    attention sweeps of notebooks 05 and 06; rows that did not run ("oom", "error") left out."""
+    attention sweeps of notebooks 05 and 06; rows that did not run ("oom", "error") left out.
+    A time whose row flags it unstable (``forward_unstable`` beside ``forward_s``) is circled
+    by a hollow marker: read it with care, no conclusion is drawn from it."""
     ok = rows[rows["status"] == "ok"] if "status" in rows else rows
     fig, axes = plt.subplots(1, len(columns), figsize=(5 * len(columns), 3.5), squeeze=False)
     for ax, (column, label) in zip(axes[0], columns.items(), strict=True):
         sns.lineplot(data=ok, x="seq_len", y=column, hue=hue, style=style, marker="o", ax=ax)
+        flag = column.removesuffix("_s") + "_unstable"
+        if flag in ok:
+            shaky = ok[ok[flag].astype(str).str.lower() == "true"]
+            if len(shaky):
+                ax.scatter(
+                    shaky["seq_len"],
+                    shaky[column],
+                    s=120,
+                    facecolors="none",
+                    edgecolors="black",
+                    zorder=3,
+                    label="unstable (IQR > 25%)",
+                )
+                ax.legend(fontsize=7)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(label)
@@ -50,12 +68,20 @@ def plot_attention_sweep(rows: pd.DataFrame, columns: dict[str, str], hue: str,
 
 
 def plot_comparisons(table: pd.DataFrame, x: str, title: str) -> Figure:
-    """Bars of time b / time a (``Comparison.as_row`` rows) with their 95% intervals as error
-    bars, the ±noise band shaded around 1: a bar whose interval leaves the band is a verdict."""
+    """Bars of time b / time a (``Comparison.as_row`` rows) with their intervals as error bars
+    (each at the confidence in its row), the ±noise band shaded around 1: a filled bar is a
+    verdict (faster, slower, same), a hollow hatched one is inconclusive."""
     fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(table)), 3.5))
     ratio = table["ratio_b_over_a"]
     errors = [ratio - table["ci_low"], table["ci_high"] - ratio]
-    ax.bar(table[x].astype(str), ratio, yerr=errors, capsize=4, color="tab:blue")
+    conclusive = (table["verdict"] != "inconclusive") if "verdict" in table else True
+    bars = ax.bar(table[x].astype(str), ratio, yerr=errors, capsize=4, color="tab:blue")
+    for bar, solid in zip(bars, pd.Series(conclusive, index=table.index), strict=True):
+        if not solid:
+            bar.set(facecolor="none", edgecolor="tab:blue", hatch="//")
+    if "confidence" in table:
+        levels = sorted({level_text(c) for c in table["confidence"]})
+        ax.set_xlabel(f"{x} (intervals: {', '.join(levels)} confidence; hatched: inconclusive)")
     band = float(table["noise_band"].iloc[0])
     ax.axhspan(1 - band, 1 + band, color="gray", alpha=0.3, label=f"noise band ±{band:.0%}")
     ax.axhline(1.0, color="gray", linewidth=1)

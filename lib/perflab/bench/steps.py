@@ -383,13 +383,23 @@ def benchmark_sweep(
 
 
 def compare_configs(config_a: BenchConfig, config_b: BenchConfig, device: torch.device, *,
-                    rounds: int = 10, warmup: int = 2) -> Comparison:  # fmt: skip
+                    rounds: int = 10, warmup: int = 2,
+                    budget_s: float | None = None) -> Comparison:  # fmt: skip
     """The steps of two configurations (e.g. float32 and bfloat16 autocast) built side by side
-    and timed interleaved by ``perflab.bench.compare``: b against a."""
+    and timed interleaved by ``perflab.bench.compare`` (adaptive rounds within ``budget_s``
+    seconds when given): b against a."""
     step_a, step_b = build_step(config_a, device), build_step(config_b, device)
     names = (_difference(config_a, config_b), _difference(config_b, config_a))
     try:
-        return compare(step_a, step_b, rounds=rounds, warmup=warmup, device=device, names=names)
+        return compare(
+            step_a,
+            step_b,
+            rounds=rounds,
+            warmup=warmup,
+            device=device,
+            names=names,
+            budget_s=budget_s,
+        )
     finally:
         del step_a, step_b
         gc.collect()

@@ -2,10 +2,12 @@
 
 Each configuration's result row is appended to a CSV and flushed to disk as soon as it is
 measured, so a crash, an interrupt or a killed kernel keeps every finished row; a re-run skips
-the configurations whose key is already in the file (each row says when it was measured in
-``measured_at``). Failures such as out-of-memory become rows (``status`` "oom" or "error") and
-the sweep goes on. Metadata (device, versions, what the key is) lives beside the CSV in a JSON
-file of the same name.
+the configurations whose key is already in the file, measured by the same library (each row
+says when it was measured, ``measured_at``, at which commit, and by which code: ``library_tree``,
+the git tree of ``lib/perflab``; rows of other code are measured again unless ``resume="any"``).
+Failures such as out-of-memory become rows (``status`` "oom" or "error") and the sweep goes on.
+Metadata (device, versions, what the key is) lives beside the CSV in a JSON file of the same
+name.
 
 Used by notebooks 01 and 03 (timings), 04 (peak memory); every sweep of the workbook goes
 through it.
@@ -24,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.paths import git_commit
+from perflab.paths import git_commit, library_tree
 from perflab.progress import progress
 
 
@@ -85,9 +87,12 @@ class Sweep:
                 row.update({k: _as_csv_text(v) for k, v in self.fill_key(row).items()})
         return fields, rows  # the header as written: a new key column makes append rewrite
 
-    def done(self) -> set[tuple[str, ...]]:
-        """Keys of the rows already in the file."""
-        return {self.key_of(row) for row in self._rows()[1]}
+    def done(self, any_library: bool = False) -> set[tuple[str, ...]]:
+        """Keys of the rows already in the file that the current library measured (any
+        library's with ``any_library``)."""
+        tree = library_tree() or ""
+        return {self.key_of(row) for row in self._rows()[1]
+                if any_library or row.get("library_tree", "") == tree}  # fmt: skip
 
     def append(self, row: dict) -> None:
         """Add one row and force it to disk. A row with new columns rewrites the file (atomically)
@@ -120,15 +125,18 @@ class Sweep:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         stored = json.loads(self.metadata_path.read_text()) if self.metadata_path.exists() else {}
         merged = {**stored, **self.metadata, "key": list(self.key), "updated": now,
-                  "commit": git_commit()}  # fmt: skip
+                  "commit": git_commit(), "library_tree": library_tree()}  # fmt: skip
         merged.setdefault("created", now)
         self.metadata_path.parent.mkdir(parents=True, exist_ok=True)
         self.metadata_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
-    def todo(self, configs: Iterable[dict], *, resume: bool = True) -> list[dict]:
+    def todo(self, configs: Iterable[dict], *, resume: bool | str = True) -> list[dict]:
         """Prepare the files (repair a cut-off last line, write the metadata) and return the
-        ``configs`` not measured yet (all of them when ``resume`` is False). For sweeps that
-        measure several configurations in one go (notebook 07's launches) and ``record`` them."""
+        ``configs`` not measured yet by this library (``resume=True``), by any library
+        (``resume="any"``), or all of them (``resume=False``). For sweeps that measure several
+        configurations in one go (notebook 07's launches) and ``record`` them."""
+        if resume not in (True, False, "any"):
+            raise ValueError(f"resume must be True, False or 'any', got {resume!r}")
         configs = list(configs)
         for config in configs:
             missing = [k for k in self.key if k not in config]
@@ -136,28 +144,40 @@ class Sweep:
                 raise ValueError(f"configuration {config} lacks key fields {missing}")
         self._repair()
         self._write_metadata()
-        done = self.done() if resume else set()
+        done = self.done(any_library=resume == "any") if resume else set()
         return [config for config in configs if self.key_of(config) not in done]
 
     def record(self, row: dict) -> None:
-        """Append ``row`` stamped with ``measured_at`` and the ``commit`` it was measured at."""
+        """Append ``row`` stamped with ``measured_at``, the ``commit`` and the ``library_tree``
+        it was measured at."""
         if not hasattr(self, "_commit"):
             self._commit = git_commit() or ""
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        self.append({**row, "measured_at": now, "commit": self._commit})
+        self.append({**row, "measured_at": now, "commit": self._commit,
+                     "library_tree": library_tree() or ""})  # fmt: skip
 
     def earlier_rows_note(self, rows: pd.DataFrame, measured_now: int) -> str | None:
         """A line saying which of ``rows`` (as ``select`` returned them) were measured before
-        this run, when and at which commit; None when all were measured now."""
+        this run, when, at which commit and by which library (how many by another than this
+        one); None when all were measured now."""
         earlier = len(rows) - measured_now
         if earlier <= 0 or "measured_at" not in rows:
             return None
         old = rows.sort_values("measured_at").head(earlier)
         commits = sorted({str(c) for c in old.get("commit", pd.Series(dtype=str)).dropna()})
+        trees = old.get("library_tree", pd.Series("", index=old.index)).astype(object).fillna("")
+        trees = trees.astype(str)
+        other = sorted({t[:10] or "unrecorded" for t in trees if t != (library_tree() or "")})
         return (
             f"{self.path.name}: {earlier} of {len(rows)} rows were measured earlier, "
             f"{old['measured_at'].min()} to {old['measured_at'].max()}"
             + (f", at commit {', '.join(commits)}" if commits else "")
+            + (
+                f"; {int((trees != (library_tree() or '')).sum())} of them by another library "
+                f"than this one (library_tree {', '.join(other)})"
+                if other
+                else ", by this library"
+            )
             + " (resume=False measures them again)"
         )
 
@@ -172,7 +192,7 @@ class Sweep:
         configs: Iterable[dict],
         measure: Callable[[dict], dict],
         *,
-        resume: bool = True,
+        resume: bool | str = True,
         desc: str | None = None,
     ) -> pd.DataFrame:
         """Measure every configuration not yet in the file; return the rows of ``configs``.
@@ -180,7 +200,8 @@ class Sweep:
         ``measure(config)`` returns the result fields. An out-of-memory error is recorded as a
         row with ``status="oom"``, any other exception as ``status="error"`` (with a warning);
         both keep the sweep going and are not retried on re-run (delete the rows to retry).
-        ``resume=False`` measures everything again, appending new rows after the old ones.
+        ``resume=False`` measures everything again, appending new rows after the old ones;
+        ``resume="any"`` also keeps rows that another library measured (and says so).
         """
         configs = list(configs)
         todo = {self.key_of(config) for config in self.todo(configs, resume=resume)}

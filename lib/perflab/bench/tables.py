@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
-from perflab.bench.stats import bootstrap_ci, interval_text
+from perflab.bench.stats import level_text, median_interval
 
 
 def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
@@ -16,7 +16,7 @@ def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
     device synchronised at every phase boundary, ``perflab.bench.timer.PhaseClock``): mean
     seconds of forward, backward and optimizer, which are non-negative and add up to the
     clocked step by construction; their shares; backward / forward as the median of the
-    per-step ratios with its 95% bootstrap interval.
+    per-step ratios with its order-statistic interval and that interval's level.
 
     For comparison, ``*_by_subtraction_s``: the same phases as differences of the medians of
     the separately timed modes (forward-backward - forward, train-step - forward-backward),
@@ -29,7 +29,7 @@ def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
     for preset, row in train.iterrows():
         phases = json.loads(row["phase_samples_s"])
         ratios = np.asarray(phases["backward"]) / np.asarray(phases["forward"])
-        low, high = bootstrap_ci(ratios)
+        interval = median_interval(ratios)
         step = sum(row[f"{p}_phase_s"] for p in ("forward", "backward", "optimizer"))
         rows.append({
             "preset": preset,
@@ -41,8 +41,9 @@ def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
             "backward_share": row["backward_phase_s"] / step,
             "optimizer_share": row["optimizer_phase_s"] / step,
             "backward_over_forward": float(np.median(ratios)),
-            "backward_over_forward_ci_low": low,
-            "backward_over_forward_ci_high": high,
+            "backward_over_forward_ci_low": interval.low,
+            "backward_over_forward_ci_high": interval.high,
+            "backward_over_forward_ci_level": interval.level,
             "unstable": bool(row["unstable"]),
             "backward_by_subtraction_s": (
                 median.loc[preset, "forward-backward"] - median.loc[preset, "forward"]
@@ -70,15 +71,17 @@ def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
 
 
 def timing_table(results: pd.DataFrame, keys=("preset", "mode")) -> pd.DataFrame:
-    """Per row: the median in ms with its 95% interval, the IQR as a share of the median and
-    the ``unstable`` flag (``perflab.bench.stats``); rows that did not run keep their status."""
+    """Per row: the median in ms with its interval and that interval's confidence (``ci``, e.g.
+    '12.1–13.4 (96.8%)'), the IQR as a share of the median and the ``unstable`` flag
+    (``perflab.bench.stats``); rows that did not run keep their status."""
     table = results[[*keys, "status"]].copy()
     ok = results["status"] == "ok"
     table["median_ms"] = (results["median_s"] * 1e3).where(ok)
-    table["ci95_ms"] = [
-        interval_text(low, high, unit="") if good else ""
-        for low, high, good in zip(
-            results["median_ci_low_s"], results["median_ci_high_s"], ok, strict=True
+    levels = results.get("median_ci_level", pd.Series(float("nan"), index=results.index))
+    table["ci_ms"] = [
+        f"{low * 1e3:.3g}–{high * 1e3:.3g} ({level_text(level)})" if good else ""
+        for low, high, level, good in zip(
+            results["median_ci_low_s"], results["median_ci_high_s"], levels, ok, strict=True
         )
     ]
     table["iqr_%"] = (100 * results["iqr_s"] / results["median_s"]).where(ok)

@@ -3,8 +3,9 @@
 Each measured step is ``synchronize(); t0 = perf_counter(); fn(); synchronize(); t1`` so that
 queued GPU work is neither charged to the step nor left out of it. Statistics are computed
 from the samples; the median with the 20th and 80th percentiles is the robust summary
-(Triton's ``do_bench`` reports the same quantiles), and every summary carries the IQR, a 95%
-bootstrap interval of the median and the ``unstable`` flag (``perflab.bench.stats``).
+(Triton's ``do_bench`` reports the same quantiles), and every summary carries the IQR, the
+median's distribution-free interval with the confidence it really has (``median_ci_level``: 95%
+or more from 6 samples, less with fewer) and the ``unstable`` flag (``perflab.bench.stats``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perflab.bench.stats import bootstrap_ci, iqr, is_unstable
+from perflab.bench.stats import Interval, iqr, is_unstable, median_interval
 from perflab.device import synchronize
 from perflab.ranges import TIMED_RANGE, annotate
 
@@ -65,9 +66,10 @@ class Timing:
         return iqr(self.samples)
 
     @property
-    def median_ci(self) -> tuple[float, float]:
-        """95% bootstrap confidence interval of the median (``perflab.bench.stats``)."""
-        return bootstrap_ci(self.samples)
+    def median_ci(self) -> Interval:
+        """The median's order-statistic interval at 95%, or the level the samples can give
+        (``perflab.bench.stats.median_interval``)."""
+        return median_interval(self.samples)
 
     @property
     def unstable(self) -> bool:
@@ -77,13 +79,14 @@ class Timing:
     def summary(self) -> dict[str, float | int | str]:
         """The statistics as a flat dict (seconds), ready to be a result row."""
         stats = {f"{name}_s": getattr(self, name) for name in STATISTICS}
-        low, high = self.median_ci
+        interval = self.median_ci
         return {
             "warmup": self.warmup,
             "steps": len(self.samples),
             **stats,
-            "median_ci_low_s": low,
-            "median_ci_high_s": high,
+            "median_ci_low_s": interval.low,
+            "median_ci_high_s": interval.high,
+            "median_ci_level": interval.level,
             "unstable": self.unstable,
             "timing_method": self.method,
         }

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from perflab.bench.stats import bootstrap_ci
+from perflab.bench.stats import level_text, median_interval
 from perflab.bench.steps import BenchConfig
 
 
@@ -48,20 +48,22 @@ def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
 
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
     """Per warm-up setting, against the most warmed-up one (the settled state): the first
-    timed step over the settled median; the median with its 95% bootstrap interval and whether
-    that interval overlaps the settled one; mean and std over the settled ones (1.0: warm-up
-    made no difference)."""
+    timed step over the settled median; the median with its order-statistic interval (and
+    that interval's level: 4 steps give 87.5%) and whether it overlaps the settled one; mean
+    and std over the settled ones (1.0: warm-up made no difference)."""
     samples = warmup_samples(study)
     stats = samples.groupby("warmup")["seconds"].agg(["mean", "std", "median", "first"])
-    intervals = samples.groupby("warmup")["seconds"].agg(lambda s: bootstrap_ci(s.to_numpy()))
-    stats["median_ci_low_s"] = [low for low, _ in intervals]
-    stats["median_ci_high_s"] = [high for _, high in intervals]
+    intervals = samples.groupby("warmup")["seconds"].agg(lambda s: median_interval(s.to_numpy()))
+    stats["median_ci_low_s"] = [i.low for i in intervals]
+    stats["median_ci_high_s"] = [i.high for i in intervals]
+    stats["median_ci_level"] = [i.level for i in intervals]
     settled = stats.loc[stats.index.max()]
     return pd.DataFrame(
         {
             "median_s": stats["median"],
             "median_ci_low_s": stats["median_ci_low_s"],
             "median_ci_high_s": stats["median_ci_high_s"],
+            "median_ci_level": stats["median_ci_level"],
             "overlaps_settled": (stats["median_ci_low_s"] <= settled["median_ci_high_s"])
             & (stats["median_ci_high_s"] >= settled["median_ci_low_s"]),
             "first_over_settled_median": stats["first"] / settled["median"],
@@ -82,7 +84,7 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
         f"Without warm-up the first timed step took {cold.first_over_settled_median:.2f}x the "
         f"settled median (after {settled.warmup:.0f} warm-up steps), "
         + ("above" if slow_first else "not above")
-        + " the settled median's 95% interval. "
+        + f" the settled median's {level_text(settled.median_ci_level)} interval. "
     )
     if cold.overlaps_settled and not slow_first:
         return text + (
@@ -91,13 +93,14 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
         )
     if cold.overlaps_settled:
         return text + (
-            "The median of the timed steps is the same within its 95% interval: the slow first "
+            "The median of the timed steps is the same within its interval: the slow first "
             f"step moves the mean ({cold.mean_over_settled:.2f}x) and the standard deviation "
             f"({cold.std_over_settled:.1f}x), not the median."
         )
     overlapping = effect[effect["overlaps_settled"]]["warmup"]
     return text + (
-        f"Even the median is {cold.median_over_settled:.2f}x the settled one (the 95% intervals "
-        f"do not overlap); it agrees with the settled median from {overlapping.min():.0f} "
+        f"Even the median is {cold.median_over_settled:.2f}x the settled one (the "
+        f"{level_text(min(cold.median_ci_level, settled.median_ci_level))} intervals do not "
+        f"overlap); it agrees with the settled median from {overlapping.min():.0f} "
         "warm-up steps on."
     )

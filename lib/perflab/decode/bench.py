@@ -4,8 +4,12 @@ and KV memory, the fixed-shape step eager against compiled (and how often a grow
 recompiles), rotary tables, and sampling on the device.
 
 Every timed decode step runs at a fixed context: the cache's lengths are set back before each
-call, so that each sample does the same work. Comparisons go through ``perflab.bench.compare``
-(interleaved rounds, 95% interval, verdict).
+call, so that each sample does the same work. Every table of timing medians carries the
+median's order-statistic interval with its real level (``median_ci_level``: 5 samples give
+93.75%, 6 give 96.8%) and ``unstable`` (``perflab.bench.stats.is_unstable`` of the samples).
+Comparisons go through ``perflab.bench.compare`` (interleaved rounds, an interval with its real
+confidence, and a verdict: "inconclusive" below 95% or when the interval is neither inside nor
+outside the noise band).
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import pandas as pd
 import torch
 
 from perflab.bench.comparison import compare
-from perflab.bench.timer import time_fn
+from perflab.bench.stats import is_unstable
+from perflab.bench.timer import Timing, time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
 from perflab.decode.costs import decode_cost, prefill_cost, roofline_tokens_per_s
@@ -62,6 +67,15 @@ def _check_context(model: TransformerLM, context: int, name: str = "context") ->
                          f"{limit}), got {context}")  # fmt: skip
 
 
+def _median_columns(timing: Timing) -> dict:
+    """A timing's median, its interval with the interval's real level, and the unstable flag
+    (``perflab.bench.stats.is_unstable`` of the samples)."""
+    interval = timing.median_ci
+    return {"median_s": timing.median, "median_ci_low_s": interval.low,
+            "median_ci_high_s": interval.high, "median_ci_level": interval.level,
+            "steps": len(timing.samples), "unstable": is_unstable(timing.samples)}  # fmt: skip
+
+
 def decode_step_at(model: TransformerLM, batch: int, context: int) -> Callable[[], torch.Tensor]:
     """A decode step of ``batch`` sequences at ``context`` tokens each (a contiguous cache
     filled with random prompts), set back to ``context`` before every call."""
@@ -86,8 +100,8 @@ def decode_step_at(model: TransformerLM, batch: int, context: int) -> Callable[[
 def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
                       steps: int = 5) -> pd.DataFrame:  # fmt: skip
     """One sequence: the prompt's prefill (all ``prompt_len`` tokens in one pass) against one
-    decode step at the same context, per token: time, FLOPs, bytes, FLOPs per byte and the
-    rates they imply."""
+    decode step at the same context, per token: time (the median, its interval with its real
+    level, ``unstable``), FLOPs, bytes, FLOPs per byte and the rates they imply."""
     _check_context(model, prompt_len, "prompt_len")
     device = next(model.parameters()).device
     prompt = torch.tensor(random_prompts(model.config.vocab_size, [prompt_len]), device=device)
@@ -105,7 +119,7 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
     ):  # fmt: skip
         timing = time_fn(fn, warmup=warmup, steps=steps, device=device)
         per_token = timing.median / tokens
-        rows.append({"phase": phase, "tokens": tokens, "median_s": timing.median,
+        rows.append({"phase": phase, "tokens": tokens, **_median_columns(timing),
                      "s_per_token": per_token, **cost,
                      "flops_per_byte": cost["flops_per_token"] / cost["bytes_per_token"],
                      "achieved_gflops": cost["flops_per_token"] / per_token / 1e9,
@@ -116,9 +130,10 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
 def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: int,
                         bandwidth: float, peak_flops: float, *, warmup: int = 2,
                         steps: int = 5) -> pd.DataFrame:  # fmt: skip
-    """Decode tokens/s (batch / median step time, with the 95% interval of the median) for
-    each batch size at ``context``, beside the roofline of ``roofline_tokens_per_s`` from the
-    measured ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s)."""
+    """Decode tokens/s (batch / median step time, with the median's interval at the level its
+    ``steps`` samples give, ``median_ci_level``, and ``unstable``) for each batch size at
+    ``context``, beside the roofline of ``roofline_tokens_per_s`` from the measured
+    ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s)."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
     device, rows = next(model.parameters()).device, []
@@ -128,7 +143,7 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
         low, high = timing.median_ci
         bounds = roofline_tokens_per_s(model.config, batch, context, _element_bytes(model),
                                        bandwidth, peak_flops)  # fmt: skip
-        rows.append({"batch": batch, "median_s": timing.median,
+        rows.append({"batch": batch, **_median_columns(timing),
                      "tokens_per_s": batch / timing.median, "tokens_per_s_low": batch / high,
                      "tokens_per_s_high": batch / low, **bounds})  # fmt: skip
     frame = pd.DataFrame(rows)

@@ -7,10 +7,14 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
+from perflab.bench.stats import level_text
+
 
 def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
-    """Measured decode tokens/s against batch size (95% intervals as error bars), beside the
-    memory-bandwidth bound, the compute bound and the roofline (the lower of the two)."""
+    """Measured decode tokens/s against batch size (the median's interval as error bars, at
+    the level in ``median_ci_level`` where the table has it), beside the memory-bandwidth
+    bound, the compute bound and the roofline (the lower of the two). Points whose timing is
+    unstable (``unstable``) are drawn hollow."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     batch = table["batch"]
     ax.plot(batch, table["memory_bound_tokens_per_s"], "--", color="tab:orange",
@@ -21,8 +25,19 @@ def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
             label="roofline")  # fmt: skip
     errors = [table["tokens_per_s"] - table["tokens_per_s_low"],
               table["tokens_per_s_high"] - table["tokens_per_s"]]  # fmt: skip
-    ax.errorbar(batch, table["tokens_per_s"], yerr=errors, fmt="o-", color="tab:blue",
-                capsize=3, label="measured")  # fmt: skip
+    if "median_ci_level" in table.columns:
+        levels = sorted({level_text(level) for level in table["median_ci_level"]})
+        label = f"measured ({', '.join(levels)} CI of the median)"
+    else:
+        label = "measured"
+    ax.errorbar(batch, table["tokens_per_s"], yerr=errors, fmt="-", color="tab:blue",
+                capsize=3, label=label)  # fmt: skip
+    flags = table["unstable"] if "unstable" in table.columns else pd.Series(False, table.index)
+    unstable = flags.astype(str).str.lower() == "true"  # bools, or strings read from a CSV
+    ax.plot(batch[~unstable], table["tokens_per_s"][~unstable], "o", color="tab:blue")
+    if unstable.any():
+        ax.plot(batch[unstable], table["tokens_per_s"][unstable], "o", color="tab:blue",
+                markerfacecolor="white", label="unstable (hollow)")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequences decoded together (batch)")

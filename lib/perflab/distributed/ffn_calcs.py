@@ -8,6 +8,13 @@ activations are FP16 (2 bytes); only matmul FLOPs count, (A, B)(B, C) = 2ABC; a 
 FLOP/s; compute and communication overlap, so a pass is communication-bound when its
 communication takes longer than its compute.
 
+Which compute hides which communication: each pass's collectives overlap that pass's compute
+only. Data parallelism's gradient all-reduce therefore runs against the backward alone (the
+handout asks DP about the backward), giving N_DP = 1 + B W / C; against the whole step's
+forward and backward it would be 1 + 3 B W / (2 C), but the gradients do not exist before
+backward and the optimizer step waits for them. ``perflab.distributed.calculators`` counts DP
+the same way (``overlap="pass"``).
+
 Each strategy is written down as what one device does in a pass: the shapes of its matmuls and
 the collectives it joins (bytes, group size). FLOPs and times are derived from those lists with
 sympy, never typed in, and the largest device count is solved for. ``tests/test_ffn_calcs.py``

@@ -42,6 +42,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from perflab.paths import library_tree
+
 #: Gloo ranks may share cores (a collective still works, only slower); beyond this many ranks
 #: per core a CPU run measures the scheduler rather than the communication.
 GLOO_RANKS_PER_CORE = 4
@@ -250,6 +252,11 @@ def launch(
             "ranks can only run functions importable from a module, e.g. in perflab"
         )
     threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    # The ranks record the rows they measure with the launching process's library_tree (read
+    # once here, not by each rank from a disk that may have changed since).
+    tree = library_tree()
+    if tree and not os.environ.get("PERFLAB_LIBRARY_TREE"):
+        os.environ["PERFLAB_LIBRARY_TREE"] = tree
     context = _context()
     results = context.Queue()
     port = free_port()

@@ -185,12 +185,18 @@ def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: in
 
 
 def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
-                device: torch.device, *, rounds: int = 5, warmup: int = 1,
-                seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Each rung against the rung before, interleaved (``compare``: ratio, 95% interval,
-    verdict), with its median step time, tokens/s and the peak memory of its forward and
-    backward above the parameters and the optimizer state (``peak_memory``: activations,
-    logits, gradients; the optimizer's own temporaries are ``step_memory``'s)."""
+                device: torch.device, *, rounds: int = 6, warmup: int = 1, seed: int = 0,
+                budget_s: float | None = None) -> pd.DataFrame:  # fmt: skip
+    """Each rung against the rung before, interleaved (``compare``: ratio, its interval and that
+    interval's confidence, verdict; adaptive rounds within ``budget_s`` seconds when given),
+    with its median step time, tokens/s and the peak memory of its forward and backward above
+    the parameters and the optimizer state (``peak_memory``: activations, logits, gradients;
+    the optimizer's own temporaries are ``step_memory``'s).
+
+    Two cumulative speed-ups: ``speedup_over_baseline`` from medians of different comparisons,
+    and ``chained_speedup``, the product of the paired ratios rung by rung (each from its own
+    interleaved rounds: a chain of estimates, with no interval of its own). Drift between the
+    comparisons can pull the two apart."""
     rows, previous = [], None
     for recipe in recipes:
         run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
@@ -199,10 +205,12 @@ def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq
         row = {"rung": recipe.name, "peak_bytes": peak_memory(run.loss_and_backward, device)}
         if previous is not None:
             result = compare(previous.step, run.step, rounds=rounds, warmup=warmup,
-                             device=device, names=(previous.recipe.name, recipe.name))  # fmt: skip
+                             device=device, names=(previous.recipe.name, recipe.name),
+                             budget_s=budget_s)  # fmt: skip
             rows[-1].setdefault("step_s", float(np.median(result.times_a)))  # the baseline
             row.update(step_s=float(np.median(result.times_b)), vs_previous=result.ratio,
                        ci_low=result.ci[0], ci_high=result.ci[1],
+                       confidence=result.confidence, rounds=result.rounds,
                        verdict=result.verdict)  # fmt: skip
         rows.append(row)
         previous = run
@@ -211,4 +219,6 @@ def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq
     frame["tokens_per_s"] = tokens / frame["step_s"]
     # Medians from different comparisons: a cumulative speed-up, not an interleaved verdict.
     frame["speedup_over_baseline"] = frame.loc[0, "step_s"] / frame["step_s"]
+    if "vs_previous" in frame:
+        frame["chained_speedup"] = 1 / frame["vs_previous"].fillna(1.0).cumprod()
     return frame

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.stats import bootstrap_ci
+from perflab.bench.stats import is_unstable, median_interval
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
@@ -29,7 +29,8 @@ PHASES = ("forward", "backward", "optimizer")
 
 def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFrame:
     """Each phase's median time and median share of the step over ``steps`` timed steps, with
-    the share's 95% bootstrap interval."""
+    the share's order-statistic interval and its level (5 steps give 93.7%), and whether the
+    phase's times are ``unstable`` (``perflab.bench.stats``)."""
     clock = PhaseClock(run.device)
     for _ in range(warmup + steps):
         run.step(clock)
@@ -39,10 +40,12 @@ def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFr
     for phase in PHASES:
         seconds = np.array([s[phase] for s in timed])
         shares = seconds / totals
-        low, high = bootstrap_ci(shares)
+        interval = median_interval(shares)
         rows.append({"phase": phase, "median_ms": float(np.median(seconds)) * 1e3,
-                     "share": float(np.median(shares)), "share_ci_low": low,
-                     "share_ci_high": high})  # fmt: skip
+                     "share": float(np.median(shares)), "share_ci_low": interval.low,
+                     "share_ci_high": interval.high,
+                     "share_ci_level": interval.level,
+                     "unstable": is_unstable(seconds)})  # fmt: skip
     return pd.DataFrame(rows)
 
 
