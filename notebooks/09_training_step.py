@@ -44,6 +44,7 @@ trace_steps = 3                 # profiled steps of each rung for the final tabl
 head_tokens = 2048              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
+head_chunk_sizes = [64, 256, 1024, 2048]  # chunk sizes of the fused head's time-against-memory sweep
 data_rounds = 6                 # interleaved rounds of the data-path comparison (6: the fewest for a 95% verdict)
 batch_seq_len = 128             # tokens per sequence in the batch-size and accumulation sweeps
 batch_sizes = [1, 4]            # sequences per step in the batch-size sweep
@@ -78,7 +79,13 @@ from perflab.bench.comparison import describe_ratio, paired_table
 from perflab.bench.stats import is_unstable, level_text
 from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps
 from perflab.training.data import read_corpus
-from perflab.training.head_memory import head_peak_memory
+from perflab.bench.conclusions import conclude
+from perflab.training import default_chunk_size
+from perflab.training.head_memory import (
+    chunk_size_sweep,
+    compare_with_torch_head,
+    head_peak_memory,
+)
 from perflab.training.ladder import BASELINE, TrainingStep, check_ladder, ladder, time_ladder
 from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
 from perflab.training.sharded_step import (
@@ -186,6 +193,44 @@ print(f"{head_tokens} tokens x vocabulary {head_vocab:,} x d {head_d_model}, flo
       f"head peaks at {fused_share:.3f}x the plain head's memory "
       + ("(the goal: at most 0.25x; met)" if fused_share <= 0.25
          else "(the goal: at most 0.25x; NOT met)"))
+
+# %% [markdown]
+# **PyTorch's own fused head.** torch 2.13 ships `F.linear_cross_entropy` with a chunked path
+# (`torch.nn.LinearCrossEntropyOptions`); its row above is its memory. The tests hold perflab's
+# head to it in float64 (loss and both gradients to 1e-12, with and without ignored targets);
+# here the two take turns in time, forward + backward at the same size:
+
+# %%
+against_torch = compare_with_torch_head(head_tokens, head_vocab, head_d_model, rounds=6,
+                                        device=device)
+print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch))
+
+# %% [markdown]
+# **Which chunk size?** The default (`default_chunk_size`) aims one chunk's logits at the size of
+# the hidden states. Measured instead: the fused head's time and peak memory at each of
+# `head_chunk_sizes` (larger chunks: fewer, larger matmuls; smaller: fewer logits at a time).
+
+# %%
+chunks = chunk_size_sweep(head_tokens, head_vocab, head_d_model, head_chunk_sizes,
+                          device=device)
+save_table(chunks, out / "head_chunk_sizes.csv", provenance)
+chunks.assign(median_ms=chunks["median_s"] * 1e3, peak_MiB=chunks["peak_bytes"] / MiB)[
+    ["chunk_size", "median_ms", "unstable", "peak_MiB", "peak_over_hidden", "default"]].round(3)
+
+# %%
+steady = chunks[~chunks["unstable"]]
+if steady.empty:
+    print("every chunk size's timing is unstable: no choice is drawn from them")
+else:
+    fastest = steady.loc[steady["median_s"].idxmin()]
+    lean = steady.loc[steady["peak_bytes"].idxmin()]
+    picked = default_chunk_size(head_tokens, head_vocab, head_d_model)
+    print(f"fastest median: chunk {int(fastest.chunk_size)} ({fastest.median_s * 1e3:.1f} ms, "
+          f"peak {fastest.peak_over_hidden:.1f}x the hidden states); least memory: chunk "
+          f"{int(lean.chunk_size)} ({lean.median_s * 1e3:.1f} ms, {lean.peak_over_hidden:.1f}x); "
+          f"the default formula picks {picked} here"
+          + (" (not among the sizes swept)" if picked not in set(chunks["chunk_size"]) else "")
+          + ". Separate medians, not interleaved: differences within their intervals are noise.")
 
 # %% [markdown]
 # ## 3. The ladder: one change at a time

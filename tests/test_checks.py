@@ -147,3 +147,42 @@ def test_unstable_flags_yardsticks_and_the_library_are_checked(tmp_path):
     gpu.mkdir()
     (tmp_path / "rows.csv").rename(gpu / "rows.csv")
     assert "measured by other code" not in _rules(tmp_path, library="new")
+
+
+def test_larger_preset_faster_compares_parameters_within_one_recipe(tmp_path):
+    """A compiled cpu-small against an eager cpu-tiny, and a 'cpu-small' whose d_model was
+    overridden below cpu-tiny's, are no contradictions; the same recipe and shapes are."""
+    rows = _timings(0.20, 0.22, 0.10, 0.12).assign(compile=[False, True])
+    rows.to_csv(tmp_path / "timings.csv", index=False)
+    assert check_results(tmp_path, library=None).empty
+    rows.assign(compile=False, num_parameters=[3_000_000, 1_000_000]).to_csv(
+        tmp_path / "timings.csv", index=False
+    )
+    assert check_results(tmp_path, library=None).empty  # the 'cpu-small' row is the smaller
+    rows.assign(compile=False).to_csv(tmp_path / "timings.csv", index=False)
+    assert list(check_results(tmp_path, library=None)["rule"]) == ["larger preset faster"]
+
+
+def test_malformed_results_are_findings_that_name_the_file(tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    pd.DataFrame({"x": [1]}).to_csv(tmp_path / "bad.csv", index=False)
+    (tmp_path / "bad.json").write_text("{not json")
+    pd.DataFrame({"x": [1]}).to_csv(tmp_path / "listed.csv", index=False)
+    (tmp_path / "listed.json").write_text("[1, 2]")
+    pd.DataFrame({"text": ["hi"]}).to_csv(tmp_path / "conclusions.csv", index=False)
+    found = check_results(tmp_path, library=None)
+    assert sorted(zip(found["file"].astype(str), found["rule"], strict=True)) == [
+        ("bad.json", "unreadable"),
+        ("conclusions.csv", "unreadable"),
+        ("empty.csv", "unreadable"),
+        ("listed.json", "unreadable"),
+    ]
+    assert "a list" in " ".join(found["detail"])
+
+
+def test_an_empty_folder_is_refused_not_passed(tmp_path, capsys):
+    with pytest.raises(ValueError, match="no result files"):
+        check_results(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["check-results", str(tmp_path)])
+    assert exit_.value.code == 2 and "no result files" in capsys.readouterr().err

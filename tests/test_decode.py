@@ -105,7 +105,7 @@ def test_paged_memory_against_contiguous_for_unequal_requests():
     "kwargs, message",
     [
         ({"cache": "ring"}, "unknown cache 'ring'; valid: none, contiguous, paged"),
-        ({"prompts": [[1], []]}, "non-empty lists of token ids"),
+        ({"prompts": [[1], []]}, "non-empty lists of integer token ids"),
         ({"prompts": [[1, 97]]}, r"token ids must lie in 0 \.\. 96; got \[97\]"),
         ({"max_new_tokens": 60}, "beyond the model's context of 48"),
         ({"temperature": -1.0}, "need temperature >= 0"),
@@ -181,3 +181,25 @@ def test_paged_cache_tracks_the_most_token_bytes_held_at_once():
     assert cache.token_bytes == token
     assert cache.peak_stored_bytes == 9 * token and cache.stored_bytes == 4 * token
     assert cache.peak_bytes == 3 * cache.block_bytes
+
+
+def test_bad_prompts_budgets_and_caches_are_one_clear_error():
+    from perflab.decode import ContiguousKVCache, generate, make_cache
+
+    torch.manual_seed(0)
+    model = TransformerLM(ModelConfig("d", d_model=16, d_ff=32, num_layers=1, num_heads=2,
+                                      vocab_size=20, context_length=12)).double()  # fmt: skip
+    with pytest.raises(ValueError, match="prompts must be a non-empty list of non-empty lists"):
+        generate(model, torch.tensor([[1, 2]]), 2)
+    with pytest.raises(ValueError, match="max_new_tokens must be an integer"):
+        generate(model, [[1, 2]], "4")
+    with pytest.raises(ValueError, match="num_blocks must be a positive integer or None"):
+        make_cache(model, "paged", [[1, 2]], 2, num_blocks=0)
+    used = ContiguousKVCache(model, 1, 12)
+    generate(model, [[1, 2]], 2, cache=used)
+    with pytest.raises(ValueError, match="was used already"):
+        generate(model, [[1, 2]], 2, cache=used)
+    with pytest.raises(
+        ValueError, match="holds 1 sequences of 4 tokens; these prompts need 1 of 5"
+    ):
+        generate(model, [[1, 2, 3, 4, 5]], 0, cache=ContiguousKVCache(model, 1, 4))

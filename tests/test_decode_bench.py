@@ -161,3 +161,30 @@ def test_timed_steps_refuse_a_context_the_model_does_not_have():
         prefill_vs_decode(model, 0)
     with pytest.raises(ValueError, match="batch_sizes must list at least one"):
         throughput_by_batch(model, [], 8, 1e10, 1e11)
+
+
+def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(monkeypatch):
+    """Every step takes 20 ms (planted), so tokens/s must be batch / 0.02; the bounds are
+    counted here from the model's own weight tensors, not with perflab.decode.costs."""
+    import perflab.decode.bench as bench
+    from perflab.bench.timer import Timing
+
+    monkeypatch.setattr(bench, "time_fn", lambda fn, warmup, steps, device: Timing(
+        (0.02,) * steps, warmup))  # fmt: skip
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,
+                                steps=3).set_index("batch")  # fmt: skip
+    embedding = TINY.vocab_size * TINY.d_model
+    weights = sum(p.numel() for p in model.parameters() if p.ndim == 2) - embedding
+    if model.lm_head.weight is model.embedding.weight:  # tied: the head reads it once more
+        weights += embedding
+    kv_per_token = 2 * TINY.num_layers * TINY.d_model * 4
+    for batch in (1, 3):
+        step_bytes = 4 * weights + batch * (8 + 1) * kv_per_token
+        flops = 2 * weights + 4 * 8 * TINY.d_model * TINY.num_layers
+        roofline = min(batch * 1e10 / step_bytes, 1e11 / flops)
+        row = table.loc[batch]
+        assert row["tokens_per_s"] == pytest.approx(batch / 0.02)
+        assert row["roofline_tokens_per_s"] == pytest.approx(roofline)
+        assert row["fraction_of_roofline"] == pytest.approx(batch / 0.02 / roofline)
+        assert not row["unstable"]

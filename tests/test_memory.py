@@ -187,3 +187,15 @@ def test_modelled_group_peaks_follow_the_cost_model():
         32 * 80 + 4133,
         16 * 80 + 2 * 4133,
     ]
+
+
+def test_memory_snapshots_are_pickled_with_protocol_4(tmp_path):
+    """pytorch.org/memory_viz cannot read protocol 5, newer Pythons' default."""
+    import pickle
+
+    from perflab.memory.timeline import save_snapshot
+
+    path = save_snapshot({"segments": [], "device_traces": [[]]}, tmp_path / "s" / "snap.pickle")
+    data = path.read_bytes()
+    assert data[:2] == b"\x80\x04"  # PROTO opcode, protocol 4
+    assert pickle.loads(data) == {"segments": [], "device_traces": [[]]}

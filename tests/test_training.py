@@ -59,6 +59,69 @@ def test_ignored_targets_do_not_count():
     assert (fused[1][::3] == 0).all()  # an ignored token gets no gradient
 
 
+def test_every_target_ignored_gives_zero_gradients_as_cross_entropy_does():
+    hidden, weight, targets = _inputs(9, 13, 5)
+    targets[:] = -100
+    fused = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=4), hidden, weight, targets
+    )
+    plain = _loss_and_grads(_plain, hidden, weight, targets)
+    assert torch.isnan(fused[0]) and torch.isnan(plain[0])  # 0 / 0, as F.cross_entropy
+    for a, b in zip(fused[1:], plain[1:], strict=True):
+        assert (a == 0).all() and (b == 0).all()
+
+
+@pytest.mark.parametrize("ignore_index", [-1, 13, 1000])
+def test_an_ignore_index_outside_the_vocabulary_is_accepted(ignore_index):
+    hidden, weight, targets = _inputs(21, 13, 5)
+    targets[::4] = ignore_index
+    fused = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=8,
+                                                   ignore_index=ignore_index),
+        hidden, weight, targets,
+    )  # fmt: skip
+    plain = _loss_and_grads(lambda h, w, t: F.cross_entropy(h @ w.T, t, ignore_index=ignore_index),
+                            hidden, weight, targets)  # fmt: skip
+    for a, b in zip(fused, plain, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("ignored", [False, True])
+def test_equal_to_torchs_own_linear_cross_entropy_in_float64(ignored):
+    """torch's F.linear_cross_entropy (its chunked path) as an independent reference."""
+    from perflab.training.head_memory import torch_chunked_loss
+
+    hidden, weight, targets = _inputs(67, 41, 9, seed=3)
+    if ignored:
+        targets[1::5] = -100
+    fused = _loss_and_grads(
+        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=16), hidden, weight, targets
+    )
+    theirs = _loss_and_grads(torch_chunked_loss, hidden, weight, targets)
+    for a, b in zip(fused, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_default_chunk_bound_is_stated_right():
+    """The docstring's example: 64 tokens, vocabulary 10,000, d 128 gives one chunk of 32
+    tokens, 39x the hidden states; from tokens of about 32 x V / d up, within about 2x."""
+    chunk = default_chunk_size(64, 10_000, 128)
+    assert chunk == 32 and round(chunk * 10_000 / (64 * 128)) == 39
+    tokens = 32 * 10_000 // 128 * 4
+    assert default_chunk_size(tokens, 10_000, 128) * 10_000 <= 2 * tokens * 128
+
+
+def test_wrong_argument_types_are_one_clear_error():
+    import numpy as np
+
+    with pytest.raises(ValueError, match="hidden must be a torch.Tensor, got ndarray"):
+        fused_linear_cross_entropy(np.zeros((4, 8)), torch.randn(10, 8),
+                                   torch.zeros(4, dtype=torch.long))  # fmt: skip
+    with pytest.raises(ValueError, match="ignore_index must be an integer"):
+        fused_linear_cross_entropy(torch.randn(4, 8), torch.randn(10, 8),
+                                   torch.zeros(4, dtype=torch.long), ignore_index=1.5)  # fmt: skip
+
+
 def test_bfloat16_stays_close_to_float32():
     """bf16 inputs, fp32 logits inside: within bf16's rounding of the float32 result."""
     hidden, weight, targets = _inputs(64, 97, 16, dtype=torch.float32)
@@ -110,6 +173,7 @@ def test_fused_head_peak_is_below_the_plain_heads():
     table = head_peak_memory(512, 4000, 64).set_index("method")
     assert table.loc["plain", "peak_bytes"] > table.loc["plain", "logits_bytes"]
     assert table.loc["fused", "peak_bytes"] <= 0.25 * table.loc["plain", "peak_bytes"]  # the goal
+    assert table.loc["torch chunked", "peak_bytes"] < table.loc["plain", "peak_bytes"]
 
 
 def test_under_autocast_forward_and_backward_use_the_same_dtype():
@@ -309,3 +373,38 @@ def test_batch_and_accumulation_tables():
     assert list(accumulated["micro_batch"]) == [4, 1]
     # Activations of a quarter of the batch at a time: a lower peak.
     assert accumulated["peak_bytes"].iloc[1] < accumulated["peak_bytes"].iloc[0]
+
+
+def test_small_defects_are_one_clear_error_or_work():
+    from perflab.training.ladder import tolerance_for
+
+    assert tolerance_for("bf16") == tolerance_for("bfloat16") == tolerance_for(torch.bfloat16)
+    assert tolerance_for("float16") == tolerance_for("fp16")
+    with pytest.raises(ValueError, match="rungs must be a list of change names"):
+        ladder("fused QKV")
+    with pytest.raises(ValueError, match="needs the baseline and at least one rung"):
+        time_ladder(TINY, [Recipe("baseline")], 2, 16, CPU)
+
+
+def test_window_offsets_reach_the_last_valid_start_and_no_further():
+    from perflab.training.data import _offsets
+
+    assert set(_offsets(17, 16, 50, seed=0).tolist()) == {0}  # exactly one window fits
+    starts = set(_offsets(20, 16, 400, seed=0).tolist())
+    assert starts == {0, 1, 2, 3}  # 20 - 17 = 3 is the last start whose window fits
+    with pytest.raises(ValueError, match="16 tokens, fewer than a window of 17"):
+        _offsets(16, 16, 1, seed=0)
+
+
+def test_chunk_size_sweep_and_the_comparison_with_torchs_head():
+    from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head
+
+    sweep = chunk_size_sweep(256, 1000, 32, [32, 256], steps=2, warmup=0).set_index("chunk_size")
+    assert list(sweep.index) == [32, 256] and (sweep["median_s"] > 0).all()
+    # a chunk of 32 tokens holds 8x fewer logits at a time than one of all 256
+    assert sweep.loc[32, "peak_bytes"] < sweep.loc[256, "peak_bytes"]
+    assert sweep["default"].sum() <= 1 and sweep["median_ci_level"].iloc[0] == 0.5
+    result = compare_with_torch_head(128, 500, 16, rounds=2)
+    assert result.rounds == 2 and result.verdict == "inconclusive"  # 2 rounds: 50%
+    with pytest.raises(ValueError, match="chunk_sizes must be positive integers"):
+        chunk_size_sweep(8, 10, 4, [0])

@@ -32,6 +32,30 @@ def test_calculator_controls_start_at_the_notebooks_example_and_follow_the_batch
         calculator_controls("xl", 100)
 
 
+def test_calculator_controls_compute_from_the_hardware_given_not_a_clamped_one():
+    """0.5 TFLOP/s lies below the slider's default range (10 to 10^4): it once became 10."""
+    from perflab.distributed.calculators import Hardware
+
+    slow = Hardware("slow", 0.5e12, 5e6, 2e9)
+    controls = calculator_controls("xl", 256, 1024, hardware=slow)
+    assert _control(controls, "TFLOP/s").value == pytest.approx(0.5)
+    assert _control(controls, "DP GB/s").value == pytest.approx(0.005)
+    work = Workload.from_config(get_preset("xl"), 256, 1024)
+    shown = controls.result.set_index("strategy")["max_devices"].to_dict()
+    assert shown == {s: max_compute_bound_devices(s, work, slow)
+                     for s in ("dp", "fsdp", "tp", "fsdp+tp")}  # fmt: skip
+    with pytest.raises(ValueError, match="hardware.flops_per_s must be positive, got 0"):
+        calculator_controls(hardware=Hardware("none", 0, 1e9, 1e9))
+
+
+def test_results_explorer_refuses_a_string_for_a_list():
+    import pandas as pd
+
+    table = pd.DataFrame({"preset": ["a"], "median_s": [1.0]})
+    with pytest.raises(ValueError, match="filters must be a list of column names, got 'preset'"):
+        results_explorer(table, filters="preset", columns=["median_s"])
+
+
 def test_results_explorer_filters_saved_rows_without_measuring():
     table = pd.DataFrame({"preset": ["cpu-tiny", "cpu-tiny", "cpu-small"],
                           "mode": ["forward", "train-step", "forward"],

@@ -150,7 +150,9 @@ class AttentionFn(Protocol):
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * gain (Zhang & Sennrich 2019), computed in float32."""
+    """x / sqrt(mean(x^2) + eps) * gain (Zhang & Sennrich 2019), computed in at least float32:
+    half-precision inputs are promoted (the mean of squares loses too much in bf16), float32
+    and float64 stay as they are (a float64 model stays float64 throughout)."""
 
     def __init__(self, d_model: int, eps: float = 1e-5):
         super().__init__()
@@ -159,7 +161,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
-        x = x.float()
+        x = x.to(torch.promote_types(dtype, torch.float32))
         x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return (x * self.weight).to(dtype)
 
@@ -170,10 +172,12 @@ class RotaryEmbedding(nn.Module):
 
     The cos and sin tables of every position are computed once, at construction; with
     ``precomputed = False`` they are computed again at every call from the positions (the
-    same numbers; notebook 10 measures what the tables save a decoder)."""
+    same numbers; notebook 10 measures what the tables save a decoder). The stored tables are
+    float32; a float64 input gets tables computed in float64 (never float32 angles widened)."""
 
     def __init__(self, head_dim: int, context_length: int, theta: float):
         super().__init__()
+        self.head_dim, self.theta = head_dim, theta
         inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
         angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
@@ -181,8 +185,15 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
         self.precomputed = True
 
-    def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        """cos and sin at ``positions`` (any shape), shape (*positions.shape, head_dim / 2)."""
+    def tables(self, positions: Tensor, dtype: torch.dtype = torch.float32
+               ) -> tuple[Tensor, Tensor]:  # fmt: skip
+        """cos and sin at ``positions`` (any shape), shape (*positions.shape, head_dim / 2);
+        in float64 (computed then) for ``dtype`` float64, else the float32 tables."""
+        if dtype == torch.float64:
+            exponents = torch.arange(0, self.head_dim, 2, dtype=dtype, device=positions.device)
+            inv_freq = self.theta ** (-exponents / self.head_dim)
+            angles = positions.to(dtype)[..., None] * inv_freq
+            return angles.cos(), angles.sin()
         if self.precomputed:
             return self.cos[positions], self.sin[positions]
         angles = positions.to(torch.float32)[..., None] * self.inv_freq
@@ -194,13 +205,14 @@ class RotaryEmbedding(nn.Module):
         sequence at its own offset."""
         if positions is None:
             seq_len = x.shape[-2]
-            if self.precomputed:
+            if self.precomputed and x.dtype != torch.float64:
                 cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
             else:
                 cos, sin = (t.to(x.dtype) for t in
-                            self.tables(torch.arange(seq_len, device=x.device)))  # fmt: skip
+                            self.tables(torch.arange(seq_len, device=x.device),
+                                        x.dtype))  # fmt: skip
         else:  # (batch, 1, seq, head_dim / 2): the same angles for every head
-            cos, sin = (t.to(x.dtype)[:, None] for t in self.tables(positions))
+            cos, sin = (t.to(x.dtype)[:, None] for t in self.tables(positions, x.dtype))
         even, odd = x[..., 0::2], x[..., 1::2]
         rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
         return rotated.flatten(-2)

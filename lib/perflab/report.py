@@ -87,8 +87,10 @@ def provenance_line(entry: Entry) -> str:
 def _shown(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The part of ``table`` a reader reads: no empty columns, no columns of serialised lists
     (per-step samples), at most ``MAX_ROWS`` rows; and a note of what was left out."""
+    serialised = r"^\s*[\[{].+[\]}]\s*$"  # a JSON list or object in every cell: samples
     listed = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])
-              and table[c].astype(str).str.match(r"^\s*[\[{]").any()]  # fmt: skip
+              and table[c].notna().any()
+              and table[c].dropna().astype(str).str.match(serialised).all()]  # fmt: skip
     empty = [c for c in table.columns if table[c].isna().all()]
     shown = table.drop(columns=listed + empty).head(MAX_ROWS)
     notes = []
@@ -99,14 +101,45 @@ def _shown(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return shown, f"({'; '.join(notes)}; all in the CSV)" if notes else ""
 
 
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
+}
+
+
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters written as text (as pandas' ``escape=True``
+    writes the cells)."""
+    return "".join(_LATEX_SPECIAL.get(c, c) for c in text)
+
+
+def typst_string(text: str) -> str:
+    """``text`` as a Typst string literal: shown as plain text, never read as markup (``#``,
+    ``$``, ``<``, ``=``, ``-``, ``*``, ``_`` ... stay themselves); only the backslash, the
+    double quote and control characters need escaping inside it."""
+    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               .replace("\r", "\\r").replace("\t", "\\t"))  # fmt: skip
+    return f'"{escaped}"'
+
+
 def typst_table(table: pd.DataFrame) -> str:
-    """A Typst ``#table`` of ``table``: a header row, then the values as text."""
+    """A Typst ``#table`` of ``table``: a header row, then the values as text (each cell a
+    string literal, so no value can be taken for markup)."""
 
     def cell(value) -> str:
         if pd.isna(value):
             return "[]"
-        text = f"{value:.4g}" if isinstance(value, float) else str(value)
-        return "[" + text.replace("\\", "\\\\").replace("]", "\\]").replace("[", "\\[") + "]"
+        return typst_string(f"{value:.4g}" if isinstance(value, float) else str(value))
 
     header = ", ".join(cell(c) for c in table.columns)
     rows = ",\n  ".join(", ".join(cell(v) for v in row) for row in table.itertuples(index=False))
@@ -146,8 +179,8 @@ def build_report(results: str | Path, output: str | Path) -> Path:
         body.append(shown.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep=""))
         body += [f"<p>{html.escape(note)}</p>"] if note else []
         (output / "tables" / f"{entry.label}.tex").write_text(
-            shown.to_latex(index=False, float_format="%.4g", na_rep="",
-                           caption=heading.replace("_", r"\_"), label=f"tab:{entry.label}")
+            shown.to_latex(index=False, float_format="%.4g", na_rep="", escape=True,
+                           caption=latex_escape(heading), label=f"tab:{entry.label}")
         )  # fmt: skip
         (output / "tables" / f"{entry.label}.typ").write_text(typst_table(shown))
     (output / "report.md").write_text("\n".join(markdown))

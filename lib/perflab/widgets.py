@@ -11,6 +11,7 @@ output.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ipywidgets as widgets
 import pandas as pd
@@ -47,8 +48,13 @@ def calculator_controls(preset: str = "xl", batch_size: int = 256, seq_len: int 
                         hardware: Hardware = H100_NODE) -> widgets.interactive:  # fmt: skip
     """Sliders over notebook 08's calculator: model, global batch, sequence length, device
     FLOP/s and the two link bandwidths -> the largest compute-bound device count per
-    strategy."""
+    strategy. Each slider's range reaches the value given (never clamped to a default range:
+    0.5 TFLOP/s stays 0.5); a non-positive rate or bandwidth is refused in one line."""
     get_preset(preset)  # a clear error for an unknown name
+    for name, value in (("flops_per_s", hardware.flops_per_s), ("bandwidth", hardware.bandwidth),
+                        ("tp_bandwidth", hardware.tp_bandwidth)):  # fmt: skip
+        if not value > 0:
+            raise ValueError(f"hardware.{name} must be positive, got {value!r}")
     powers = [2**i for i in range(15)]
     if batch_size not in powers:
         raise ValueError(
@@ -60,15 +66,20 @@ def calculator_controls(preset: str = "xl", batch_size: int = 256, seq_len: int 
         preset=widgets.Dropdown(options=list(PRESETS), value=preset, description="model"),
         batch_size=widgets.SelectionSlider(options=powers, value=batch_size,
                                            description="batch"),
-        seq_len=widgets.SelectionSlider(options=[2**i for i in range(7, 16)], value=seq_len,
-                                        description="tokens/seq"),
-        tflops=widgets.FloatLogSlider(value=hardware.flops_per_s / 1e12, base=10, min=1, max=4,
-                                      description="TFLOP/s"),
-        bandwidth_gb_s=widgets.FloatLogSlider(value=hardware.bandwidth / 1e9, base=10, min=0,
-                                              max=3, description="DP GB/s"),
-        tp_bandwidth_gb_s=widgets.FloatLogSlider(value=hardware.tp_bandwidth / 1e9, base=10,
-                                                 min=1, max=4, description="TP GB/s"),
+        seq_len=widgets.SelectionSlider(options=sorted({*(2**i for i in range(7, 16)), seq_len}),
+                                        value=seq_len, description="tokens/seq"),
+        tflops=_log_slider(hardware.flops_per_s / 1e12, 1, 4, "TFLOP/s"),
+        bandwidth_gb_s=_log_slider(hardware.bandwidth / 1e9, 0, 3, "DP GB/s"),
+        tp_bandwidth_gb_s=_log_slider(hardware.tp_bandwidth / 1e9, 1, 4, "TP GB/s"),
     )  # fmt: skip
+
+
+def _log_slider(value: float, low: int, high: int, description: str) -> widgets.FloatLogSlider:
+    """A base-10 log slider from 10^low to 10^high, widened to hold ``value``."""
+    low = min(low, math.floor(math.log10(value)))
+    high = max(high, math.ceil(math.log10(value)))
+    return widgets.FloatLogSlider(value=value, base=10, min=low, max=high,
+                                  description=description)  # fmt: skip
 
 
 def filter_rows(table: pd.DataFrame, **chosen: object) -> pd.DataFrame:
@@ -88,6 +99,9 @@ def results_explorer(table: pd.DataFrame, filters: list[str], columns: list[str]
     (``table``, read from its CSV): the matching rows' ``filters`` and ``columns``, and with
     ``plot = (x, y)`` a figure of y against x of those rows (in the widget only). Nothing is
     measured again."""
+    for name, value in (("filters", filters), ("columns", columns)):
+        if isinstance(value, str) or not all(isinstance(c, str) for c in value):
+            raise ValueError(f"{name} must be a list of column names, got {value!r}")
     missing = [c for c in [*filters, *columns, *(plot or ())] if c not in table]
     if missing:
         raise ValueError(f"no column {', '.join(missing)}; valid: {', '.join(table.columns)}")

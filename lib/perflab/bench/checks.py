@@ -8,9 +8,11 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
 - **share out of bounds**: a share (``*_share``) or a utilisation (``mfu``) outside [0, 1];
 - **ratio not positive**: a ratio (a column with ``_over_``, ``ratio`` or ``speedup`` in its
   name) at or below zero;
-- **larger preset faster**: in a timing table, a preset with more parameters whose median's
-  95% interval lies entirely below that of a smaller preset timed in the same configuration
-  (mode, dtype, context, batch, device);
+- **larger preset faster**: in a timing table, a model with more parameters (its row's
+  ``num_parameters``, which follows shape overrides; else its preset's count) whose median's
+  interval lies entirely below that of a smaller model timed in the same configuration and
+  recipe (mode, dtype, context, batch, device, and the recipe's attention, head, optimizer,
+  compile, QKV and checkpointing);
 - **above the roofline**: a measured throughput whose 95% interval lies entirely above the
   bound computed for it (``tokens_per_s_low`` over ``roofline_tokens_per_s``, notebook 10);
 - **conclusion from an unstable measurement**: a row of ``conclusions.csv`` that concludes
@@ -37,7 +39,11 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
   or metadata do not record the library now in ``lib/perflab``; GPU folders are historical
   records and keep their provenance.
 
-Rows whose ``status`` is not "ok" (out of memory, errors) are not checked.
+- **unreadable**: a CSV that cannot be read as a table (empty, malformed), a metadata sidecar
+  (``<name>.json``) that is not a JSON object, or a ``conclusions.csv`` without its columns.
+
+Rows whose ``status`` is not "ok" (out of memory, errors) are not checked. A folder with no
+CSV at all is refused: there is nothing to check.
 """
 
 from __future__ import annotations
@@ -53,7 +59,20 @@ from perflab.bench.stats import CONFIDENCE
 from perflab.model import PRESET_ALIASES, PRESETS, get_preset
 from perflab.paths import library_tree
 
-_SAME_CONFIGURATION = ("mode", "dtype", "context_length", "batch_size", "device")
+_SAME_CONFIGURATION = (
+    "mode",
+    "dtype",
+    "context_length",
+    "batch_size",
+    "device",
+    "attention",
+    "head",
+    "optimizer",
+    "compile",
+    "qkv",
+    "checkpoint_group",
+    "steps",
+)
 
 
 def _finding(path: Path, rule: str, detail: str) -> dict:
@@ -88,8 +107,20 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
     needed = {"preset", "median_ci_low_s", "median_ci_high_s"}
     if not needed <= set(frame.columns):
         return []
-    frame = frame[frame["preset"].isin([*PRESETS, *PRESET_ALIASES])].copy()
-    frame["parameters"] = frame["preset"].map(lambda p: get_preset(p).num_parameters())
+    frame = frame.copy()
+    known = frame["preset"].isin([*PRESETS, *PRESET_ALIASES])
+    from_preset = (
+        frame["preset"]
+        .where(known)
+        .map(lambda p: get_preset(p).num_parameters() if isinstance(p, str) else float("nan"))
+    )
+    counted = (
+        pd.to_numeric(frame["num_parameters"], errors="coerce")
+        if "num_parameters" in frame
+        else pd.Series(float("nan"), index=frame.index)
+    )
+    frame["parameters"] = counted.fillna(from_preset)
+    frame = frame[frame["parameters"].notna()]
     group = [c for c in _SAME_CONFIGURATION if c in frame.columns]
     findings = []
     for key, rows in frame.groupby(group, dropna=False) if group else [((), frame)]:
@@ -100,8 +131,9 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
                     continue
                 if large.median_ci_high_s < small.median_ci_low_s:
                     findings.append(_finding(path, "larger preset faster", (
-                        f"{large.preset} ({large.median_ci_low_s:.4g}–{large.median_ci_high_s:.4g}"
-                        f" s) below {small.preset} ({small.median_ci_low_s:.4g}–"
+                        f"{large.preset} ({large.parameters:,.0f} parameters, "
+                        f"{large.median_ci_low_s:.4g}–{large.median_ci_high_s:.4g} s) below "
+                        f"{small.preset} ({small.parameters:,.0f}, {small.median_ci_low_s:.4g}–"
                         f"{small.median_ci_high_s:.4g} s) at {dict(zip(group, key, strict=True))}"
                     )))  # fmt: skip
     return findings
@@ -343,6 +375,32 @@ def _other_library(path: Path, frame: pd.DataFrame, full: Path, tree: str | None
     return []
 
 
+def _unreadable_sidecar(name: Path, path: Path) -> list[dict]:
+    sidecar = path.with_suffix(".json")
+    if not sidecar.exists():
+        return []
+    try:
+        record = json.loads(sidecar.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        return [_finding(name.with_suffix(".json"), "unreadable", f"not valid JSON: {error}")]
+    if not isinstance(record, dict):
+        return [
+            _finding(
+                name.with_suffix(".json"),
+                "unreadable",
+                f"metadata must be a JSON object, got a {type(record).__name__}",
+            )
+        ]
+    return []
+
+
+def _malformed_conclusions(name: Path, frame: pd.DataFrame) -> list[dict]:
+    missing = [c for c in ("key", "sentence", "verdict") if c not in frame.columns]
+    if name.name != "conclusions.csv" or not missing:
+        return []
+    return [_finding(name, "unreadable", f"conclusions without the columns {', '.join(missing)}")]
+
+
 def check_results(directory: str | Path, library: str | None = "current") -> pd.DataFrame:
     """One row (file, rule, detail) per contradiction found in the CSVs under ``directory``.
     CPU rows are held to ``library`` (default: the tree of ``lib/perflab`` on disk; None skips
@@ -352,11 +410,20 @@ def check_results(directory: str | Path, library: str | None = "current") -> pd.
         raise ValueError(f"no results folder {str(directory)!r}")
     tree = library_tree() if library == "current" else library
     findings, tables = [], {}
-    for path in sorted(directory.rglob("*.csv")):
-        frame = pd.read_csv(path)
-        if "status" in frame:
-            frame = frame[frame["status"].fillna("ok") == "ok"]
+    paths = sorted(directory.rglob("*.csv"))
+    if not paths:
+        raise ValueError(f"no result files (*.csv) under {str(directory)!r}: nothing to check")
+    for path in paths:
         name = path.relative_to(directory)
+        try:
+            frame = pd.read_csv(path)
+        except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as error:
+            first = (str(error).splitlines() or [""])[0]
+            findings.append(_finding(name, "unreadable", f"not a readable table: {first}"))
+            continue
+        findings += _unreadable_sidecar(name, path) + _malformed_conclusions(name, frame)
+        if "status" in frame:
+            frame = frame[frame["status"].astype(object).fillna("ok") == "ok"]
         tables[name] = frame
         findings += (_bounds(name, frame) + _preset_order(name, frame) + _roofline(name, frame)
                      + _conclusions(name, frame) + _same_outside_band(name, frame)

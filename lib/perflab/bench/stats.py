@@ -85,7 +85,10 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
 
 def level_text(level: float) -> str:
     """A confidence level in words, rounded down so that it never claims more than it has:
-    0.95 as '95%', 0.96875 as '96.8%', 0.75 as '75%'."""
+    0.95 as '95%', 0.96875 as '96.8%', 0.75 as '75%'; a missing one (a row saved before levels
+    were recorded) as 'level not recorded'."""
+    if level is None or not np.isfinite(level):
+        return "level not recorded"
     percent = 100 * level
     if abs(percent - round(percent)) < 1e-9:
         return f"{round(percent)}%"

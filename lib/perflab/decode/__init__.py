@@ -36,9 +36,14 @@ __all__ = ["CACHES", "ContiguousKVCache", "KVCache", "PagedKVCache", "StaticDeco
 
 def _budgets(prompts, max_new_tokens: int | list[int]) -> list[int]:
     """New tokens per prompt: one number for all, or one per prompt."""
+    if isinstance(max_new_tokens, bool) or isinstance(max_new_tokens, str | float):
+        raise ValueError(f"max_new_tokens must be an integer or a list of integers, got "
+                         f"{max_new_tokens!r}")  # fmt: skip
     if isinstance(max_new_tokens, int):
         return [max_new_tokens] * len(prompts)
     budgets = list(max_new_tokens)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in budgets):
+        raise ValueError(f"max_new_tokens must be integers, got {budgets!r}")
     if len(budgets) != len(prompts):
         raise ValueError(f"max_new_tokens has {len(budgets)} entries for {len(prompts)} prompts; "
                          "give one number, or one per prompt")  # fmt: skip
@@ -49,8 +54,14 @@ def _check(model: TransformerLM, prompts, budgets: list[int], cache, temperature
            top_k: int | None) -> None:  # fmt: skip
     if not isinstance(cache, KVCache) and cache not in CACHES:
         raise ValueError(f"unknown cache {cache!r}; valid: {', '.join(CACHES)} or a KVCache")
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("prompts must be a non-empty list of non-empty lists of token ids")
+    if (not isinstance(prompts, list) or not prompts
+            or not all(isinstance(p, list) and p for p in prompts)
+            or not all(isinstance(t, int) and not isinstance(t, bool)
+                       for p in prompts for t in p)):  # fmt: skip
+        raise ValueError(
+            "prompts must be a non-empty list of non-empty lists of integer token "
+            f"ids (e.g. [[1, 2, 3]]), got {type(prompts).__name__}"
+        )
     vocab = model.config.vocab_size
     bad = [t for p in prompts for t in p if not 0 <= t < vocab]
     if bad:
@@ -65,6 +76,17 @@ def _check(model: TransformerLM, prompts, budgets: list[int], cache, temperature
         )
     if temperature < 0 or (top_k is not None and top_k < 1):
         raise ValueError(f"need temperature >= 0 and top_k >= 1, got {temperature} and {top_k}")
+    if isinstance(cache, ContiguousKVCache):
+        rows, room = cache.k.shape[1], cache.k.shape[3]
+        if any(cache.lengths.values()):
+            raise ValueError("the ContiguousKVCache passed in was used already; pass a fresh one "
+                             "(make_cache)")  # fmt: skip
+        if rows < len(prompts) or room < longest:
+            raise ValueError(f"the ContiguousKVCache passed in holds {rows} sequences of {room} "
+                             f"tokens; these prompts need {len(prompts)} of {longest}")  # fmt: skip
+    if isinstance(cache, PagedKVCache) and cache.lengths:
+        raise ValueError("the PagedKVCache passed in holds sequences already; pass a fresh one "
+                         "(make_cache)")  # fmt: skip
 
 
 def make_cache(model: TransformerLM, cache: str, prompts: list[list[int]],
@@ -83,8 +105,12 @@ def make_cache(model: TransformerLM, cache: str, prompts: list[list[int]],
         return ContiguousKVCache(model, len(prompts), max(lengths))
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    return PagedKVCache(model, num_blocks or sum(math.ceil(n / block_size) for n in lengths),
-                        block_size)  # fmt: skip
+    if num_blocks is not None and (not isinstance(num_blocks, int) or num_blocks < 1):
+        raise ValueError(f"num_blocks must be a positive integer or None (enough for every "
+                         f"sequence), got {num_blocks!r}")  # fmt: skip
+    if num_blocks is None:
+        num_blocks = sum(math.ceil(n / block_size) for n in lengths)
+    return PagedKVCache(model, num_blocks, block_size)
 
 
 def _logits(model: TransformerLM, kv: KVCache | None, sequences: list[list[int]],

@@ -46,7 +46,7 @@ def max_difference(params: list[Tensor], reference: list[Tensor]) -> float:
 
 def spread_across_ranks(tensors: list[Tensor]) -> float:
     """Largest difference between this rank's tensors and any other rank's (0: identical)."""
-    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    flat = torch.cat([t.detach().reshape(-1).double() for t in tensors])  # float64 stays exact
     gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, flat)
     return max(float((g - flat).abs().max()) for g in gathered)

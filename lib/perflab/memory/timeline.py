@@ -141,6 +141,19 @@ def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFram
     return frame[["time_ms", "delta_bytes", "allocated_bytes", "origin"]]
 
 
+#: pytorch.org/memory_viz reads the snapshot with a JavaScript unpickler that knows protocols up
+#: to 4; newer Pythons' default (5) breaks it.
+SNAPSHOT_PICKLE_PROTOCOL = 4
+
+
+def save_snapshot(snapshot: dict, path: Path) -> Path:
+    """A CUDA memory snapshot as the pickle pytorch.org/memory_viz opens (protocol 4)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        pickle.dump(snapshot, f, protocol=SNAPSHOT_PICKLE_PROTOCOL)
+    return path
+
+
 def _cuda_timeline(fn: Callable[[], object], device: torch.device,
                    snapshot_path: Path | None) -> MemoryTimeline:  # fmt: skip
     synchronize(device)
@@ -152,9 +165,7 @@ def _cuda_timeline(fn: Callable[[], object], device: torch.device,
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     if snapshot_path is not None:
-        snapshot_path.parent.mkdir(parents=True, exist_ok=True)
-        with snapshot_path.open("wb") as f:
-            pickle.dump(snapshot, f)
+        save_snapshot(snapshot, snapshot_path)
     index = device.index if device.index is not None else torch.cuda.current_device()
     return MemoryTimeline(timeline_from_snapshot(snapshot, index), CUDA_SOURCE, snapshot_path)
 

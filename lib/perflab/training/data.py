@@ -56,10 +56,12 @@ def read_corpus(path: str | Path = CORPUS) -> str:
 
 
 def _offsets(n_tokens: int, seq_len: int, count: int, seed: int) -> torch.Tensor:
-    if n_tokens < seq_len + 2:
-        raise ValueError(f"the corpus has {n_tokens} tokens, fewer than a window of {seq_len + 1}")
+    """``count`` window starts drawn from every valid one, 0 .. n_tokens - (seq_len + 1)."""
+    if n_tokens < seq_len + 1:
+        raise ValueError(f"the corpus has {n_tokens} tokens, fewer than a window of "
+                         f"{seq_len + 1} (seq_len + 1)")  # fmt: skip
     generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, n_tokens - seq_len - 1, (count,), generator=generator)
+    return torch.randint(0, n_tokens - seq_len, (count,), generator=generator)  # high exclusive
 
 
 def _windows(tokens: torch.Tensor, starts: torch.Tensor, seq_len: int) -> Batch:

@@ -20,6 +20,7 @@ from perflab.bench.comparison import compare
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
 from perflab.bench.steps import random_batch
 from perflab.bench.timer import PhaseClock
+from perflab.device import dtype_name, parse_dtype
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, TransformerLM
 
@@ -41,6 +42,9 @@ CHANGES = {
 def ladder(rungs: list[str] | None = None) -> list[Recipe]:
     """The baseline, then one rung per change in ``rungs`` (default: all of ``CHANGES``), in
     the order given, each keeping every change before it."""
+    if isinstance(rungs, str):
+        raise ValueError(f"rungs must be a list of change names, e.g. [{rungs!r}]; got the "
+                         f"string {rungs!r}")  # fmt: skip
     rungs = list(CHANGES) if rungs is None else list(rungs)
     unknown = [name for name in rungs if name not in CHANGES]
     if unknown:
@@ -120,7 +124,18 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 #: Largest relative error of loss and gradients accepted against the baseline: reordered
 #: float32 sums (the fused head's chunks, FlashAttention's tiles) stay far below 1e-4;
 #: bfloat16 (8 bits of mantissa) needs a few percent on gradients.
-TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2, "float16": 1e-2}
+
+
+def tolerance_for(dtype: str | torch.dtype) -> float:
+    """``TOLERANCE`` of a recipe's dtype under any name ``Recipe`` accepts ("bf16", "fp16",
+    ``torch.bfloat16`` ...)."""
+    name = dtype_name(parse_dtype(dtype))
+    if name not in TOLERANCE:
+        raise ValueError(f"no tolerance for dtype {name}; known: {', '.join(TOLERANCE)}")
+    return TOLERANCE[name]
+
+
 #: The update's: float32 values near 1 are 1.2e-7 apart (2.4e-7 near 2-3, where embedding
 #: weights reach), up to about 1e-4 of an update of lr = 1e-3, so two float32 AdamW
 #: implementations differ by that much; 1e-3 still catches an update wrong by a tenth of a
@@ -168,7 +183,7 @@ def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, se
                 for p, b, u in zip(run.model.parameters(), before, base_updates, strict=True)
             ),
         }  # fmt: skip
-        limit = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
+        limit = tolerance_for(recipe.dtype) if tolerance is None else tolerance
         update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
         rows.append({"rung": recipe.name, **errors, "tolerance": limit,
                      "update_tolerance": update_limit,
@@ -197,6 +212,11 @@ def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq
     and ``chained_speedup``, the product of the paired ratios rung by rung (each from its own
     interleaved rounds: a chain of estimates, with no interval of its own). Drift between the
     comparisons can pull the two apart."""
+    if len(recipes) < 2:
+        raise ValueError(
+            "time_ladder compares each rung with the one before: it needs the baseline and at "
+            f"least one rung, got {len(recipes)} recipe(s)"
+        )
     rows, previous = [], None
     for recipe in recipes:
         run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)

@@ -27,7 +27,12 @@ from perflab.distributed.launch import launch, rank_device
 from perflab.fused_cross_entropy import default_chunk_size
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.model import ModelConfig, TransformerLM, sized_for
-from perflab.training.ladder import TOLERANCE, UPDATE_TOLERANCE, TrainingStep, relative_error
+from perflab.training.ladder import (
+    UPDATE_TOLERANCE,
+    TrainingStep,
+    relative_error,
+    tolerance_for,
+)
 
 GB = 1e9
 
@@ -176,7 +181,7 @@ def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: 
             relative(sharded.params[n] - before[n], p - before[n]) for n, p in named.items()
         ),  # fmt: skip
     }
-    limit = TOLERANCE[recipe.dtype] if tolerance is None else tolerance
+    limit = tolerance_for(recipe.dtype) if tolerance is None else tolerance
     update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
     return {"world_size": sharded.world_size, **errors, "tolerance": limit,
             "update_tolerance": update_limit,
