@@ -188,10 +188,13 @@ if len(ring_fit) >= 2:
         + ", ".join(f"{x:.2f}" for x in off) + " of N/2: time = (N-1) S / W with one W "
         + ("describes" if holds else "does not describe") + " these measurements "
         "(within 25%)")
+for r in ring_fit[ring_fit["latency_at_bound"]].itertuples():
+    print(f"N={r.world_size}: the free line crossed below zero (a negative latency, noise at "
+          f"{r.points} sizes); fitted through the origin instead, latency taken as 0")
 
 # %% [markdown]
-# On a CPU the "link" is Gloo's TCP over the loopback device and the ranks share two cores, so the egress need not
-# be one number, and Gloo's own all-reduce need not be the textbook ring (its ratio to N/2 says
+# On a CPU the "link" is Gloo's TCP over the loopback device and the ranks share two cores,
+# so the egress need not be one number, and Gloo's own all-reduce need not be the textbook ring (its ratio to N/2 says
 # how far). The ring's time also includes two copies and N-1 additions per call, which a
 # bandwidth model leaves out.
 #

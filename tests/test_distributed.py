@@ -335,7 +335,26 @@ def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
     assert rows["ring_over_all_reduce"].notna().all()
     fit = fit_ring_model(rows)
     assert list(fit["world_size"]) == [2] and int(fit["points"].iloc[0]) == 2
-    assert fit["r2"].iloc[0] == pytest.approx(1.0)  # two points: the line passes through both
+    if not fit["latency_at_bound"].iloc[0]:  # two points: the free line passes through both
+        assert fit["r2"].iloc[0] == pytest.approx(1.0)
+    assert (fit["latency_ms"] >= 0).all()
+
+
+def test_the_ring_fit_never_reports_a_negative_latency():
+    import pandas as pd
+
+    from perflab.distributed.ring import fit_ring_model
+
+    def rows(ms):
+        return pd.DataFrame({"world_size": 2, "status": "ok", "bytes": [1e6, 2e6, 4e6],
+                             "ring_ms": ms})  # fmt: skip
+
+    free = fit_ring_model(rows([1.5, 2.5, 4.5])).iloc[0]  # 0.5 ms + 1 ms per MB
+    assert free["latency_ms"] == pytest.approx(0.5) and not free["latency_at_bound"]
+    bound = fit_ring_model(rows([0.6, 1.9, 4.2])).iloc[0]  # a free fit would cross at -0.5 ms
+    assert bound["latency_ms"] == 0.0 and bound["latency_at_bound"]
+    through_origin = (0.6 * 1 + 1.9 * 2 + 4.2 * 4) / (1 + 4 + 16)  # ms per MB
+    assert bound["seconds_per_gb"] == pytest.approx(through_origin)
 
 
 def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):

@@ -21,7 +21,8 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
   ``verdict``) says b is faster (slower) than a, while another table of the same folder shows
   the same configuration (equal values in the columns both tables have) with b's time on the
   other side of a's: beyond both intervals where the rows have them (``median_ci_*``), beyond
-  the noise band where they do not;
+  the noise band where they do not; rows flagged unstable (``unstable``, or ``<time>_unstable``
+  beside the time) claim nothing and are left to the flag;
 - **unstable flag missing**: a table of medians (``median_s``, ``median_ms``, or a time with
   ``*_unstable`` beside it elsewhere) without an ``unstable`` column, so an unstable row would
   be shown like any other;
@@ -314,6 +315,11 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
                         break
                 if not named:
                     continue
+                flag = "unstable" if time_column == "median_s" else (
+                    time_column.removesuffix("_s") + "_unstable")  # fmt: skip
+                shaky = [str(named[side].get(flag, "")).lower() == "true" for side in "ab"]
+                if any(shaky):
+                    continue  # an unstable row claims nothing; its flag is shown with it
                 ta, tb = float(named["a"][time_column]), float(named["b"][time_column])
                 band = _band_of(row)
                 if {"median_ci_low_s", "median_ci_high_s"} <= set(sweep.columns):

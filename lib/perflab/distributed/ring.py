@@ -109,16 +109,23 @@ def ring_sweep(path, sizes_mb: list[float], world_sizes: list[int], *, warmup: i
 def fit_ring_model(rows: pd.DataFrame) -> pd.DataFrame:
     """Per world size N, the least-squares line time = latency + slope * S through the ring's
     times, and the egress W = (N - 1) / slope it implies if time = (N-1) S / W holds; the same
-    model for all world sizes predicts one W, so W's spread across N tests it."""
+    model for all world sizes predicts one W, so W's spread across N tests it. A latency is
+    not negative: where the free fit's intercept falls below zero (noise at few sizes), the
+    line is fitted through the origin instead (the least-squares fit with latency >= 0), and
+    ``latency_at_bound`` says so."""
     out = []
     for world_size, group in rows[rows["status"] == "ok"].groupby("world_size"):
         if group["bytes"].nunique() < 2:
             continue
         size, seconds = group["bytes"].to_numpy(float), group["ring_ms"].to_numpy(float) / 1e3
         (latency, slope), r2 = least_squares([np.ones_like(size), size], seconds)
+        at_bound = latency < 0
+        if at_bound:
+            (slope,), r2 = least_squares([size], seconds)
+            latency = 0.0
         out.append({
             "world_size": int(world_size), "latency_ms": latency * 1e3,
             "seconds_per_gb": slope * 1e9, "egress_gbps": (world_size - 1) / slope / 1e9,
-            "r2": r2, "points": len(group),
+            "r2": r2, "points": len(group), "latency_at_bound": at_bound,
         })  # fmt: skip
     return pd.DataFrame(out)
