@@ -284,7 +284,7 @@ for row in steps.iloc[1:].itertuples():
               "same": "took the same time within the ±3% noise band",
               "inconclusive": "made a difference that is not established"}[row.verdict]
     print(f"{row.rung}: {change} ({row.vs_previous:.2f}x the step's time before, "
-          f"{level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, {row.rounds} "
+          f"{level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, {int(row.rounds)} "
           f"rounds); peak {row.peak_bytes / MiB:.1f} MiB")
 last = steps.iloc[-1]
 print(f"All together: {last['chained_speedup']:.2f}x the baseline's speed as the product of the "
