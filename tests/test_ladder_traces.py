@@ -35,7 +35,8 @@ def _table(tmp_path, vs_previous=None, verdict="faster", ci=None):
         low, high = ci or (0.98 * vs_previous, 1.02 * vs_previous)
         timed = pd.DataFrame({"rung": ["baseline", "faster matmul"],
                               "vs_previous": [None, vs_previous], "ci_low": [None, low],
-                              "ci_high": [None, high], "verdict": [None, verdict]})  # fmt: skip
+                              "ci_high": [None, high], "confidence": [None, 0.96875],
+                              "verdict": [None, verdict]})  # fmt: skip
     return bound_table(traces, steps=2, timed=timed)
 
 
@@ -78,6 +79,7 @@ def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, sa
         "the hotspot that moved most, aten::mm, fell from 0.30 to 0.10 ms"
     )
     assert "take 0.60x as long" in text and says in text
+    assert "96.8% CI" in text and "95% CI" not in text  # the interval's own level
 
 
 def test_untimed_rows_and_operators_that_appear_or_vanish(tmp_path):

@@ -36,8 +36,8 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
                      device: torch.device, modes=("forward", "train-step"),
                      steps: int = 5) -> pd.DataFrame:  # fmt: skip
     """Per mode: the compiled step against the eager one (``Comparison.as_row``: medians,
-    time ratio compiled / eager with its 95% interval, verdict), the compiled model's first
-    call and its compile seconds (first call - steady median)."""
+    time ratio compiled / eager with its interval and confidence, verdict), the compiled
+    model's first call and its compile seconds (first call - steady median)."""
     config = sized_for(get_preset(preset), context_length)
     inputs, targets = random_batch(config.vocab_size, batch_size, context_length, device)
     rows = []

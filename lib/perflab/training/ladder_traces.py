@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 
 from perflab.bench.recipe import Recipe
+from perflab.bench.stats import level_text
 from perflab.model import ModelConfig
 from perflab.profiling.capture import record_trace
 from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
@@ -52,10 +53,11 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
     (the step's ratio if only the hotspot had changed), ``operators_ratio`` (all operators),
     ``device_busy`` (a GPU trace: the share of the traced span in which a kernel runs; low
     means the step waits on the host, whatever the kernels' category) and, from ``timed``
-    (``time_ladder``'s table) when given, the measured step's ``vs_previous`` with its 95%
-    interval and verdict. ``steps`` is the number of profiled steps in each trace. Categories
-    come from operator or kernel names (``perflab.profiling.hotspots.classify``), not from a
-    roofline; operator times are summed self times, not the step's wall time."""
+    (``time_ladder``'s table) when given, the measured step's ``vs_previous`` with its
+    interval (at its own confidence) and verdict. ``steps`` is the number of profiled steps in
+    each trace. Categories come from operator or kernel names
+    (``perflab.profiling.hotspots.classify``), not from a roofline; operator times are summed
+    self times, not the step's wall time."""
     names, rows = list(traces), []
     loaded = {name: load_trace(path) for name, path in traces.items()}
     measured = timed.set_index("rung") if timed is not None else None
@@ -82,7 +84,8 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
             )  # fmt: skip
             if measured is not None and name in measured.index:
                 row.update({k: measured.loc[name, k]
-                            for k in ("vs_previous", "ci_low", "ci_high", "verdict")})  # fmt: skip
+                            for k in ("vs_previous", "ci_low", "ci_high", "confidence", "verdict")
+                            if k in measured.columns})  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -111,6 +114,7 @@ def bound_sentence(row: pd.Series) -> str:
     if step is None or pd.isna(step) or step <= 0 or pd.isna(alone) or alone <= 0:
         return text + "."
     low, high = row.get("ci_low", step), row.get("ci_high", step)
+    level = level_text(row.get("confidence", float("nan")))  # the interval's own level
     inside = low <= alone <= high
     if row["verdict"] == "same":
         why = (
@@ -119,9 +123,9 @@ def bound_sentence(row: pd.Series) -> str:
             else "the hotspot alone predicts a change outside the step's interval: other "
             "operators, or time outside them (Python, the allocator), make up for it"
         )
-        return (f"{text}, the measured step no different beyond the noise ({step:.2f}x, 95% CI "
-                f"{low:.2f}-{high:.2f}): {why}.")  # fmt: skip
-    text += f", the measured step {step:.2f}x (95% CI {low:.2f}-{high:.2f}, {row['verdict']})"
+        return (f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
+                f"CI {low:.2f}-{high:.2f}): {why}.")  # fmt: skip
+    text += f", the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
         why = "about what the hotspot alone gives"
