@@ -17,23 +17,33 @@ backward (the recomputation). The same idea as Liger Kernel's fused linear cross
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
 IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy)
 
 
+#: Tokens per chunk, chosen from a measured sweep of time against peak memory (notebook 09,
+#: ``perflab.training.head_memory.chunk_size_sweep``; 2-core Intel Xeon, float32, forward +
+#: backward): at 2048 x 32000 x 256, 1024 x 10000 x 128 and 4096 x 32000 x 128, chunks of
+#: 32 / 64 / 128 / 256 / 512 / 1024 tokens took 1.81 / 0.97 / 0.73 / 0.76 / 0.89 / 1.02 s,
+#: 0.145 / 0.126 / 0.081 / 0.079 / 0.075 / 0.081 s and 2.08 / 1.18 / 1.11 / 1.05 / 1.33 / 1.35 s,
+#: with peaks of 18.6 / 20.6 / 24.5 / 32.4 / 62.5 / 125x, 13.2 / 15.7 / 20.7 / 39.1 / 78.2 /
+#: 156x and 10.8 / 12.7 / 16.7 / 31.3 / 62.5 / 125x the hidden states. 128 tokens is within
+#: 8% of the fastest in all three at about 1.3-1.6x the smallest peak; the formula used before
+#: (one chunk's logits the size of the hidden states: 32 tokens here) was 1.6-2.5x slower.
+#: A GPU's best may differ: the sweep measures it there.
+DEFAULT_CHUNK_TOKENS = 128
+
+
 def default_chunk_size(tokens: int, vocab: int, d_model: int) -> int:
-    """Tokens per chunk aiming at one chunk's logits (chunk x vocab) of the size of the hidden
-    states (tokens x d_model), the chunk rounded up to a multiple of 32 tokens. The bound, with
-    n = ceil(vocab / d_model) chunks: chunk x vocab <= (ceil(tokens / n) + 31) x vocab, about
-    tokens x d_model + 31 x vocab. The second term dominates at few tokens: at 64 tokens,
-    vocab 10,000 and d 128, one chunk of 32 tokens holds 39x the hidden states; from tokens of
-    about 32 x vocab / d_model up, the chunk's logits stay within about 2x the hidden states."""
-    chunks = math.ceil(vocab / max(d_model, 1))
-    return min(tokens, 32 * math.ceil(math.ceil(tokens / chunks) / 32)) if tokens else 1
+    """Tokens per chunk: ``DEFAULT_CHUNK_TOKENS`` (chosen from the measured sweep above), or
+    all the tokens when there are fewer. One chunk's logits are then at most
+    ``DEFAULT_CHUNK_TOKENS`` x ``vocab`` values, whatever the number of tokens (at 64 tokens,
+    vocab 10,000 and d 128: all 64 tokens at once, 78x the hidden states; at 2048 x 32000 x
+    256, 7.8x). ``vocab`` and ``d_model`` are kept for callers that size by them."""
+    del vocab, d_model  # the measured choice does not depend on them (see the sweep)
+    return min(tokens, DEFAULT_CHUNK_TOKENS) if tokens else 1
 
 
 def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None,
