@@ -479,3 +479,28 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
     assert summary["forward_wall_ms"] > summary["late_wait_ms"] >= 0
     lanes = ("fsdp.wait", "fsdp.forward", "communication")
     assert len(plot_rank_timelines(timeline, lanes=lanes).axes) == 1
+
+
+def test_fsdp_forgets_weights_gathered_by_the_last_backward():
+    """A stale ``_live`` entry (left by a checkpointed block's recomputation, whose post-hook
+    need not run) whose address an activation then reuses made one rank pack that activation
+    as a weight and gather once more than the others in backward: collectives out of step,
+    seen in CI as 'Received data size doesn't match expected size'. Planted here: the input's
+    address marked as a weight's before the forward."""
+    import torch.distributed as dist
+
+    from perflab.distributed.fsdp import FSDP
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = FSDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)))
+        x = torch.randn(3, 8, requires_grad=True)
+        model(x).sum().backward()
+        clean = model.backward_gathers
+        stale = next(iter(model.specs))  # any sharded parameter
+        model._live[x.untyped_storage().data_ptr()] = stale
+        model(x).sum().backward()
+        assert model.backward_gathers - clean == clean  # the same gathers, none for x
+    finally:
+        dist.destroy_process_group()

@@ -217,6 +217,11 @@ class FSDP(nn.Module):
             args = [_cast_floating(a, self.compute_dtype) for a in args]
             kwargs = {k: _cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
         self._forward_gathers.clear()
+        # Entries a checkpointed block's recomputation added in the last backward (its
+        # post-hook need not run: the recomputation stops early) are stale: their storage is
+        # freed, and an activation given the same address must not be packed as a weight (one
+        # rank gathering once more than the others desynchronises the collectives).
+        self._live.clear()
         try:
             with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
                 return self.module(*args, **kwargs)
