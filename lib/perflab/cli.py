@@ -344,6 +344,24 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     return 0
 
 
+def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from perflab.adapters import AdapterLoadError, check_adapters, format_table, passed
+
+    def progress(what: str) -> None:
+        print(f"checking {what} ...", file=sys.stderr, flush=True)
+
+    try:
+        table = check_adapters(args.adapters, parts=args.parts, progress=progress)
+    except AdapterLoadError as error:
+        print(f"perflab check: {error}", file=sys.stderr)
+        return 2
+    print(table.to_csv(index=False) if args.format == "csv" else format_table(table))
+    counts = table["status"].value_counts()
+    print(", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "not provided",
+                                                "skipped") if s in counts))  # fmt: skip
+    return 0 if passed(table) else 1
+
+
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from perflab.report import build_report
 
@@ -363,7 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(
         dest="command",
         required=True,
-        metavar="{run,bench,hotspots,kernels,check-results,report,noise-check}",
+        metavar="{run,bench,hotspots,kernels,check,check-results,report,noise-check}",
     )
 
     run = commands.add_parser("run", help="execute notebooks with papermill")
@@ -421,6 +439,18 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--summary", action="store_true", help="one row per kernel and target")
     kernels.add_argument("--format", choices=("table", "csv"), default="table")
     kernels.set_defaults(handler=_kernels, subparser=kernels)
+
+    from perflab.adapters.battery import PARTS
+
+    adapters = commands.add_parser(
+        "check", help="check a CS336 adapters file (yours) against plain references"
+    )
+    adapters.add_argument("--adapters", required=True, metavar="PATH_OR_MODULE",
+                          help="e.g. my-repo/tests/adapters.py, or perflab.cs336")  # fmt: skip
+    adapters.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
+                          help="which checks (default: all)")  # fmt: skip
+    adapters.add_argument("--format", choices=("table", "csv"), default="table")
+    adapters.set_defaults(handler=_check_adapters, subparser=adapters)
 
     check = commands.add_parser("check-results", help="flag contradictions in saved results")
     check.add_argument("directory", metavar="DIR", help="e.g. data/results")

@@ -1,0 +1,22 @@
+"""Check anyone's CS336 systems implementation: ``perflab check --adapters PATH_OR_MODULE``.
+
+The adapters module is the course's ``tests/adapters.py`` (or any module with the same
+function names, ``perflab.cs336`` included). Each adapter it provides is checked against a
+plain reference: FlashAttention against float64 (``attention_checks``), its Triton kernels
+compiled for A100 and H100 (``kernel_compile``), data parallelism, FSDP and the sharded
+optimizer against one process on 2 Gloo ranks (``distributed_checks``). ``battery`` runs them
+all into one table.
+"""
+
+from perflab.adapters.battery import PARTS, check_adapters, format_table, passed
+from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters
+
+__all__ = [
+    "ADAPTER_NAMES",
+    "PARTS",
+    "AdapterLoadError",
+    "check_adapters",
+    "format_table",
+    "load_adapters",
+    "passed",
+]

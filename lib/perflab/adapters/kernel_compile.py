@@ -1,0 +1,124 @@
+"""Compile the Triton kernels an adapter launched for real GPUs (sm_80 A100, sm_90 H100),
+without a GPU, and read what each needs: registers, spills, shared memory against the limit.
+
+The launches were recorded while the kernels ran (interpreted on a CPU), so every argument's
+type and every constexpr is what the adapter really passes. An interpreted kernel cannot be
+compiled, so the compiling happens in a child process started with ``TRITON_INTERPRET=0``
+(``python -m perflab.adapters.kernel_compile``) that imports the adapters again and finds
+each kernel by module and name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from perflab.adapters.rows import CheckRow
+
+#: The GPU targets every recorded kernel is compiled for.
+COMPILE_TARGETS = ("sm_80", "sm_90")
+
+
+def compile_rows(spec: str, launches: list[dict], targets=COMPILE_TARGETS,
+                 timeout_s: float = 600) -> list[CheckRow]:  # fmt: skip
+    """One row per (kernel launch, target), compiled in a child process."""
+    if not launches:
+        return []
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
+    done = subprocess.run([sys.executable, "-m", "perflab.adapters.kernel_compile"],
+                          input=request, capture_output=True, text=True, env=env,
+                          timeout=timeout_s)  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return [CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error",
+                         detail=f"the compiling process failed: {last}")]  # fmt: skip
+    return _worst_per_kernel([CheckRow(**row) for row in
+                              json.loads(done.stdout.strip().splitlines()[-1])])  # fmt: skip
+
+
+def _worst_per_kernel(rows: list[CheckRow]) -> list[CheckRow]:
+    """One row per (kernel, target): a failure if any launch failed, else the launch that
+    needs the most shared memory, with how many distinct launches were compiled."""
+    groups: dict[tuple, list[CheckRow]] = {}
+    for row in rows:
+        groups.setdefault((row.adapter, row.check), []).append(row)
+    worst = []
+    for group in groups.values():
+        failed = [row for row in group if row.status != "pass"]
+        row = failed[0] if failed else max(group, key=lambda r: r.error)
+        row.detail = f"{len(group)} launch signature(s); worst: {row.detail}"
+        worst.append(row)
+    return worst
+
+
+def _find_kernel(module_name: str, name: str):
+    import importlib
+
+    from triton.runtime.jit import JITFunction
+
+    kernel = getattr(importlib.import_module(module_name), name)
+    while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
+        kernel = kernel.fn  # through triton.autotune / triton.heuristics
+    if not isinstance(kernel, JITFunction):
+        raise TypeError(f"{module_name}.{name} is not a triton.jit kernel")
+    return kernel
+
+
+def _signature(args: dict) -> tuple[dict, dict, tuple]:
+    """(types, constexprs, divisible-by-16 names) of a recorded launch (``describe_launch``)."""
+    types, constexprs, divisible = {}, {}, []
+    for name, (kind, *rest) in args.items():
+        if kind == "constexpr":
+            constexprs[name] = rest[0]
+        elif kind in ("tensor", "int"):
+            types[name] = ("*" if kind == "tensor" else "") + rest[0]
+            if rest[1]:
+                divisible.append(name)
+        elif kind == "bool":
+            types[name] = "i1"
+        elif kind == "float":
+            types[name] = "fp32"
+        else:  # None: Triton specialises it away as a constant
+            constexprs[name] = None
+    return types, constexprs, tuple(divisible)
+
+
+def _compile_one(launch: dict, target_name: str) -> dict:
+    from perflab.attention.triton_compile import compile_kernel, get_target, resource_usage
+
+    target = get_target(target_name)
+    label = f"{launch['name']} ({launch['module']})"
+    check = f"compiles for {target.name} ({target.example})"
+    try:
+        kernel = _find_kernel(launch["module"], launch["name"])
+        types, constexprs, divisible = _signature(launch["args"])
+        compiled = compile_kernel(kernel, types, constexprs, num_warps=launch["num_warps"],
+                                  num_stages=launch["num_stages"], target=target,
+                                  divisible=divisible)  # fmt: skip
+        usage = resource_usage(compiled)
+    except Exception as error:
+        text = f"{type(error).__name__}: {error}".strip().splitlines()
+        return {"adapter": label, "check": check, "status": "fail", "detail": text[-1][:300]}
+    shared, limit = usage["shared_bytes"], target.max_shared_bytes
+    keys = ", ".join(f"{k}={v}" for k, v in constexprs.items())
+    detail = (f"{usage['registers']} registers, {usage['spill_stores']} spill stores, "
+              f"shared {shared / 1024:.1f} of {limit / 1024:.0f} KiB; {keys}")  # fmt: skip
+    return {"adapter": label, "check": check, "error": float(shared), "tolerance": float(limit),
+            "status": "pass" if shared <= limit else "fail", "detail": detail}  # fmt: skip
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    from perflab.adapters.loading import load_adapters
+
+    load_adapters(request["spec"])  # puts the student's package on sys.path, as in the parent
+    rows = [_compile_one(launch, target) for launch in request["launches"]
+            for target in request["targets"]]  # fmt: skip
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""``perflab check --adapters``: perflab's own adapters (``perflab.cs336``) pass every check,
+and a copy with one planted bug per adapter (tests/fixtures/buggy_adapters.py, its docstring
+names them) fails exactly where the bugs are. The course's own tests call the adapters the
+same way (spawned Gloo ranks, whole batch against halves); ``distributed_checks`` follows
+their call patterns."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perflab.adapters import AdapterLoadError, check_adapters, load_adapters, passed
+from perflab.adapters.loading import ADAPTER_NAMES
+
+FIXTURES = Path(__file__).parent / "fixtures"
+BUGGY = str(FIXTURES / "buggy_adapters.py")
+
+
+def perflab_cli(*args):
+    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True,
+                          text=True)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def own_table():
+    return check_adapters("perflab.cs336")
+
+
+@pytest.fixture(scope="module")
+def buggy_table():
+    return check_adapters(BUGGY)
+
+
+def status_of(table, adapter, check_part=""):
+    rows = table[(table.adapter == adapter) & table.check.str.contains(check_part, regex=False)]
+    assert len(rows), f"no row for {adapter} {check_part!r}"
+    return set(rows.status)
+
+
+def test_perflab_cs336_defines_every_adapter_of_both_years():
+    import perflab.cs336 as cs336
+
+    assert set(cs336.__all__) == set(ADAPTER_NAMES)
+    assert all(callable(getattr(cs336, name)) for name in ADAPTER_NAMES)
+
+
+def test_perflab_own_adapters_pass_everything(own_table):
+    failing = own_table[own_table.status != "pass"]
+    assert failing.empty, failing.to_string()
+    assert passed(own_table)
+    checked = set(own_table.adapter)
+    for getter in ("get_ddp", "get_ddp_individual_parameters", "get_ddp_bucketed", "get_fsdp",
+                   "get_sharded_optimizer", "get_flashattention_autograd_function_pytorch",
+                   "get_flashattention_autograd_function_triton"):  # fmt: skip
+        assert getter in checked
+    compiled = own_table[own_table.check.str.startswith("compiles for")]
+    assert {"compiles for sm_80 (A100)", "compiles for sm_90 (H100)"} <= set(compiled.check)
+    assert compiled.adapter.str.contains("_flash_backward_q_kernel").any()
+
+
+@pytest.mark.parametrize(
+    "adapter, check_part",
+    [
+        ("get_flashattention_autograd_function_pytorch", "log-sum-exp"),
+        ("get_ddp", "(fp32)"),
+        ("get_ddp", "(accumulation)"),
+        ("get_fsdp", "(fp32)"),
+        ("get_fsdp", "fp16 compute"),
+        ("get_sharded_optimizer", "AdamW vs unsharded"),
+        ("get_sharded_optimizer", "round trip"),
+        ("large_tile_kernel (buggy_kernels)", "sm_90"),
+        ("large_tile_kernel (buggy_kernels)", "sm_80"),
+    ],
+)
+def test_each_planted_bug_fails(buggy_table, adapter, check_part):
+    assert status_of(buggy_table, adapter, check_part) == {"fail"}
+
+
+def test_an_adapter_that_raises_is_an_error_not_a_pass(buggy_table):
+    # The bucketed wrapper's after-backward adapter never waits: the next backward raises.
+    assert status_of(buggy_table, "get_ddp_bucketed") == {"error"}
+
+
+def test_correct_parts_of_a_buggy_file_still_pass(buggy_table):
+    assert status_of(buggy_table, "get_flashattention_autograd_function_pytorch",
+                     "output") == {"pass"}  # fmt: skip
+    assert status_of(buggy_table, "get_flashattention_autograd_function_triton",
+                     "dQ") == {"pass"}  # fmt: skip
+    assert not passed(buggy_table)
+
+
+def test_not_implemented_is_listed_as_not_provided(buggy_table):
+    assert status_of(buggy_table, "get_ddp_individual_parameters") == {"not provided"}
+
+
+def test_the_course_template_provides_nothing_and_does_not_pass(tmp_path):
+    template = tmp_path / "adapters.py"
+    template.write_text(
+        "def get_flashattention_autograd_function_pytorch():\n    raise NotImplementedError\n"
+        "def get_sharded_optimizer(params, optimizer_cls, **kwargs):\n"
+        "    raise NotImplementedError\n"
+    )
+    table = check_adapters(str(template), parts=("attention", "optimizer"))
+    assert set(table.status) <= {"not provided", "skipped"}
+    assert not passed(table)  # nothing was measured
+
+
+def test_a_package_adapters_file_imports_with_its_relative_imports(tmp_path):
+    package = tmp_path / "course_tests_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "helpers.py").write_text("from perflab.cs336 import *  # noqa\n")
+    (package / "adapters.py").write_text("from .helpers import *  # noqa\n")
+    module = load_adapters(str(package / "adapters.py"))
+    assert module.__name__ == "course_tests_pkg.adapters"
+    assert callable(module.get_fsdp)
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("/nonexistent/adapters.py", "no adapters file at /nonexistent/adapters.py"),
+        ("no_such_package_zz.adapters", "cannot import adapters module 'no_such_package_zz"),
+    ],
+)
+def test_bad_specs_are_one_line_errors(spec, message):
+    with pytest.raises(AdapterLoadError, match=message):
+        load_adapters(spec)
+
+
+def test_cli_import_error_is_one_line_naming_the_file(tmp_path):
+    broken = tmp_path / "adapters.py"
+    broken.write_text("import not_a_module_zz\n")
+    done = perflab_cli("check", "--adapters", str(broken))
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"perflab check: cannot import {broken}: ModuleNotFoundError: "
+        "No module named 'not_a_module_zz'"
+    )
+
+
+def test_cli_exit_status_follows_the_table():
+    good = perflab_cli("check", "--adapters", "perflab.cs336", "--parts", "optimizer")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "2 pass" in good.stdout
+    bad = perflab_cli("check", "--adapters", BUGGY, "--parts", "optimizer")
+    assert bad.returncode == 1
+    assert "2 fail" in bad.stdout
