@@ -12,9 +12,12 @@ import pytest
 
 from perflab.adapters import AdapterLoadError, check_adapters, load_adapters, passed
 from perflab.adapters.loading import ADAPTER_NAMES
+from perflab.device import triton_available
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUGGY = str(FIXTURES / "buggy_adapters.py")
+HAVE_TRITON = triton_available()
+NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
 
 
 def perflab_cli(*args):
@@ -46,7 +49,8 @@ def test_perflab_cs336_defines_every_adapter_of_both_years():
 
 
 def test_perflab_own_adapters_pass_everything(own_table):
-    failing = own_table[own_table.status != "pass"]
+    # Without Triton its adapter is listed as skipped, and nothing is compiled.
+    failing = own_table[~own_table.status.isin(["pass"] if HAVE_TRITON else ["pass", "skipped"])]
     assert failing.empty, failing.to_string()
     assert passed(own_table)
     checked = set(own_table.adapter)
@@ -55,6 +59,9 @@ def test_perflab_own_adapters_pass_everything(own_table):
                    "get_flashattention_autograd_function_triton"):  # fmt: skip
         assert getter in checked
     compiled = own_table[own_table.check.str.startswith("compiles for")]
+    if not HAVE_TRITON:
+        assert compiled.empty
+        return
     assert {"compiles for sm_80 (A100)", "compiles for sm_90 (H100)"} <= set(compiled.check)
     assert compiled.adapter.str.contains("_flash_backward_q_kernel").any()
 
@@ -69,8 +76,8 @@ def test_perflab_own_adapters_pass_everything(own_table):
         ("get_fsdp", "fp16 compute"),
         ("get_sharded_optimizer", "AdamW vs unsharded"),
         ("get_sharded_optimizer", "round trip"),
-        ("large_tile_kernel (buggy_kernels)", "sm_90"),
-        ("large_tile_kernel (buggy_kernels)", "sm_80"),
+        pytest.param("large_tile_kernel (buggy_kernels)", "sm_90", marks=NEEDS_TRITON),
+        pytest.param("large_tile_kernel (buggy_kernels)", "sm_80", marks=NEEDS_TRITON),
     ],
 )
 def test_each_planted_bug_fails(buggy_table, adapter, check_part):
@@ -85,8 +92,9 @@ def test_an_adapter_that_raises_is_an_error_not_a_pass(buggy_table):
 def test_correct_parts_of_a_buggy_file_still_pass(buggy_table):
     assert status_of(buggy_table, "get_flashattention_autograd_function_pytorch",
                      "output") == {"pass"}  # fmt: skip
-    assert status_of(buggy_table, "get_flashattention_autograd_function_triton",
-                     "dQ") == {"pass"}  # fmt: skip
+    if HAVE_TRITON:
+        assert status_of(buggy_table, "get_flashattention_autograd_function_triton",
+                         "dQ") == {"pass"}  # fmt: skip
     assert not passed(buggy_table)
 
 

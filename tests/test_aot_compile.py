@@ -20,6 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from perflab.device import triton_available  # noqa: E402
+
+if not triton_available():
+    pytest.skip("Triton is not installed (Linux-only): nothing to compile", allow_module_level=True)
+
 from perflab.attention.aot import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 from perflab.attention.flash_triton import AUTOTUNE_CONFIGS
 from perflab.attention.triton_compile import TARGETS, get_target, kernel_source

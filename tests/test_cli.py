@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 from perflab.cli import parse_parameter_value, resolve_notebook
+from perflab.device import triton_available
 
 
 def perflab(*args, **kwargs):
@@ -189,6 +190,7 @@ def test_parameter_values(text, value):
     assert parse_parameter_value(text) == value
 
 
+@pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
 def test_kernels_compiles_for_a_target_and_prints_the_table():
     done = perflab("kernels", "--kernel", "weighted_sum_forward", "flash_forward",
                    "--target", "sm_90", "--head-dim", "64", "--summary")  # fmt: skip

@@ -10,22 +10,36 @@ and logsumexp (the tiles sum in another order than the reference), float16 2e-3 
 significant bits); gradients 5x those.
 """
 
+import contextlib
+
 import pytest
 import torch
 
 from perflab.attention import naive_attention
 from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
-from perflab.attention.flash_triton import (
-    AUTOTUNE_CONFIGS,
-    INTERPRETED,
-    FlashAttentionTriton,
-    flash_attention_triton,
-    pinned_config,
-)
+from perflab.device import triton_available
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
+#: Without Triton (macOS, Windows) the PyTorch implementation is still tested.
+HAVE_TRITON = triton_available()
+NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
+if HAVE_TRITON:
+    from perflab.attention.flash_triton import (
+        AUTOTUNE_CONFIGS,
+        INTERPRETED,
+        FlashAttentionTriton,
+        flash_attention_triton,
+        pinned_config,
+    )
+else:
+    AUTOTUNE_CONFIGS, INTERPRETED = [], True
+    FlashAttentionTriton = flash_attention_triton = None
+    pinned_config = contextlib.nullcontext
+
 IMPLEMENTATIONS = {"torch": FlashAttentionTorch, "triton": FlashAttentionTriton}
+#: Parametrize over both implementations; the Triton one is skipped where Triton is missing.
+BOTH = [pytest.param("torch"), pytest.param("triton", marks=NEEDS_TRITON)]
 GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: needs CUDA")
 #: Where the kernels run: compiled Triton takes CUDA tensors only.
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -57,7 +71,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BOTH)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("batch, n_q, n_k, d, causal", CASES)
 def test_matches_float64_reference(implementation, batch, n_q, n_k, d, causal, dtype):
@@ -65,7 +79,7 @@ def test_matches_float64_reference(implementation, batch, n_q, n_k, d, causal, d
 
 
 @GPU
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BOTH)
 @pytest.mark.parametrize(
     "batch, n_q, n_k, d, causal", [(2, 129, 300, 64, True), (1, 1000, 1000, 128, False)]
 )
@@ -120,7 +134,7 @@ def _to(x, device):
     return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BOTH)
 def test_non_contiguous_inputs(implementation):
     q, k, v = (t.detach().transpose(0, 1) for t in _inputs(20, 2, 2, 16, torch.float32, 1))
     assert not q.is_contiguous()
@@ -129,7 +143,7 @@ def test_non_contiguous_inputs(implementation):
     torch.testing.assert_close(out, expected, atol=2e-5, rtol=2e-5)
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BOTH)
 def test_queries_that_see_no_key_get_zeros(implementation):
     q, k, v = (t.detach() for t in _inputs(1, 8, 3, 16, torch.float32, 2))
     out = IMPLEMENTATIONS[implementation].apply(q, k, v, True)  # queries 0..4 see no key
@@ -146,7 +160,7 @@ def test_queries_that_see_no_key_get_zeros(implementation):
         (((2, 4, 8),) * 3, (torch.float32, torch.float16, torch.float32), "dtypes differ"),
     ],
 )
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", BOTH)
 def test_bad_inputs(implementation, shapes, dtypes, message):
     dtypes = dtypes or (torch.float32,) * 3
     tensors = [torch.randn(*s).to(d) for s, d in zip(shapes, dtypes, strict=True)]
@@ -154,6 +168,7 @@ def test_bad_inputs(implementation, shapes, dtypes, message):
         IMPLEMENTATIONS[implementation].apply(*tensors, False)
 
 
+@NEEDS_TRITON
 def test_triton_refuses_what_its_kernels_cannot_do():
     with pytest.raises(ValueError, match=r"head dimension 24 unsupported; valid: \(16, 32, 64"):
         FlashAttentionTriton.apply(*(torch.randn(1, 4, 24) for _ in range(3)), False)
@@ -163,6 +178,7 @@ def test_triton_refuses_what_its_kernels_cannot_do():
             FlashAttentionTriton.apply(*bf16, False)
 
 
+@NEEDS_TRITON
 def test_compiled_backward_tiles_match_eager():
     q, k, v = _inputs(2, 70, 70, 16, torch.float32, 3)
     grads = {}
@@ -179,7 +195,13 @@ def test_compiled_backward_tiles_match_eager():
         torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("flash", [flash_attention_torch, flash_attention_triton])
+@pytest.mark.parametrize(
+    "flash",
+    [
+        pytest.param(flash_attention_torch, id="torch"),
+        pytest.param(flash_attention_triton, id="triton", marks=NEEDS_TRITON),
+    ],
+)
 def test_model_training_step_with_flash_matches_naive(flash):
     torch.manual_seed(0)
     model = TransformerLM(PRESETS["cpu-tiny"]).to(DEVICE)
@@ -196,6 +218,7 @@ def test_model_training_step_with_flash_matches_naive(flash):
         torch.testing.assert_close(flash, naive, atol=1e-5, rtol=1e-4)
 
 
+@NEEDS_TRITON
 @pytest.mark.parametrize("shape", [(1, 1), (17, 5), (3, 33, 70), (129, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_weighted_sum_triton_forward_and_backward(shape, dtype):
@@ -217,6 +240,7 @@ def test_weighted_sum_triton_forward_and_backward(shape, dtype):
     torch.testing.assert_close(w.grad.double(), w64.grad, atol=20 * tol, rtol=5 * tol)
 
 
+@NEEDS_TRITON
 def test_weighted_sum_bad_inputs():
     from perflab.attention.weighted_sum import WeightedSumTriton
 
@@ -241,6 +265,7 @@ def test_correctness_table_flags_a_wrong_implementation():
     assert not bad["within_tolerance"].any() and bad["output"].iloc[0] > 1e-3
 
 
+@NEEDS_TRITON
 def test_launch_grid_puts_the_batch_on_the_unlimited_axis():
     """CUDA allows 2^31 - 1 programs on grid axis 0 but 65,535 on axis 1: the batch (batch x
     heads from the model, easily past 65,535) goes on axis 0, the tiles on axis 1."""
@@ -252,6 +277,7 @@ def test_launch_grid_puts_the_batch_on_the_unlimited_axis():
         launch_grid(1, 64 * MAX_GRID_Y + 1, 64)
 
 
+@NEEDS_TRITON
 def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
     """Forward and backward on inputs whose third batch element starts 2^31 + 2^11 elements
     into its buffer (4 GiB buffers, allocated lazily: ~0.4 GB touched), against float64. Run in
@@ -295,6 +321,7 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
+@NEEDS_TRITON
 def test_pinned_config_rejects_tiles_the_kernels_cannot_take():
     with pytest.raises(ValueError, match="tile sizes must be 16, 32, 64 or 128, got BQ=48"):
         with pinned_config((48, 64, 4, 2)):

@@ -5,9 +5,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
+from perflab.device import triton_available
 
+NEEDS_TRITON = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
+
+
+@NEEDS_TRITON
 def test_attention_functions_import_from_the_package():
     from perflab.attention import FlashAttentionTorch, FlashAttentionTriton
 
@@ -48,6 +54,7 @@ def _fresh_cpu_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
 
 
+@NEEDS_TRITON
 def test_triton_imported_before_perflab_is_one_clear_error():
     """torch.compile imports Triton; if that happens before perflab chose the interpreter, the
     interpreted kernels would fail deep inside Triton: refuse with the reason instead."""
@@ -63,6 +70,7 @@ def test_triton_imported_before_perflab_is_one_clear_error():
     assert "before TRITON_INTERPRET=1 was set" in done.stderr.strip().splitlines()[-1]
 
 
+@NEEDS_TRITON
 def test_torch_compile_after_import_perflab_leaves_the_kernels_working():
     code = (
         "import perflab, torch\n"

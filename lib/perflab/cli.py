@@ -281,6 +281,12 @@ def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from perflab.attention.aot import KERNEL_NAMES, compile_table, jobs, summary
+    from perflab.device import triton_available
+
+    if not triton_available():
+        print("perflab kernels: Triton is not installed (it ships for Linux only); "
+              "pip install triton on Linux", file=sys.stderr)  # fmt: skip
+        return 2
 
     try:
         job_list = jobs(kernels=args.kernel or KERNEL_NAMES, targets=args.target, dtypes=args.dtype,

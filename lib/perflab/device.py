@@ -36,6 +36,17 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[key]
 
 
+def triton_available() -> bool:
+    """Whether Triton can be imported here (it ships for Linux only), without importing it:
+    importing decides interpreted or compiled for good (``flash_triton``)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 

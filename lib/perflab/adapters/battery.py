@@ -23,18 +23,11 @@ from perflab.adapters.distributed_checks import (
 from perflab.adapters.kernel_compile import compile_rows
 from perflab.adapters.loading import load_adapters, provided_names
 from perflab.adapters.rows import FAILING, CheckRow
+from perflab.device import triton_available
 
 WORLD_SIZE = 2
 #: Parts of the battery, in the order they run; ``check_adapters(parts=...)`` picks some.
 PARTS = ("attention", "kernels", "ddp", "fsdp", "optimizer")
-
-
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lambda _: None,
