@@ -57,3 +57,34 @@ def test_compare_timers_table():
     # or of nothing would be far outside this; per-call overhead is well inside it.
     assert 0.25 < theirs["ratio_to_perflab"] < 4
     assert (table["median_s"] > 0).all()
+
+
+def test_a_gpu_that_torch_cannot_use_is_said_once_with_the_fix(tmp_path, monkeypatch):
+    """nvidia-smi lists a GPU, torch sees none (a driver too old for the CUDA 13 wheels, or a
+    CPU build): "auto" still resolves to the CPU, with one warning naming the fix."""
+    import perflab.device as device
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(device, "_warned_hidden_gpu", [])
+    device.gpu_hidden_from_torch.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="nvidia-smi lists 1 GPU.*whl/cu126"):
+            assert resolve_device("auto") == torch.device("cpu")
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert resolve_device("auto") == torch.device("cpu")  # said once only
+    finally:
+        device.gpu_hidden_from_torch.cache_clear()
+
+
+def test_mps_where_torch_cannot_use_it_is_a_clear_error():
+    if torch.backends.mps.is_available():
+        pytest.skip("this machine has MPS")
+    with pytest.raises(ValueError, match="device 'mps' requested but this torch cannot use it"):
+        resolve_device("mps")

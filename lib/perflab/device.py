@@ -51,16 +51,67 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+_warned_hidden_gpu: list[bool] = []
+#: How to get a CUDA build of torch that an older driver can run (PyPI's Linux wheels of torch
+#: 2.13 are built for CUDA 13, which needs a recent driver).
+CUDA_WHEEL_FIX = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
+
+
+@functools.cache
+def gpu_hidden_from_torch() -> str | None:
+    """The warning to print when ``nvidia-smi`` lists a GPU that torch cannot use (a driver too
+    old for this torch's CUDA, or a CPU build of torch), else None. Checked once per process."""
+    if torch.cuda.is_available():
+        return None
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    gpus = [line for line in listed.splitlines() if line.startswith("GPU ")]
+    if not gpus:
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+    return (
+        f"nvidia-smi lists {len(gpus)} GPU(s) ({gpus[0].split(' (')[0]}) but torch "
+        f"{torch.__version__} ({build}) cannot use them, so perflab runs on the CPU. If the "
+        f"driver is older than the build needs, install the CUDA 12.6 build: {CUDA_WHEEL_FIX}"
+    )
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """``"auto"`` -> cuda if available else cpu; ``"cpu"``, ``"cuda"``, ``"cuda:N"`` checked."""
+    """``"auto"`` -> cuda if available else cpu (saying so, once, when nvidia-smi sees a GPU
+    that torch cannot use); ``"cpu"``, ``"cuda"``, ``"cuda:N"`` and, where torch supports it,
+    Apple's ``"mps"`` checked."""
     if isinstance(device, torch.device):
         device = str(device)
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        hidden = gpu_hidden_from_torch()
+        if hidden and not _warned_hidden_gpu:
+            import warnings
+
+            warnings.warn(hidden, RuntimeWarning, stacklevel=2)
+            _warned_hidden_gpu.append(True)
+        return torch.device("cpu")
+    if device == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(
+                "device 'mps' requested but this torch cannot use it; valid: auto, cpu"
+            )
+        return torch.device("mps")
     try:
         resolved = torch.device(device)
     except RuntimeError:
-        raise ValueError(f"unknown device {device!r}; valid: auto, cpu, cuda, cuda:N") from None
+        raise ValueError(
+            f"unknown device {device!r}; valid: auto, cpu, cuda, cuda:N, mps"
+        ) from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(
@@ -71,7 +122,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
                 f"device {device!r} does not exist; {torch.cuda.device_count()} CUDA devices"
             )
     elif resolved.type != "cpu":
-        raise ValueError(f"unsupported device {device!r}; valid: auto, cpu, cuda, cuda:N")
+        raise ValueError(f"unsupported device {device!r}; valid: auto, cpu, cuda, cuda:N, mps")
     return resolved
 
 
@@ -84,6 +135,8 @@ def synchronize(device: torch.device | str) -> None:
     device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 @functools.cache
