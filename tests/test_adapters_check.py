@@ -155,3 +155,13 @@ def test_cli_exit_status_follows_the_table():
     bad = perflab_cli("check", "--adapters", BUGGY, "--parts", "optimizer")
     assert bad.returncode == 1
     assert "2 fail" in bad.stdout
+
+
+def test_every_half_batch_order_is_the_whole_batch_to_rounding():
+    """The bitwise question's table: each way of combining two half-batch gradients agrees with
+    the whole batch to float32 rounding (a wrong scaling, /4 or x2, would be off by ~1e-3)."""
+    from perflab.adapters.bitwise import half_batch_orders
+
+    table = half_batch_orders()
+    assert len(table) == 5 and (table.parameters == 6).all()
+    assert (table.max_difference < 1e-6).all(), table.to_string()

@@ -13,7 +13,7 @@ LAYERS = {
     "model": 2,
     "bench": 3, "profiling": 3, "memory": 3, "report": 3,
     "distributed": 4, "training": 4, "decode": 4,
-    "cli": 5, "__main__": 5, "__init__": 5, "widgets": 5,
+    "cli": 5, "__main__": 5, "__init__": 5, "widgets": 5, "adapters": 5, "cs336": 5,
 }  # fmt: skip
 
 
