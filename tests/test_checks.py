@@ -113,6 +113,14 @@ def test_a_sweep_row_contradicting_an_interleaved_verdict_is_found(tmp_path):
         unstable=False,
     ).to_csv(tmp_path / "flash.csv", index=False)
     assert _rules(tmp_path, library=None) == []
+    # The end-to-end time's own interval counts the same way (notebooks 05 and 06 save it).
+    flash_faster = sweep.assign(end_to_end_s=[0.010, 0.009])
+    flash_faster.assign(end_to_end_ci_low_s=[0.008, 0.007], end_to_end_ci_high_s=[0.012, 0.011]
+                        ).to_csv(tmp_path / "flash.csv", index=False)  # fmt: skip
+    assert _rules(tmp_path, library=None) == []
+    flash_faster.assign(end_to_end_ci_low_s=[0.0095, 0.0085], end_to_end_ci_high_s=[0.0105, 0.009]
+                        ).to_csv(tmp_path / "flash.csv", index=False)  # fmt: skip
+    assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]
 
 
 def test_overstated_confidence_and_same_outside_the_band_are_found(tmp_path):

@@ -160,6 +160,11 @@ def measure_attention(config: dict) -> dict:
         "forward_unstable": fwd.unstable,
         "backward_s": float(np.median(backward)),
         "end_to_end_s": end_to_end.median,
+        # The median's order-statistic interval (level in end_to_end_ci_level): a sequential
+        # sweep claims no more than this; verdicts come from interleaved comparisons.
+        "end_to_end_ci_low_s": end_to_end.median_ci.low,
+        "end_to_end_ci_high_s": end_to_end.median_ci.high,
+        "end_to_end_ci_level": end_to_end.median_ci.level,
         "end_to_end_unstable": end_to_end.unstable,
         "forward_tflops": flops["forward"] / fwd.median / 1e12,
         "end_to_end_tflops": flops["end_to_end"] / end_to_end.median / 1e12,

@@ -322,9 +322,14 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
                     continue  # an unstable row claims nothing; its flag is shown with it
                 ta, tb = float(named["a"][time_column]), float(named["b"][time_column])
                 band = _band_of(row)
-                if {"median_ci_low_s", "median_ci_high_s"} <= set(sweep.columns):
-                    b_faster = named["b"]["median_ci_high_s"] < named["a"]["median_ci_low_s"]
-                    b_slower = named["b"]["median_ci_low_s"] > named["a"]["median_ci_high_s"]
+                # The time's own interval where the sweep saved one (median_s ->
+                # median_ci_low_s, end_to_end_s -> end_to_end_ci_low_s): a row claims no more.
+                low, high = (
+                    time_column.removesuffix("_s") + f"_ci_{end}_s" for end in ("low", "high")
+                )
+                if {low, high} <= set(sweep.columns):
+                    b_faster = named["b"][high] < named["a"][low]
+                    b_slower = named["b"][low] > named["a"][high]
                 else:
                     b_faster, b_slower = tb < (1 - band) * ta, tb > (1 + band) * ta
                 if (row.verdict == "slower" and b_faster) or (row.verdict == "faster" and b_slower):
