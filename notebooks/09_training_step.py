@@ -209,7 +209,7 @@ print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch)
 # **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from this
 # sweep, run at three head sizes on this CPU (the numbers are in `perflab.fused_cross_entropy`):
 # within 8% of the fastest each time, for a peak 1.3-1.6x the smallest. The formula used before,
-# one chunk's logits the size of the hidden states (32 tokens here), was 1.6-2.5x slower. The
+# one chunk's logits the size of the hidden states (32 tokens here), was 1.8-2.5x slower. The
 # fused head's time and peak memory at each of `head_chunk_sizes` (larger chunks: fewer, larger
 # matmuls; smaller: fewer logits at a time), measured again here:
 

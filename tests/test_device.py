@@ -69,8 +69,8 @@ def test_a_gpu_that_torch_cannot_use_is_said_once_with_the_fix(tmp_path, monkeyp
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(device, "_warned_hidden_gpu", [])
     device.gpu_hidden_from_torch.cache_clear()
+    device._warn_once_if_gpu_hidden.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="nvidia-smi lists 1 GPU.*whl/cu126"):
             assert resolve_device("auto") == torch.device("cpu")
@@ -81,6 +81,7 @@ def test_a_gpu_that_torch_cannot_use_is_said_once_with_the_fix(tmp_path, monkeyp
             assert resolve_device("auto") == torch.device("cpu")  # said once only
     finally:
         device.gpu_hidden_from_torch.cache_clear()
+        device._warn_once_if_gpu_hidden.cache_clear()
 
 
 def test_mps_where_torch_cannot_use_it_is_a_clear_error():

@@ -51,7 +51,6 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-_warned_hidden_gpu: list[bool] = []
 #: How to get a CUDA build of torch that an older driver can run (PyPI's Linux wheels of torch
 #: 2.13 are built for CUDA 13, which needs a recent driver).
 CUDA_WHEEL_FIX = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu126"
@@ -84,6 +83,15 @@ def gpu_hidden_from_torch() -> str | None:
     )
 
 
+@functools.cache
+def _warn_once_if_gpu_hidden() -> None:
+    hidden = gpu_hidden_from_torch()
+    if hidden:
+        import warnings
+
+        warnings.warn(hidden, RuntimeWarning, stacklevel=3)
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """``"auto"`` -> cuda if available else cpu (saying so, once, when nvidia-smi sees a GPU
     that torch cannot use); ``"cpu"``, ``"cuda"``, ``"cuda:N"`` and, where torch supports it,
@@ -93,12 +101,7 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        hidden = gpu_hidden_from_torch()
-        if hidden and not _warned_hidden_gpu:
-            import warnings
-
-            warnings.warn(hidden, RuntimeWarning, stacklevel=2)
-            _warned_hidden_gpu.append(True)
+        _warn_once_if_gpu_hidden()
         return torch.device("cpu")
     if device == "mps":
         if not torch.backends.mps.is_available():

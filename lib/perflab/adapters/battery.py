@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import fields
 
 import pandas as pd
 import torch
 
 from perflab.adapters.attention_checks import attention_rows, record_launches
 from perflab.adapters.distributed_checks import (
+    AUTOCAST_TOLERANCE,
     BUCKET_SIZES_MB,
     DDP_ADAPTERS,
     FP32_TOLERANCE,
@@ -45,6 +47,7 @@ def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lam
     if "attention" in parts:
         progress("FlashAttention in PyTorch")
         rows += attention_rows(module, "pytorch", device)
+    if "attention" in parts or "kernels" in parts:  # the kernels are those this run launches
         if not triton_available():
             rows.append(CheckRow("get_flashattention_autograd_function_triton",
                                  "forward and backward", status="skipped",
@@ -63,7 +66,7 @@ def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lam
             for size in sizes:
                 for mode, tolerance in (("fp32", FP32_TOLERANCE),
                                         ("accumulation", FP32_TOLERANCE),
-                                        ("bf16 autocast", 1e-3)):  # fmt: skip
+                                        ("bf16 autocast", AUTOCAST_TOLERANCE)):  # fmt: skip
                     label = mode if size is None else f"{mode}, buckets of {size:g} MB"
                     progress(f"{getter}: {label}")
                     check = f"vs one process ({label})"
@@ -75,7 +78,7 @@ def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lam
             ("fp16 compute", "vs one process (fp16 compute, fp32 master)",
              LOW_PRECISION_TOLERANCE),
             ("accumulation", "vs one process (2 micro-batches)", FP32_TOLERANCE),
-            ("gradients", "gradients fp32, shaped like the parameters (count wrong)", 0.0),
+            ("gradients", "fp16 compute: gradients fp32, parameter-shaped (count wrong)", 0.0),
         ):  # fmt: skip
             progress(f"get_fsdp: {mode}")
             rows.append(_distributed("get_fsdp", check, tolerance, provided, fsdp_rank, spec,
@@ -86,7 +89,7 @@ def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lam
             progress(f"get_sharded_optimizer: {mode}")
             rows.append(_distributed("get_sharded_optimizer", check, OPTIMIZER_TOLERANCE,
                                      provided, sharded_optimizer_rank, spec, mode))  # fmt: skip
-    return pd.DataFrame([vars(row) for row in rows])
+    return pd.DataFrame([vars(row) for row in rows], columns=[f.name for f in fields(CheckRow)])
 
 
 def _distributed(adapter: str, check: str, tolerance: float, provided: set, rank_fn,

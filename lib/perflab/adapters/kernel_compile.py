@@ -4,14 +4,16 @@ without a GPU, and read what each needs: registers, spills, shared memory agains
 The launches were recorded while the kernels ran (interpreted on a CPU), so every argument's
 type and every constexpr is what the adapter really passes. An interpreted kernel cannot be
 compiled, so the compiling happens in a child process started with ``TRITON_INTERPRET=0``
-(``python -m perflab.adapters.kernel_compile``) that imports the adapters again and finds
-each kernel by module and name.
+(``python -m perflab.adapters.kernel_compile``, with the environment ``perflab.attention.aot``
+compiles in) that imports the adapters again and finds each kernel by its source file and
+name. A kernel the compiler rejects, or that needs more shared memory than the target has,
+fails; a kernel the checker cannot rebuild (not found, a launch it could not describe) is an
+error, the checker's and not the kernel's.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -26,15 +28,21 @@ def compile_rows(spec: str, launches: list[dict], targets=COMPILE_TARGETS,
     """One row per (kernel launch, target), compiled in a child process."""
     if not launches:
         return []
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    from perflab.attention.aot import compiler_environment
+
     request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
-    done = subprocess.run([sys.executable, "-m", "perflab.adapters.kernel_compile"],
-                          input=request, capture_output=True, text=True, env=env,
-                          timeout=timeout_s)  # fmt: skip
+    failed = CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error")
+    try:
+        done = subprocess.run([sys.executable, "-m", "perflab.adapters.kernel_compile"],
+                              input=request, capture_output=True, text=True,
+                              env=compiler_environment(), timeout=timeout_s)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        failed.detail = f"the compiling process took more than {timeout_s:g} s"
+        return [failed]
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error",
-                         detail=f"the compiling process failed: {last}")]  # fmt: skip
+        failed.detail = f"the compiling process failed: {last}"
+        return [failed]
     return _worst_per_kernel([CheckRow(**row) for row in
                               json.loads(done.stdout.strip().splitlines()[-1])])  # fmt: skip
 
@@ -54,12 +62,18 @@ def _worst_per_kernel(rows: list[CheckRow]) -> list[CheckRow]:
     return worst
 
 
-def _find_kernel(module_name: str, name: str):
+def _find_kernel(module_name: str, file: str | None, name: str):
+    """The kernel ``name`` of the module loaded from ``file`` (the adapters file itself may be
+    loaded under another module name here than in the parent), else of ``module_name``."""
     import importlib
+    from pathlib import Path
 
     from triton.runtime.jit import JITFunction
 
-    kernel = getattr(importlib.import_module(module_name), name)
+    same_file = [m for m in list(sys.modules.values()) if file and getattr(m, "__file__", None)
+                 and Path(m.__file__).resolve() == Path(file).resolve()]  # fmt: skip
+    module = same_file[0] if same_file else importlib.import_module(module_name)
+    kernel = getattr(module, name)
     while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
         kernel = kernel.fn  # through triton.autotune / triton.heuristics
     if not isinstance(kernel, JITFunction):
@@ -73,6 +87,10 @@ def _signature(args: dict) -> tuple[dict, dict, tuple]:
     for name, (kind, *rest) in args.items():
         if kind == "constexpr":
             constexprs[name] = rest[0]
+        elif kind == "constexpr dtype":
+            import triton.language as tl
+
+            constexprs[name] = tl.dtype(rest[0])
         elif kind in ("tensor", "int"):
             types[name] = ("*" if kind == "tensor" else "") + rest[0]
             if rest[1]:
@@ -92,22 +110,33 @@ def _compile_one(launch: dict, target_name: str) -> dict:
     target = get_target(target_name)
     label = f"{launch['name']} ({launch['module']})"
     check = f"compiles for {target.name} ({target.example})"
+    from triton.compiler.errors import CompilationError
+
     try:
-        kernel = _find_kernel(launch["module"], launch["name"])
+        kernel = _find_kernel(launch["module"], launch.get("file"), launch["name"])
         types, constexprs, divisible = _signature(launch["args"])
+    except Exception as error:  # the checker could not rebuild the launch
+        return {"adapter": label, "check": check, "status": "error", "detail": _line(error)}
+    try:
         compiled = compile_kernel(kernel, types, constexprs, num_warps=launch["num_warps"],
                                   num_stages=launch["num_stages"], target=target,
                                   divisible=divisible)  # fmt: skip
         usage = resource_usage(compiled)
+    except (CompilationError, RuntimeError) as error:  # the compiler (or an MLIR pass) rejects it
+        return {"adapter": label, "check": check, "status": "fail", "detail": _line(error)}
     except Exception as error:
-        text = f"{type(error).__name__}: {error}".strip().splitlines()
-        return {"adapter": label, "check": check, "status": "fail", "detail": text[-1][:300]}
+        return {"adapter": label, "check": check, "status": "error", "detail": _line(error)}
     shared, limit = usage["shared_bytes"], target.max_shared_bytes
     keys = ", ".join(f"{k}={v}" for k, v in constexprs.items())
     detail = (f"{usage['registers']} registers, {usage['spill_stores']} spill stores, "
               f"shared {shared / 1024:.1f} of {limit / 1024:.0f} KiB; {keys}")  # fmt: skip
     return {"adapter": label, "check": check, "error": float(shared), "tolerance": float(limit),
             "status": "pass" if shared <= limit else "fail", "detail": detail}  # fmt: skip
+
+
+def _line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()
+    return text[-1][:300]
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ template does) from "failed"."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -37,9 +38,10 @@ class NotProvided(Exception):
 
 
 def load_adapters(spec: str) -> ModuleType:
-    """The module ``spec`` names: a ``.py`` path (its folder's parent goes on ``sys.path`` when
-    the folder is a package, so ``tests/adapters.py`` imports as ``tests.adapters`` with its
-    relative imports, and the repository root is importable) or a dotted module name."""
+    """The module ``spec`` names: a ``.py`` path or a dotted module name. A path in a package
+    (``tests/adapters.py`` with ``tests/__init__.py``) imports as ``tests.adapters``, its
+    folder's parent (the repository root) on ``sys.path``, so relative imports work; a path
+    outside a package imports by its file name, its folder on ``sys.path``."""
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         return _load_path(Path(spec))
     try:
@@ -55,31 +57,30 @@ def _load_path(path: Path) -> ModuleType:
     if not path.is_file():
         raise AdapterLoadError(f"no adapters file at {path} (give a .py file or a dotted module)")
     folder = path.parent
-    if (folder / "__init__.py").is_file():
-        root, name = folder.parent, f"{folder.name}.{path.stem}"
-    else:
-        root, name = folder, path.stem
-    for entry in (str(root), str(folder)):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    package = sys.modules.get(name.rpartition(".")[0]) if "." in name else None
-    known = sys.modules.get(name)
-    taken = (known is not None and _file_of(known) != path) or (
-        package is not None and _file_of(package) != folder / "__init__.py"
-    )
-    if taken:
-        # Another module or package of that name is imported already (perflab's own tests/,
-        # say): load this file under a private name instead.
-        name = f"_perflab_adapters_{abs(hash(str(path)))}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as error:
-            del sys.modules[name]
-            raise AdapterLoadError(f"cannot import {path}: {_one_line(error)}") from None
-        return module
+    in_package = (folder / "__init__.py").is_file()
+    top = folder.name if in_package else path.stem  # the name that goes into sys.modules
+    root = folder.parent if in_package else folder
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    known = sys.modules.get(top)
+    expected = folder / "__init__.py" if in_package else path
+    if known is not None and _file_of(known) != expected:
+        # Another module or package of that name is imported already (a "tests" package of
+        # some other project, say): import this one under a private name, its package with
+        # it so that relative imports still work.
+        top = "_perflab_adapters_" + hashlib.sha1(str(expected).encode()).hexdigest()[:12]
+        if top not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                top, expected, submodule_search_locations=[str(folder)] if in_package else None
+            )
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[top] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as error:
+                del sys.modules[top]
+                raise AdapterLoadError(f"cannot import {path}: {_one_line(error)}") from None
+    name = f"{top}.{path.stem}" if in_package else top
     try:
         return importlib.import_module(name)
     except Exception as error:

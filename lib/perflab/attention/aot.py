@@ -182,6 +182,12 @@ def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
         yield from pool.map(_compile_job, job_list, chunksize=4)
 
 
+def compiler_environment() -> dict[str, str]:
+    """The environment of a child process that compiles kernels: no interpreter, and Triton's
+    floating-point fusion set explicitly (its default changes in Triton 3.10)."""
+    return {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+
+
 def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFrame:
     """One row per job (``jobs()``), compiled in a child process without the Triton
     interpreter, ``workers`` compiles at a time (default: one per CPU core), with a progress
@@ -189,7 +195,7 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     from perflab.progress import progress
 
     workers = workers or os.cpu_count() or 1
-    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    env = compiler_environment()
     rows = []
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen([sys.executable, "-m", "perflab.attention.aot", str(workers)],

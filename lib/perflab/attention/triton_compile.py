@@ -24,8 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-#: Triton's names of the tensor dtypes the workbook's kernels take.
-TRITON_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+#: Triton's names of tensor element types (the workbook's kernels take the first three; a
+#: student's may take any, ``perflab.adapters.kernel_compile``).
+TRITON_DTYPES = {
+    torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+    torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+    torch.uint8: "u8", torch.bool: "i1",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)

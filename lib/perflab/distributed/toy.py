@@ -53,7 +53,10 @@ def build_model(name: str, seed: int, dtype: torch.dtype = torch.float32) -> nn.
 
 
 def vocab_size(model: nn.Module) -> int:
-    return model.embedding.num_embeddings
+    """``model.embedding.num_embeddings``, or the rows of its weight for embedding classes
+    without that attribute (the course's ``cs336_basics.model.Embedding``)."""
+    embedding = model.embedding
+    return getattr(embedding, "num_embeddings", None) or embedding.weight.shape[0]
 
 
 def global_batch(model: nn.Module, batch_size: int, seq_len: int, step: int) -> tuple:
