@@ -31,6 +31,11 @@
 # targets in `kernel_targets` (sm_90, the H100, by default; sm_80, sm_100 and bfloat16 in the
 # tests and the full profile).
 # Compiled kernels, bfloat16 and autotuned tiles are GPU-only: `perflab run 06 --full`.
+#
+# **Your own FlashAttention:** `perflab run 06 -p adapters my-repo/tests/adapters.py` (the
+# course's adapters file, or a dotted module) checks yours in section 2 and times it as
+# `yours_pytorch` / `yours_triton` beside perflab's and SDPA's in sections 4 and 5; those
+# results land in a folder of their own (`data/results/06_flash_attention/yours-.../`).
 
 # %% tags=["parameters"]
 batch = 4                             # sequences per call
@@ -48,6 +53,7 @@ kernel_dtypes = ["fp16"]              # their input dtypes: fp16, bf16, fp32
 kernel_causal = [True]                # causal flags compiled (the full profile adds False)
 device = "auto"                       # "cuda" when present, else "cpu"
 resume = True                         # skip configurations already in this device's results file
+adapters = None                       # your course tests/adapters.py (or a module): checked and timed beside perflab's
 
 # %%
 import pandas as pd
@@ -63,7 +69,9 @@ from perflab.attention.aot import (
     spill_counts,
     summary,
 )
+from perflab.adapters import attention_functions, check_adapters, format_table, results_name
 from perflab.bench.attention import (
+    add_implementation,
     attention_peak_memory,
     attention_configs,
     compare_attention,
@@ -92,7 +100,10 @@ from perflab.settings import record_settings
 MiB = 2**20
 settings = record_settings("06_flash_attention", globals())
 dev = resolve_device(device)
-out = results_dir("06_flash_attention", dev)
+yours = attention_functions(adapters) if adapters else {}  # name -> your autograd.Function
+for name, function in yours.items():
+    add_implementation(name, function, triton=name == "yours_triton")
+out = results_dir("06_flash_attention" + (f"/{results_name(adapters)}" if adapters else ""), dev)
 provenance = {"settings": settings, "machine": describe(dev)}
 print(f"on {dev}; Triton {'interpreted (not a speed measurement)' if INTERPRETED else 'compiled'}")
 
@@ -163,6 +174,18 @@ checks
 # NBVAL_CHECK_OUTPUT
 print(f"{checks['within_tolerance'].sum()} of {len(checks)} checks within tolerance; "
       f"tolerances {({str(k).removeprefix('torch.'): v for k, v in TOLERANCE.items()})}")
+
+# %% [markdown]
+# **Yours** (with `-p adapters PATH`): `perflab check --adapters`'s attention checks on your
+# implementation (output, saved log-sum-exp and gradients against float64 on odd shapes; the
+# Triton kernels it launches compiled for sm_80 and sm_90).
+
+# %%
+if adapters:
+    yours_check = check_adapters(adapters, parts=("attention", "kernels"))
+    print(format_table(yours_check))
+else:
+    print("no adapters given: perflab run 06 -p adapters PATH checks and times yours here")
 
 # %% [markdown]
 # ## 3. The kernels compiled for real GPUs, on this machine
@@ -254,10 +277,12 @@ for (bq, bk, warps, stages), then in h100_triton36.items():
 # it is measured; out-of-memory rows are kept.
 
 # %%
-configs = attention_configs(implementations=["naive", "sdpa", "flash_torch", "flash_triton"],
+configs = attention_configs(implementations=["naive", "sdpa", "flash_torch", "flash_triton",
+                                             *yours],
                             batch=batch, head_dims=head_dims, seq_lens=seq_lens, dtypes=dtypes,
                             warmup=warmup, steps=steps, device=dev, causal=True,
-                            max_seq_len=max_seq_len)
+                            max_seq_len={**max_seq_len, "yours_pytorch": max_seq_len["flash_torch"],
+                                         "yours_triton": max_seq_len["flash_triton"]})
 sweep = Sweep(out / "flash.csv", key=list(configs[0]),
               metadata=provenance)
 bench = sweep.run(configs, measure_attention, resume=resume)
@@ -290,6 +315,7 @@ ratios_to(largest, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len"
 # %%
 longest = timed.groupby("implementation")["seq_len"].max()
 contenders = ["sdpa", "flash_torch"] + ([] if INTERPRETED else ["flash_triton"])
+contenders += [name for name in yours if name == "yours_pytorch" or not INTERPRETED]
 pair_len = {name: int(min(longest["naive"], longest[name])) for name in contenders}
 speed = pd.DataFrame([
     compare_attention("naive", name, batch=batch, seq_len=pair_len[name],
@@ -345,6 +371,7 @@ for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).item
 
 # %%
 implementations = ["naive", "sdpa", "flash_torch"] + ([] if INTERPRETED else ["flash_triton"])
+implementations += [name for name in yours if name == "yours_pytorch" or not INTERPRETED]
 memory = pd.DataFrame([
     attention_peak_memory(name, memory_batch, memory_seq_len, memory_head_dim, dev)
     for name in implementations

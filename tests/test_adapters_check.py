@@ -4,11 +4,14 @@ names them) fails exactly where the bugs are. The course's own tests call the ad
 same way (spawned Gloo ranks, whole batch against halves); ``distributed_checks`` follows
 their call patterns."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+import torch
 
 from perflab.adapters import AdapterLoadError, check_adapters, load_adapters, passed
 from perflab.adapters.loading import ADAPTER_NAMES
@@ -168,6 +171,50 @@ def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     table = half_batch_orders()
     assert len(table) == 5 and (table.parameters == 6).all()
     assert (table.max_difference < 1e-6).all(), table.to_string()
+
+
+def test_results_name_and_added_implementations():
+    from perflab.adapters import results_name
+    from perflab.bench.attention import add_implementation, get_implementation, interpreted
+
+    assert results_name("/home/me/my-repo/tests/adapters.py") == "yours-tests-adapters"
+    assert results_name("my_pkg.adapters") == "yours-my-pkg-adapters"
+    with pytest.raises(ValueError, match="'sdpa' is one of perflab's implementations"):
+        add_implementation("sdpa", object)
+    from perflab.attention import FlashAttentionTorch
+
+    add_implementation("yours_test_only", FlashAttentionTorch)
+    assert not interpreted("yours_test_only")
+    q = torch.randn(1, 5, 16)
+    torch.testing.assert_close(get_implementation("yours_test_only")(q, q, q, True),
+                               FlashAttentionTorch.apply(q, q, q, True))  # fmt: skip
+
+
+def test_notebook_06_checks_and_times_adapters_outside_the_repository(tmp_path):
+    """``perflab run 06 -p adapters FILE``: your FlashAttention is checked, timed beside
+    perflab's and compared with naive attention, in a results folder of its own."""
+    student = tmp_path / "my-repo" / "tests"
+    student.mkdir(parents=True)
+    (student / "adapters.py").write_text(
+        "from perflab.cs336 import get_flashattention_autograd_function_pytorch  # noqa\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "perflab", "run", "06", "-p", "adapters",
+         str(student / "adapters.py"), "-p", "seq_lens", "[128]", "--output",
+         str(tmp_path / "out")],
+        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (folder,) = (tmp_path / "results" / "06_flash_attention" / "yours-tests-adapters").iterdir()
+    flash = pd.read_csv(folder / "flash.csv")
+    assert (flash[flash.implementation == "yours_pytorch"].status == "ok").all()
+    assert "yours_pytorch" in set(flash.implementation)
+    verdicts = pd.read_csv(folder / "against_naive.csv")
+    assert "yours_pytorch" in set(verdicts.b)
+    memory = pd.read_csv(folder / "long_context_memory.csv")
+    assert "yours_pytorch" in set(memory.implementation)
+    notebook = (tmp_path / "out" / "06_flash_attention.ipynb").read_text()
+    assert "get_flashattention_autograd_function_pytorch" in notebook and "| pass" in notebook
 
 
 def test_a_package_name_taken_by_another_folder_still_imports_with_relative_imports(tmp_path):

@@ -8,6 +8,7 @@ optimizer against one process on 2 Gloo ranks (``distributed_checks``). ``batter
 all into one table.
 """
 
+from perflab.adapters.attention_checks import attention_functions, results_name
 from perflab.adapters.battery import PARTS, check_adapters, format_table, passed
 from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters
 
@@ -15,8 +16,10 @@ __all__ = [
     "ADAPTER_NAMES",
     "PARTS",
     "AdapterLoadError",
+    "attention_functions",
     "check_adapters",
     "format_table",
     "load_adapters",
     "passed",
+    "results_name",
 ]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import traceback
 from types import ModuleType
 
 import torch
 
-from perflab.adapters.loading import NotProvided, call
+from perflab.adapters.loading import NotProvided, call, load_adapters
 from perflab.adapters.rows import CheckRow
 
 #: (batch, n_q, n_k, head dim, causal): the course's own test shape first, then odd ones.
@@ -83,6 +84,30 @@ def attention_rows(module: ModuleType, which: str, device: str,
         CheckRow.measured(getter, "dQ, dK, dV vs float64", worst["gradients"][0],
                           GRADIENT_FACTOR * tol, _gradient_detail(worst["gradients"][1])),
     ]  # fmt: skip
+
+
+def attention_functions(spec: str) -> dict[str, type]:
+    """The FlashAttention classes the adapters ``spec`` provides, by the names notebook 06
+    times them under: ``yours_pytorch`` and (where Triton is installed) ``yours_triton``."""
+    from perflab.device import triton_available
+
+    module = load_adapters(spec)
+    found = {}
+    for which, getter in GETTERS.items():
+        if which == "triton" and not triton_available():
+            continue
+        try:
+            found[f"yours_{which}"] = call(module, getter)
+        except NotProvided:
+            continue
+    return found
+
+
+def results_name(spec: str) -> str:
+    """A folder name for results measured with the adapters ``spec``: ``yours-`` and the
+    path's last two parts or the module name, e.g. ``yours-tests-adapters``."""
+    parts = spec.replace("\\", "/").removesuffix(".py").replace(".", "/").split("/")
+    return "yours-" + re.sub(r"[^a-z0-9]+", "-", "-".join(parts[-2:]).lower()).strip("-")
 
 
 def _lse_detail(case: str) -> str:

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
 from perflab.attention.reference import naive_attention
 from perflab.bench.comparison import Comparison, compare
 from perflab.bench.timer import PhaseClock, time_fn
@@ -49,10 +48,41 @@ IMPLEMENTATIONS: dict[str, Callable[[], Callable]] = {
     "naive_compiled": _compiled_naive,
     "sdpa": lambda: _sdpa,
     "flash_torch": lambda: lambda q, k, v, is_causal: FlashAttentionTorch.apply(q, k, v, is_causal),
-    "flash_triton": lambda: (
-        lambda q, k, v, is_causal: FlashAttentionTriton.apply(q, k, v, is_causal)
-    ),
+    "flash_triton": lambda: _applied(_flash_triton()),
 }
+#: Implementations whose Triton kernels run in the interpreter where CUDA is missing.
+TRITON_IMPLEMENTATIONS = {"flash_triton"}
+_ADDED: set[str] = set()  # names given by add_implementation (which may replace them)
+
+
+def _flash_triton() -> type:
+    from perflab.attention.flash_triton import FlashAttentionTriton  # imports Triton
+
+    return FlashAttentionTriton
+
+
+def _applied(function: type) -> Callable:
+    return lambda q, k, v, is_causal: function.apply(q, k, v, is_causal)
+
+
+def add_implementation(name: str, function: type, triton: bool = False) -> None:
+    """Time the ``torch.autograd.Function`` ``function`` (``function.apply(q, k, v,
+    is_causal)``: a student's FlashAttention, say) under ``name`` in this module's sweeps and
+    comparisons; ``triton``: its kernels are Triton (interpreted, so not timed, on a CPU)."""
+    if name in IMPLEMENTATIONS and name not in _ADDED:
+        raise ValueError(f"{name!r} is one of perflab's implementations; choose another name")
+    IMPLEMENTATIONS[name] = lambda: _applied(function)
+    _ADDED.add(name)
+    (TRITON_IMPLEMENTATIONS.add if triton else TRITON_IMPLEMENTATIONS.discard)(name)
+
+
+def interpreted(implementation: str) -> bool:
+    """True when ``implementation`` runs Triton kernels in the interpreter here."""
+    if implementation not in TRITON_IMPLEMENTATIONS:
+        return False
+    from perflab.attention.flash_triton import INTERPRETED
+
+    return INTERPRETED
 
 
 def get_implementation(name: str) -> Callable:
@@ -170,7 +200,7 @@ def measure_attention(config: dict) -> dict:
         "end_to_end_tflops": flops["end_to_end"] / end_to_end.median / 1e12,
         "held_before_backward_bytes": _held_after_forward(forward, device),
         "peak_bytes": peak_memory(forward_backward, device),
-        "speed_measurement": not (config["implementation"] == "flash_triton" and INTERPRETED),
+        "speed_measurement": not interpreted(config["implementation"]),
     }
 
 
@@ -207,9 +237,9 @@ def attention_configs(*, implementations, batch: int, head_dims, seq_lens, dtype
     limits = max_seq_len or {}
     configs = []
     for impl in implementations:
-        interpreted = impl == "flash_triton" and INTERPRETED
+        runs_interpreted = interpreted(impl)
         for dtype in dtypes:
-            if interpreted and dtype == "bfloat16":
+            if runs_interpreted and dtype == "bfloat16":
                 continue
             for d in head_dims:
                 for n in seq_lens:
@@ -218,8 +248,8 @@ def attention_configs(*, implementations, batch: int, head_dims, seq_lens, dtype
                     configs.append({
                         "implementation": impl, "batch": batch, "seq_len": n,
                         "head_dim": d, "dtype": dtype, "causal": causal, "device": str(device),
-                        "warmup": 0 if interpreted else warmup,
-                        "steps": 1 if interpreted else steps,
+                        "warmup": 0 if runs_interpreted else warmup,
+                        "steps": 1 if runs_interpreted else steps,
                     })  # fmt: skip
     return configs
 
