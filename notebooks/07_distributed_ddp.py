@@ -29,6 +29,12 @@
 # "network" is the loopback device and the ranks share the cores, so the numbers here teach
 # the method, not NVLink or InfiniBand speeds: those are GPU-only and come from
 # `perflab run 07 --full` on a multi-GPU machine.
+#
+# **Your own DDP:** `perflab run 07 -p adapters my-repo/tests/adapters.py` (the course's
+# adapters file, or a dotted module) checks your wrappers in section 3 and times those that
+# pass beside perflab's and PyTorch's in section 4 (`yours ddp`, `yours individual`,
+# `yours bucketed`); those results land in a folder of their own
+# (`data/results/07_distributed_ddp/yours-.../`).
 
 # %% tags=["parameters"]
 sizes_mb = [1, 10, 100]               # all-reduce sizes in MB (10**6 bytes)
@@ -47,10 +53,13 @@ ring_sizes_mb = [1, 2, 8]             # sizes of the alternate-ring experiment, 
 ring_world_sizes = [2, 4]             # its world sizes
 timeline_bucket_mb = 5                # bucket size of the bucketed variant's timeline, MB
 resume = True                         # skip configurations already in this machine's results
+adapters = None                       # your course tests/adapters.py (or a module): checked and timed beside perflab's
 
 # %%
 import pandas as pd
 
+from perflab.adapters import check_adapters, format_table, passing_adapters, results_name
+from perflab.adapters.timing import adapters_setup, yours_ddp_configs
 from perflab.bench.checks import check_results
 from perflab.distributed import RankError, launch, max_world_size
 from perflab.distributed.allreduce_benchmark import allreduce_sweep, bus_factor, check_allreduce_rank
@@ -76,7 +85,8 @@ from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
 
 settings = record_settings("07_distributed_ddp", globals())
-out = results_dir("07_distributed_ddp", resolve_device("auto"))
+out = results_dir("07_distributed_ddp" + (f"/{results_name(adapters)}" if adapters else ""),
+                  resolve_device("auto"))
 provenance = {"settings": settings}
 print(f"backend {resolve_backend()}, this machine holds up to "
       f"{max_world_size()} ranks; all-reduce {sizes_mb} MB on {world_sizes} ranks")
@@ -223,6 +233,23 @@ print(verdict[["model", "variant", "matches_one_process", "same_grads_on_all_ran
                "grads_match_params", "frozen_untouched"]].to_string(index=False))
 
 # %% [markdown]
+# **Yours** (with `-p adapters PATH`): `perflab check --adapters`'s data-parallel checks on
+# your wrappers (each against one process on 2 ranks: plain float32 steps, two micro-batches
+# under `no_sync()`, bfloat16 autocast; the bucketed one at three bucket sizes). Only the
+# wrappers that pass every check are timed in section 4.
+
+# %%
+yours_passing = set()
+if adapters:
+    yours_check = check_adapters(adapters, parts=("ddp",))
+    save_table(yours_check, out / "yours_check.csv", provenance)
+    yours_passing = passing_adapters(yours_check)
+    print(format_table(yours_check))
+    print("timed in section 4:", ", ".join(sorted(yours_passing)) or "none")
+else:
+    print("no adapters given: perflab run 07 -p adapters PATH checks and times yours here")
+
+# %% [markdown]
 # ## 4. Step time, and the share spent communicating
 #
 # The benchmarked model has at least 50 parameter tensors, so a per-parameter all-reduce pays
@@ -234,10 +261,12 @@ print(verdict[["model", "variant", "matches_one_process", "same_grads_on_all_ran
 
 # %%
 configs = ddp_configs(ddp_world_size, ddp_model, bucket_sizes_mb)
+if adapters:  # yours take turns with perflab's in the same launch (bucketed at 25 MB, as DDP's)
+    configs += yours_ddp_configs(adapters, yours_passing, ddp_world_size, ddp_model, 25)
 steps = relative_to_naive(ddp_sweep(out / "ddp_steps.csv", configs,
                                     batch_size=batch_per_rank, seq_len=seq_len,
                                     warmup=warmup, rounds=rounds, resume=resume,
-                                    metadata=provenance))
+                                    metadata=provenance, setup=adapters_setup))
 steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", "comm_share",
        "parameter_tensors", "gradient_mb", "buckets"]]
 
@@ -292,6 +321,15 @@ if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, mea
           + describe_ratio(first, second, yardstick.ratio_b_over_a,
                            (yardstick.ci_low, yardstick.ci_high),
                            confidence=yardstick.confidence))
+
+# %%
+# Yours (with -p adapters PATH), each against PyTorch's DDP and against perflab's bucketed at its best size
+for name in [n for n in against_naive["b"] if n.startswith("yours")]:
+    for base in ("torch", best):
+        row = ddp_comparisons(steps, base).set_index("b").loc[name]
+        print(conclude(out, f"{name} vs {base}", describe_ratio(
+            base, name, row.ratio_b_over_a, (row.ci_low, row.ci_high),
+            confidence=row.confidence), verdict=row.verdict))
 
 # %% [markdown]
 # What to read from it: no variant can beat the compute-only step (`none`), which bounds what

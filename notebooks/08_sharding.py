@@ -27,6 +27,11 @@
 # devices a step can use before communication outlasts compute (the 2026 handout's FFN
 # problems and the 2025 handout's XXL accounting).
 #
+# **Your own FSDP and sharded optimizer:** `perflab run 08 -p adapters my-repo/tests/adapters.py`
+# (the course's adapters file, or a dotted module) checks them at the end of section 2 and
+# times those that pass beside perflab's; those results land in a folder of their own
+# (`data/results/08_sharding/yours-.../`).
+#
 # Ranks run on Gloo on a CPU (NCCL on GPUs) through `perflab.distributed.launch`. Memory here is
 # counted in bytes of the tensors each rank holds, which is what sharding changes, and read
 # from the allocator's record at the points of a step; the bandwidths in the calculators are
@@ -46,6 +51,7 @@ zero_warmup = 1                             # untimed rounds
 zero_rounds = 6                             # timed rounds (one step of each per round; 6 for a 96.8% interval)
 accounting_tokens = [0, 1024, 2048, 4096, 8192]  # tokens per device in the XXL accounting
 resume = True                               # skip configurations already in this machine's results
+adapters = None                             # your course tests/adapters.py (or a module): checked and timed beside perflab's
 
 # %%
 import json
@@ -53,6 +59,8 @@ import json
 import pandas as pd
 import torch
 
+from perflab.adapters import check_adapters, format_table, passing_adapters, results_name
+from perflab.adapters.timing import adapters_setup, yours_zero_comparisons, yours_zero_configs
 from perflab.bench.checks import check_results
 from perflab.distributed import launch
 from perflab.distributed.comm_accounting import (
@@ -102,7 +110,8 @@ from perflab.settings import record_settings
 
 MiB = 2**20
 settings = record_settings("08_sharding", globals())
-out = results_dir("08_sharding", resolve_device("auto"))
+out = results_dir("08_sharding" + (f"/{results_name(adapters)}" if adapters else ""),
+                  resolve_device("auto"))
 provenance = {"settings": settings}
 print(f"{world_size} ranks, memory measured on {memory_model}")
 
@@ -407,6 +416,34 @@ versus
 # NBVAL_CHECK_OUTPUT
 print("same parameters as torch's FSDP (|diff| < 1e-6):",
       bool((versus["max_param_diff_vs_torch"] < 1e-6).all()))
+
+# %% [markdown]
+# ### Yours
+#
+# With `-p adapters PATH`: `perflab check --adapters`'s FSDP checks (against one process in
+# float32, with fp16 compute and fp32 master weights, with two micro-batches, and the
+# gradients' dtype and shape) and sharded-optimizer checks (AdamW against AdamW whole, and
+# after a `state_dict` round trip). Those that pass every check are then timed as in section 1,
+# taking turns in one launch with perflab's: your FSDP against perflab's `FSDP`, your sharded
+# AdamW (on perflab's flat data parallelism) against `ShardedOptimizer(AdamW)`.
+
+# %%
+if adapters:
+    yours_check = check_adapters(adapters, parts=("fsdp", "optimizer"))
+    save_table(yours_check, out / "yours_check.csv", provenance)
+    print(format_table(yours_check))
+    yours_steps = ddp_sweep(
+        out / "yours_step.csv",
+        zero_configs(world_size, zero_time_model)
+        + yours_zero_configs(adapters, passing_adapters(yours_check), world_size, zero_time_model),
+        batch_size=zero_batch_per_rank, seq_len=zero_seq_len, warmup=zero_warmup,
+        rounds=zero_rounds, resume=resume, metadata=provenance, key=ZERO_KEY,
+        setup=adapters_setup)
+    print(yours_steps[["variant", "optimizer", "status", "step_ms", "sync_ms"]].to_string())
+    for comparison in yours_zero_comparisons(yours_steps):
+        print(conclude(out, f"{comparison.name_b} vs {comparison.name_a}", comparison))
+else:
+    print("no adapters given: perflab run 08 -p adapters PATH checks and times yours here")
 
 # %% [markdown]
 # ## 3. How many devices stay compute-bound?

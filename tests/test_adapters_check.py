@@ -271,3 +271,117 @@ def test_kernels_alone_compile_launches_with_default_and_dtype_constexprs(tmp_pa
     cast = table[table.adapter.str.startswith("cast_kernel")]
     assert list(cast.status) == ["pass", "pass"], cast.to_string()
     assert cast.detail.str.contains("OUT_DTYPE=fp16, BLOCK=16").all()
+
+
+STUDENT_DISTRIBUTED = """
+from perflab.cs336 import (  # noqa: F401
+    ddp_bucketed_on_after_backward,
+    ddp_bucketed_on_train_batch_start,
+    fsdp_gather_full_params,
+    fsdp_on_after_backward,
+    get_ddp_bucketed,
+    get_fsdp,
+)
+
+
+def get_ddp(module):
+    return module  # never broadcasts nor averages: checked, failed, not timed
+
+
+def ddp_on_after_backward(ddp_model, optimizer):
+    pass
+
+
+def get_sharded_optimizer(params, optimizer_cls, **kwargs):
+    return optimizer_cls(params, **kwargs)  # unsharded but correct: passes, and is timed
+"""
+
+
+@pytest.fixture
+def student_distributed(tmp_path):
+    folder = tmp_path / "my-repo" / "tests"
+    folder.mkdir(parents=True)
+    (folder / "adapters.py").write_text(STUDENT_DISTRIBUTED)
+    return str(folder / "adapters.py")
+
+
+def test_only_adapters_whose_every_check_passed_are_timed():
+    from perflab.adapters import passing_adapters
+
+    table = pd.DataFrame({
+        "adapter": ["get_ddp", "get_ddp", "get_fsdp", "get_fsdp", "get_sharded_optimizer"],
+        "status": ["pass", "fail", "pass", "not provided", "not provided"],
+    })  # fmt: skip
+    assert passing_adapters(table) == {"get_fsdp"}
+
+
+def test_your_wrappers_take_turns_with_perflabs_in_one_launch(tmp_path, student_distributed):
+    from perflab.adapters.timing import (
+        adapters_setup,
+        yours_ddp_configs,
+        yours_zero_comparisons,
+        yours_zero_configs,
+    )
+    from perflab.distributed.ddp_benchmark import (
+        ZERO_KEY,
+        ddp_comparisons,
+        ddp_configs,
+        ddp_sweep,
+        zero_configs,
+    )
+
+    passing = {"get_ddp_bucketed", "get_fsdp", "get_sharded_optimizer"}
+    configs = ddp_configs(2, "toy", [1]) + yours_ddp_configs(student_distributed, passing, 2,
+                                                             "toy", 1)  # fmt: skip
+    assert [c["variant"] for c in configs[-1:]] == ["yours bucketed"]  # get_ddp did not pass
+    frame = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0,
+                      rounds=2, setup=adapters_setup)  # fmt: skip
+    assert (frame["status"] == "ok").all(), frame["error"].tolist()
+    yours = frame[frame["variant"] == "yours bucketed"].iloc[0]
+    assert yours.step_ms > 0 and yours.sync_ms > 0  # its after-backward hook was timed
+    assert "yours bucketed 1 MB" in set(ddp_comparisons(frame)["b"])
+    zero = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy")
+                     + yours_zero_configs(student_distributed, passing, 2, "toy"),
+                     batch_size=2, seq_len=8, warmup=0, rounds=2, key=ZERO_KEY,
+                     setup=adapters_setup)  # fmt: skip
+    assert (zero["status"] == "ok").all(), zero["error"].tolist()
+    named = [f"{row.variant} + {row.optimizer}" for row in zero.itertuples()]
+    assert named[2:] == ["fsdp + adamw", "yours fsdp + adamw", "flat + yours sharded-adamw"]
+    pairs = [(c.name_a, c.name_b) for c in yours_zero_comparisons(zero)]
+    assert pairs == [("fsdp + adamw", "yours fsdp + adamw"),
+                     ("flat + sharded-adamw", "flat + yours sharded-adamw")]  # fmt: skip
+
+
+@pytest.mark.parametrize("notebook, params, timed", [
+    ("07", ["-p", "sizes_mb", "[1, 4]", "-p", "world_sizes", "[2]", "-p", "parity_models",
+            '["toy"]', "-p", "ddp_model", "lm:64:2", "-p", "bucket_sizes_mb", "[1]",
+            "-p", "ring_sizes_mb", "[1, 2]", "-p", "ring_world_sizes", "[2]", "-p", "rounds",
+            "2", "-p", "warmup", "0"], ("ddp_steps.csv", {"yours bucketed"})),
+    ("08", ["-p", "zero_rounds", "2", "-p", "zero_warmup", "0", "-p", "memory_model", "lm:64:2",
+            "-p", "zero_time_model", "lm:64:2"], ("yours_step.csv", {"yours fsdp", "flat"})),
+])  # fmt: skip
+def test_notebooks_07_and_08_check_then_time_your_distributed_code(
+    tmp_path, student_distributed, notebook, params, timed
+):
+    """``perflab run 07|08 -p adapters FILE``: the check table in the notebook, and only the
+    adapters that passed it timed, in a results folder of their own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "perflab", "run", notebook, "-p", "adapters", student_distributed,
+         *params, "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    name = {"07": "07_distributed_ddp", "08": "08_sharding"}[notebook]
+    (folder,) = (tmp_path / "results" / name / "yours-tests-adapters").iterdir()
+    check = pd.read_csv(folder / "yours_check.csv")
+    steps = pd.read_csv(folder / timed[0])
+    assert (steps["status"] == "ok").all()
+    yours = steps.filter(["variant", "optimizer"]).apply(lambda c: c.str.startswith("yours"))
+    assert set(steps.loc[yours.any(axis=1), "variant"]) == timed[1]
+    if notebook == "07":
+        assert (check.loc[check.adapter == "get_ddp", "status"] == "fail").any()
+        assert (check.loc[check.adapter == "get_ddp_bucketed", "status"] == "pass").all()
+    else:
+        assert (check["status"] == "pass").all()
+    conclusions = pd.read_csv(folder / "conclusions.csv")
+    assert conclusions["key"].str.contains("yours").any()

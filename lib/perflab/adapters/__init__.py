@@ -9,7 +9,13 @@ all into one table.
 """
 
 from perflab.adapters.attention_checks import attention_functions, results_name
-from perflab.adapters.battery import PARTS, check_adapters, format_table, passed
+from perflab.adapters.battery import (
+    PARTS,
+    check_adapters,
+    format_table,
+    passed,
+    passing_adapters,
+)
 from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters
 
 __all__ = [
@@ -21,5 +27,6 @@ __all__ = [
     "format_table",
     "load_adapters",
     "passed",
+    "passing_adapters",
     "results_name",
 ]

@@ -117,6 +117,12 @@ def passed(table: pd.DataFrame) -> bool:
     return not table["status"].isin(FAILING).any() and (table["status"] == "pass").any()
 
 
+def passing_adapters(table: pd.DataFrame) -> set[str]:
+    """The adapters every one of whose checks in ``table`` passed (those worth timing)."""
+    measured = table[table["status"] != "not provided"]
+    return {name for name, rows in measured.groupby("adapter") if (rows["status"] == "pass").all()}
+
+
 def format_table(table: pd.DataFrame) -> str:
     """The table as plain text: errors in scientific notation, blanks where not measured."""
     shown = table.copy()

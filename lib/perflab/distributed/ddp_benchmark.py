@@ -16,17 +16,21 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from perflab.bench.comparison import paired_comparison
 from perflab.bench.stats import least_squares
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
+from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
 from perflab.distributed.sharded_optimizer import ShardedOptimizer
@@ -34,20 +38,49 @@ from perflab.distributed.toy import build_model, loss_fn, vocab_size
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
 TIMING = "median of interleaved steps (variants take turns), slowest rank"
+LEARNING_RATE = 1e-4
+
+
+@dataclass
+class TrainingSetup:
+    """One variant ready to train: the wrapped model, its optimizer, and what the step calls
+    after backward and (if anything) before zeroing the gradients, each with the optimizer (the
+    course's adapters' calling convention; perflab's wrappers ignore it)."""
+
+    wrapped: nn.Module
+    optimizer: torch.optim.Optimizer
+    after_backward: Callable[[torch.optim.Optimizer], None]
+    at_batch_start: Callable[[torch.optim.Optimizer], None] | None = None
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    """AdamW ("adamw"), or AdamW sharded across the ranks ("sharded-adamw", ZeRO stage 1)."""
+    if name == "sharded-adamw":
+        return ShardedOptimizer(params, torch.optim.AdamW, lr=LEARNING_RATE)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=LEARNING_RATE)
+    raise ValueError(f"unknown optimizer {name!r}; valid: adamw, sharded-adamw")
+
+
+def perflab_setup(config: dict, module: nn.Module) -> TrainingSetup:
+    """perflab's variant ``config["variant"]`` (a ``make_data_parallel`` variant, or "fsdp")
+    with ``make_optimizer(config["optimizer"])`` (default AdamW)."""
+    if config["variant"] == "fsdp":
+        wrapped = FSDP(module)
+    else:
+        wrapped = make_data_parallel(config["variant"], module, config["bucket_size_mb"])
+    optimizer = make_optimizer(config.get("optimizer", "adamw"), wrapped.parameters())
+    return TrainingSetup(wrapped, optimizer, lambda _: wrapped.finish_gradient_synchronization())
 
 
 class _Trainer:
     """One variant's model, optimizer and batch; ``step()`` times its parts."""
 
-    def __init__(self, config: dict, batch_size: int, seq_len: int):
+    def __init__(self, config: dict, batch_size: int, seq_len: int, setup=perflab_setup):
         module = build_model(config["model"], seed=0)
         self.module = module
-        self.wrapped = make_data_parallel(config["variant"], module, config["bucket_size_mb"])
-        if config.get("optimizer", "adamw") == "sharded-adamw":  # ZeRO-1 (notebook 08)
-            self.optimizer = ShardedOptimizer(self.wrapped.parameters(), torch.optim.AdamW,
-                                              lr=1e-4)  # fmt: skip
-        else:
-            self.optimizer = torch.optim.AdamW(self.wrapped.parameters(), lr=1e-4)
+        self.setup = setup(config, module)
+        self.wrapped = self.setup.wrapped
         generator = torch.Generator().manual_seed(dist.get_rank())
         ids = torch.randint(0, vocab_size(module), (batch_size, seq_len + 1), generator=generator)
         self.inputs, self.targets = ids[:, :-1], ids[:, 1:]
@@ -55,16 +88,19 @@ class _Trainer:
         self.syncs: list[float] = []
 
     def step(self, device: torch.device, record: bool) -> None:
+        optimizer = self.setup.optimizer
         synchronize(device)
         dist.barrier()
         start = time.perf_counter()
-        self.optimizer.zero_grad()
+        if self.setup.at_batch_start is not None:
+            self.setup.at_batch_start(optimizer)
+        optimizer.zero_grad()
         loss_fn(self.wrapped, self.inputs, self.targets).backward()
         sync_start = time.perf_counter()
-        self.wrapped.finish_gradient_synchronization()
+        self.setup.after_backward(optimizer)
         synchronize(device)
         sync_end = time.perf_counter()
-        self.optimizer.step()
+        optimizer.step()
         synchronize(device)
         if record:
             self.steps.append(time.perf_counter() - start)
@@ -78,11 +114,12 @@ def _slowest(values: list[float]) -> list[float]:
     return [max(times) for times in zip(*gathered, strict=True)]
 
 
-def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, rounds: int):
+def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, rounds: int,
+              setup=perflab_setup):  # fmt: skip
     """On every rank: ``warmup`` + ``rounds`` rounds of one step per configuration; rank 0
     returns the rows."""
     device = rank_device()
-    trainers = [_Trainer(config, batch_size, seq_len) for config in configs]
+    trainers = [_Trainer(config, batch_size, seq_len, setup) for config in configs]
     for round_ in range(warmup + rounds):
         shift = round_ % len(trainers)
         for trainer in trainers[shift:] + trainers[:shift]:
@@ -144,13 +181,16 @@ def ddp_sweep(
     metadata: dict | None = None,
     timeout_s: float = 600,
     key: tuple[str, ...] = SWEEP_KEY,
+    setup: Callable[[dict, nn.Module], TrainingSetup] = perflab_setup,
 ) -> pd.DataFrame:
     """Measure ``configs`` (``ddp_configs``, or ``zero_configs``: then ``key=ZERO_KEY``) not
     yet in the Sweep CSV at ``path``, one launch per world size in which the configurations
     take turns; a failed launch or a world size the machine cannot hold becomes "error"
-    rows."""
+    rows. ``setup`` builds each configuration on every rank (a module-level function, as the
+    ranks import it): ``perflab_setup``, or ``perflab.adapters.timing.adapters_setup`` for
+    a student's variants."""
     sweep = Sweep(path, key, metadata={**describe(resolve_device("auto")), **(metadata or {})})
-    args = (batch_size, seq_len, warmup, rounds)
+    args = (batch_size, seq_len, warmup, rounds, setup)
     return launch_sweep(
         sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True
     )
@@ -175,7 +215,8 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFram
     ok = frame[frame["status"] == "ok"]
 
     def name(row) -> str:
-        return f"bucketed {row.bucket_size_mb:g} MB" if row.variant == "bucketed" else row.variant
+        bucketed = row.variant.endswith("bucketed")
+        return f"{row.variant} {row.bucket_size_mb:g} MB" if bucketed else row.variant
 
     rounds = {name(row): json.loads(row.round_ms) for row in ok.itertuples()}
     if baseline not in rounds:
