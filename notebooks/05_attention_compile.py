@@ -27,6 +27,12 @@
 # The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
 # them fits a `gpu_memory_gib` GPU.
+#
+# **Your own FlashAttention:** `perflab run 05 -p adapters my-repo/tests/adapters.py` (the
+# course's adapters file, or a dotted module) checks it against float64 first, then times it
+# over the same grid as `yours_pytorch` (and `yours_triton` on a GPU) and against naive and
+# compiled attention at the largest size; those results land in a folder of their own
+# (`data/results/05_attention_compile/yours-.../`).
 
 # %% tags=["parameters"]
 batch = 8                        # sequences per call (no heads)
@@ -40,15 +46,25 @@ model_context_length = 128       # tokens per sequence, whole-model comparison
 model_batch_size = 4             # sequences per step, whole-model comparison
 device = "auto"                  # "cuda" when present, else "cpu"
 resume = True                    # skip configurations already in this device's results file
+adapters = None                  # your course tests/adapters.py (or a module): checked and timed beside naive
 
 # %%
 import pandas as pd
 import torch
 
+from perflab.adapters import (
+    attention_functions,
+    check_adapters,
+    format_table,
+    passing_adapters,
+    results_name,
+)
 from perflab.bench.checks import check_results
 from perflab.bench.attention import (
+    add_implementation,
     attention_configs,
     compare_attention,
+    interpreted,
     measure_attention,
     naive_memory_bytes,
     naive_memory_check,
@@ -66,10 +82,31 @@ from perflab.settings import record_settings
 MiB = 2**20
 settings = record_settings("05_attention_compile", globals())
 dev = resolve_device(device)
-out = results_dir("05_attention_compile", dev)
+out = results_dir("05_attention_compile" + (f"/{results_name(adapters)}" if adapters else ""),
+                  dev)
 provenance = {"settings": settings, "machine": describe(dev)}
 print(f"batch {batch}, d {head_dims}, sequence {seq_lens}, "
       f"{steps} timed calls after {warmup}, on {dev}")
+
+# %% [markdown]
+# **Yours** (with `-p adapters PATH`): `perflab check --adapters`'s attention checks (output,
+# saved log-sum-exp and gradients against float64 on odd shapes, causal and not). Only what
+# passes is timed below; a Triton one runs in the interpreter on a CPU, which measures nothing
+# about speed, so it is timed on a GPU only.
+
+# %%
+yours = {}  # name -> your autograd.Function, timed beside naive attention
+if adapters:
+    yours_check = check_adapters(adapters, parts=("attention",), device=dev.type)
+    save_table(yours_check, out / "yours_check.csv", provenance)
+    print(format_table(yours_check))
+    for name, function in attention_functions(adapters, passing_adapters(yours_check)).items():
+        add_implementation(name, function, triton=name == "yours_triton")
+        if not interpreted(name):
+            yours[name] = function
+    print("timed below:", ", ".join(yours) or "none")
+else:
+    print("no adapters given: perflab run 05 -p adapters PATH checks and times yours here")
 
 # %% [markdown]
 # ## 1. Naive and compiled attention over the grid
@@ -79,7 +116,7 @@ print(f"batch {batch}, d {head_dims}, sequence {seq_lens}, "
 # Every row lands in `attention.csv` as soon as it is measured.
 
 # %%
-configs = attention_configs(implementations=["naive", "naive_compiled"], batch=batch,
+configs = attention_configs(implementations=["naive", "naive_compiled", *yours], batch=batch,
                             head_dims=head_dims, seq_lens=seq_lens, dtypes=["float32"],
                             warmup=warmup, steps=steps, device=dev)
 sweep = Sweep(out / "attention.csv", key=list(configs[0]),
@@ -170,6 +207,16 @@ print(conclude(out, "compiled attention at the largest size", describe_ratio(
     confidence=largest.confidence)
     + f" at d {largest.head_dim}, n {largest.seq_len}; peak memory "
       f"{largest.peak_memory_ratio:.2f}x of naive", verdict=largest.verdict))
+
+# %%
+# Yours (with -p adapters PATH), against naive and compiled attention at the largest size
+for name in yours:
+    for base in ("naive", "naive_compiled"):
+        versus = compare_attention(base, name, batch=batch, seq_len=int(largest.seq_len),
+                                   head_dim=int(largest.head_dim), device=dev, rounds=steps,
+                                   warmup=warmup)
+        print(conclude(out, f"{name} vs {base}", versus)
+              + f" at d {largest.head_dim}, n {largest.seq_len}")
 
 # %% [markdown]
 # `torch.compile` fuses the scaling, masking and softmax into fewer kernels, which should read

@@ -385,3 +385,28 @@ def test_notebooks_07_and_08_check_then_time_your_distributed_code(
         assert (check["status"] == "pass").all()
     conclusions = pd.read_csv(folder / "conclusions.csv")
     assert conclusions["key"].str.contains("yours").any()
+
+
+def test_notebook_05_checks_then_times_your_flashattention(tmp_path):
+    """``perflab run 05 -p adapters FILE``: checked against float64, then timed over the grid
+    beside naive attention and compared with it at the largest size."""
+    student = tmp_path / "my-repo" / "tests"
+    student.mkdir(parents=True)
+    (student / "adapters.py").write_text(
+        "from perflab.cs336 import get_flashattention_autograd_function_pytorch  # noqa\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "perflab", "run", "05", "-p", "adapters",
+         str(student / "adapters.py"), "-p", "head_dims", "[16]", "-p", "seq_lens", "[64]",
+         "-p", "steps", "2", "-p", "model_batch_size", "1", "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (folder,) = (tmp_path / "results" / "05_attention_compile" / "yours-tests-adapters").iterdir()
+    check = pd.read_csv(folder / "yours_check.csv").set_index("adapter")["status"]
+    assert (check["get_flashattention_autograd_function_pytorch"] == "pass").all()
+    timed = pd.read_csv(folder / "attention.csv")
+    assert set(timed["implementation"]) == {"naive", "naive_compiled", "yours_pytorch"}
+    assert (timed["status"] == "ok").all()
+    keys = set(pd.read_csv(folder / "conclusions.csv")["key"])
+    assert {"yours_pytorch vs naive", "yours_pytorch vs naive_compiled"} <= keys

@@ -86,15 +86,17 @@ def attention_rows(module: ModuleType, which: str, device: str,
     ]  # fmt: skip
 
 
-def attention_functions(spec: str) -> dict[str, type]:
-    """The FlashAttention classes the adapters ``spec`` provides, by the names notebook 06
-    times them under: ``yours_pytorch`` and (where Triton is installed) ``yours_triton``."""
+def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, type]:
+    """The FlashAttention classes the adapters ``spec`` provides, by the names notebooks 05
+    and 06 time them under: ``yours_pytorch`` and (where Triton is installed) ``yours_triton``;
+    with ``only`` (adapter names, e.g. ``battery.passing_adapters``), those in it."""
     from perflab.device import triton_available
 
     module = load_adapters(spec)
     found = {}
     for which, getter in GETTERS.items():
-        if which == "triton" and not triton_available():
+        if (which == "triton" and not triton_available()) or (only is not None
+                                                               and getter not in only):
             continue
         try:
             found[f"yours_{which}"] = call(module, getter)
