@@ -27,6 +27,13 @@
 # Every number below comes from `perflab`; the notebook only calls it and reads the results.
 # The committed settings (the parameters cell) are small presets sized for a 2-core CPU; on a
 # GPU box `perflab run 01 --full` runs the full sizes.
+#
+# **Your own model:** `perflab run 01 -p model cs336_basics.model:BasicsTransformerLM` (any
+# `package.module:Class` with the course's constructor arguments, importable where you run it)
+# times your class in each preset's shape instead of perflab's `TransformerLM`, and against it,
+# interleaved; those results land in a folder of their own
+# (`data/results/01_benchmarking/yours-.../`). FLOPs, and so MFU, are counted for the course's
+# architecture; the parameter count is your model's own.
 
 # %% tags=["parameters"]
 presets = ["cpu-tiny", "cpu-small"]  # model sizes from perflab.model.PRESETS
@@ -40,15 +47,17 @@ warmup_study_warmups = [0, 2]        # warm-up steps compared, each in a fresh p
 device = "auto"                      # "cuda" when present, else "cpu"
 dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
 resume = True                        # skip configurations already in this device's results file
+model = None                         # your model class, package.module:Class (the course's BasicsTransformerLM arguments)
 
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from perflab.adapters import results_name
 from perflab.bench import MODES, BenchConfig
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.plots import plot_phases, plot_warmup
-from perflab.bench.steps import benchmark_sweep
+from perflab.bench.steps import benchmark_sweep, compare_configs
 from perflab.bench.checks import check_results
 from perflab.bench.comparison import describe_ratio
 from perflab.bench.stats import level_text
@@ -71,7 +80,7 @@ from perflab.widgets import MeasureNow, results_explorer
 pd.set_option("display.precision", 4)
 settings = record_settings("01_benchmarking", globals())
 dev = resolve_device(device)
-out = results_dir("01_benchmarking", dev)
+out = results_dir("01_benchmarking" + (f"/{results_name(model)}" if model else ""), dev)
 machine = describe(dev)
 provenance = {"settings": settings, "machine": machine}
 pd.Series(machine, name="this run")
@@ -114,7 +123,7 @@ print(f"presets {presets}, batch {batch_size}, "
       f"context {context_length}, warm-up {warmup}, timed steps {steps}, {dtype}")
 configs = [
     BenchConfig(preset=p, context_length=context_length, mode=mode, batch_size=batch_size,
-                warmup=warmup, steps=steps, dtype=dtype, device=str(dev))
+                warmup=warmup, steps=steps, dtype=dtype, device=str(dev), model=model or "")
     for p in presets
     for mode in MODES
 ]
@@ -206,6 +215,22 @@ for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items
     display(there)
 
 # %% [markdown]
+# **Yours against perflab's** (with `-p model package.module:Class`): the training step of
+# each preset with your class and with perflab's `TransformerLM`, built side by side and
+# timed in turns (`compare_configs`, `steps` rounds).
+
+# %%
+if model:
+    from dataclasses import replace
+
+    for config in [c for c in configs if c.mode == "train-step"]:
+        versus = compare_configs(replace(config, model=""), config, dev, rounds=steps,
+                                 warmup=warmup, names=("perflab's TransformerLM", model))
+        print(conclude(out, f"yours vs perflab's train-step ({config.preset})", versus))
+else:
+    print("no model given: perflab run 01 -p model package.module:Class times yours here")
+
+# %% [markdown]
 # ## What warm-up steps do
 #
 # The same training step, timed for `warmup_study_steps` steps after each number of untimed
@@ -216,7 +241,7 @@ for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items
 # %%
 base = BenchConfig(preset=warmup_study_preset, context_length=context_length,
                    mode="train-step", batch_size=batch_size, warmup=0,
-                   steps=warmup_study_steps, dtype=dtype, device=str(dev))
+                   steps=warmup_study_steps, dtype=dtype, device=str(dev), model=model or "")
 study = benchmark_sweep(warmup_configs(base, warmup_study_warmups), out / "warmup.csv",
                         measure=measure_in_fresh_process, resume=resume, desc="warm-up study",
                         metadata=provenance)

@@ -69,7 +69,13 @@ from perflab.attention.aot import (
     spill_counts,
     summary,
 )
-from perflab.adapters import attention_functions, check_adapters, format_table, results_name
+from perflab.adapters import (
+    attention_functions,
+    check_adapters,
+    format_table,
+    passing_adapters,
+    results_name,
+)
 from perflab.bench.attention import (
     add_implementation,
     attention_peak_memory,
@@ -178,12 +184,15 @@ print(f"{checks['within_tolerance'].sum()} of {len(checks)} checks within tolera
 # %% [markdown]
 # **Yours** (with `-p adapters PATH`): `perflab check --adapters`'s attention checks on your
 # implementation (output, saved log-sum-exp and gradients against float64 on odd shapes; the
-# Triton kernels it launches compiled for sm_80 and sm_90).
+# Triton kernels it launches compiled for sm_80 and sm_90). Only what passes every check is
+# timed in sections 4 and 5.
 
 # %%
 if adapters:
     yours_check = check_adapters(adapters, parts=("attention", "kernels"))
     print(format_table(yours_check))
+    yours = attention_functions(adapters, passing_adapters(yours_check))  # only these are timed
+    print("timed below:", ", ".join(yours) or "none")
 else:
     print("no adapters given: perflab run 06 -p adapters PATH checks and times yours here")
 

@@ -410,3 +410,25 @@ def test_notebook_05_checks_then_times_your_flashattention(tmp_path):
     assert (timed["status"] == "ok").all()
     keys = set(pd.read_csv(folder / "conclusions.csv")["key"])
     assert {"yours_pytorch vs naive", "yours_pytorch vs naive_compiled"} <= keys
+
+
+def test_notebook_01_times_your_model_class_against_perflabs(tmp_path):
+    """``perflab run 01 -p model package.module:Class``: your class in the preset's shape,
+    timed in every mode, in the fresh-process warm-up study, and against perflab's model."""
+    spec = "course_model:CourseShapedLM"
+    done = subprocess.run(
+        [sys.executable, "-m", "perflab", "run", "01", "-p", "model", spec, "-p", "presets",
+         '["cpu-tiny"]', "-p", "steps", "2", "-p", "warmup", "1", "-p", "warmup_study_steps",
+         "2", "--output", str(tmp_path / "out")],
+        capture_output=True, text=True,
+        env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path),
+             "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = tmp_path / "results" / "01_benchmarking" / "yours-course-model-courseshapedlm"
+    (folder,) = results.iterdir()
+    timings = pd.read_csv(folder / "timings.csv")
+    assert set(timings["model"]) == {spec} and len(timings) == 3
+    assert set(pd.read_csv(folder / "warmup.csv")["model"]) == {spec}
+    conclusions = pd.read_csv(folder / "conclusions.csv").set_index("key")["sentence"]
+    assert spec in conclusions["yours vs perflab's train-step (cpu-tiny)"]

@@ -321,5 +321,50 @@ def test_rows_of_an_older_sweep_file_get_the_fields_added_since():
     assert (filled["attention"], filled["head"], filled["compile"]) == ("naive", "plain", False)
     assert filled["checkpoint_group"] is None
     as_written = {k: "" if v is None else str(v) for k, v in filled.items()}  # as the CSV holds
-    assert BenchConfig.filled_key({**old, **as_written}) == {"checkpoint_group": None}
+    assert BenchConfig.filled_key({**old, **as_written}) == {"checkpoint_group": None, "model": ""}
     assert BenchConfig.filled_key({**old, "preset": "renamed-since"}) == {}
+
+
+@pytest.fixture
+def course_model(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures"))
+    return "course_model:CourseShapedLM"
+
+
+def test_your_model_class_is_timed_in_the_presets_shape(course_model):
+    config = BenchConfig("cpu-tiny", context_length=8, mode="train-step", batch_size=1, warmup=0,
+                         steps=1, device="cpu", model=course_model)  # fmt: skip
+    row, timing = run_benchmark(config)
+    assert row["model"] == course_model and timing.median > 0
+    assert row["num_parameters"] == config.model_config().num_parameters()
+    smaller = BenchConfig("cpu-tiny", context_length=8, mode="forward", warmup=0, steps=1,
+                          device="cpu", model="course_model:WithoutLMHead")  # fmt: skip
+    shape = smaller.model_config()
+    counted = run_benchmark(smaller)[0]["num_parameters"]
+    assert counted == shape.num_parameters() - shape.d_model * shape.vocab_size
+
+
+def test_your_model_class_on_the_command_line(course_model):
+    from perflab.cli import build_parser
+
+    config = BenchConfig("cpu-tiny", context_length=8, mode="forward", model=course_model)
+    assert config.command_line()[-2:] == ["--model", course_model]
+    args = build_parser().parse_args(["bench", *config.command_line()])
+    assert BenchConfig.from_arguments(args) == config
+    assert "--model" not in BenchConfig("cpu-tiny", context_length=8, mode="forward").command_line()
+
+
+@pytest.mark.parametrize("model, changes, message", [
+    ("course_model", {}, "model must be 'package.module:Class', got 'course_model'"),
+    ("no_such_module_here:LM", {}, "cannot import 'no_such_module_here' for model"),
+    ("course_model:Missing", {}, "course_model has no nn.Module class 'Missing'"),
+    ("course_model:NOT_A_MODULE", {}, "has no nn.Module class 'NOT_A_MODULE'"),
+    ("course_model:CourseShapedLM", {"attention": "sdpa"},
+     r"timed as it is: attention='sdpa' apply to perflab's TransformerLM only"),
+])  # fmt: skip
+def test_your_model_class_errors_are_one_line(course_model, model, changes, message):
+    with pytest.raises(ValueError, match=message) as raised:
+        BenchConfig("cpu-tiny", context_length=8, mode="forward", model=model, **changes)
+    assert "\n" not in str(raised.value)

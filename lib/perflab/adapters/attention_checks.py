@@ -95,8 +95,9 @@ def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, ty
     module = load_adapters(spec)
     found = {}
     for which, getter in GETTERS.items():
-        if (which == "triton" and not triton_available()) or (only is not None
-                                                               and getter not in only):
+        if (which == "triton" and not triton_available()) or (
+            only is not None and getter not in only
+        ):
             continue
         try:
             found[f"yours_{which}"] = call(module, getter)

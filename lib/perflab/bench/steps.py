@@ -39,8 +39,10 @@ from perflab.model import (
     AttentionFn,
     ModelConfig,
     TransformerLM,
+    build_model_class,
     cross_entropy,
     get_preset,
+    load_model_class,
     sized_for,
 )
 from perflab.ranges import annotate
@@ -49,6 +51,9 @@ from perflab.ranges import annotate
 #: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.
 MODES = ("forward", "forward-backward", "train-step")
 
+
+#: Options that change perflab's model itself, not how a step runs: not for ``--model``.
+PERFLAB_MODEL_ONLY = ("qkv", "attention", "head", "checkpoint_group")
 
 #: The model's shape, each taken from the preset unless given.
 MODEL_FIELDS = ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size")
@@ -102,6 +107,10 @@ class BenchConfig:
     checkpoint_group: int | None = field(default=None, metadata={
         "help": "activation checkpointing every N blocks (default: none)", "minimum": 1,
         "optional": True})  # fmt: skip
+    model: str = field(default="", metadata={
+        "help": "your model class, package.module:Class, built with the course's "
+                "BasicsTransformerLM arguments in the preset's shape (default: perflab's "
+                "TransformerLM)"})  # fmt: skip
 
     @classmethod
     def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]]) -> None:
@@ -144,7 +153,7 @@ class BenchConfig:
                 continue  # the preset's own: left out, so that a new --preset changes it too
             if isinstance(value, bool):
                 words += [flag] if value else []
-            elif value is not None:
+            elif value not in (None, ""):
                 words += [flag, str(value)]
         return words
 
@@ -165,6 +174,18 @@ class BenchConfig:
                 object.__setattr__(self, name, getattr(preset, name))
         self.model_config()
         self.recipe  # noqa: B018 (validates dtype, attention, head, optimizer)
+        if self.model:
+            load_model_class(self.model)  # one line if it is malformed or does not import
+            changed = [
+                f"{name}={getattr(self, name)!r}"
+                for name in PERFLAB_MODEL_ONLY
+                if getattr(self, name) != BenchConfig.__dataclass_fields__[name].default
+            ]
+            if changed:
+                raise ValueError(
+                    f"model {self.model!r} is timed as it is: {', '.join(changed)} apply to "
+                    f"perflab's TransformerLM only ({', '.join(PERFLAB_MODEL_ONLY)})"
+                )  # fmt: skip
 
     def model_config(self) -> ModelConfig:
         """The preset with this configuration's shape, sized for its context length."""
@@ -289,9 +310,15 @@ def build_step(
     recipe = config.recipe
     torch.manual_seed(seed)
     with torch.device(device):  # initialise on the device: no full-size copy in host memory
-        model = TransformerLM(model_config)
-    prepare_model(model, recipe, device)
+        if config.model:
+            model = build_model_class(config.model, model_config)
+        else:
+            model = TransformerLM(model_config)
+    if not config.model:
+        prepare_model(model, recipe, device)
     if attention_fn is not None:
+        if config.model:
+            raise ValueError(f"attention_fn replaces perflab's attention, not {config.model}'s")
         model.set_attention(attention_fn)
     optimizer = make_optimizer(model, recipe, lr=1e-4) if config.mode == "train-step" else None
     inputs, targets = random_batch(
@@ -337,7 +364,7 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
         "num_layers": model_config.num_layers,
         "num_heads": model_config.num_heads,
         "vocab_size": model_config.vocab_size,
-        "num_parameters": model_config.num_parameters(),
+        "num_parameters": _num_parameters(config, model_config),
         "tokens_per_step": tokens,
         "flops_per_step": flops,
         **timing.summary(),
@@ -346,6 +373,16 @@ def run_benchmark(config: BenchConfig, seed: int = 0) -> tuple[dict, Timing]:
         **phase_columns(clock.last(config.steps)),
     }
     return row, timing
+
+
+def _num_parameters(config: BenchConfig, model_config: ModelConfig) -> int:
+    """perflab's count from the shapes, or yours counted on the meta device (no memory). The
+    FLOPs, and so MFU, are perflab's model's: the same for the course's architecture."""
+    if not config.model:
+        return model_config.num_parameters()
+    with torch.device("meta"):
+        model = build_model_class(config.model, model_config)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 PHASES = ("forward", "backward", "optimizer")
@@ -383,13 +420,13 @@ def benchmark_sweep(
 
 
 def compare_configs(config_a: BenchConfig, config_b: BenchConfig, device: torch.device, *,
-                    rounds: int = 10, warmup: int = 2,
-                    budget_s: float | None = None) -> Comparison:  # fmt: skip
+                    rounds: int = 10, warmup: int = 2, budget_s: float | None = None,
+                    names: tuple[str, str] | None = None) -> Comparison:  # fmt: skip
     """The steps of two configurations (e.g. float32 and bfloat16 autocast) built side by side
     and timed interleaved by ``perflab.bench.compare`` (adaptive rounds within ``budget_s``
-    seconds when given): b against a."""
+    seconds when given): b against a, named by ``names`` or by the values they differ in."""
     step_a, step_b = build_step(config_a, device), build_step(config_b, device)
-    names = (_difference(config_a, config_b), _difference(config_b, config_a))
+    names = names or (_difference(config_a, config_b), _difference(config_b, config_a))
     try:
         return compare(
             step_a,
