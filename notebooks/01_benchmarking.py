@@ -73,7 +73,9 @@ from perflab.bench.warmup import (
 from perflab.bench.peak import measure_peak_matmul
 from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
-from perflab.paths import display_path, results_dir, results_elsewhere, save_table
+from perflab.paths import (
+    display_path, results_dir, results_elsewhere, save_figure, save_table,
+)
 from perflab.settings import record_settings
 from perflab.widgets import MeasureNow, results_explorer
 
@@ -147,7 +149,7 @@ timing_table(results)
 breakdown = phase_breakdown(results)
 save_table(breakdown, out / "phases.csv", provenance)
 fig = plot_phases(breakdown)
-fig.savefig(out / "phases.png", dpi=80)
+save_figure(fig, out / "phases.png")
 breakdown
 
 # %%
@@ -247,7 +249,7 @@ study = benchmark_sweep(warmup_configs(base, warmup_study_warmups), out / "warmu
                         metadata=provenance)
 samples = warmup_samples(study)
 fig = plot_warmup(samples)
-fig.savefig(out / "warmup.png", dpi=80)
+save_figure(fig, out / "warmup.png")
 reading = warmup_effect(study)
 reading
 

@@ -54,7 +54,7 @@ from perflab.bench.peak import measure_copy_bandwidth
 from perflab.bench.stats import level_text
 from perflab.device import resolve_device
 from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, results_dir
+from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
@@ -246,7 +246,7 @@ else:
 real_path = REPO_ROOT / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
 real = kernel_hotspots(real_path)
 fig = plot_hotspots(real, top, title="A100 DDP rank 0: top kernels")
-fig.savefig(out / "a100_hotspots.png", dpi=80)
+save_figure(fig, out / "a100_hotspots.png")
 real.head(top).assign(name=real["name"].map(short_name)).drop(columns="source")
 
 # %%
@@ -285,7 +285,7 @@ comparison.kernels.head(top).assign(name=comparison.kernels["name"].map(short_na
 
 # %%
 fig = plot_category_comparison(comparison.categories, title="naive attention -> fused SDPA")
-fig.savefig(out / "naive_vs_sdpa.png", dpi=80)
+save_figure(fig, out / "naive_vs_sdpa.png")
 comparison.categories
 
 # %%

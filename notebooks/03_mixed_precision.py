@@ -44,7 +44,7 @@ from perflab.bench.conclusions import conclude
 from perflab.bench.plots import plot_comparisons
 from perflab.bench.steps import compare_configs
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.precision import ToyModel, accumulation_experiment, dtype_audit, layernorm_sensitivity
 from perflab.settings import record_settings
 
@@ -197,7 +197,7 @@ if too_large:
 table = pd.DataFrame([{"preset": p, **c.as_row()} for p, c in comparisons.items()])
 save_table(table, out / "bf16_vs_fp32.csv", provenance)
 fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
-fig.savefig(out / "bf16_vs_fp32.png", dpi=80)
+save_figure(fig, out / "bf16_vs_fp32.png")
 table
 
 # %%

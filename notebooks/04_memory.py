@@ -76,7 +76,7 @@ from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
 from perflab.memory.saved import saved_by_producer, saved_bytes
 from perflab.memory.timeline import record_timeline
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -102,7 +102,7 @@ for mode in ("forward", "train-step"):
     step()  # warm-up: allocates gradients and AdamW state for the training step
     timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle")
 fig = plot_timelines(timelines)
-fig.savefig(out / "timelines.png", dpi=80)
+save_figure(fig, out / "timelines.png")
 print(timelines["forward"].source)
 for mode, timeline in timelines.items():
     print(f"{mode}: peak {timeline.peak_bytes / MiB:.1f} MiB above the memory held before")
@@ -276,7 +276,7 @@ groups = group_size_sweep(checkpoint_preset, layers, batch_size, checkpoint_seq_
 save_table(groups, out / "group_sweep.csv", provenance)
 optimum = best_group_size(groups, residual, block_bytes)
 fig = plot_group_sweep(groups, optimum["sqrt_layers"], optimum["model_optimum"])
-fig.savefig(out / "group_sweep.png", dpi=80)
+save_figure(fig, out / "group_sweep.png")
 groups.assign(peak_MiB=groups["peak_bytes"] / MiB)
 
 # %%
@@ -337,7 +337,7 @@ print("inputs held per ln L for a k-way split, k / ln k:",
 depth = depth_sweep(checkpoint_preset, checkpoint_layers, batch_size, checkpoint_seq_len, dev)
 save_table(depth, out / "depth_sweep.csv", provenance)
 fig = plot_depth(depth)
-fig.savefig(out / "depth.png", dpi=80)
+save_figure(fig, out / "depth.png")
 depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
 
 # %%

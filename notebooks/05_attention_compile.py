@@ -76,7 +76,7 @@ from perflab.bench.comparison import describe_ratio
 from perflab.bench.conclusions import conclude
 from perflab.bench.plots import plot_attention_sweep, plot_comparisons
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -134,7 +134,7 @@ table[["implementation", "head_dim", "seq_len", "status", "forward_s", "backward
 # %%
 fig = plot_attention_sweep(results, {"forward_s": "forward (s)", "backward_s": "backward (s)"},
                            hue="head_dim", style="implementation")
-fig.savefig(out / "attention_times.png", dpi=80)
+save_figure(fig, out / "attention_times.png")
 
 # %% [markdown]
 # ## 2. Memory: measured against the accounting
@@ -192,7 +192,7 @@ save_table(grid, out / "compiled_vs_naive.csv", provenance)
 fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
                                    grid["seq_len"].astype(str)),
                        x="point", title="compiled / naive attention, forward + backward (d/n)")
-fig.savefig(out / "compiled_vs_naive.png", dpi=80)
+save_figure(fig, out / "compiled_vs_naive.png")
 grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict",
       "peak_memory_ratio"]]
 

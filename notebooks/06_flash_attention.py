@@ -100,7 +100,9 @@ from IPython.display import Markdown
 from perflab.bench import Sweep
 from perflab.bench.plots import plot_attention_sweep
 from perflab.device import describe, resolve_device
-from perflab.paths import display_path, results_dir, results_elsewhere, save_table
+from perflab.paths import (
+    display_path, results_dir, results_elsewhere, save_figure, save_table,
+)
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -229,7 +231,7 @@ flash_rows[["kernel", "block_q", "block_k", "num_warps", "num_stages", "register
 
 # %%
 fig = plot_shared_memory(compiled)
-fig.savefig(out / "compiled_shared_memory.png", dpi=80)
+save_figure(fig, out / "compiled_shared_memory.png")
 
 # %%
 for target in kernel_targets:
@@ -306,7 +308,7 @@ fig = plot_attention_sweep(timed[timed["head_dim"] == max(head_dims)],
                            {"end_to_end_s": f"forward + backward (s), d={max(head_dims)}",
                             "peak_bytes": f"peak memory (bytes), d={max(head_dims)}"},
                            hue="implementation", style="dtype")
-fig.savefig(out / "flash_benchmark.png", dpi=80)
+save_figure(fig, out / "flash_benchmark.png")
 
 # %%
 largest = timed[timed["seq_len"] == timed["seq_len"].max()]

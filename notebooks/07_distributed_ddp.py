@@ -81,7 +81,7 @@ from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.distributed.plots import (
     plot_allreduce, plot_bucket_sweep, plot_ddp_steps, plot_rank_timelines,
 )
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 settings = record_settings("07_distributed_ddp", globals())
@@ -135,7 +135,7 @@ allreduce[["world_size", "size_mb", "status", "time_ms", "algbw_gbps", "busbw_gb
 
 # %%
 fig = plot_allreduce(allreduce)
-fig.savefig(out / "allreduce.png", dpi=80)
+save_figure(fig, out / "allreduce.png")
 
 # %%
 at_100 = allreduce[(allreduce["size_mb"] == 100) & (allreduce["status"] == "ok")]
@@ -272,11 +272,11 @@ steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", 
 
 # %%
 fig = plot_ddp_steps(steps)
-fig.savefig(out / "ddp_steps.png", dpi=80)
+save_figure(fig, out / "ddp_steps.png")
 
 # %%
 fig = plot_bucket_sweep(steps)
-fig.savefig(out / "bucket_sweep.png", dpi=80)
+save_figure(fig, out / "bucket_sweep.png")
 
 # %% [markdown]
 # Because the variants took turns round by round, each one's rounds pair with naive's rounds:
@@ -287,7 +287,7 @@ fig.savefig(out / "bucket_sweep.png", dpi=80)
 against_naive = ddp_comparisons(steps, "naive")
 save_table(against_naive, out / "ddp_vs_naive.csv", provenance)
 fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
-fig.savefig(out / "ddp_vs_naive.png", dpi=80)
+save_figure(fig, out / "ddp_vs_naive.png")
 against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
 
 # %%
@@ -357,7 +357,7 @@ timelines = ddp_timelines(["naive", "individual", "bucketed"], ddp_world_size, d
                           batch_size=batch_per_rank, seq_len=seq_len,
                           bucket_size_mb=timeline_bucket_mb, warmup=1)
 fig = plot_rank_timelines(timelines)
-fig.savefig(out / "ddp_timelines.png", dpi=80)
+save_figure(fig, out / "ddp_timelines.png")
 overlap = overlap_table(timelines)
 save_table(overlap, out / "ddp_overlap.csv", provenance)
 overlap.round(2)

@@ -104,7 +104,7 @@ from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summ
 from perflab.distributed.plots import plot_rank_timelines, plot_max_devices, plot_memory_per_rank
 from perflab.distributed.toy import build_model
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.widgets import calculator_controls
 from perflab.settings import record_settings
 
@@ -236,7 +236,7 @@ xl_points.round(1)
 # %%
 formula = pd.DataFrame(memory_per_rank_formula(int(zero_mem["parameters"][0]), range(1, 9)))
 fig = plot_memory_per_rank(formula)
-fig.savefig(out / "memory_per_rank.png", dpi=80)
+save_figure(fig, out / "memory_per_rank.png")
 formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).round(1)
 
 # %% [markdown]
@@ -379,7 +379,7 @@ gathers = fsdp_forward_timeline(world_size, memory_model, batch_size=zero_batch_
                                 seq_len=zero_seq_len)
 fig = plot_rank_timelines(gathers, lanes=("fsdp.wait", "fsdp.forward", "communication"),
                          xlabel="ms from the start of the forward (rank 0)")
-fig.savefig(out / "fsdp_forward_timeline.png", dpi=80)
+save_figure(fig, out / "fsdp_forward_timeline.png")
 gather_stats = gather_summary(gathers)
 pd.Series(gather_stats).round(2)
 
@@ -500,7 +500,7 @@ table = pd.concat([max_devices_table(get_preset(name), H100_NODE, calculator_bat
                    for name in calculator_presets])
 save_table(table, out / "max_devices.csv", provenance)
 fig = plot_max_devices(table)
-fig.savefig(out / "max_devices.png", dpi=80)
+save_figure(fig, out / "max_devices.png")
 shown = table[table["batch_size"].isin([1, 16, 256, 4096])]
 shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devices")
 

@@ -86,7 +86,7 @@ from perflab.decode.costs import kv_bytes_per_token, matmul_weights
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
 from perflab.device import parse_dtype, resolve_device
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -169,7 +169,7 @@ throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_pe
                                  peak.flops_per_s, steps=steps)
 save_table(throughput, out / "decode_throughput.csv", provenance)
 fig = plot_decode_roofline(throughput, dev.type)
-fig.savefig(out / "decode_roofline.png", dpi=80)
+save_figure(fig, out / "decode_roofline.png")
 print(f"error bars: the median's {', '.join(sorted({level_text(v) for v in throughput['median_ci_level']}))} "
       f"interval ({steps} steps); unstable points: {int(throughput['unstable'].sum())} of {len(throughput)}")
 throughput[["batch", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
@@ -272,7 +272,7 @@ kv_model = model if kv_preset == preset else build_model(get_preset(kv_preset), 
 kv = kv_memory(kv_model, kv_prompt_lens, kv_new_tokens, block_sizes)
 save_table(kv, out / "kv_memory.csv", provenance)
 fig = plot_kv_memory(kv)
-fig.savefig(out / "kv_memory.png", dpi=80)
+save_figure(fig, out / "kv_memory.png")
 kv.assign(kv_MiB=kv["kv_bytes"] / MiB)[["cache", "block_size", "kv_MiB", "table_entries",
                                         "waste", "vs_contiguous"]].round(3)
 

@@ -9,7 +9,7 @@
                   [--checkpoint-group N] [--memory] [--format {table,json}]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
-    perflab report [--results DIR] [--output DIR]
+    perflab report [--results [LABEL=]DIR ...] [--year 2026|2025] [--output DIR]
     perflab noise-check [--runs N] [--burst | --simulate]
     perflab kernels [--target sm_80|sm_90|sm_100 ...] [--dtype fp16 ...] [--head-dim D ...]
                     [--summary] [--format {table,csv}]
@@ -21,8 +21,9 @@ step; the command that ``nsys profile`` wraps in notebook 02); ``hotspots`` anal
 Chrome/Kineto trace, or compares a baseline trace with an optimized one; ``kernels`` compiles
 every Triton kernel of the workbook for GPU targets (no GPU needed) and prints registers,
 spills and shared memory per configuration; ``check-results`` flags contradictions in saved
-results (exit 1 if any); ``report`` writes every table and figure of a results folder, with
-its provenance, as Markdown and HTML (tables also as LaTeX and Typst); ``noise-check`` measures
+results (exit 1 if any); ``report`` writes every table and figure of one or more results
+folders, with its provenance, as Markdown and HTML (tables also as LaTeX and Typst), and a
+write-up by handout problem as Typst and PDF (``perflab.writeup``); ``noise-check`` measures
 how often ``perflab.bench.compare`` calls identical work different (A/A) and finds a 2x
 difference (A/B); ``--simulate``: the intervals' actual coverage against their stated confidence
 and the false-alarm rate, simulated at every round count (``perflab.bench.simulate``). Bad
@@ -44,6 +45,7 @@ import torch
 import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
+from perflab.handout import YEARS
 from perflab.paths import NOTEBOOKS_DIR, data_dir
 from perflab.settings import full_sizes
 
@@ -369,14 +371,22 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.report import build_report
+    from perflab.report import build_report, parse_source
+    from perflab.writeup import build_writeup
 
     try:
-        written = build_report(args.results, args.output)
+        sources = [parse_source(text) for text in args.results or [str(data_dir() / "results")]]
+        written = build_report(sources, args.output)
+        start = time.perf_counter()
+        typ, pdf = build_writeup(args.year, sources, args.output)
     except ValueError as error:
         parser.error(str(error))
     print(f"wrote {written} and {written.with_suffix('.html')}, tables also as LaTeX and Typst in "
           f"{written.parent / 'tables'}")  # fmt: skip
+    if pdf is None:
+        print(f'wrote {typ}; for the PDF install Typst: pip install -e ".[report]"')
+    else:
+        print(f"wrote {typ} and {pdf} ({args.year} handout, {time.perf_counter() - start:.1f} s)")
     return 0
 
 
@@ -462,9 +472,18 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("directory", metavar="DIR", help="e.g. data/results")
     check.set_defaults(handler=_check_results, subparser=check)
 
-    report = commands.add_parser("report", help="a write-up of every table and figure")
-    report.add_argument("--results", default=str(data_dir() / "results"),
-                        help="results folder (default: data/results)")  # fmt: skip
+    report = commands.add_parser(
+        "report", help="a write-up of every table and figure, and a PDF by handout problem"
+    )
+    report.add_argument("--results", action="append", metavar="[LABEL=]DIR",
+                        help="results folder, labelled LABEL (default: its name); repeat to show "
+                             "several side by side (default: data/results)")  # fmt: skip
+    report.add_argument(
+        "--year",
+        choices=YEARS,
+        default=YEARS[0],
+        help="the handout whose problems the PDF follows (default: %(default)s)",
+    )
     report.add_argument("--output", default="report", help="folder for the write-up")
     report.set_defaults(handler=_report, subparser=report)
 

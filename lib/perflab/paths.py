@@ -143,6 +143,15 @@ def library_versions() -> dict[str, str]:
             "perflab": version("perflab")}  # fmt: skip
 
 
+def save_figure(fig, path: str | Path) -> Path:
+    """``fig`` as ``path`` (a PNG, 80 dpi, for the notebook and the HTML report) and as a PDF
+    beside it (vectors, for ``perflab report``'s typeset write-up); returns the PNG's path."""
+    path = Path(path)
+    fig.savefig(path, dpi=80)
+    fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None})
+    return path
+
+
 def save_table(table, path: str | Path, metadata: dict | None = None) -> Path:
     """``table`` (a DataFrame) as CSV at ``path``, and beside it ``<name>.json`` with
     ``metadata`` (the notebook's settings, the machine), the time, the commit, the library's

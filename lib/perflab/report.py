@@ -35,18 +35,55 @@ class Entry:
 
     @property
     def label(self) -> str:
-        return f"{self.notebook}-{self.device}-{self.name}"
+        return f"{self.notebook}-{self.device.replace('/', '-')}-{self.name}"
+
+
+@dataclass(frozen=True)
+class Source:
+    """A results folder (``data/results`` or one like it) and the label it is shown under."""
+
+    label: str
+    path: Path
+
+
+def parse_source(text: str) -> Source:
+    """``LABEL=PATH`` or ``PATH`` (labelled with its folder's name), as ``--results`` takes it."""
+    label, _, path = text.rpartition("=") if "=" in text else ("", "", text)
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"no results folder {str(path)!r} (give DIR or LABEL=DIR)")
+    return Source(label or path.resolve().name, path)
+
+
+def device_folders(results: Path, notebooks: str = "*") -> list[Path]:
+    """``results/<notebook>/<device>/`` folders, and ``results/<notebook>/yours-*/<device>/``
+    (a notebook run on a student's code with ``-p adapters`` or ``-p model``)."""
+    found = []
+    for folder in sorted(p for p in Path(results).glob(f"{notebooks}/*") if p.is_dir()):
+        if folder.name.startswith("yours-"):
+            found += sorted(p for p in folder.iterdir() if p.is_dir())
+        else:
+            found.append(folder)
+    return found
+
+
+def device_label(folder: Path) -> str:
+    """The device folder's name, with ``yours-*/`` before it for a student's results."""
+    parent = folder.parent.name
+    return f"{parent}/{folder.name}" if parent.startswith("yours-") else folder.name
 
 
 def find_entries(results: Path) -> list[Entry]:
-    """Tables and figures under ``results/<notebook>/<device>/``, in order, each with the JSON
-    sidecar of the same name. A figure without one (``savefig`` writes none) takes the newest
-    sidecar of its folder, the record of the notebook run that drew it, marked as such."""
+    """Tables and figures under ``results/<notebook>/<device>/`` (``device_folders``), in
+    order, each with the JSON sidecar of the same name. A figure without one (``savefig``
+    writes none) takes the newest sidecar of its folder, the record of the notebook run that
+    drew it, marked as such."""
     results = Path(results)
     if not results.is_dir():
         raise ValueError(f"no results folder {str(results)!r}")
     entries = []
-    for folder in sorted(p for p in results.glob("*/*") if p.is_dir()):
+    for folder in device_folders(results):
+        notebook = folder.relative_to(results).parts[0]
         for path in sorted(folder.iterdir()):
             if path.suffix not in (".csv", ".png"):
                 continue
@@ -58,7 +95,7 @@ def find_entries(results: Path) -> list[Entry]:
                 records.sort(key=lambda r: str(r.get("saved_at", "")))
                 newest = records[-1] if records else {}
                 provenance = {**newest, "from": "this folder's newest table"} if newest else {}
-            entries.append(Entry(folder.parent.name, folder.name, path, provenance))
+            entries.append(Entry(notebook, device_label(folder), path, provenance))
     if not entries:
         raise ValueError(f"no tables (.csv) or figures (.png) under {str(results)!r}")
     return entries
@@ -147,23 +184,28 @@ def typst_table(table: pd.DataFrame) -> str:
             f"  {rows}\n)\n")  # fmt: skip
 
 
-def build_report(results: str | Path, output: str | Path) -> Path:
+def build_report(results: str | Path | list[Source], output: str | Path) -> Path:
     """Write ``report.md``, ``report.html`` and ``tables/<label>.tex`` / ``.typ`` for every
-    table and figure under ``results`` into ``output``; returns the Markdown file."""
-    entries = find_entries(Path(results))
+    table and figure under ``results`` (a folder, or several ``Source``s, each labelled) into
+    ``output``; returns the Markdown file."""
+    sources = results if isinstance(results, list) else [Source("", Path(results))]
+    labelled = [(source.label, entry) for source in sources for entry in find_entries(source.path)]
     output = Path(output)
     (output / "tables").mkdir(parents=True, exist_ok=True)
+    folders = ", ".join(f"`{s.path.as_posix()}`" + (f" ({s.label})" if s.label else "")
+                        for s in sources)  # fmt: skip
     markdown = ["# perflab results", "",
-                f"Every table and figure under `{Path(results).as_posix()}`, each with where "
-                "and how it was measured.", ""]  # fmt: skip
+                f"Every table and figure under {folders}, each with where and how it was "
+                "measured.", ""]  # fmt: skip
     body = ["<h1>perflab results</h1>"]
     current = None
-    for entry in entries:
-        if entry.notebook != current:
-            current = entry.notebook
-            markdown += [f"## {current}", ""]
-            body.append(f"<h2>{html.escape(current)}</h2>")
-        heading = f"{entry.name} ({entry.device})"
+    for label, entry in labelled:
+        if (label, entry.notebook) != current:
+            current = (label, entry.notebook)
+            title = f"{entry.notebook} ({label})" if label else entry.notebook
+            markdown += [f"## {title}", ""]
+            body.append(f"<h2>{html.escape(title)}</h2>")
+        heading = f"{entry.name} ({label + ', ' if label else ''}{entry.device})"
         line = provenance_line(entry)
         markdown += [f"### {heading}", "", f"*{line}*", ""]
         body += [f"<h3>{html.escape(heading)}</h3>", f"<p><em>{html.escape(line)}</em></p>"]
