@@ -19,28 +19,30 @@
 # # 09 The fastest training step, one measured change at a time
 #
 # Everything so far measured one part of training. Here the whole step is taken apart: first
-# see where the baseline step spends its time and its memory, then add one optimisation at a
-# time, each checked against the baseline (loss, gradients, the optimizer's update) and timed
-# against the step before it, interleaved, with a verdict; which ones pay off is what this
-# machine measures. One change is about memory above all: for the 2026 leaderboard's model
-# (vocabulary 151,936, 2 x 32,768 tokens) the logits alone take tens of gigabytes (computed
-# below), so the loss head here never builds them whole.
+# see where the baseline step spends its time and its memory, then try one optimisation at a
+# time on top of the best stack so far, each checked against the baseline (loss, gradients,
+# the optimizer's update) and timed against that stack, interleaved, with a verdict; a change
+# is kept only when it pays off on this machine, so the kept stack ends faster than the
+# baseline, and the whole is timed against the baseline with its interval. One change is about
+# memory above all: for the 2026 leaderboard's model (vocabulary 151,936, 2 x 32,768 tokens)
+# the logits alone take tens of gigabytes (computed below), so the loss head here never builds
+# them whole.
 #
-# On a CPU the ladder runs a tiny model, where Python overheads are large against the work;
-# which changes pay off depends on the machine, and the verdicts say what this one measured.
-# Then the data path on real text, and the batch: its size and gradient accumulation. The full
-# profile (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B
-# model sharded over two GPUs (section 6).
+# On a CPU the ladder runs the `cpu-small` model (batch 4, context 128); which changes pay off
+# depends on the machine, and the verdicts say what this one measured. Then the data path on
+# real text, and the batch: its size and gradient accumulation. The full profile
+# (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B model
+# sharded over two GPUs (section 6).
 
 # %% tags=["parameters"]
-preset = "cpu-tiny"             # model of the ladder (d 128, 2 layers, vocabulary 10,000)
-batch_size = 2                  # sequences per step
-seq_len = 32                    # tokens per sequence
+preset = "cpu-small"            # model of the ladder (d 256, 4 layers, vocabulary 10,000)
+batch_size = 4                  # sequences per step
+seq_len = 128                   # tokens per sequence
 phase_steps = 6                 # timed steps of the baseline's phase breakdown
-rungs = ["fused QKV", "fused loss head", "FlashAttention", "fused AdamW", "bf16 autocast"]  # the ladder's changes, in order
-rounds = 8                      # first look of the adaptive rounds of each rung against the one before
-budget_s = 20                   # seconds each rung's comparison may take adding rounds until it concludes
-trace_steps = 3                 # profiled steps of each rung for the final table
+rungs = ["fused QKV", "SDPA", "FlashAttention", "fused loss head", "foreach AdamW", "fused AdamW", "bf16 autocast", "activation checkpointing", "torch.compile"]  # the ladder's candidates, in the order tried
+rounds = 6                      # first look of the adaptive rounds of each candidate against the best stack
+budget_s = 15                   # seconds each comparison may take adding rounds until it concludes
+trace_steps = 2                 # profiled steps of the baseline and each rung tried, for the final table
 head_tokens = 2048              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
@@ -60,12 +62,15 @@ sharded_check = True            # also check it against one process (not at 8B)
 device = "auto"                 # "cuda" when present, else "cpu"
 
 # %%
+import json
 import os
 
+import numpy as np
 import pandas as pd
 import torch
 
 from perflab.bench.checks import check_results
+from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.steps import BenchConfig
 from perflab.bench.recipe import Recipe
 from perflab.bench.sweep import is_out_of_memory
@@ -86,8 +91,8 @@ from perflab.training.head_memory import (
     compare_with_torch_head,
     head_peak_memory,
 )
-from perflab.training.ladder import BASELINE, TrainingStep, check_ladder, ladder, time_ladder
-from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
+from perflab.training.ladder import BASELINE, TrainingStep, greedy_ladder, stack_against_baseline
+from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
 from perflab.training.sharded_step import (
     compare_with_one_process,
     sharded_step_memory,
@@ -117,7 +122,7 @@ print(f"the leaderboard's logits, 2 x 32,768 tokens x {leaderboard.vocab_size:,}
 # ## 1. The baseline step: where the time and the memory go
 #
 # The baseline is the workbook's model as notebook 01 trains it, with Q, K and V projected by
-# three matmuls as an unfused model would (`BASELINE`; the ladder's first rung fuses them):
+# three matmuls as an unfused model would (`BASELINE`; the ladder's first candidate fuses them):
 # naive attention, the full logits and `F.cross_entropy`, AdamW looping over the parameters,
 # float32. The phases are measured inside each step with synchronised marks (`PhaseClock`), so
 # they add up to the step.
@@ -236,135 +241,133 @@ else:
           + ". Separate medians, not interleaved: differences within their intervals are noise.")
 
 # %% [markdown]
-# ## 3. The ladder: one change at a time
+# ## 3. The ladder: keep what helps on this machine
 #
-# Each rung keeps every change before it and adds one (`perflab.training.ladder`): Q, K and
-# V projected by one matmul instead of three, the fused loss head, FlashAttention (the Triton
-# kernels on a GPU; on a CPU the tiled PyTorch version, which loops over tiles in Python),
-# AdamW's `foreach` (one kernel over many tensors) and `fused` implementations, bf16
-# autocast, and `torch.compile`. `rungs` chooses the changes and their order: the full
-# profile (a GPU) runs them all, bf16 first; the CPU default puts bf16 last, since a CPU
-# without bf16 matrix instructions runs it slower and would slow every rung after it, and
-# leaves out `foreach` AdamW and compile to keep the run short (the tests check both against
-# the baseline; notebook 05 measures compile).
+# Each change is tried on top of the best stack so far (`perflab.training.ladder.greedy_ladder`)
+# and kept only when it makes the step faster, or keeps its time with a lower peak; otherwise
+# it is reported and dropped, so a change that does not pay off here cannot slow every rung
+# after it. The candidates, in the order tried (`rungs`): Q, K and V projected by one matmul
+# instead of three, PyTorch's SDPA and the tiled FlashAttention in PyTorch (on a GPU: the Triton
+# kernels) in place of naive attention, the fused loss head, AdamW's `foreach` and `fused`
+# implementations (fewer kernels over many tensors), bf16 autocast, activation checkpointing of
+# every block (less memory, one more forward), and `torch.compile` (inductor's C++ backend on a
+# CPU; its compile time is the first step's, reported apart). Compile comes last on a CPU:
+# every change tried on a compiled stack compiles it again (15-35 s each here), which would
+# cost more than the rest of the ladder. Which changes are kept is
+# device-dependent: bf16 pays off only with bf16 matrix units (GPU tensor cores; on a CPU, AMX
+# or AVX512-BF16), the Triton kernels only where they are compiled, and fewer kernel launches
+# matter most on a GPU; the full profile (`--full`) runs the same procedure there.
 #
-# **Correctness first**: each rung against the baseline on the same weights and a fresh batch:
-# the loss, every gradient, and each optimizer's step from the same gradients, as relative
-# errors against a stated tolerance (`TOLERANCE`: 1e-4 in float32, 5e-2 with bf16, whose
-# mantissa has 8 bits; `UPDATE_TOLERANCE` 1e-3 for the update, since float32 parameters near
-# 1 are 1.2e-7 apart, about 1e-4 of an update of lr = 1e-3). In the tests every change alone but compile equals the baseline in
-# float64 to 1e-10 (compile: float32, 1e-4). The optimizer's error is that of its update
-# (new minus old parameters), against the baseline's update.
+# **Correctness first**: each candidate, on the stack it is tried on, against the baseline on
+# the same weights and a fresh batch: the loss, every gradient, and the optimizer's update from
+# the same gradients, as relative errors against a stated tolerance (`TOLERANCE`: 1e-4 in
+# float32, 5e-2 with bf16, whose mantissa has 8 bits; `UPDATE_TOLERANCE` 1e-3 for the update,
+# since float32 parameters near 1 are 1.2e-7 apart, about 1e-4 of an update of lr = 1e-3). In
+# the tests every change alone but compile equals the baseline in float64 to 1e-10 (compile:
+# float32, 1e-4). A candidate that fails is dropped untimed.
+#
+# **Then speed and memory**, against the best stack, taking turns (`perflab.bench.compare`:
+# the ratio of the paired times, its interval with at least 95% confidence, and a verdict:
+# faster, slower, the same within ±3%, or inconclusive), with adaptive rounds from `rounds`,
+# doubling until the verdict is conclusive or `budget_s` is spent; `peak_MiB` is the peak of
+# forward and backward above the parameters and AdamW's state.
 
 # %%
-recipes = ladder(rungs)
-checks = check_ladder(config, recipes[1:], batch_size, seq_len, dev, seed=1)
-save_table(checks, out / "ladder_checks.csv", provenance)
-checks
+greedy, stack = greedy_ladder(config, rungs, batch_size, seq_len, dev, rounds=rounds,
+                              budget_s=budget_s, trace_dir=out / "traces", trace_steps=trace_steps)
+save_table(greedy.drop(columns=["trace", "trace_base"]), out / "ladder.csv", provenance)
+greedy.assign(step_ms=greedy["step_s"] * 1e3, first_step_ms=greedy["first_step_s"] * 1e3,
+              peak_MiB=greedy["peak_bytes"] / MiB)[
+    ["rung", "tried_on", "matches_baseline", "verdict", "vs_best", "ci_low", "ci_high",
+     "confidence", "rounds", "kept", "step_ms", "first_step_ms", "peak_MiB"]].round(3)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(checks[["rung", "tolerance", "update_tolerance", "matches_baseline"]].to_string(index=False))
-
-# %% [markdown]
-# **Then speed and memory.** Each rung against the rung before, taking turns
-# (`perflab.bench.compare`: the ratio of the paired times, its interval with at least 95%
-# confidence, and a verdict: faster, slower, the same within ±3%, or inconclusive), with adaptive
-# rounds: from `rounds`, doubling until the verdict is conclusive or `budget_s` is spent; and
-# the peak of its forward and backward above the parameters and AdamW's state.
-# `step_ms` is each rung's median in its own comparison; `vs_previous` is the median of the
-# paired ratios, so the two need not agree exactly:
+checked = greedy[greedy["matches_baseline"].notna()]
+print(checked[["rung", "matches_baseline"]].to_string(index=False))
 
 # %%
-steps = time_ladder(config, recipes, batch_size, seq_len, dev, rounds=rounds, budget_s=budget_s)
-save_table(steps, out / "ladder.csv", provenance)
-steps.assign(step_ms=steps["step_s"] * 1e3, peak_MiB=steps["peak_bytes"] / MiB).drop(
-    columns=["step_s", "peak_bytes"]).round(3)
-
-# %%
-for row in steps.iloc[1:].itertuples():
-    change = {"faster": "made the step faster", "slower": "made the step slower",
-              "same": "took the same time within the ±3% noise band",
-              "inconclusive": "made a difference that is not established"}[row.verdict]
-    print(f"{row.rung}: {change} ({row.vs_previous:.2f}x the step's time before, "
-          f"{level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, {int(row.rounds)} "
-          f"rounds); peak {row.peak_bytes / MiB:.1f} MiB")
-last = steps.iloc[-1]
-print(f"All together: {last['chained_speedup']:.2f}x the baseline's speed as the product of the "
-      f"rungs' paired ratios, {last['speedup_over_baseline']:.2f}x as the ratio of the first and "
-      f"last medians ({last['tokens_per_s']:,.0f} tokens/s); each comparison is interleaved, "
-      "the chain is not, so the two differ by the machine's drift between comparisons and "
-      f"carry no verdict; peak {last['peak_bytes'] / steps['peak_bytes'].iloc[0]:.2f}x the "
-      "baseline's.")
-phase_sum_ms = phases["median_ms"].sum()
-print(f"the baseline's phases (section 1, {phase_steps} steps with synchronised marks) add up to "
-      f"{phase_sum_ms:.1f} ms against its {steps['step_s'].iloc[0] * 1e3:.1f} ms median here: "
-      f"{phase_sum_ms / (steps['step_s'].iloc[0] * 1e3):.2f}x, two separate measurements at "
-      "different moments (a sum of medians is not the median of sums, the marks' "
-      "synchronisations add their own cost, and the machine drifts between them)")
+for row in greedy.iloc[1:].itertuples():
+    if not isinstance(row.verdict, str) or not row.verdict:
+        print(f"{row.rung}: {row.reason}")
+        continue
+    print(f"{row.rung} on {row.tried_on}: {row.vs_best:.2f}x its time "
+          f"({level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, "
+          f"{int(row.rounds)} rounds, {row.verdict}): {'kept' if row.kept else 'dropped'}; "
+          f"peak {row.peak_bytes / MiB:.1f} MiB; first step {row.first_step_s:.2f} s")
+print(f"kept: {stack.name}")
 gradients = memory.set_index("category").loc["gradients", "measured_bytes"]
-if steps["peak_bytes"].max() < 1.25 * gradients:
+if greedy["peak_bytes"].max() < 1.25 * gradients:
     print(f"At {batch_size} x {seq_len} tokens the peaks stay within 1.25x the gradients "
           f"({gradients / MiB:.1f} MiB): the activations and logits are too small here to move "
           "them; section 2 measures the head where they are not.")
+phase_sum_ms = phases["median_ms"].sum()
+base_ms = greedy["base_step_s"].iloc[1] * 1e3
+print(f"the baseline's phases (section 1, {phase_steps} steps with synchronised marks) add up to "
+      f"{phase_sum_ms:.1f} ms against its {base_ms:.1f} ms median in the first comparison: "
+      f"{phase_sum_ms / base_ms:.2f}x, two separate measurements at different moments (a sum "
+      "of medians is not the median of sums, the marks' synchronisations add their own cost, "
+      "and the machine drifts between them)")
 
 # %% [markdown]
-# What to expect where (expectations from the hardware's documentation, **not measured here**;
-# only the verdicts above are): bf16 should pay off on hardware with bf16 matrix units (GPU
-# tensor cores; on a CPU only with AMX or AVX512-BF16 instructions, else it is converted around
-# float32 arithmetic); the Triton FlashAttention runs as compiled kernels on a GPU, while on a
-# CPU the tiled PyTorch version loops over tiles in Python; `foreach` and `fused` AdamW launch
-# fewer kernels, which should matter most on a GPU (GPU-only, not yet run: the full profile,
-# `--full`, runs the same ladder on a GPU at the `small` preset).
+# **The kept stack against the baseline**, taking turns in the same rounds: the ladder's verdict
+# as a whole, with its interval. MFU is the model's training FLOPs per second (notebook 01's
+# count, 3x the forward's matmuls) over this device's measured matmul peak (the best of several
+# runs of the largest square matmul, `measure_peak_matmul`), for both steps.
 
 # %%
-if dev.type == "cpu":
-    print(f"this CPU's vector instructions as PyTorch sees them: "
-          f"{torch.backends.cpu.get_cpu_capability()}")
-fastest = steps.loc[steps["step_s"].idxmin()]
-print(f"the lowest median measured: {fastest['rung']} ({fastest['step_s'] * 1e3:.1f} ms, "
-      f"{fastest['speedup_over_baseline']:.2f}x the baseline's speed; medians of different "
-      "comparisons, so no verdict against the baseline)")
+whole = stack_against_baseline(config, stack, batch_size, seq_len, dev, rounds=rounds,
+                               budget_s=budget_s)
+peak = measure_peak_matmul(dev, torch.float32)
+flops = config.train_step_flops(batch_size, seq_len)
+base_s, stack_s = np.median(whole.times_a), np.median(whole.times_b)
+speedup, (slow, fast) = 1 / whole.ratio, (1 / whole.ci[1], 1 / whole.ci[0])
+print(conclude(out, "kept stack vs baseline", whole))
+print(f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI {slow:.2f}-{fast:.2f}x); MFU "
+      f"against a {peak.flops_per_s / 1e9:.0f} GFLOP/s matmul peak: baseline "
+      f"{flops / base_s / peak.flops_per_s:.0%}, kept stack {flops / stack_s / peak.flops_per_s:.0%} "
+      f"(the most a step of this model could gain from matmul speed alone: "
+      f"{peak.flops_per_s / (flops / base_s):.2f}x)")
 
 # %% [markdown]
 # **The final table: which bound dominates each rung.** A profiler trace of `trace_steps` steps
-# of each rung (`perflab.training.ladder_traces`), each compared with the rung before's by
-# notebook 02's `compare_traces`: the category holding most of the operator time (on a GPU, the
-# kernel time; categories by `perflab.profiling.hotspots.classify`), the hotspot whose time
-# moved most, and what that change alone would do to the step by Amdahl's law: a part holding
-# a share s of the time, made r times as long, makes the whole 1 - s + s r as long
-# (`hotspot_alone`), next to all operators (`operators_ratio`) and the measured step
-# (`vs_previous`, from the interleaved comparison above). The traces are recorded one rung
-# after another, not interleaved, so an operator's time also carries the machine's drift
-# between them (an unchanged matmul can move by tens of percent on a shared CPU): the verdict
-# on the step is the interleaved one, and the traces say where the time went. Categories come
-# from operator names (`classify`), not from a roofline. The traces are in `traces/` (open
+# of the baseline and of every rung tried (`perflab.training.ladder_traces`), each compared with
+# the trace of the stack it was tried on by notebook 02's `compare_traces`: the category holding
+# most of the operator time (on a GPU, the kernel time; categories by
+# `perflab.profiling.hotspots.classify`), the hotspot whose time moved most, and what that
+# change alone would do to the step by Amdahl's law: a part holding a share s of the time, made
+# r times as long, makes the whole 1 - s + s r as long (`hotspot_alone`), next to all
+# operators (`operators_ratio`) and the measured step (`vs_previous`, from the interleaved
+# comparison above). The traces are recorded one after another, not interleaved, so an
+# operator's time also carries the machine's drift between them: the verdict on the step is the
+# interleaved one, and the traces say where the time went. The traces are in `traces/` (open
 # them in Perfetto or `chrome://tracing`).
 
 # %%
-traces = trace_ladder(config, recipes, batch_size, seq_len, dev, out / "traces",
-                      steps=trace_steps)
-bounds = bound_table(traces, steps=trace_steps, timed=steps)
-final = steps[["rung", "step_s", "speedup_over_baseline", "peak_bytes"]].merge(bounds, on="rung")
+bounds = greedy_bound_table(greedy, steps=trace_steps)
+final = greedy[["rung", "kept", "step_s", "peak_bytes"]].merge(bounds, on="rung")
 save_table(final.drop(columns="source"), out / "final_table.csv", provenance)
 print(f"operator times from {bounds['source'].iloc[0]}")
 final.assign(step_ms=final["step_s"] * 1e3, peak_MiB=final["peak_bytes"] / MiB)[
-    ["rung", "step_ms", "speedup_over_baseline", "peak_MiB", "dominant", "dominant_share",
-     "hotspot", "hotspot_share_before", "hotspot_alone", "operators_ratio", "vs_previous"]
+    ["rung", "kept", "step_ms", "peak_MiB", "dominant", "dominant_share", "hotspot",
+     "hotspot_share_before", "hotspot_alone", "operators_ratio", "vs_previous", "verdict"]
 ].round(3)
 
 # %%
 for _, row in bounds.iterrows():
     print(bound_sentence(row))
+kept_bounds = bounds.set_index("rung").loc[greedy.loc[greedy["kept"], "rung"]]
+last = kept_bounds.iloc[-1]
+print(f"in the kept stack ({stack.name}), {last['dominant']} operators hold "
+      f"{last['dominant_share']:.0%} of the operator time: that is what holds the rest")
 
 # %% [markdown]
-# To time one rung on its own, at any size, `perflab bench` takes the same changes as flags;
-# the fastest rung measured here is:
+# The kept stack as `perflab bench` flags, saved as `fastest_step.json` beside the results, to
+# time it on its own at any size:
 
 # %%
-fastest_recipe = recipes[int(steps["step_s"].idxmin())]
-command = BenchConfig.from_recipe(fastest_recipe, preset, seq_len, "train-step",
-                                  batch_size=batch_size)
+command = BenchConfig.from_recipe(stack, preset, seq_len, "train-step", batch_size=batch_size)
+(out / "fastest_step.json").write_text(json.dumps({"flags": command.command_line()}, indent=2))
 print("perflab bench " + " ".join(command.command_line()))
 
 # %% [markdown]
@@ -474,7 +477,7 @@ print(f"Without checkpointing, the {leaderboard.num_layers} blocks' saved activa
       f"{on_two['block inputs (checkpoints)'] + on_two['one block recomputed']:.1f} GB with it: "
       "at this size memory requires checkpointing"
       + (", while the ladder above, whose peaks stay near its gradients, does not."
-         if steps["peak_bytes"].max() < 1.25 * gradients else "."))
+         if greedy["peak_bytes"].max() < 1.25 * gradients else "."))
 
 # %% [markdown]
 # The sharded step itself (`sharded_training_step`: fused head, FlashAttention, fused AdamW,

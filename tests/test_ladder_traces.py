@@ -1,8 +1,10 @@
 """Which bound dominates each rung: the table's numbers on hand-made traces whose operator
-times are known, the sentence's every branch, and a real trace of two rungs on the CPU."""
+times are known, the sentence's every branch, and real traces of the greedy ladder on the
+CPU."""
 
 import gzip
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,8 +12,8 @@ import torch
 
 from perflab.model import ModelConfig
 from perflab.profiling.hotspots import CATEGORIES
-from perflab.training.ladder import ladder
-from perflab.training.ladder_traces import bound_sentence, bound_table, trace_ladder
+from perflab.training.ladder import greedy_ladder
+from perflab.training.ladder_traces import bound_rows, bound_sentence, greedy_bound_table
 
 
 def _trace(path, durations):
@@ -26,18 +28,15 @@ def _trace(path, durations):
 
 
 def _table(tmp_path, vs_previous=None, verdict="faster", ci=None):
-    traces = {
-        "baseline": _trace(tmp_path / "a.json", {"aten::mm": 600, "aten::add": 400}),
-        "faster matmul": _trace(tmp_path / "b.json", {"aten::mm": 200, "aten::add": 400}),
-    }
-    timed = None
-    if vs_previous is not None:
-        low, high = ci or (0.98 * vs_previous, 1.02 * vs_previous)
-        timed = pd.DataFrame({"rung": ["baseline", "faster matmul"],
-                              "vs_previous": [None, vs_previous], "ci_low": [None, low],
-                              "ci_high": [None, high], "confidence": [None, 0.96875],
-                              "verdict": [None, verdict]})  # fmt: skip
-    return bound_table(traces, steps=2, timed=timed)
+    """``greedy_bound_table`` of a greedy ladder's rows: a baseline and one rung tried on it."""
+    a = _trace(tmp_path / "a.json", {"aten::mm": 600, "aten::add": 400})
+    b = _trace(tmp_path / "b.json", {"aten::mm": 200, "aten::add": 400})
+    low, high = ci or ((0.98 * vs_previous, 1.02 * vs_previous) if vs_previous else (None, None))
+    greedy = pd.DataFrame({"rung": ["baseline", "faster matmul"], "trace": [str(a), str(b)],
+                           "trace_base": [None, str(a)], "vs_best": [None, vs_previous],
+                           "ci_low": [None, low], "ci_high": [None, high],
+                           "confidence": [None, 0.96875], "verdict": [None, verdict]})  # fmt: skip
+    return greedy_bound_table(greedy, steps=2)
 
 
 def test_the_table_from_traces_with_known_times(tmp_path):
@@ -87,11 +86,11 @@ def test_untimed_rows_and_operators_that_appear_or_vanish(tmp_path):
         "a": _trace(tmp_path / "a.json", {"aten::sqrt": 300, "aten::mm": 700}),
         "b": _trace(tmp_path / "b.json", {"aten::_fused_adamw_": 100, "aten::mm": 700}),
     }
-    row = bound_table(traces, steps=1).iloc[1]
+    row = bound_rows([("b", traces["b"], traces["a"])], steps=1).iloc[0]
     assert row["hotspot"] == "aten::sqrt" and row["hotspot_after_ms"] == 0
     text = bound_sentence(row)
     assert "is gone (was 0.30 ms a step, 30%)" in text and "measured" not in text
-    reverse = bound_table({"b": traces["b"], "a": traces["a"]}, steps=1).iloc[1]
+    reverse = bound_rows([("a", traces["a"], traces["b"])], steps=1).iloc[0]
     assert reverse["hotspot"] == "aten::sqrt" and reverse["hotspot_change"] == float("inf")
     assert "is new (0.30 ms a step)" in bound_sentence(reverse)
 
@@ -103,15 +102,18 @@ def test_a_sentence_without_a_usable_measurement_states_only_the_trace(tmp_path)
         assert text.endswith("take 0.60x as long; all operators take 0.60x.")
 
 
-def test_a_real_trace_of_each_rung(tmp_path):
+def test_a_real_trace_of_each_rung_tried_against_its_stack(tmp_path):
     config = ModelConfig("t", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=97,
                          context_length=16)  # fmt: skip
-    recipes = ladder(["fused AdamW"])
-    paths = trace_ladder(config, recipes, 2, 8, torch.device("cpu"), tmp_path, steps=1)
-    assert [p.name for p in paths.values()] == ["00_baseline.json.gz", "01_fused_adamw.json.gz"]
-    table = bound_table(paths, steps=1)
+    greedy, _ = greedy_ladder(config, ["fused AdamW"], 2, 8, torch.device("cpu"), rounds=2,
+                              warmup=0, trace_dir=tmp_path, trace_steps=1)  # fmt: skip
+    names = [Path(p).name for p in greedy["trace"]]
+    assert names == ["greedy_00_baseline.json.gz", "greedy_01_fused_adamw.json.gz"]
+    assert greedy["trace_base"].iloc[1] == greedy["trace"].iloc[0]  # tried on the baseline
+    table = greedy_bound_table(greedy, steps=1)
     assert table["rung"].tolist() == ["baseline", "fused AdamW"]
     assert set(table["dominant"]) <= set(CATEGORIES) and (table["operators_ms"] > 0).all()
-    trace = json.loads(gzip.decompress(paths["fused AdamW"].read_bytes()))
+    assert table["verdict"].iloc[1] == greedy["verdict"].iloc[1]
+    trace = json.loads(gzip.decompress(Path(greedy["trace"].iloc[1]).read_bytes()))
     names = {event.get("name") for event in trace["traceEvents"]}
     assert "aten::_fused_adamw_" in names  # the trace is of the rung's own step

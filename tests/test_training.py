@@ -5,6 +5,7 @@ baseline step."""
 
 import itertools
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from perflab.model import ModelConfig
 from perflab.training import default_chunk_size, fused_linear_cross_entropy
 from perflab.training.head_memory import head_peak_memory
-from perflab.training.ladder import Recipe, TrainingStep, check_rung, ladder, time_ladder
+from perflab.training.ladder import Recipe, TrainingStep, check_rung, ladder
 
 
 def _inputs(tokens, vocab, d, dtype=torch.float64, seed=0):
@@ -287,18 +288,71 @@ def test_compiled_rung_matches_the_baseline():
     assert row["matches_baseline"], row
 
 
-def test_time_ladder_compares_each_rung_with_the_one_before():
-    recipes = [Recipe("baseline"), Recipe("fused loss head", head="fused")]
-    table = time_ladder(TINY, recipes, 2, 16, CPU, rounds=2, warmup=0)
-    assert list(table["rung"]) == ["baseline", "fused loss head"]
+@pytest.mark.parametrize("verdict, peak, kept", [
+    ("faster", 2, True), ("same", 1, True), ("same", 2, False), ("same", 3, False),
+    ("slower", 1, False), ("inconclusive", 1, False),
+])  # fmt: skip
+def test_a_change_is_kept_when_faster_or_the_same_with_less_memory(verdict, peak, kept):
+    from perflab.training.ladder import keep_rung
+
+    assert keep_rung(verdict, peak_bytes=peak, best_peak_bytes=2) is kept
+
+
+def test_the_greedy_ladder_tries_each_change_on_the_best_stack_so_far(monkeypatch):
+    """Verdicts planted through ``compare``: a faster change is kept and the next is tried on
+    it, a slower one is dropped, one that fails the check is dropped untimed."""
+    import perflab.training.ladder as ladder_module
+    from perflab.bench.comparison import paired_comparison
+
+    planted = {"fused AdamW": 0.5, "foreach AdamW": 2.0, "fused loss head": 0.5}
+
+    def fake_compare(step_a, step_b, *, names, rounds, **kwargs):
+        step_a(), step_b()  # the steps still run: each builds on a real model
+        ratio = planted[names[1]]
+        return paired_comparison([1.0] * 8, [ratio] * 8, names=names)
+
+    real_check = ladder_module.check_rung
+
+    def check(config, recipe, *args, **kwargs):
+        row = real_check(config, recipe, *args, **kwargs)
+        return {**row, "matches_baseline": recipe.name != "bf16 autocast"}
+
+    monkeypatch.setattr(ladder_module, "compare", fake_compare)
+    monkeypatch.setattr(ladder_module, "check_rung", check)
+    changes = ["fused AdamW", "foreach AdamW", "bf16 autocast", "fused loss head"]
+    greedy, stack = ladder_module.greedy_ladder(TINY, changes, 2, 16, CPU, rounds=8, warmup=0)
+    rows = greedy.set_index("rung")
+    assert list(greedy["rung"]) == ["baseline", *changes]
+    assert rows["kept"].to_dict() == {"baseline": True, "fused AdamW": True,
+                                      "foreach AdamW": False, "bf16 autocast": False,
+                                      "fused loss head": True}  # fmt: skip
+    assert rows.loc["foreach AdamW", "tried_on"] == "fused AdamW"
+    assert rows.loc["fused loss head", "tried_on"] == "fused AdamW"  # not on foreach's
+    assert pd.isna(rows.loc["bf16 autocast", "verdict"])  # failed its check: not timed
+    assert "beyond its tolerance" in rows.loc["bf16 autocast", "reason"]
+    assert (stack.name, stack.optimizer, stack.head, stack.dtype) == (
+        "fused AdamW + fused loss head",
+        "fused",
+        "fused",
+        "float32",
+    )
+    assert (
+        rows.loc["fused AdamW", "verdict"] == "faster" and rows.loc["fused AdamW", "vs_best"] == 0.5
+    )
+    assert (greedy["peak_bytes"].dropna() > 0).all() and rows["first_step_s"].notna().all()
+    with pytest.raises(ValueError, match="unknown rungs"):
+        ladder_module.greedy_ladder(TINY, ["fastest"], 2, 16, CPU)
+
+
+def test_the_kept_stack_is_timed_against_the_baseline_in_turns():
+    from perflab.training.ladder import stack_against_baseline
+
+    stack = Recipe("fused AdamW", optimizer="fused")
+    result = stack_against_baseline(TINY, stack, 2, 16, CPU, rounds=2, warmup=0)
+    assert (result.name_a, result.name_b) == ("baseline", "fused AdamW")
     # 2 rounds give a 50% interval: no verdict can be drawn from it, whatever the times.
-    assert table["confidence"].iloc[1] == 0.5 and table["verdict"].iloc[1] == "inconclusive"
-    assert table["rounds"].iloc[1] == 2
-    assert (table["peak_bytes"] > 0).all() and (table["step_s"] > 0).all()
-    assert table["chained_speedup"].iloc[1] == pytest.approx(1 / table["vs_previous"].iloc[1])
-
-
-# --- the data path and the batch ------------------------------------------------------------
+    assert result.confidence == 0.5 and result.verdict == "inconclusive"
+    assert len(result.times_a) == len(result.times_b) == 2
 
 
 def test_byte_tokenizer_round_trips_any_text():
@@ -385,8 +439,6 @@ def test_small_defects_are_one_clear_error_or_work():
     assert tolerance_for("float16") == tolerance_for("fp16")
     with pytest.raises(ValueError, match="rungs must be a list of change names"):
         ladder("fused QKV")
-    with pytest.raises(ValueError, match="needs the baseline and at least one rung"):
-        time_ladder(TINY, [Recipe("baseline")], 2, 16, CPU)
 
 
 def test_window_offsets_reach_the_last_valid_start_and_no_further():

@@ -200,8 +200,9 @@ ANSWERS = (
            "numbers for an H100 node", "computed", "08", ("max_devices",)),
     Answer(("Leaderboard",), "Leaderboard (8B on 2 x B200)", "2026",
            "09 §1–3 the step's phases and memory, the loss head without the logits, the ladder "
-           "of optimisations and which bound dominates each rung (cpu-tiny; `small` in the "
-           "full profile); §6 the 8B step's memory per GPU (fp32 or bf16 state, 1 or 2 GPUs) "
+           "that keeps what helps (each change tried on the best stack so far, kept only when "
+           "faster) and which bound dominates each rung (cpu-small; `small` in the full "
+           "profile); §6 the 8B step's memory per GPU (fp32 or bf16 state, 1 or 2 GPUs) "
            "and the step sharded over ranks with FSDP; `perflab bench` with the ladder's flags",
            "measured on CPU (the sharded step on 2 Gloo ranks); the 8B model on 2 GPUs: GPU, "
            "not yet run", "09",

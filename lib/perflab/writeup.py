@@ -193,6 +193,8 @@ def _answer_items(writer: _Writer, source: Source, answer: Answer, entries: dict
             else:
                 vector = entry.path.with_suffix(".pdf")
                 image = vector if vector.is_file() else entry.path
+                if image is entry.path:  # drawn before the notebooks saved vectors beside PNGs
+                    caption += ". Raster: its run saved no vector copy"
                 writer.add(f"#figure(image({typst_string(writer.path(image))}, width: 85%),\n"
                            f"  caption: {typst_string(caption)})")  # fmt: skip
     return found

@@ -1,6 +1,7 @@
-"""The training-step ladder of notebook 09: one recipe per rung, each adding one optimisation
-to the rung before, every rung checked against the baseline (loss, gradients, parameters after
-one AdamW step) and timed against the rung before, interleaved, with a verdict.
+"""The training-step ladder of notebook 09: each optimisation tried on top of the best stack so
+far (``greedy_ladder``), checked against the baseline (loss, gradients, the AdamW update) and
+timed against that stack, interleaved, with a verdict; kept only when it pays off
+(``keep_rung``). ``stack_against_baseline`` times the kept stack against the baseline.
 
 A rung is a ``Recipe`` (``perflab.bench.recipe``: dtype, Q, K, V projection, loss head,
 attention, AdamW's implementation, ``torch.compile``, activation checkpointing). The baseline
@@ -11,6 +12,9 @@ them (``QKVProjection``), and the ladder's "fused QKV" rung measures that.
 from __future__ import annotations
 
 import dataclasses
+import re
+import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -33,9 +37,11 @@ CHANGES = {
     "bf16 autocast": {"dtype": "bfloat16"},
     "fused loss head": {"head": "fused"},
     "FlashAttention": {"attention": "flash"},
+    "SDPA": {"attention": "sdpa"},
     "foreach AdamW": {"optimizer": "foreach"},
     "fused AdamW": {"optimizer": "fused"},
     "torch.compile": {"compiled": True},
+    "activation checkpointing": {"checkpoint_group": 1},
 }
 
 
@@ -199,46 +205,97 @@ def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: in
     return check_ladder(config, [recipe], batch_size, seq_len, device, **kwargs).iloc[0].to_dict()
 
 
-def time_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
-                device: torch.device, *, rounds: int = 6, warmup: int = 1, seed: int = 0,
-                budget_s: float | None = None) -> pd.DataFrame:  # fmt: skip
-    """Each rung against the rung before, interleaved (``compare``: ratio, its interval and that
-    interval's confidence, verdict; adaptive rounds within ``budget_s`` seconds when given),
-    with its median step time, tokens/s and the peak memory of its forward and backward above
-    the parameters and the optimizer state (``peak_memory``: activations, logits, gradients;
-    the optimizer's own temporaries are ``step_memory``'s).
+def keep_rung(verdict: str, peak_bytes: float, best_peak_bytes: float) -> bool:
+    """A change is kept when it makes the step faster, or keeps its time (the same within the
+    noise band) with a lower peak; slower, inconclusive or the same at no memory gain: dropped."""
+    return verdict == "faster" or (verdict == "same" and peak_bytes < best_peak_bytes)
 
-    Two cumulative speed-ups: ``speedup_over_baseline`` from medians of different comparisons,
-    and ``chained_speedup``, the product of the paired ratios rung by rung (each from its own
-    interleaved rounds: a chain of estimates, with no interval of its own). Drift between the
-    comparisons can pull the two apart."""
-    if len(recipes) < 2:
-        raise ValueError(
-            "time_ladder compares each rung with the one before: it needs the baseline and at "
-            f"least one rung, got {len(recipes)} recipe(s)"
-        )
-    rows, previous = [], None
-    for recipe in recipes:
-        run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
-        run.step()  # gradients and AdamW state exist from here on; compiled rungs compile
-        run.model.zero_grad(set_to_none=True)  # made again inside the recording
-        row = {"rung": recipe.name, "peak_bytes": peak_memory(run.loss_and_backward, device)}
-        if previous is not None:
-            result = compare(previous.step, run.step, rounds=rounds, warmup=warmup,
-                             device=device, names=(previous.recipe.name, recipe.name),
-                             budget_s=budget_s)  # fmt: skip
-            rows[-1].setdefault("step_s", float(np.median(result.times_a)))  # the baseline
-            row.update(step_s=float(np.median(result.times_b)), vs_previous=result.ratio,
-                       ci_low=result.ci[0], ci_high=result.ci[1],
-                       confidence=result.confidence, rounds=result.rounds,
-                       verdict=result.verdict)  # fmt: skip
+
+def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_len: int,
+                  device: torch.device, *, rounds: int = 6, warmup: int = 1, seed: int = 0,
+                  budget_s: float | None = None, trace_dir: str | Path | None = None,
+                  trace_steps: int = 2) -> tuple[pd.DataFrame, Recipe]:  # fmt: skip
+    """Each change of ``changes``, in order, tried on top of the best stack so far: checked
+    against the baseline (``check_rung``), then timed against the best stack, interleaved
+    (``compare``, adaptive rounds within ``budget_s``), and kept only when ``keep_rung`` says so.
+    Returns one row per rung, kept or dropped (``tried_on``: the stack it was tried on;
+    ``vs_best`` with its interval, confidence and verdict; ``first_step_s``: the first step,
+    which compiles a compiled rung; ``peak_bytes`` of forward and backward above the
+    parameters and AdamW's state), and the kept stack's recipe (named by its changes). With
+    ``trace_dir``, a profiler trace of ``trace_steps`` steps of the baseline and of every rung
+    tried, for ``ladder_traces.greedy_bound_table`` (``trace``, and ``trace_base``: the trace
+    of the stack it was tried on)."""
+    from perflab.profiling.capture import record_trace
+
+    ladder(changes)  # the same validation: known names, none twice
+    best = BASELINE
+    best_run = TrainingStep(config, best, batch_size, seq_len, device, seed)
+    start = time.perf_counter()
+    best_run.step()
+    first = time.perf_counter() - start
+    best_run.model.zero_grad(set_to_none=True)
+    best_peak = peak_memory(best_run.loss_and_backward, device)
+    rows = [{"rung": best.name, "tried_on": "", "kept": True, "verdict": "", "reason": "the start",
+             "first_step_s": first, "peak_bytes": best_peak}]  # fmt: skip
+    kept_names: list[str] = []
+
+    def trace(run: TrainingStep, index: int, name: str) -> str:
+        if trace_dir is None:
+            return ""
+        path = Path(trace_dir) / f"greedy_{_slug(index, name)}"
+        return str(record_trace(run.step, path, device, warmup=0, steps=trace_steps))
+
+    rows[0]["trace"] = trace(best_run, 0, best.name)
+    best_row = rows[0]
+    for index, name in enumerate(changes, start=1):
+        stack = " + ".join(kept_names) or "baseline"
+        trial = dataclasses.replace(best, name=name, **CHANGES[name])
+        row = {"rung": name, "tried_on": stack, "kept": False}
+        if dataclasses.replace(trial, name=best.name) == best:
+            rows.append({**row, "reason": "already in the stack"})
+            continue
+        run = TrainingStep(config, trial, batch_size, seq_len, device, seed)
+        start = time.perf_counter()
+        run.step()  # first, so that a compiled rung's compile time is this step's
+        row["first_step_s"] = time.perf_counter() - start
+        check = check_rung(config, trial, batch_size, seq_len, device, seed=seed + 1)
+        row["matches_baseline"] = bool(check["matches_baseline"])
+        if not row["matches_baseline"]:
+            rows.append({**row, "reason": "differs from the baseline beyond its tolerance"})
+            continue
+        run.model.zero_grad(set_to_none=True)
+        row["peak_bytes"] = peak_memory(run.loss_and_backward, device)
+        result = compare(best_run.step, run.step, rounds=rounds, warmup=warmup, device=device,
+                         names=(stack, name), budget_s=budget_s)  # fmt: skip
+        row.update(base_step_s=float(np.median(result.times_a)),
+                   step_s=float(np.median(result.times_b)), vs_best=result.ratio,
+                   ci_low=result.ci[0], ci_high=result.ci[1], confidence=result.confidence,
+                   rounds=result.rounds, verdict=result.verdict,
+                   trace_base=best_row.get("trace", ""), trace=trace(run, index, name))  # fmt: skip
+        row["kept"] = keep_rung(result.verdict, row["peak_bytes"], best_peak)
+        row["reason"] = (("faster" if result.verdict == "faster" else "the same, less memory")
+                         if row["kept"] else f"{result.verdict}: dropped")  # fmt: skip
         rows.append(row)
-        previous = run
-    frame = pd.DataFrame(rows)
-    tokens = batch_size * seq_len
-    frame["tokens_per_s"] = tokens / frame["step_s"]
-    # Medians from different comparisons: a cumulative speed-up, not an interleaved verdict.
-    frame["speedup_over_baseline"] = frame.loc[0, "step_s"] / frame["step_s"]
-    if "vs_previous" in frame:
-        frame["chained_speedup"] = 1 / frame["vs_previous"].fillna(1.0).cumprod()
-    return frame
+        if row["kept"]:
+            kept_names.append(name)
+            best, best_run, best_peak, best_row = trial, run, row["peak_bytes"], row
+        else:
+            del run
+    name = " + ".join(kept_names) or BASELINE.name
+    return pd.DataFrame(rows), dataclasses.replace(best, name=name)
+
+
+def _slug(index: int, name: str) -> str:
+    return f"{index:02d}_{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.json.gz"
+
+
+def stack_against_baseline(config: ModelConfig, stack: Recipe, batch_size: int, seq_len: int,
+                           device: torch.device, *, rounds: int = 8, warmup: int = 1,
+                           seed: int = 0, budget_s: float | None = None):  # fmt: skip
+    """The kept stack against the baseline, interleaved: the verdict on the whole ladder
+    (``Comparison``; its speed-up is ``1 / ratio``, the interval inverted likewise)."""
+    base = TrainingStep(config, BASELINE, batch_size, seq_len, device, seed)
+    best = TrainingStep(config, stack, batch_size, seq_len, device, seed)
+    best.step()  # compiles a compiled stack before the timed rounds
+    return compare(base.step, best.step, rounds=rounds, warmup=warmup, device=device,
+                   names=(BASELINE.name, stack.name), budget_s=budget_s)  # fmt: skip

@@ -1,74 +1,69 @@
 """Which bound dominates each rung of the ladder, from a profiler trace of each rung's step.
 
-``trace_ladder`` records a ``torch.profiler`` trace of a few training steps of every rung;
-``bound_table`` compares each rung's trace with the rung before's (``compare_traces``, the
-hotspot tools of notebook 02): the category that holds most of the operator (on a GPU: kernel)
-time, the hotspot whose time moved most, and what that change alone would do to the step,
-by Amdahl's law: a part holding a share s of the time, made r times as long, makes the whole
-1 - s + s r times as long. Set against the whole operator time and the measured step, it says
-why the step changed less (the hotspot held little of it) or more (other operators, or time
-outside them, moved too) than its hotspot.
+``greedy_ladder`` records a ``torch.profiler`` trace of a few training steps of every rung it
+tries; ``greedy_bound_table`` compares each rung's trace with the trace of the stack it was
+tried on (``compare_traces``, the hotspot tools of notebook 02): the category that holds most
+of the operator (on a GPU: kernel) time, the hotspot whose time moved most, and what that
+change alone would do to the step, by Amdahl's law: a part holding a share s of the time, made
+r times as long, makes the whole 1 - s + s r times as long. Set against the whole operator time
+and the measured step, it says why the step changed less (the hotspot held little of it) or
+more (other operators, or time outside them, moved too) than its hotspot.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from perflab.bench.recipe import Recipe
 from perflab.bench.stats import level_text
-from perflab.model import ModelConfig
-from perflab.profiling.capture import record_trace
 from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
 from perflab.profiling.trace import load_trace
-from perflab.training.ladder import TrainingStep
 
 
-def _file_name(index: int, rung: str) -> str:
-    return f"{index:02d}_{re.sub(r'[^a-z0-9]+', '_', rung.lower()).strip('_')}.json.gz"
+def greedy_bound_table(greedy: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """``bound_rows`` for ``greedy_ladder``'s rungs that were timed, each against the stack it
+    was tried on, with the measured step's ratio to that stack as ``vs_previous`` (its
+    interval, confidence and verdict beside it)."""
+    timed = greedy[greedy["trace"].fillna("") != ""]
+    pairs = []
+    for row in timed.itertuples():
+        base = row.trace_base if isinstance(row.trace_base, str) and row.trace_base else None
+        pairs.append((row.rung, Path(row.trace), Path(base) if base else None))
+    table = bound_rows(pairs, steps)
+    columns = {"vs_best": "vs_previous", "ci_low": "ci_low", "ci_high": "ci_high",
+               "confidence": "confidence", "verdict": "verdict"}  # fmt: skip
+    for source, column in columns.items():
+        table[column] = list(timed[source])
+    return table
 
 
-def trace_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
-                 device: torch.device, directory: str | Path, *, steps: int = 2,
-                 warmup: int = 1, seed: int = 0) -> dict[str, Path]:  # fmt: skip
-    """A trace of ``steps`` training steps of each rung (after ``warmup`` unprofiled ones, which
-    also compile a compiled rung), written to ``directory``; rung name -> trace path."""
-    paths = {}
-    for index, recipe in enumerate(recipes):
-        run = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
-        path = Path(directory) / _file_name(index, recipe.name)
-        paths[recipe.name] = record_trace(run.step, path, device, warmup=warmup, steps=steps)
-    return paths
+def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.DataFrame:
+    """One row per (rung, its trace, the trace it is compared with or None): its operator time
+    per step, the dominant category and its share, and, against the other trace, the hotspot
+    that moved most (its milliseconds per step before and after, its share of the time before),
+    ``hotspot_alone`` (the step's ratio if only the hotspot had changed), ``operators_ratio``
+    (all operators), ``device_busy`` (a GPU trace: the share of the traced span in which a
+    kernel runs; low means the step waits on the host, whatever the kernels' category).
+    ``steps`` is the number of profiled steps in each trace. Categories come from operator or
+    kernel names (``perflab.profiling.hotspots.classify``), not from a roofline; operator times
+    are summed self times, not the step's wall time."""
+    rows, loaded = [], {}
 
+    def load(path: Path):
+        if path not in loaded:
+            loaded[path] = load_trace(path)
+        return loaded[path]
 
-def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None = None
-                ) -> pd.DataFrame:  # fmt: skip
-    """One row per rung (in the order of ``traces``): its operator time per step, the dominant
-    category and its share, and, against the rung before, the hotspot that moved most (its
-    milliseconds per step before and after, its share of the time before), ``hotspot_alone``
-    (the step's ratio if only the hotspot had changed), ``operators_ratio`` (all operators),
-    ``device_busy`` (a GPU trace: the share of the traced span in which a kernel runs; low
-    means the step waits on the host, whatever the kernels' category) and, from ``timed``
-    (``time_ladder``'s table) when given, the measured step's ``vs_previous`` with its
-    interval (at its own confidence) and verdict. ``steps`` is the number of profiled steps in
-    each trace. Categories come from operator or kernel names
-    (``perflab.profiling.hotspots.classify``), not from a roofline; operator times are summed
-    self times, not the step's wall time."""
-    names, rows = list(traces), []
-    loaded = {name: load_trace(path) for name, path in traces.items()}
-    measured = timed.set_index("rung") if timed is not None else None
-    for index, name in enumerate(names):
-        hotspots = kernel_hotspots(loaded[name])
+    for name, path, base in pairs:
+        hotspots = kernel_hotspots(load(path))
         shares = hotspots.groupby("category")["total_us"].sum() / hotspots["total_us"].sum()
         row = {"rung": name, "source": hotspots["source"].iloc[0],
                "operators_ms": hotspots["total_us"].sum() / steps / 1e3,
                "dominant": shares.idxmax(), "dominant_share": float(shares.max())}  # fmt: skip
-        if index > 0:
-            comparison = compare_traces(loaded[names[index - 1]], loaded[name])
+        if base is not None:
+            comparison = compare_traces(load(base), load(path))
             top = comparison.kernels.iloc[0]
             share = top["baseline_us"] / comparison.baseline_total_us
             change = top["optimized_us"] / top["baseline_us"] if top["baseline_us"] else math.inf
@@ -82,10 +77,6 @@ def bound_table(traces: dict[str, Path], steps: int, timed: pd.DataFrame | None 
                 operators_ratio=comparison.optimized_total_us / comparison.baseline_total_us,
                 device_busy=comparison.optimized_busy,
             )  # fmt: skip
-            if measured is not None and name in measured.index:
-                row.update({k: measured.loc[name, k]
-                            for k in ("vs_previous", "ci_low", "ci_high", "confidence", "verdict")
-                            if k in measured.columns})  # fmt: skip
         rows.append(row)
     return pd.DataFrame(rows)
 
