@@ -43,7 +43,7 @@ warmup = 3                           # untimed steps before each measurement
 steps = 6                            # timed steps
 warmup_study_preset = "cpu-tiny"     # the model of the warm-up study
 warmup_study_steps = 6               # timed steps after each warm-up setting
-warmup_study_warmups = [0, 2]        # warm-up steps compared, each in a fresh process
+warmup_study_warmups = [0, 1, 2]     # warm-up steps compared, each in a fresh process
 device = "auto"                      # "cuda" when present, else "cpu"
 dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
 resume = True                        # skip configurations already in this device's results file
@@ -236,7 +236,7 @@ else:
 # ## What warm-up steps do
 #
 # The same training step, timed for `warmup_study_steps` steps after each number of untimed
-# warm-up steps in `warmup_study_warmups` (0 and 2 on a CPU; 0, 1, 2 and 5 in the full
+# warm-up steps in `warmup_study_warmups` (0, 1 and 2 on a CPU; 0, 1, 2 and 5 in the full
 # profile), **each in a fresh Python process** (`python -m perflab bench`), since warm-up
 # effects happen once per process and would be invisible after the runs above.
 

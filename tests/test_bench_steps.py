@@ -205,6 +205,24 @@ def test_warmup_conclusion_claims_only_what_the_intervals_show():
     text = warmup_conclusion(warmup_effect(no_effect))
     assert "not above the settled median's 93.7% interval" in text  # 5 steps: 93.75%
     assert "no one-off cost shows" in text and "slow first step" not in text
+    assert "After" not in text  # no setting between none and the most
+
+
+def test_a_middle_warmup_setting_says_whether_it_paid_the_one_off_costs():
+    from perflab.bench.warmup import between_settings, warmup_effect
+
+    study = pd.DataFrame({"warmup": [0, 1, 2], "samples_s": [
+        "[0.5, 0.1, 0.1, 0.1, 0.1, 0.1]",
+        "[0.3, 0.1, 0.1, 0.1, 0.1, 0.1]",  # one warm-up step left a slow first timed step
+        "[0.1, 0.1, 0.1, 0.1, 0.1, 0.11]"]})  # fmt: skip
+    text = between_settings(warmup_effect(study))
+    assert text.startswith(" After 1 warm-up step the first timed step took 3.00x")
+    assert "above its interval" in text and "did not pay every one-off cost" in text
+    settled = study.assign(samples_s=[study.samples_s[0], "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]",
+                                      study.samples_s[2]])  # fmt: skip
+    text = between_settings(warmup_effect(settled))
+    assert "within or below its interval" in text and "overlapping the settled" in text
+    assert "1 warm-up step paid the one-off costs here" in text and "noise" in text
 
 
 def test_configurations_compared_interleaved_are_named_by_their_difference():

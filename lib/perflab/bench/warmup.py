@@ -76,7 +76,12 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
 
 def warmup_conclusion(effect: pd.DataFrame) -> str:
     """What the warm-up study shows, in words computed from ``warmup_effect``: only claims
-    that the intervals support."""
+    that the intervals support; then, for each setting between none and the most, whether its
+    first timed step and its median are the settled ones (``between_settings``)."""
+    return _cold_against_settled(effect) + between_settings(effect)
+
+
+def _cold_against_settled(effect: pd.DataFrame) -> str:
     cold, settled = effect.iloc[0], effect.iloc[-1]
     first_s = cold.first_over_settled_median * settled.median_s
     slow_first = first_s > settled.median_ci_high_s
@@ -104,3 +109,30 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
         f"overlap); it agrees with the settled median from {overlapping.min():.0f} "
         "warm-up steps on."
     )
+
+
+def between_settings(effect: pd.DataFrame) -> str:
+    """For each warm-up setting between the first and the last (1 step, say, between 0 and 2):
+    its first timed step against the settled median's interval, and its median against the
+    settled one, with what that says: one-off costs left for the timed steps, or a difference
+    within the intervals, which is the machine's noise, not warm-up."""
+    settled = effect.iloc[-1]
+    sentences = []
+    for row in effect.iloc[1:-1].itertuples():
+        first_s = row.first_over_settled_median * settled.median_s
+        slow_first = first_s > settled.median_ci_high_s
+        steps = f"{row.warmup:.0f} warm-up step" + ("s" if row.warmup != 1 else "")
+        text = (f" After {steps} the first timed step took {row.first_over_settled_median:.2f}x "
+                f"the settled median ({'above' if slow_first else 'within or below'} its "
+                f"interval) and the median {row.median_over_settled:.2f}x "
+                f"({'overlapping' if row.overlaps_settled else 'outside'} the settled "
+                "interval): ")  # fmt: skip
+        if slow_first or not row.overlaps_settled:
+            text += (f"{steps} did not pay every one-off cost here; some fell on the timed "
+                     "steps.")  # fmt: skip
+        else:
+            text += (f"{steps} paid the one-off costs here; what still differs from "
+                     f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
+                     "between two processes.")  # fmt: skip
+        sentences.append(text)
+    return "".join(sentences)
