@@ -121,7 +121,7 @@ configs = attention_configs(implementations=["naive", "naive_compiled", *yours],
                             warmup=warmup, steps=steps, device=dev)
 sweep = Sweep(out / "attention.csv", key=list(configs[0]),
               metadata=provenance)
-results = sweep.run(configs, measure_attention, resume=resume)
+results = sweep.run(configs, measure_attention, resume=resume and not adapters)  # yours: always anew
 table = results.assign(held_MiB=results["held_before_backward_bytes"] / MiB,
                        peak_MiB=results["peak_bytes"] / MiB)
 table[["implementation", "head_dim", "seq_len", "status", "forward_s", "backward_s",

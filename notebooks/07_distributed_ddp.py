@@ -261,11 +261,11 @@ else:
 
 # %%
 configs = ddp_configs(ddp_world_size, ddp_model, bucket_sizes_mb)
-if adapters:  # yours take turns with perflab's in the same launch (bucketed at 25 MB, as DDP's)
+if adapters:  # yours take turns with perflab's in one launch, measured anew (bucketed at 25 MB, as DDP's)
     configs += yours_ddp_configs(adapters, yours_passing, ddp_world_size, ddp_model, 25)
 steps = relative_to_naive(ddp_sweep(out / "ddp_steps.csv", configs,
                                     batch_size=batch_per_rank, seq_len=seq_len,
-                                    warmup=warmup, rounds=rounds, resume=resume,
+                                    warmup=warmup, rounds=rounds, resume=resume and not adapters,
                                     metadata=provenance, setup=adapters_setup))
 steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", "comm_share",
        "parameter_tensors", "gradient_mb", "buckets"]]

@@ -379,10 +379,13 @@ def test_your_model_class_on_the_command_line(course_model):
     ("no_such_module_here:LM", {}, "cannot import 'no_such_module_here' for model"),
     ("course_model:Missing", {}, "course_model has no nn.Module class 'Missing'"),
     ("course_model:NOT_A_MODULE", {}, "has no nn.Module class 'NOT_A_MODULE'"),
+    ("course_model:WrongArguments", {}, r"cannot build course_model:WrongArguments with the "
+     r"course's arguments \(vocab_size, context_length"),
     ("course_model:CourseShapedLM", {"attention": "sdpa"},
      r"timed as it is: attention='sdpa' apply to perflab's TransformerLM only"),
 ])  # fmt: skip
 def test_your_model_class_errors_are_one_line(course_model, model, changes, message):
     with pytest.raises(ValueError, match=message) as raised:
-        BenchConfig("cpu-tiny", context_length=8, mode="forward", model=model, **changes)
+        config = BenchConfig("cpu-tiny", context_length=8, mode="forward", model=model, **changes)
+        run_benchmark(config)  # the constructor's arguments are checked when it is built
     assert "\n" not in str(raised.value)

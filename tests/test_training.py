@@ -344,6 +344,21 @@ def test_the_greedy_ladder_tries_each_change_on_the_best_stack_so_far(monkeypatc
         ladder_module.greedy_ladder(TINY, ["fastest"], 2, 16, CPU)
 
 
+def test_a_kept_change_replaces_an_earlier_one_of_the_same_field(monkeypatch):
+    import perflab.training.ladder as ladder_module
+    from perflab.bench.comparison import paired_comparison
+    from perflab.training.ladder_traces import greedy_bound_table
+
+    def faster(step_a, step_b, *, names, **kwargs):
+        return paired_comparison([1.0] * 8, [0.5] * 8, names=names)
+
+    monkeypatch.setattr(ladder_module, "compare", faster)
+    greedy, stack = ladder_module.greedy_ladder(TINY, ["SDPA", "FlashAttention"], 2, 16, CPU)
+    assert list(greedy["kept"]) == [True, True, True]
+    assert (stack.name, stack.attention) == ("FlashAttention", "flash")
+    assert greedy_bound_table(greedy, steps=1).empty  # no traces were recorded
+
+
 def test_the_kept_stack_is_timed_against_the_baseline_in_turns():
     from perflab.training.ladder import stack_against_baseline
 

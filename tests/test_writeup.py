@@ -43,6 +43,10 @@ def _results(root: Path, device: str, median_s: float) -> Path:
     pd.DataFrame({"key": ["warm-up", "unrelated"],
                   "sentence": [f"warm-up took {median_s:.3f} s: {TRICKY}", "not this one"]}
                  ).to_csv(folder / "conclusions.csv", index=False)  # fmt: skip
+    save_table(
+        pd.DataFrame({"phase": ["forward", "backward"], "median_ms": [1.5, 3.25]}),
+        folder / "phases.csv",
+    )  # a table and a figure of the same name: both shown
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4])
     save_figure(fig, folder / "phases.png")
@@ -103,6 +107,7 @@ def test_the_pdf_holds_the_headings_results_and_provenance(two_sources, tmp_path
     source = typ.read_text()
     assert source.count('image("/cpu/01_benchmarking/amd-epyc/phases.pdf"') == 1  # vectors
     assert source.count("phases.pdf") == 2  # one per source
+    assert source.count('"phases (cpu, amd-epyc) [P') == 2  # its table and its figure
     assert len(reader.pages) >= 3  # title and contents, the sections, the appendix
 
 
@@ -144,3 +149,17 @@ def test_the_readme_map_is_the_one_the_writeup_reads():
     names = {p.name for p in PROBLEMS}
     assert all(set(a.problems) <= names for a in ANSWERS)
     assert all(any(p.name in a.problems for a in ANSWERS) for p in PROBLEMS)
+
+
+def test_results_folders_are_labelled_as_given_or_by_their_place(tmp_path):
+    from perflab.report import parse_source
+
+    results = tmp_path / "gpu-box" / "data" / "results"
+    results.mkdir(parents=True)
+    assert parse_source(str(results)).label == "gpu-box/data"
+    assert parse_source(f"h100={results}").label == "h100"
+    odd = tmp_path / "a=b"  # a "=" in a path is part of the path
+    odd.mkdir()
+    assert parse_source(str(odd)) == Source("a=b", odd)
+    with pytest.raises(ValueError, match="no results folder .* \\(give DIR or LABEL=DIR\\)"):
+        parse_source(f"cpu={tmp_path / 'missing'}")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import os
 import re
 import sys
 import time
@@ -160,6 +161,20 @@ def parse_parameter_value(text: str) -> object:
         return text
 
 
+def _from_here(parameters: dict) -> None:
+    """Notebooks run in ``notebooks/``: an ``adapters`` path given relative to where ``perflab
+    run`` was started becomes absolute, and a ``model`` module is imported from there too (this
+    folder goes on the kernel's ``PYTHONPATH``)."""
+    adapters = parameters.get("adapters")
+    if isinstance(adapters, str) and (adapters.endswith(".py") or "/" in adapters):
+        parameters["adapters"] = str(Path(adapters).expanduser().resolve())
+    if parameters.get("model"):
+        here = os.getcwd()
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if here not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([here, *paths])
+
+
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import papermill
 
@@ -170,6 +185,7 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not notebooks:
         parser.error(f"no notebooks found in {NOTEBOOKS_DIR}")
     parameters = {name: parse_parameter_value(value) for name, value in args.parameter or []}
+    _from_here(parameters)
     # Each notebook gets the parameters it declares; a name that no notebook declares is an error.
     declared = {notebook: set(papermill.inspect_notebook(str(notebook))) for notebook in notebooks}
     everywhere = set().union(*declared.values())

@@ -421,4 +421,10 @@ def build_model_class(spec: str, config: ModelConfig) -> nn.Module:
     """``Class(**COURSE_MODEL_ARGUMENTS from config)``: a model with the course's constructor
     (token ids in, logits out), in ``config``'s shape, to be timed like ``TransformerLM``."""
     arguments = {name: getattr(config, name) for name in COURSE_MODEL_ARGUMENTS}
-    return load_model_class(spec)(**arguments)
+    try:
+        return load_model_class(spec)(**arguments)
+    except TypeError as error:
+        raise ValueError(
+            f"cannot build {spec} with the course's arguments ({', '.join(arguments)}): "
+            f"{str(error).splitlines()[0] if str(error) else 'TypeError'}"
+        ) from None

@@ -47,12 +47,17 @@ class Source:
 
 
 def parse_source(text: str) -> Source:
-    """``LABEL=PATH`` or ``PATH`` (labelled with its folder's name), as ``--results`` takes it."""
-    label, _, path = text.rpartition("=") if "=" in text else ("", "", text)
+    """``LABEL=PATH`` or ``PATH`` (labelled with its folder's name, or its parent's and its for
+    ``.../data/results``), as ``--results`` takes it; a LABEL has no ``/``."""
+    label, sep, path = text.partition("=")
+    if not sep or "/" in label or "\\" in label or not label:
+        label, path = "", text
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"no results folder {str(path)!r} (give DIR or LABEL=DIR)")
-    return Source(label or path.resolve().name, path)
+    resolved = path.resolve()
+    default = resolved.name if resolved.name != "results" else "/".join(resolved.parts[-3:-1])
+    return Source(label or default, path)
 
 
 def device_folders(results: Path, notebooks: str = "*") -> list[Path]:
@@ -220,11 +225,12 @@ def build_report(results: str | Path | list[Source], output: str | Path) -> Path
         markdown += [note, ""] if note else []
         body.append(shown.to_html(index=False, float_format=lambda v: f"{v:.4g}", na_rep=""))
         body += [f"<p>{html.escape(note)}</p>"] if note else []
-        (output / "tables" / f"{entry.label}.tex").write_text(
+        name = f"{label}-{entry.label}" if len(sources) > 1 else entry.label
+        (output / "tables" / f"{name}.tex").write_text(
             shown.to_latex(index=False, float_format="%.4g", na_rep="", escape=True,
-                           caption=latex_escape(heading), label=f"tab:{entry.label}")
+                           caption=latex_escape(heading), label=f"tab:{name}")
         )  # fmt: skip
-        (output / "tables" / f"{entry.label}.typ").write_text(typst_table(shown))
+        (output / "tables" / f"{name}.typ").write_text(typst_table(shown))
     (output / "report.md").write_text("\n".join(markdown))
     page = ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>perflab results</title>"
             "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"

@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from perflab.handout import Answer, answers_for, problems
@@ -109,7 +110,8 @@ def readable(table: pd.DataFrame, key: list[str] | None = None) -> tuple[pd.Data
     measured = [c for c in varying if c not in key and MEASURED.search(c)] if key else []
     keep = identifiers + measured + [c for c in varying if c not in key and c not in measured]
     if constant:
-        shown = ", ".join(f"{c} = {_cell(table[c].iloc[0], _header(c)[1])}" for c in constant)
+        shown = ", ".join(f"{_header(c)[0]} = {_cell(table[c].iloc[0], _header(c)[1])}"
+                          for c in constant)  # fmt: skip
         notes.append(f"in every row: {shown}")
     if fixed:
         notes.append("fixed by another column: " + ", ".join(fixed))
@@ -128,10 +130,10 @@ def readable(table: pd.DataFrame, key: list[str] | None = None) -> tuple[pd.Data
 def _cell(value, scale: float = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, (int, float)):
-        return _number(value, scale)
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, float, np.number)):
+        return _number(float(value), scale)
     return str(value)
 
 
@@ -177,27 +179,32 @@ def _answer_items(writer: _Writer, source: Source, answer: Answer, entries: dict
                 writer.add(f"- {_markup(str(sentence))} #text(size: 8pt, {typst_string(device)})")
                 found = True
         for stem in answer.results:
-            entry = entries.get(folder / f"{stem}.csv") or entries.get(folder / f"{stem}.png")
-            if entry is None:
-                continue
-            found = True
-            number = writer.cite(source.label, entry)
-            caption = f"{stem} ({source.label}, {device}) [P{number}]"
-            if entry.path.suffix == ".csv":
-                cells, notes = readable(pd.read_csv(entry.path), entry.provenance.get("key"))
-                if cells.empty:
-                    notes.insert(0, "no column varies")
-                caption += (". " + "; ".join(notes)) if notes else ""
-                body = typst_cells_table(cells) if not cells.empty else "[]"
-                writer.add(f"#figure({body},\n  caption: {typst_string(caption)}, kind: table)")
-            else:
-                vector = entry.path.with_suffix(".pdf")
-                image = vector if vector.is_file() else entry.path
-                if image is entry.path:  # drawn before the notebooks saved vectors beside PNGs
-                    caption += ". Raster: its run saved no vector copy"
-                writer.add(f"#figure(image({typst_string(writer.path(image))}, width: 85%),\n"
-                           f"  caption: {typst_string(caption)})")  # fmt: skip
+            for suffix in (".csv", ".png"):  # a table and the figure drawn from it, both
+                entry = entries.get(folder / f"{stem}{suffix}")
+                if entry is not None:
+                    _item(writer, source, entry, device)
+                    found = True
     return found
+
+
+def _item(writer: _Writer, source: Source, entry: Entry, device: str) -> None:
+    """One table or figure, captioned with its source, device and provenance number."""
+    number = writer.cite(source.label, entry)
+    caption = f"{entry.path.stem} ({source.label}, {device}) [P{number}]"
+    if entry.path.suffix == ".csv":
+        cells, notes = readable(pd.read_csv(entry.path), entry.provenance.get("key"))
+        if cells.empty:
+            notes.insert(0, "no column varies")
+        caption += (". " + "; ".join(notes)) if notes else ""
+        body = typst_cells_table(cells) if not cells.empty else "[]"
+        writer.add(f"#figure({body},\n  caption: {typst_string(caption)}, kind: table)")
+        return
+    vector = entry.path.with_suffix(".pdf")
+    image = vector if vector.is_file() else entry.path
+    if image is entry.path:  # drawn before the notebooks saved vectors beside PNGs
+        caption += ". Raster: its run saved no vector copy"
+    writer.add(f"#figure(image({typst_string(writer.path(image))}, width: 85%),\n"
+               f"  caption: {typst_string(caption)})")  # fmt: skip
 
 
 def writeup_source(year: str, sources: list[Source], output: Path) -> tuple[str, Path]:
@@ -328,5 +335,9 @@ def build_writeup(year: str, sources: list[Source], output: str | Path) -> tuple
     except ImportError:
         return source_path, None
     pdf = output / "writeup.pdf"
-    typst.compile(str(source_path), output=str(pdf), root=str(root))
+    try:
+        typst.compile(str(source_path), output=str(pdf), root=str(root))
+    except Exception as error:  # Typst's own message: the line of writeup.typ and why
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"Typst could not compile {source_path}: {first}") from None
     return source_path, pdf

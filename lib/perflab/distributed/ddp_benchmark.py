@@ -79,6 +79,7 @@ class _Trainer:
     def __init__(self, config: dict, batch_size: int, seq_len: int, setup=perflab_setup):
         module = build_model(config["model"], seed=0)
         self.module = module
+        self.total_numel = sum(p.numel() for p in module.parameters())
         self.setup = setup(config, module)
         self.wrapped = self.setup.wrapped
         generator = torch.Generator().manual_seed(dist.get_rank())
@@ -105,6 +106,14 @@ class _Trainer:
         if record:
             self.steps.append(time.perf_counter() - start)
             self.syncs.append(sync_end - sync_start)
+
+
+def _bucket_count(wrapped: nn.Module) -> int | str:
+    """How many buckets a bucketed wrapper made ("" for other wrappers, or buckets uncounted)."""
+    try:
+        return len(wrapped.buckets) or ""
+    except (AttributeError, TypeError):
+        return ""
 
 
 def _slowest(values: list[float]) -> list[float]:
@@ -135,7 +144,10 @@ def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, r
             "round_ms": json.dumps(round_ms),
             "parameter_tensors": len(trained),
             "gradient_mb": sum(p.numel() * p.element_size() for p in trained) / 1e6,
-            "buckets": len(getattr(trainer.wrapped, "buckets", [])) or "",
+            "buckets": _bucket_count(trainer.wrapped),
+            # the share of the model's parameters each rank holds (FSDP: about 1 / world size)
+            "held_fraction": sum(p.numel() for p in trainer.wrapped.parameters())
+            / trainer.total_numel,
             "batch_per_rank": batch_size,
             "seq_len": seq_len,
             "rounds": rounds,

@@ -211,6 +211,12 @@ def keep_rung(verdict: str, peak_bytes: float, best_peak_bytes: float) -> bool:
     return verdict == "faster" or (verdict == "same" and peak_bytes < best_peak_bytes)
 
 
+#: ``greedy_ladder``'s columns, present whether or not any change was timed.
+GREEDY_COLUMNS = ["rung", "tried_on", "kept", "reason", "matches_baseline", "verdict",
+                  "vs_best", "ci_low", "ci_high", "confidence", "rounds", "base_step_s",
+                  "step_s", "first_step_s", "peak_bytes", "trace", "trace_base"]  # fmt: skip
+
+
 def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_len: int,
                   device: torch.device, *, rounds: int = 6, warmup: int = 1, seed: int = 0,
                   budget_s: float | None = None, trace_dir: str | Path | None = None,
@@ -276,13 +282,14 @@ def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_
         row["reason"] = (("faster" if result.verdict == "faster" else "the same, less memory")
                          if row["kept"] else f"{result.verdict}: dropped")  # fmt: skip
         rows.append(row)
-        if row["kept"]:
+        if row["kept"]:  # a change of the same field (SDPA, then FlashAttention) replaces it
+            kept_names = [n for n in kept_names if not set(CHANGES[n]) & set(CHANGES[name])]
             kept_names.append(name)
             best, best_run, best_peak, best_row = trial, run, row["peak_bytes"], row
         else:
             del run
     name = " + ".join(kept_names) or BASELINE.name
-    return pd.DataFrame(rows), dataclasses.replace(best, name=name)
+    return pd.DataFrame(rows).reindex(columns=GREEDY_COLUMNS), dataclasses.replace(best, name=name)
 
 
 def _slug(index: int, name: str) -> str:

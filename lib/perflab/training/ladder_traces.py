@@ -26,7 +26,9 @@ def greedy_bound_table(greedy: pd.DataFrame, steps: int) -> pd.DataFrame:
     """``bound_rows`` for ``greedy_ladder``'s rungs that were timed, each against the stack it
     was tried on, with the measured step's ratio to that stack as ``vs_previous`` (its
     interval, confidence and verdict beside it)."""
-    timed = greedy[greedy["trace"].fillna("") != ""]
+    timed = greedy[greedy["trace"].fillna("").astype(str) != ""]
+    if timed.empty:
+        return pd.DataFrame(columns=["rung", "dominant", "dominant_share", "vs_previous"])
     pairs = []
     for row in timed.itertuples():
         base = row.trace_base if isinstance(row.trace_base, str) and row.trace_base else None
@@ -82,7 +84,7 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
 
 
 def bound_sentence(row: pd.Series) -> str:
-    """What a ``bound_table`` row says, in a sentence computed from its numbers."""
+    """What a ``greedy_bound_table`` row says, in a sentence computed from its numbers."""
     text = (f"{row['rung']}: {row['dominant']} operators dominate ({row['dominant_share']:.0%} "
             f"of {row['operators_ms']:.2f} ms)")  # fmt: skip
     if pd.isna(row.get("hotspot")):
