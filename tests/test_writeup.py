@@ -156,10 +156,17 @@ def test_results_folders_are_labelled_as_given_or_by_their_place(tmp_path):
 
     results = tmp_path / "gpu-box" / "data" / "results"
     results.mkdir(parents=True)
-    assert parse_source(str(results)).label == "gpu-box/data"
+    assert parse_source(str(results)).label == "data/results"  # absolute: its last two folders
     assert parse_source(f"h100={results}").label == "h100"
     odd = tmp_path / "a=b"  # a "=" in a path is part of the path
     odd.mkdir()
-    assert parse_source(str(odd)) == Source("a=b", odd)
+    assert parse_source(str(odd)) == Source(f"{tmp_path.name}/a=b", odd)
     with pytest.raises(ValueError, match="no results folder .* \\(give DIR or LABEL=DIR\\)"):
         parse_source(f"cpu={tmp_path / 'missing'}")
+    from perflab.cli import main
+
+    other = tmp_path / "other" / "data" / "results"
+    other.mkdir(parents=True)
+    with pytest.raises(SystemExit) as done:  # both "data/results": a label is needed
+        main(["report", "--results", str(results), "--results", str(other)])
+    assert done.value.code == 2

@@ -392,6 +392,10 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     try:
         sources = [parse_source(text) for text in args.results or [str(data_dir() / "results")]]
+        labels = [source.label for source in sources]
+        if len(set(labels)) < len(labels):
+            raise ValueError(f"two results folders labelled alike ({', '.join(labels)}): give "
+                             "each a label, --results LABEL=DIR")  # fmt: skip
         written = build_report(sources, args.output)
         start = time.perf_counter()
         typ, pdf = build_writeup(args.year, sources, args.output)

@@ -47,16 +47,15 @@ class Source:
 
 
 def parse_source(text: str) -> Source:
-    """``LABEL=PATH`` or ``PATH`` (labelled with its folder's name, or its parent's and its for
-    ``.../data/results``), as ``--results`` takes it; a LABEL has no ``/``."""
+    """``LABEL=PATH`` or ``PATH`` (labelled as typed, or by its last two folders when absolute:
+    ``data/results``), as ``--results`` takes it; a LABEL has no ``/``."""
     label, sep, path = text.partition("=")
     if not sep or "/" in label or "\\" in label or not label:
         label, path = "", text
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"no results folder {str(path)!r} (give DIR or LABEL=DIR)")
-    resolved = path.resolve()
-    default = resolved.name if resolved.name != "results" else "/".join(resolved.parts[-3:-1])
+    default = "/".join(path.parts[-2:]) if path.is_absolute() else path.as_posix()
     return Source(label or default, path)
 
 
