@@ -252,8 +252,8 @@ else:
 # implementations (fewer kernels over many tensors), bf16 autocast, activation checkpointing of
 # every block (less memory, one more forward), and `torch.compile` (inductor's C++ backend on a
 # CPU; its compile time is the first step's, reported apart). Compile comes last on a CPU:
-# every change tried on a compiled stack compiles it again (15-35 s each here), which would
-# cost more than the rest of the ladder. Which changes are kept is
+# every change tried on a compiled stack would compile it again, each time costing what the
+# compiled rung's first step costs below (`first_step_ms`), many steps' worth. Which changes are kept is
 # device-dependent: bf16 pays off only with bf16 matrix units (GPU tensor cores; on a CPU, AMX
 # or AVX512-BF16), the Triton kernels only where they are compiled, and fewer kernel launches
 # matter most on a GPU; the full profile (`--full`) runs the same procedure there.
