@@ -134,7 +134,7 @@ table[["implementation", "head_dim", "seq_len", "status", "forward_s", "backward
 # %%
 fig = plot_attention_sweep(results, {"forward_s": "forward (s)", "backward_s": "backward (s)"},
                            hue="head_dim", style="implementation")
-save_figure(fig, out / "attention_times.png")
+save_figure(fig, out / "attention_times.png");
 
 # %% [markdown]
 # ## 2. Memory: measured against the accounting

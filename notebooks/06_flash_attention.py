@@ -232,7 +232,7 @@ flash_rows[["kernel", "block_q", "block_k", "num_warps", "num_stages", "register
 
 # %%
 fig = plot_shared_memory(compiled)
-save_figure(fig, out / "compiled_shared_memory.png")
+save_figure(fig, out / "compiled_shared_memory.png");
 
 # %%
 for target in kernel_targets:
@@ -309,7 +309,7 @@ fig = plot_attention_sweep(timed[timed["head_dim"] == max(head_dims)],
                            {"end_to_end_s": f"forward + backward (s), d={max(head_dims)}",
                             "peak_bytes": f"peak memory (bytes), d={max(head_dims)}"},
                            hue="implementation", style="dtype")
-save_figure(fig, out / "flash_benchmark.png")
+save_figure(fig, out / "flash_benchmark.png");
 
 # %%
 largest = timed[timed["seq_len"] == timed["seq_len"].max()]

@@ -135,7 +135,7 @@ allreduce[["world_size", "size_mb", "status", "time_ms", "algbw_gbps", "busbw_gb
 
 # %%
 fig = plot_allreduce(allreduce)
-save_figure(fig, out / "allreduce.png")
+save_figure(fig, out / "allreduce.png");
 
 # %%
 at_100 = allreduce[(allreduce["size_mb"] == 100) & (allreduce["status"] == "ok")]
@@ -272,11 +272,11 @@ steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", 
 
 # %%
 fig = plot_ddp_steps(steps)
-save_figure(fig, out / "ddp_steps.png")
+save_figure(fig, out / "ddp_steps.png");
 
 # %%
 fig = plot_bucket_sweep(steps)
-save_figure(fig, out / "bucket_sweep.png")
+save_figure(fig, out / "bucket_sweep.png");
 
 # %% [markdown]
 # Because the variants took turns round by round, each one's rounds pair with naive's rounds:
