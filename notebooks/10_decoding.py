@@ -25,20 +25,23 @@
 # about it:
 #
 # 1. prefill against decode: time, FLOPs and bytes per token;
-# 2. decode tokens/s against batch size, next to the memory-bandwidth roofline;
+# 2. decode tokens/s against batch size, next to the memory-bandwidth roofline, eager and
+#    compiled: how close to the roofline a decoder gets;
 # 3. the key/value cache: none, contiguous, **paged** (block tables, as in vLLM), every mode
 #    checked to decode exactly like recomputing the whole sequence;
 # 4. the KV memory a batch of very unequal requests needs, paged against contiguous, and the
 #    block size's trade-off;
 # 5. static shapes and graph capture: the decode step under `torch.compile` (on CUDA,
-#    `mode="reduce-overhead"` replays it as a CUDA graph), and what a step with growing shapes
-#    costs the compiler;
+#    `mode="reduce-overhead"` replays it as a CUDA graph), what a step with growing shapes
+#    costs the compiler, and where the compiled step's time goes (a profile);
 # 6. rotary tables computed once against every step; sampling on the device (how many bytes
 #    cross to the host per token).
 #
 # The library is `perflab.decode`: `generate(model, prompts, max_new_tokens, cache=...)`, the
 # caches, the fixed-shape `StaticDecoder`, the cost formulas (`costs`) and the measurements
-# (`bench`). On a CPU it runs a small model within the workbook's budget; the full profile
+# (`bench`, `roofline`). One configuration against its roofline from the command line:
+# `perflab bench --mode decode --preset cpu-small --batch-size 1 --context-length 128 --compile`.
+# On a CPU it runs a small model within the workbook's budget; the full profile
 # (`perflab run 10 --full`) decodes the leaderboard's 8B-class model in bfloat16 on a GPU.
 
 # %% tags=["parameters"]
@@ -47,7 +50,7 @@ dtype = "float32"                             # its parameters' dtype (full: bfl
 prompt_len = 128                              # section 1: the prompt prefilled, and the decode step's context
 context = 128                                 # tokens of context of every timed decode step
 batch_sizes = [1, 2, 4, 8, 16]                # section 2: sequences decoded together
-steps = 6                                     # timed steps per measurement (6: the fewest for a 95% interval)
+steps = 20                                    # timed steps per measurement (6 at least, for a 95% interval; a decode step takes milliseconds)
 rounds = 6                                    # interleaved rounds of every comparison (6: the fewest that reach 95%)
 cache_prompt_lens = [5, 40, 12, 90]           # section 3: prompts of unequal lengths
 cache_new_tokens = 6                          # new tokens per prompt
@@ -56,8 +59,8 @@ kv_preset = "cpu-tiny"                        # section 4: the model whose KV me
 kv_prompt_lens = [12, 400, 30, 150, 6, 250, 60, 20]  # a batch of very unequal requests: prompt lengths
 kv_new_tokens = [40, 8, 64, 16, 48, 4, 24, 32]       # and new tokens of each
 block_sizes = [1, 4, 16, 64]                  # tokens per block of the paged cache
-compile_preset = "cpu-tiny"                   # section 5: the model compiled
-compile_batch = 4                             # sequences of the fixed-shape step
+compile_preset = "cpu-small"                  # section 5: the model compiled
+compile_batch = 1                             # sequences of the fixed-shape step
 compile_mode = "auto"                         # "reduce-overhead" (CUDA graphs) on CUDA, the default elsewhere
 compile_calls = 6                             # decode steps traced to count compilations
 device = "auto"                               # "cuda" when present, else "cpu"
@@ -71,7 +74,7 @@ from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.bench.stats import level_text
 from perflab.decode import CACHES, generate
 from perflab.decode.bench import (
-    build_model,
+    PARTS,
     compare_caches,
     compare_rotary_tables,
     compare_sampling_place,
@@ -79,11 +82,13 @@ from perflab.decode.bench import (
     count_compilations,
     kv_memory,
     prefill_vs_decode,
-    random_prompts,
+    profile_step,
     throughput_by_batch,
 )
 from perflab.decode.costs import kv_bytes_per_token, matmul_weights
+from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
+from perflab.decode.roofline import decode_step
 from perflab.device import parse_dtype, resolve_device
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_figure, save_table
@@ -98,6 +103,7 @@ out = results_dir("10_decoding", dev)
 provenance = {"settings": settings}
 model = build_model(config, dev, param_dtype)
 element = torch.finfo(param_dtype).bits // 8
+mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
 print(f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
       f"{matmul_weights(config) * element / MiB:.1f} MiB of matmul weights in {dtype}, "
       f"{kv_bytes_per_token(config, element) / 1024:.1f} KiB of keys and values per token; "
@@ -161,44 +167,55 @@ print(f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medi
 # `batch × bandwidth / bytes per step` (weights + each sequence's keys and values) and
 # `peak / FLOPs per token`. Each point is `batch / median step time` at a context of
 # `context` tokens, with the median's interval at the level its `steps` samples give (printed
-# below the table: 6 steps give 96.8%, 5 would give 93.75%). An unstable point (`unstable`: IQR above 25%
+# below the table). An unstable point (`unstable`: IQR above 25%
 # of the median) is drawn hollow.
+#
+# The step is the fixed-shape one (`StaticDecoder`, section 5): run eagerly, and compiled by
+# `torch.compile` (the default mode on a CPU; on CUDA `mode="reduce-overhead"`, a CUDA graph).
+# The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
+# the last-level cache can read them faster than that, so a share of the roofline above 100%
+# would mean the weights came from the cache, not an error.
 
 # %%
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
-                                 peak.flops_per_s, steps=steps)
+                                 peak.flops_per_s, compiled=(False, True), mode=mode, steps=steps)
 save_table(throughput, out / "decode_throughput.csv", provenance)
 fig = plot_decode_roofline(throughput, dev.type)
 save_figure(fig, out / "decode_roofline.png")
 print(f"error bars: the median's {', '.join(sorted({level_text(v) for v in throughput['median_ci_level']}))} "
       f"interval ({steps} steps); unstable points: {int(throughput['unstable'].sum())} of {len(throughput)}")
-throughput[["batch", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
+throughput[["batch", "step", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
             "compute_bound_tokens_per_s", "fraction_of_roofline"]].round(3)
 
 # %%
-first, last = throughput.iloc[0], throughput.iloc[-1]
-bound = "compute" if last["compute_bound_tokens_per_s"] < last["memory_bound_tokens_per_s"] else "memory"
-print(f"batch {int(first['batch'])}: {first['tokens_per_s']:.0f} tokens/s, "
-      f"{first['fraction_of_roofline']:.0%} of its roofline; batch {int(last['batch'])}: "
-      f"{last['tokens_per_s']:.0f} tokens/s ({last['tokens_per_s'] / first['tokens_per_s']:.1f}x), "
-      f"{last['fraction_of_roofline']:.0%} of a roofline that is {bound}-bound there. "
-      + ("Below half the roofline at every batch: the step costs more than moving its bytes "
-         "and doing its FLOPs at the measured rates; a likely cause (not measured here) is "
-         "each step's fixed cost, a Python loop over the layers calling dozens of small "
-         "operators, which section 5's compiled step cuts."
-         if throughput["fraction_of_roofline"].max() < 0.5 else
-         "At half the roofline or more at some batch: there the step comes close to what "
-         "moving its bytes and doing its FLOPs allows."))
+share = throughput.pivot(index="batch", columns="step", values="fraction_of_roofline")
+fastest = throughput.loc[throughput.groupby("batch")["tokens_per_s"].idxmax()].set_index("batch")
+first_batch, last_batch = fastest.index[0], fastest.index[-1]
+best, last = fastest.loc[first_batch], fastest.loc[last_batch]
+print("share of the roofline per batch, eager -> compiled: "
+      + "; ".join(f"{b}: {r['eager']:.0%} -> {r['compiled']:.0%}" for b, r in share.iterrows()))
+print(f"batch {first_batch}: the fastest step is the {best['step']} one, {best['tokens_per_s']:.0f} "
+      f"tokens/s, {best['fraction_of_roofline']:.0%} of its {best['bound']}-bound roofline "
+      f"({best['roofline_tokens_per_s']:.0f} tokens/s); batch {last_batch}: {last['tokens_per_s']:.0f} "
+      f"tokens/s ({last['tokens_per_s'] / best['tokens_per_s']:.1f}x), "
+      f"{last['fraction_of_roofline']:.0%} of a roofline that is {last['bound']}-bound there. "
+      + (f"At batch {first_batch} the {best['step']} step reaches half its roofline or more."
+         if best["fraction_of_roofline"] >= 0.5 else
+         f"At batch {first_batch} even the fastest step stays below half its roofline.")
+      + f" Compiling gains most where the step is smallest: the eager step pays a fixed cost "
+      f"per operator call whatever the batch (section 5's profile counts them), which weighs "
+      f"most at batch {first_batch}.")
 
 # %% [markdown]
-# The batch-1 decode step is timed twice in this notebook: in section 1 (at `prompt_len`
+# The batch-1 eager decode step is timed twice in this notebook: in section 1 (at `prompt_len`
 # tokens of context) and here (at `context`). The two are separate medians taken at different
 # moments, not interleaved, so how far apart they lie shows how much two such medians of the
 # same work can differ on this machine:
 
 # %%
 if 1 in batch_sizes and prompt_len == context:
-    in_1, in_2 = by_phase.loc["decode"], throughput.set_index("batch").loc[1]
+    in_1 = by_phase.loc["decode"]
+    in_2 = throughput[throughput["step"] == "eager"].set_index("batch").loc[1]
     apart = in_2["median_s"] / in_1["median_s"]
 
     def shown(row):
@@ -348,7 +365,6 @@ print(f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over 
 # the first call includes the compilation.
 
 # %%
-mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
 save_table(pd.DataFrame([compiled]), out / "compiled_step.csv", provenance)
 print(f"mode {compiled['mode']}: first call {compiled['compile_s']:.1f} s (compilation, or "
@@ -369,6 +385,69 @@ print("the compiled step picks the same next tokens as the eager one:",
 # decoding at small batches is what the comparison above measures when it runs on a GPU (not
 # run here; on a CPU there are no kernel launches to save).
 #
+# ### Where the batch-1 step's time goes
+#
+# A profile of the step of `preset` at `context` tokens (`profile_step`: the self time of every
+# CPU operator under `torch.profiler`, per step): at batch 1 eager and compiled, and compiled at
+# the largest batch of section 2. Five parts: the
+# matmuls (they read the weights, most of the bytes the roofline counts), inductor's fused
+# kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
+# operators. The profiler adds its own cost, so a profiled step is slower than a timed one. On a
+# GPU this is the host's side only (launches, not kernels; notebook 02 profiles the device).
+
+# %%
+largest = max(batch_sizes)
+profiled = {"eager": (1, False), "compiled": (1, True), f"compiled, batch {largest}": (largest, True)}
+profiles = pd.concat([
+    profile_step(decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode), dev)
+    .assign(step=name, batch=batch) for name, (batch, flag) in profiled.items()
+])
+torch._dynamo.reset()
+save_table(profiles, out / "decode_profile.csv", provenance)
+parts = profiles.pivot(index="part", columns="step", values="ms_per_step").loc[list(PARTS), list(profiled)]
+calls = profiles.pivot(index="part", columns="step", values="calls_per_step").loc[list(PARTS)]
+parts.round(3)
+
+# %%
+weights = matmul_weights(config) * element  # bytes every step reads, whatever the batch
+at_copy_ms = weights / bandwidth.bytes_per_s * 1e3
+matmul_ms, rest = parts.loc["matmuls", "compiled"], parts["compiled"].drop("matmuls")
+matmul_rate = weights / (matmul_ms / 1e3)
+if dev.type == "cpu":
+    print(f"batch 1 compiled, profiled: {parts['compiled'].sum():.2f} ms a step (eager "
+          f"{parts['eager'].sum():.2f} ms). The matmuls take {matmul_ms:.2f} ms, reading "
+          f"{weights / 1e6:.1f} MB of weights at {matmul_rate / 1e9:.1f} GB/s, "
+          f"{matmul_rate / bandwidth.bytes_per_s:.0%} of the copy bandwidth (which would move "
+          f"them in {at_copy_ms:.2f} ms); the other {rest.sum():.2f} ms "
+          f"({rest.sum() / parts['compiled'].sum():.0%} of the step) are "
+          + ", ".join(f"{name} {ms:.2f} ms" for name, ms in rest.items() if ms > 0)
+          + f". Eager, the same step made {calls.loc['other operators', 'eager']:.0f} calls to "
+          f"other operators per token, {parts.loc['other operators', 'eager']:.2f} ms, and spent "
+          f"{parts.loc['Python between operators', 'eager']:.2f} ms in Python between them; "
+          f"compiled, those are one call to inductor's fused kernels "
+          f"({parts.loc['compiled kernels', 'compiled']:.2f} ms) and "
+          f"{calls.loc['other operators', 'compiled']:.0f} small operator calls. What is left "
+          "between the compiled step and its roofline is "
+          + ("mostly outside the matmuls: the fused kernels, the guards and the Python"
+             if rest.sum() > max(matmul_ms - at_copy_ms, 0) else
+             "mostly the matmuls reading the weights slower than a copy")
+          + ".")
+    big = parts[f"compiled, batch {largest}"]
+    big_rate = largest * 2 * matmul_weights(config) / (big["matmuls"] / 1e3)
+    print(f"at batch {largest}, compiled: the matmuls take {big['matmuls']:.2f} ms of "
+          f"{big.sum():.2f}, {big['matmuls'] / matmul_ms:.1f}x their time at batch 1 for "
+          f"{largest}x the FLOPs, at {big_rate / 1e9:.0f} GFLOP/s against the {peak.flops_per_s / 1e9:.0f} "
+          f"GFLOP/s of the square matmul peak ({big_rate / peak.flops_per_s:.0%}): "
+          + (f"with {largest} rows these products are bound neither by reading the weights "
+             f"(a copy would take {at_copy_ms:.2f} ms) nor by the peak; the BLAS's kernels for "
+             "such thin matrices hold the larger batches below the roofline."
+             if big_rate < 0.5 * peak.flops_per_s and big["matmuls"] > 2 * at_copy_ms else
+             "close to what reading the weights or the peak allows."))
+else:
+    print("on a GPU the profile above is the host's side (launches, guards, Python); the "
+          "device kernels are in notebook 02's profiles")
+
+# %% [markdown]
 # ## 6. Rotary tables, and choosing the next token on the device
 #
 # The rotary embedding's cos and sin tables are computed once for every position

@@ -38,6 +38,18 @@ def perflab(*args, **kwargs):
             ["bench", "--preset", "small", "--mode", "forward", "--head", "chunky"],
             "choose from 'plain', 'fused'",
         ),
+        (
+            ["bench", "--preset", "cpu-small", "--mode", "decode", "--cache", "paged", "--compile"],
+            "compile needs the fixed-shape step",
+        ),
+        (
+            ["bench", "--preset", "cpu-small", "--mode", "decode", "--head", "fused"],
+            "--head applies to the training modes, not to --mode decode",
+        ),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--cache", "paged"],
+            "--mode decode only",
+        ),
         (["run", "99_nothing"], "valid: 01_benchmarking"),
         (
             ["run", "01", "-p", "no_such_parameter", "1"],

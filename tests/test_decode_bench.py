@@ -8,7 +8,6 @@ import torch
 from perflab.bench.peak import measure_copy_bandwidth
 from perflab.bench.stats import max_level
 from perflab.decode.bench import (
-    build_model,
     compare_rotary_tables,
     compare_sampling_place,
     count_compilations,
@@ -24,6 +23,7 @@ from perflab.decode.costs import (
     prefill_cost,
     roofline_tokens_per_s,
 )
+from perflab.decode.inputs import build_model
 from perflab.decode.plots import plot_decode_roofline
 from perflab.model import PRESETS, ModelConfig
 
@@ -83,11 +83,13 @@ def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
     assert "unstable (hollow)" in labels and any("50% CI" in label for label in labels)
 
 
-def test_throughput_table_has_a_row_per_batch_with_its_bounds():
+def test_throughput_table_has_a_row_per_batch_and_step_with_its_bounds():
     model = build_model(TINY, torch.device("cpu"), torch.float32)
     table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,
-                                steps=2)  # fmt: skip
-    assert list(table["batch"]) == [1, 3]
+                                steps=2, compiled=(False, True))  # fmt: skip
+    assert list(table["batch"]) == [1, 1, 3, 3]
+    assert list(table["step"]) == ["eager", "compiled"] * 2
+    assert (table["first_call_s"] > 0).all()
     assert (table["tokens_per_s_low"] <= table["tokens_per_s_high"]).all()
     # tokens/s is the batch over the median step, the interval inverted around it, and the
     # share of the roofline is taken against the bounds computed for that row.
@@ -161,15 +163,17 @@ def test_timed_steps_refuse_a_context_the_model_does_not_have():
         prefill_vs_decode(model, 0)
     with pytest.raises(ValueError, match="batch_sizes must list at least one"):
         throughput_by_batch(model, [], 8, 1e10, 1e11)
+    with pytest.raises(ValueError, match="compiled must list True and/or False"):
+        throughput_by_batch(model, [1], 8, 1e10, 1e11, compiled=())
 
 
 def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(monkeypatch):
     """Every step takes 20 ms (planted), so tokens/s must be batch / 0.02; the bounds are
     counted here from the model's own weight tensors, not with perflab.decode.costs."""
-    import perflab.decode.bench as bench
+    import perflab.decode.roofline as roofline
     from perflab.bench.timer import Timing
 
-    monkeypatch.setattr(bench, "time_fn", lambda fn, warmup, steps, device: Timing(
+    monkeypatch.setattr(roofline, "time_fn", lambda fn, warmup, steps, device: Timing(
         (0.02,) * steps, warmup))  # fmt: skip
     model = build_model(TINY, torch.device("cpu"), torch.float32)
     table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,

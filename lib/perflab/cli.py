@@ -7,6 +7,8 @@
                   [--attention {naive,flash,sdpa}]
                   [--head {plain,fused}] [--optimizer {for-loop,foreach,fused}] [--compile]
                   [--checkpoint-group N] [--memory] [--format {table,json}]
+    perflab bench --mode decode --preset NAME [--batch-size B] [--context-length N]
+                  [--cache {none,contiguous,paged}] [--compile] [--dtype D] [--format json]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
     perflab report [--results [LABEL=]DIR ...] [--year 2026|2025] [--output DIR]
@@ -17,8 +19,10 @@
 ``run`` executes notebooks with papermill (``--full``: each notebook at the full sizes of
 ``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration, any model shape
 and context, with notebook 09's optimisations as flags (``--memory``: and the peak memory of one
-step; the command that ``nsys profile`` wraps in notebook 02); ``hotspots`` analyses a
-Chrome/Kineto trace, or compares a baseline trace with an optimized one; ``kernels`` compiles
+step; the command that ``nsys profile`` wraps in notebook 02; ``--mode decode``: one decode
+step against its roofline, with the copy bandwidth and matmul peak measured in the same run,
+``perflab.decode.roofline``); ``hotspots`` analyses a Chrome/Kineto trace, or compares a
+baseline trace with an optimized one; ``kernels`` compiles
 every Triton kernel of the workbook for GPU targets (no GPU needed) and prints registers,
 spills and shared memory per configuration; ``check-results`` flags contradictions in saved
 results (exit 1 if any); ``report`` writes every table and figure of one or more results
@@ -237,9 +241,66 @@ _TABLE_FIELDS = (
 )  # fmt: skip
 
 
+_DECODE_FIELDS = (
+    "preset", "num_parameters", "batch_size", "context_length", "cache", "compile", "dtype",
+    "device", "device_name", "warmup", "steps", "first_call_s", "median_s", "median_ci_low_s",
+    "median_ci_high_s", "median_ci_level", "unstable", "tokens_per_s", "bytes_per_token",
+    "flops_per_token", "copy_bytes_per_s", "peak_flops_per_s", "memory_bound_tokens_per_s",
+    "compute_bound_tokens_per_s", "bound", "fraction_of_roofline",
+)  # fmt: skip
+# what --mode decode takes from perflab bench's options; the others are the training modes'
+_DECODE_OPTIONS = ("preset", "batch_size", "context_length", "cache", "compile", "dtype",
+                   "device", "warmup", "steps", "format", "mode")  # fmt: skip
+
+
+def _print_row(row: dict, names: tuple[str, ...]) -> None:
+    width = max(map(len, names))
+    for name in (n for n in names if n in row):
+        value = row[name]
+        text = f"{value:.6g}" if isinstance(value, float) else str(value)
+        print(f"{name:<{width}}  {text}")
+
+
+def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``perflab bench --mode decode``: one decode step timed against its roofline
+    (``perflab.decode.roofline.decode_benchmark``)."""
+    from perflab.decode.roofline import DecodeConfig, decode_benchmark
+    from perflab.model import get_preset
+
+    ignored = [
+        "--" + name.replace("_", "-")
+        for name in vars(args)
+        if name not in (*_DECODE_OPTIONS, "handler", "subparser", "command")
+        and getattr(args, name) != parser.get_default(name)
+    ]
+    if ignored:
+        verb = "applies" if len(ignored) == 1 else "apply"
+        parser.error(f"{', '.join(ignored)} {verb} to the training modes, not to --mode decode "
+                     "(which takes --preset, --batch-size, --context-length, --cache, --compile, "
+                     "--dtype, --device, --warmup, --steps, --format)")  # fmt: skip
+    try:
+        preset = get_preset(args.preset)
+        context = preset.context_length - 1 if args.context_length is None else args.context_length
+        config = DecodeConfig(args.preset, args.batch_size, context, args.cache or "contiguous",
+                              args.compile, args.dtype, args.device, args.warmup,
+                              args.steps)  # fmt: skip
+        row, timing = decode_benchmark(config)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.format == "json":
+        print(json.dumps({**row, "samples_s": list(timing.samples)}))
+    else:
+        _print_row(row, _DECODE_FIELDS)
+    return 0
+
+
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from perflab.memory.measure import step_peak_memory
 
+    if args.mode == "decode":
+        return _bench_decode(args, parser)
+    if args.cache is not None:
+        parser.error("--cache applies to --mode decode only")
     try:
         config = BenchConfig.from_arguments(args)
         row, timing = run_benchmark(config)
@@ -256,11 +317,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.format == "json":
         print(json.dumps({**row, "samples_s": list(timing.samples)}))
     else:
-        width = max(map(len, _TABLE_FIELDS))
-        for field in (f for f in _TABLE_FIELDS if f in row):
-            value = row[field]
-            text = f"{value:.6g}" if isinstance(value, float) else str(value)
-            print(f"{field:<{width}}  {text}")
+        _print_row(row, _TABLE_FIELDS)
     return 0
 
 
@@ -446,7 +503,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run, subparser=run)
 
     bench = commands.add_parser("bench", help="time one model configuration")
-    BenchConfig.add_arguments(bench, count_type=_count)
+    BenchConfig.add_arguments(bench, count_type=_count, more_choices={"mode": ("decode",)})
+    bench.add_argument(
+        "--cache",
+        choices=("none", "contiguous", "paged"),
+        help="--mode decode: the keys and values kept (default contiguous: the fixed-shape step, "
+        "the one --compile compiles)",
+    )
     bench.add_argument(
         "--memory", action="store_true", help="also the peak memory of one step above the model"
     )

@@ -113,10 +113,12 @@ class BenchConfig:
                 "TransformerLM)"})  # fmt: skip
 
     @classmethod
-    def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]]) -> None:
+    def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]],
+                      more_choices: dict[str, tuple[str, ...]] | None = None) -> None:  # fmt: skip
         """One ``--field-name`` option per field (a flag for ``compile``); ``count_type(minimum)``
-        parses an integer field with its minimum. ``--context-length`` and the model's shape
-        may be left out."""
+        parses an integer field with its minimum; ``more_choices`` adds choices to a field's
+        (``perflab bench``'s ``--mode decode``, run by ``perflab.decode.roofline``).
+        ``--context-length`` and the model's shape may be left out."""
         for f in fields(cls):
             options = {"help": f.metadata["help"]}
             if isinstance(f.default, bool):
@@ -126,7 +128,8 @@ class BenchConfig:
             if "minimum" in f.metadata:
                 options["type"] = count_type(f.metadata["minimum"])
             if "choices" in f.metadata:
-                options["choices"] = list(f.metadata["choices"])
+                extra = (more_choices or {}).get(f.name, ())
+                options["choices"] = [*f.metadata["choices"], *extra]
             if f.name == "context_length":
                 options["default"] = None
             elif f.default is f.default_factory:  # no default: required

@@ -15,86 +15,27 @@ outside the noise band).
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from functools import partial
 
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity
 
 from perflab.bench.comparison import compare
-from perflab.bench.stats import is_unstable
-from perflab.bench.timer import Timing, time_fn
+from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
-from perflab.decode.costs import decode_cost, prefill_cost, roofline_tokens_per_s
+from perflab.decode.costs import decode_cost, prefill_cost
+from perflab.decode.inputs import check_context, element_bytes, random_prompts
+from perflab.decode.roofline import decode_step, median_columns, roofline_columns, time_decode
 from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
-from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
+from perflab.model import RotaryEmbedding, TransformerLM
+from perflab.profiling.capture import profiling
 from perflab.progress import progress
-
-
-def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
-                seed: int = 0) -> TransformerLM:  # fmt: skip
-    """A random ``TransformerLM`` in eval mode, initialised on ``device`` directly in ``dtype``
-    (an 8B model in bf16 never exists in float32 or in host memory)."""
-    default = torch.get_default_dtype()
-    torch.manual_seed(seed)
-    try:
-        torch.set_default_dtype(dtype)
-        with torch.device(device):
-            model = TransformerLM(config)
-    finally:
-        torch.set_default_dtype(default)
-    return model.eval().requires_grad_(False)
-
-
-def random_prompts(vocab_size: int, lengths: list[int], seed: int = 0) -> list[list[int]]:
-    """Prompts of the given lengths, uniformly random token ids (seeded)."""
-    generator = torch.Generator().manual_seed(seed)
-    return [torch.randint(0, vocab_size, (n,), generator=generator).tolist() for n in lengths]
-
-
-def _element_bytes(model: TransformerLM) -> int:
-    return next(model.parameters()).element_size()
-
-
-def _check_context(model: TransformerLM, context: int, name: str = "context") -> None:
-    """A decode step at ``context`` writes position ``context``: it must lie in the model's."""
-    limit = model.config.context_length
-    if not 1 <= context < limit:
-        raise ValueError(f"{name} must be in 1 .. {limit - 1} (below the model's context of "
-                         f"{limit}), got {context}")  # fmt: skip
-
-
-def _median_columns(timing: Timing) -> dict:
-    """A timing's median, its interval with the interval's real level, and the unstable flag
-    (``perflab.bench.stats.is_unstable`` of the samples)."""
-    interval = timing.median_ci
-    return {"median_s": timing.median, "median_ci_low_s": interval.low,
-            "median_ci_high_s": interval.high, "median_ci_level": interval.level,
-            "steps": len(timing.samples), "unstable": is_unstable(timing.samples)}  # fmt: skip
-
-
-def decode_step_at(model: TransformerLM, batch: int, context: int) -> Callable[[], torch.Tensor]:
-    """A decode step of ``batch`` sequences at ``context`` tokens each (a contiguous cache
-    filled with random prompts), set back to ``context`` before every call."""
-    _check_context(model, context)
-    if batch < 1:
-        raise ValueError(f"batch must be positive, got {batch}")
-    device = next(model.parameters()).device
-    cache = ContiguousKVCache(model, batch, context + 1)
-    prompts = random_prompts(model.config.vocab_size, [context] * batch)
-    with torch.no_grad():
-        cached_logits(model, cache, list(range(batch)), torch.tensor(prompts, device=device))
-    rows, tokens = list(range(batch)), torch.zeros(batch, 1, dtype=torch.long, device=device)
-
-    @torch.no_grad()
-    def step() -> torch.Tensor:
-        cache.lengths = dict.fromkeys(rows, context)
-        return cached_logits(model, cache, rows, tokens)
-
-    return step
 
 
 def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
@@ -102,7 +43,7 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
     """One sequence: the prompt's prefill (all ``prompt_len`` tokens in one pass) against one
     decode step at the same context, per token: time (the median, its interval with its real
     level, ``unstable``), FLOPs, bytes, FLOPs per byte and the rates they imply."""
-    _check_context(model, prompt_len, "prompt_len")
+    check_context(model, prompt_len, "prompt_len")
     device = next(model.parameters()).device
     prompt = torch.tensor(random_prompts(model.config.vocab_size, [prompt_len]), device=device)
 
@@ -110,16 +51,16 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
     def prefill() -> torch.Tensor:
         return cached_logits(model, ContiguousKVCache(model, 1, prompt_len), [0], prompt)
 
-    config, element = model.config, _element_bytes(model)
+    config, element = model.config, element_bytes(model)
     rows = []
     for phase, fn, tokens, cost in (
         ("prefill", prefill, prompt_len, prefill_cost(config, prompt_len, element)),
-        ("decode", decode_step_at(model, 1, prompt_len), 1, decode_cost(config, 1, prompt_len,
-                                                                         element)),
+        ("decode", decode_step(model, "contiguous", 1, prompt_len), 1,
+         decode_cost(config, 1, prompt_len, element)),
     ):  # fmt: skip
         timing = time_fn(fn, warmup=warmup, steps=steps, device=device)
         per_token = timing.median / tokens
-        rows.append({"phase": phase, "tokens": tokens, **_median_columns(timing),
+        rows.append({"phase": phase, "tokens": tokens, **median_columns(timing),
                      "s_per_token": per_token, **cost,
                      "flops_per_byte": cost["flops_per_token"] / cost["bytes_per_token"],
                      "achieved_gflops": cost["flops_per_token"] / per_token / 1e9,
@@ -128,27 +69,35 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
 
 
 def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: int,
-                        bandwidth: float, peak_flops: float, *, warmup: int = 2,
-                        steps: int = 5) -> pd.DataFrame:  # fmt: skip
-    """Decode tokens/s (batch / median step time, with the median's interval at the level its
-    ``steps`` samples give, ``median_ci_level``, and ``unstable``) for each batch size at
-    ``context``, beside the roofline of ``roofline_tokens_per_s`` from the measured
-    ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s)."""
+                        bandwidth: float, peak_flops: float, *,
+                        compiled: tuple[bool, ...] = (False,), mode: str | None = None,
+                        warmup: int = 5, steps: int = 5) -> pd.DataFrame:  # fmt: skip
+    """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one
+    row each: ``step``) for each batch size at ``context``: batch / the median step, with the
+    median's interval at the level its ``steps`` samples give (``median_ci_level``) and
+    ``unstable``, the first call's seconds (the compilation, for a compiled step: with ``mode``,
+    e.g. "reduce-overhead" for CUDA graphs), and the
+    roofline of ``perflab.decode.roofline.roofline_columns`` from the measured ``bandwidth``
+    (bytes/s) and ``peak_flops`` (FLOP/s)."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
+    if not compiled or not all(isinstance(flag, bool) for flag in compiled):
+        raise ValueError(f"compiled must list True and/or False, got {compiled!r}")
+    check_context(model, context)
     device, rows = next(model.parameters()).device, []
-    for batch in progress(batch_sizes, desc="batch sizes"):
-        timing = time_fn(decode_step_at(model, batch, context), warmup=warmup, steps=steps,
-                         device=device)  # fmt: skip
-        low, high = timing.median_ci
-        bounds = roofline_tokens_per_s(model.config, batch, context, _element_bytes(model),
-                                       bandwidth, peak_flops)  # fmt: skip
-        rows.append({"batch": batch, **_median_columns(timing),
-                     "tokens_per_s": batch / timing.median, "tokens_per_s_low": batch / high,
-                     "tokens_per_s_high": batch / low, **bounds})  # fmt: skip
-    frame = pd.DataFrame(rows)
-    frame["fraction_of_roofline"] = frame["tokens_per_s"] / frame["roofline_tokens_per_s"]
-    return frame
+    for batch, flag in progress([(b, f) for b in batch_sizes for f in compiled],
+                                desc="batch sizes"):  # fmt: skip
+        step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
+        try:
+            timing, first = time_decode(step, device, warmup=warmup, steps=steps)
+        finally:
+            del step
+            torch._dynamo.reset()
+        rows.append({"batch": batch, "step": "compiled" if flag else "eager",
+                     "first_call_s": first,
+                     **roofline_columns(model, "contiguous", batch, context, timing, bandwidth,
+                                        peak_flops)})  # fmt: skip
+    return pd.DataFrame(rows)
 
 
 def compare_caches(model: TransformerLM, prompts: list[list[int]], max_new_tokens: int, *,
@@ -322,7 +271,7 @@ def compare_rotary_tables(model: TransformerLM, batch: int, context: int, *, rou
     """A decode step with the rotary cos/sin tables computed once (at construction) against
     computing them at every step from the positions; and the logits' largest difference."""
     device = next(model.parameters()).device
-    step = decode_step_at(model, batch, context)
+    step = decode_step(model, "contiguous", batch, context)
 
     def with_tables(precomputed: bool) -> Callable[[], torch.Tensor]:
         def run() -> torch.Tensor:
@@ -363,7 +312,7 @@ def compare_sampling_place(model: TransformerLM, batch: int, context: int, *, ro
     the logits copied to the host and picked there: bytes to the host per token, measured
     from what was copied, and the interleaved comparison of the two steps."""
     device = next(model.parameters()).device
-    step = decode_step_at(model, batch, context)
+    step = decode_step(model, "contiguous", batch, context)
     logits = step()
     (device_ids, device_bytes), (host_ids, host_bytes) = device_pick(logits), host_pick(logits)
     result = compare(lambda: device_pick(step()), lambda: host_pick(step()), rounds=rounds,
@@ -373,3 +322,44 @@ def compare_sampling_place(model: TransformerLM, batch: int, context: int, *, ro
             "device_bytes_per_token": device_bytes / batch,
             "host_bytes_per_token": host_bytes / batch,
             "bytes_ratio": host_bytes / device_bytes, "sentence": result.sentence()}  # fmt: skip
+
+
+_PARTS = (
+    ("matmuls", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::")),
+    ("compiled kernels", re.compile(r"^## Call CompiledFxGraph")),
+    ("dynamo guards and wrappers",
+     re.compile(r"TorchDynamo|Torch-Compiled Region|Pregraph|AOTDispatcher|CompiledFunction")),
+)  # fmt: skip
+PARTS = (*(name for name, _ in _PARTS), "other operators", "Python between operators")
+
+
+def profile_step(step: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 3,
+                 steps: int = 20) -> pd.DataFrame:  # fmt: skip
+    """Where a decode step's host time goes, from ``torch.profiler`` (each CPU operator's self
+    time, per step): the matmuls (they read the weights), inductor's compiled kernels, dynamo's
+    guard checks and wrappers, the other operators, and the Python between operators (the
+    wall time no operator accounts for). One row per part of ``PARTS``: milliseconds and calls
+    per step, and the share. The profiler adds its own cost, so the parts sum to a profiled
+    step, slower than an unprofiled one."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    for _ in range(warmup):
+        step()
+    synchronize(device)
+    with profiling(activities=[ProfilerActivity.CPU]) as profiler:
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        wall = time.perf_counter() - start
+    seconds, calls = dict.fromkeys(PARTS, 0.0), dict.fromkeys(PARTS, 0)
+    for event in profiler.key_averages():
+        part = next((name for name, pattern in _PARTS if pattern.search(event.key)),
+                    "other operators")  # fmt: skip
+        seconds[part] += event.self_cpu_time_total / 1e6
+        calls[part] += event.count
+    seconds["Python between operators"] = max(wall - sum(seconds.values()), 0.0)
+    frame = pd.DataFrame({"part": PARTS, "ms_per_step": [seconds[p] / steps * 1e3 for p in PARTS],
+                          "calls_per_step": [calls[p] / steps for p in PARTS]})  # fmt: skip
+    frame["share"] = frame["ms_per_step"] / frame["ms_per_step"].sum()
+    return frame

@@ -69,12 +69,31 @@ def decode_cost(config: ModelConfig, batch: int, context: int, element_bytes: in
     }
 
 
+def recompute_cost(config: ModelConfig, batch: int, context: int, element_bytes: int) -> dict:
+    """Per generated token when no cache is kept: the whole sequence of ``context`` + 1 tokens
+    runs again (``ModelConfig.forward_flops``, the LM head on every position, as the model's
+    forward computes it), and the matmul weights are read once per step, shared by ``batch``
+    sequences (a lower bound: the activations are left out)."""
+    return {
+        "flops_per_token": config.forward_flops(1, context + 1),
+        "bytes_per_token": matmul_weights(config) * element_bytes / batch,
+    }
+
+
+def rooflines(cost: dict, bandwidth: float, peak_flops: float) -> dict:
+    """The most tokens/s a step of this ``cost`` (``flops_per_token``, ``bytes_per_token``)
+    can reach: memory-bound ``bandwidth / bytes per token``, compute-bound ``peak / FLOPs per
+    token``; the lower of the two bounds it (bandwidth in bytes/s, peak in FLOP/s, both
+    measured). ``bound`` names the lower one."""
+    memory = bandwidth / cost["bytes_per_token"]
+    compute = peak_flops / cost["flops_per_token"]
+    return {"memory_bound_tokens_per_s": memory, "compute_bound_tokens_per_s": compute,
+            "roofline_tokens_per_s": min(memory, compute),
+            "bound": "memory" if memory <= compute else "compute"}  # fmt: skip
+
+
 def roofline_tokens_per_s(config: ModelConfig, batch: int, context: int, element_bytes: int,
                           bandwidth: float, peak_flops: float) -> dict:  # fmt: skip
-    """The most tokens/s a decode step of ``batch`` sequences can reach: memory-bound
-    ``batch x bandwidth / step bytes``, compute-bound ``peak / FLOPs per token``; the lower of
-    the two bounds it (bandwidth in bytes/s, peak in FLOP/s, both measured)."""
-    memory = batch * bandwidth / decode_step_bytes(config, batch, context, element_bytes)
-    compute = peak_flops / flops_per_token(config, context)
-    return {"memory_bound_tokens_per_s": memory, "compute_bound_tokens_per_s": compute,
-            "roofline_tokens_per_s": min(memory, compute)}  # fmt: skip
+    """The rooflines of a decode step of ``batch`` sequences at ``context`` (``decode_cost``):
+    memory-bound ``batch x bandwidth / step bytes``, compute-bound ``peak / FLOPs per token``."""
+    return rooflines(decode_cost(config, batch, context, element_bytes), bandwidth, peak_flops)

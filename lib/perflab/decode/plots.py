@@ -11,33 +11,39 @@ from perflab.bench.stats import level_text
 
 
 def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
-    """Measured decode tokens/s against batch size (the median's interval as error bars, at
-    the level in ``median_ci_level`` where the table has it), beside the memory-bandwidth
-    bound, the compute bound and the roofline (the lower of the two). Points whose timing is
-    unstable (``unstable``) are drawn hollow."""
+    """Measured decode tokens/s against batch size, one line per ``step`` (eager, compiled)
+    where the table has that column (the median's interval as error bars, at the level in
+    ``median_ci_level`` where the table has it), beside the memory-bandwidth bound, the
+    compute bound and the roofline (the lower of the two). Points whose timing is unstable
+    (``unstable``) are drawn hollow."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
-    batch = table["batch"]
-    ax.plot(batch, table["memory_bound_tokens_per_s"], "--", color="tab:orange",
+    bounds = table.drop_duplicates("batch").sort_values("batch")
+    ax.plot(bounds["batch"], bounds["memory_bound_tokens_per_s"], "--", color="tab:orange",
             label="memory bound: batch x bandwidth / bytes per step")  # fmt: skip
-    ax.plot(batch, table["compute_bound_tokens_per_s"], ":", color="tab:red",
+    ax.plot(bounds["batch"], bounds["compute_bound_tokens_per_s"], ":", color="tab:red",
             label="compute bound: peak / FLOPs per token")  # fmt: skip
-    ax.plot(batch, table["roofline_tokens_per_s"], "-", color="gray", alpha=0.5, linewidth=4,
-            label="roofline")  # fmt: skip
-    errors = [table["tokens_per_s"] - table["tokens_per_s_low"],
-              table["tokens_per_s_high"] - table["tokens_per_s"]]  # fmt: skip
+    ax.plot(bounds["batch"], bounds["roofline_tokens_per_s"], "-", color="gray", alpha=0.5,
+            linewidth=4, label="roofline")  # fmt: skip
     if "median_ci_level" in table.columns:
         levels = sorted({level_text(level) for level in table["median_ci_level"]})
-        label = f"measured ({', '.join(levels)} CI of the median)"
+        interval = f" ({', '.join(levels)} CI of the median)"
     else:
-        label = "measured"
-    ax.errorbar(batch, table["tokens_per_s"], yerr=errors, fmt="-", color="tab:blue",
-                capsize=3, label=label)  # fmt: skip
+        interval = ""
+    steps = table.groupby("step", sort=False) if "step" in table.columns else [("", table)]
     flags = table["unstable"] if "unstable" in table.columns else pd.Series(False, table.index)
-    unstable = flags.astype(str).str.lower() == "true"  # bools, or strings read from a CSV
-    ax.plot(batch[~unstable], table["tokens_per_s"][~unstable], "o", color="tab:blue")
-    if unstable.any():
-        ax.plot(batch[unstable], table["tokens_per_s"][unstable], "o", color="tab:blue",
-                markerfacecolor="white", label="unstable (hollow)")  # fmt: skip
+    unstable_all = flags.astype(str).str.lower() == "true"  # bools, or strings read from a CSV
+    for (name, rows), color in zip(steps, ("tab:blue", "tab:green", "tab:purple"), strict=False):
+        batch, measured = rows["batch"], rows["tokens_per_s"]
+        errors = [measured - rows["tokens_per_s_low"], rows["tokens_per_s_high"] - measured]
+        label = f"measured{', ' + name if name else ''}{interval}"
+        ax.errorbar(batch, measured, yerr=errors, fmt="-", color=color, capsize=3, label=label)
+        unstable = unstable_all[rows.index]
+        ax.plot(batch[~unstable], measured[~unstable], "o", color=color)
+        if unstable.any():
+            ax.plot(batch[unstable], measured[unstable], "o", color=color,
+                    markerfacecolor="white")  # fmt: skip
+    if unstable_all.any():
+        ax.plot([], [], "o", color="gray", markerfacecolor="white", label="unstable (hollow)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequences decoded together (batch)")

@@ -62,8 +62,10 @@ def pick(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
 class StaticDecoder(nn.Module):
     """The decode step with shapes that never change (the design of PyTorch's gpt-fast): each
     call takes one token per sequence of a fixed batch, writes its keys and values at that
-    sequence's position into a cache preallocated to ``max_len`` (``index_put`` on a buffer),
-    and attends over all ``max_len`` cache slots, masking those beyond the position.
+    sequence's position into a cache preallocated to ``max_len``, and attends over all
+    ``max_len`` cache slots, masking those beyond the position. The write is an ``index_put_``
+    on the buffer itself, not an assignment through a view of it: through a view of the one
+    buffer that holds every layer, the compiled step copied the whole cache at every layer.
 
     Fixed shapes are what graph capture needs: ``torch.compile`` traces it once, and on CUDA
     ``mode="reduce-overhead"`` records the whole step as one CUDA graph replayed at every token
@@ -80,7 +82,9 @@ class StaticDecoder(nn.Module):
         self.cache = ContiguousKVCache(model, batch, max_len)
         self.register_buffer("k", self.cache.k, persistent=False)  # the cache's own tensors
         self.register_buffer("v", self.cache.v, persistent=False)
-        self.register_buffer("rows", torch.arange(batch, device=self.k.device), persistent=False)
+        for name, count in (("layers", model.config.num_layers), ("rows", batch),
+                            ("heads", model.config.num_heads)):  # fmt: skip
+            self.register_buffer(name, torch.arange(count, device=self.k.device), persistent=False)
 
     @property
     def batch(self) -> int:
@@ -111,8 +115,9 @@ class StaticDecoder(nn.Module):
         for layer, block in enumerate(model.blocks):
 
             def over_cache(q: Tensor, k: Tensor, v: Tensor, layer: int = layer) -> Tensor:
-                self.k[layer, self.rows, :, positions] = k[:, :, 0]  # (batch, heads, head_dim)
-                self.v[layer, self.rows, :, positions] = v[:, :, 0]
+                where = (self.layers[layer], self.rows[:, None], self.heads, positions[:, None])
+                self.k.index_put_(where, k[:, :, 0])  # (batch, heads, head_dim), in place
+                self.v.index_put_(where, v[:, :, 0])
                 return attend(q, self.k[layer], self.v[layer], pos)
 
             x = block(x, pos, over_cache)

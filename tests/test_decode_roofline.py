@@ -1,0 +1,136 @@
+"""perflab.decode.roofline (``perflab bench --mode decode``): every cache's timed step computes
+the logits of the whole sequence recomputed, in float64; the row's roofline is the one the
+counted bytes and FLOPs and the given yardsticks imply; bad input is one line; and the
+profile of a step accounts for its parts."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from perflab.bench.peak import CopyBandwidth, PeakMatmul
+from perflab.decode import CACHES
+from perflab.decode.bench import PARTS, profile_step
+from perflab.decode.costs import decode_cost, matmul_weights, recompute_cost, rooflines
+from perflab.decode.inputs import build_model, random_prompts
+from perflab.decode.roofline import DecodeConfig, decode_benchmark, decode_step
+from perflab.model import ModelConfig, get_preset
+
+TINY = ModelConfig("decode-roofline-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
+                   vocab_size=101, context_length=64)  # fmt: skip
+
+
+def _full_sequence_logits(model, batch, context):
+    prompts = random_prompts(model.config.vocab_size, [context] * batch)
+    with torch.no_grad():
+        return model(torch.tensor([p + [0] for p in prompts]))[:, -1]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+def test_every_caches_step_gives_the_logits_of_the_whole_sequence_in_float64(cache):
+    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    step = decode_step(model, cache, 3, 11)
+    expected = _full_sequence_logits(model, 3, 11)
+    first, again = step(), step()  # set back to the context: the same work at every call
+    assert first.dtype == torch.float64 and first.shape == (3, TINY.vocab_size)
+    torch.testing.assert_close(first, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_the_compiled_fixed_shape_step_gives_the_same_logits():
+    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    step = decode_step(model, "contiguous", 2, 7, compiled=True)
+    try:
+        logits = step()
+    finally:
+        torch._dynamo.reset()
+    assert logits.dtype == torch.float64
+    torch.testing.assert_close(logits, _full_sequence_logits(model, 2, 7), rtol=0, atol=1e-10)
+
+
+def test_only_the_fixed_shape_step_is_compiled():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    for cache in ("none", "paged"):
+        with pytest.raises(ValueError, match="compile needs the fixed-shape step"):
+            decode_step(model, cache, 1, 4, compiled=True)
+    with pytest.raises(ValueError, match="unknown cache 'ring'; valid: none, contiguous, paged"):
+        decode_step(model, "ring", 1, 4)
+    with pytest.raises(ValueError, match="batch must be a positive integer, got 0"):
+        decode_step(model, "paged", 0, 4)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"preset": "huge"}, "unknown preset 'huge'; valid: cpu-tiny"),
+    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+    ({"context_length": 512}, r"context_length must be in 1 \.\. 511 for cpu-small"),
+    ({"cache": "ring"}, "unknown cache 'ring'"),
+    ({"cache": "paged", "compile": True}, "compile needs the fixed-shape step"),
+    ({"dtype": "int8"}, "unknown dtype 'int8'"),
+    ({"steps": True}, "steps must be an integer >= 1, got True"),
+])  # fmt: skip
+def test_a_bad_decode_configuration_is_one_clear_error(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeConfig(**kwargs)
+
+
+def test_costs_without_a_cache_and_the_bound_that_holds():
+    config = get_preset("cpu-small")
+    cost = recompute_cost(config, 2, 127, 4)
+    assert cost["flops_per_token"] == config.forward_flops(1, 128)  # the whole sequence again
+    assert cost["bytes_per_token"] == matmul_weights(config) * 4 / 2  # weights shared by 2
+    decode = decode_cost(config, 1, 127, 4)
+    memory = rooflines(decode, bandwidth=2e10, peak_flops=3e11)
+    assert memory["bound"] == "memory"
+    assert memory["roofline_tokens_per_s"] == pytest.approx(2e10 / decode["bytes_per_token"])
+    compute = rooflines(cost, bandwidth=2e10, peak_flops=3e11)  # recomputing is compute-bound
+    assert compute["bound"] == "compute"
+    assert compute["roofline_tokens_per_s"] == pytest.approx(3e11 / cost["flops_per_token"])
+
+
+def test_the_row_is_measured_against_the_yardsticks_it_was_given():
+    bandwidth = CopyBandwidth("cpu", 2**28, 0.02, 0.021, 2.5e10, 2.4e10, 10)
+    peak = PeakMatmul("cpu", "float32", 1024, 0.01, 0.011, 2e11, 1.9e11, 5)
+    config = DecodeConfig("cpu-tiny", batch_size=2, context_length=16, warmup=0, steps=3)
+    row, timing = decode_benchmark(config, bandwidth=bandwidth, peak=peak)
+    cost = decode_cost(get_preset("cpu-tiny"), 2, 16, 4)
+    assert row["bytes_per_token"] == cost["bytes_per_token"]
+    assert row["flops_per_token"] == cost["flops_per_token"]
+    assert row["tokens_per_s"] == pytest.approx(2 / timing.median)
+    assert row["memory_bound_tokens_per_s"] == pytest.approx(2.5e10 / cost["bytes_per_token"])
+    assert row["fraction_of_roofline"] == pytest.approx(
+        row["tokens_per_s"] / min(row["memory_bound_tokens_per_s"],
+                                  row["compute_bound_tokens_per_s"]))  # fmt: skip
+    assert row["copy_bytes_per_s"] == 2.5e10 and row["peak_flops_per_s"] == 2e11
+    assert row["library_tree"] and row["torch"] == torch.__version__ and len(timing.samples) == 3
+
+
+def test_perflab_bench_mode_decode_prints_the_roofline_as_json():
+    done = subprocess.run(
+        [sys.executable, "-m", "perflab", "bench", "--mode", "decode", "--preset", "cpu-tiny",
+         "--batch-size", "2", "--context-length", "16", "--cache", "paged", "--warmup", "0",
+         "--steps", "2", "--format", "json"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert row["cache"] == "paged" and row["batch_size"] == 2 and len(row["samples_s"]) == 2
+    # both yardsticks were measured in this run, each the best of its runs
+    assert row["copy_bytes_per_s"] >= row["copy_median_bytes_per_s"] > 0
+    assert row["peak_flops_per_s"] >= row["peak_median_flops_per_s"] > 0
+    bound = min(row["memory_bound_tokens_per_s"], row["compute_bound_tokens_per_s"])
+    assert row["roofline_tokens_per_s"] == pytest.approx(bound)
+    assert row["fraction_of_roofline"] == pytest.approx(row["tokens_per_s"] / bound)
+
+
+def test_a_step_profile_accounts_for_matmuls_and_the_rest():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    table = profile_step(decode_step(model, "contiguous", 1, 8), torch.device("cpu"), warmup=1,
+                         steps=3).set_index("part")  # fmt: skip
+    assert list(table.index) == list(PARTS)
+    # eager: 2 layers x (QKV, output, 3 SwiGLU) + the LM head call a matmul each, at least
+    assert table.loc["matmuls", "calls_per_step"] >= 2 * 5 + 1
+    assert table.loc["compiled kernels", "ms_per_step"] == 0
+    assert table.loc["other operators", "ms_per_step"] > 0
+    assert table["share"].sum() == pytest.approx(1)
