@@ -48,6 +48,11 @@ head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
 head_chunk_sizes = [32, 128, 512]  # chunk sizes of the fused head's time-against-memory sweep
 data_rounds = 6                 # interleaved rounds of the data-path comparison (6: the fewest for a 95% verdict)
+loss_batch = 32                 # the loss over a loop of examples against one call: sequences,
+loss_seq_len = 64               # tokens each, over the byte vocabulary (256)
+bucket_preset = "cpu-tiny"      # the model of the bucketing comparison (its vocabulary: the 256 byte ids)
+bucket_sequences = 64           # speeches of the corpus, batched in a random order or by length
+bucket_batch = 8                # sequences per batch
 batch_seq_len = 128             # tokens per sequence in the batch-size and accumulation sweeps
 batch_sizes = [1, 4]            # sequences per step in the batch-size sweep
 global_batch = 4                # the accumulation sweep's batch, split into 1, 2, 4, ... micro-batches
@@ -62,6 +67,7 @@ sharded_check = True            # also check it against one process (not at 8B)
 device = "auto"                 # "cuda" when present, else "cpu"
 
 # %%
+import dataclasses
 import json
 import os
 
@@ -77,13 +83,20 @@ from perflab.bench.sweep import is_out_of_memory
 from perflab.device import parse_dtype, resolve_device
 from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
 from perflab.distributed.launch import max_world_size
-from perflab.model import get_preset
+from perflab.model import TransformerLM, get_preset
 from perflab.paths import display_path, results_dir, save_table
 from perflab.settings import record_settings
 from perflab.bench.comparison import describe_ratio, paired_table
 from perflab.bench.stats import is_unstable, level_text
 from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps
-from perflab.training.data import read_corpus
+from perflab.training.data import ByteTokenizer, read_corpus
+from perflab.training.batching import (
+    check_bucketing,
+    check_loss_batching,
+    compare_bucketing,
+    compare_loss_batching,
+    speeches,
+)
 from perflab.bench.conclusions import conclude
 from perflab.training import default_chunk_size
 from perflab.training.head_memory import (
@@ -402,6 +415,68 @@ if dev.type == "cpu" and any("worker" in m for m in modes):
           "with the step)")
 if dev.type != "cuda":
     print("pinned memory with non_blocking copies: GPU only (no host-to-device copy here)")
+
+# %% [markdown]
+# **The loss one example at a time.** A loop calling the loss on each sequence's logits and
+# averaging, against one call on the whole batch (`perflab.training.batching`). With sequences
+# of equal length and no ignored targets the mean of per-sequence means is the mean over all
+# tokens, so the two agree; checked first in float64, then timed (the loss and its backward to
+# the logits, `loss_batch` sequences of `loss_seq_len` tokens over the byte vocabulary):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+vocab = ByteTokenizer.vocab_size
+loss_check = check_loss_batching(loss_batch, loss_seq_len, vocab)
+print("the loop and the one call give the same loss and gradient in float64 (within 1e-12):",
+      loss_check["matches"])
+
+# %%
+loss_batching = compare_loss_batching(loss_batch, loss_seq_len, vocab, rounds=data_rounds,
+                                      device=dev)
+save_table(pd.DataFrame([loss_batching.as_row()]), out / "loss_batching.csv", provenance)
+print(conclude(out, "loss in one call vs a loop over examples", loss_batching))
+
+# %% [markdown]
+# **Padding a batch of unequal sequences.** The corpus's speeches (blocks between blank lines,
+# cut to `seq_len` tokens) differ in length, and a batch is padded to its longest. Batched in a
+# random order, most batches hold one long speech and pad the rest; bucketed by length (sorted,
+# cut into batches, the batches shuffled) each batch holds speeches of similar lengths. The
+# padding is ignored by the loss and, at the end of each sequence with causal attention, never
+# attended to: both orders give every real token the same loss (checked in float64 against
+# the speeches run one at a time). Then one forward and backward over all the batches of
+# `bucket_sequences` speeches, in each order, taking turns; tokens/s counts real tokens only.
+# What bucketing costs elsewhere: batches of similar lengths are not a uniform sample, which is
+# why the batches themselves are shuffled.
+
+# %%
+all_speeches = speeches(text, seq_len)
+lengths = pd.Series([len(s) - 1 for s in all_speeches])
+chosen = torch.randperm(len(all_speeches), generator=torch.Generator().manual_seed(0))
+picked = [all_speeches[i] for i in chosen[:bucket_sequences].tolist()]
+byte_config = dataclasses.replace(get_preset(bucket_preset), vocab_size=vocab)
+print(f"{len(all_speeches):,} speeches: {lengths.median():.0f} tokens at the median, "
+      f"{(lengths == seq_len).mean():.0%} cut at {seq_len}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bucket_check = check_bucketing(byte_config, picked[:16], bucket_batch)
+print("random order, bucketed and one at a time give the same summed loss in float64 (within "
+      "1e-12 relative):", bucket_check["matches"])
+
+# %%
+torch.manual_seed(0)
+byte_model = TransformerLM(byte_config).to(dev)
+bucketing, bucket_rows = compare_bucketing(byte_model, picked, bucket_batch, rounds=data_rounds)
+save_table(bucket_rows, out / "bucketing.csv", provenance)
+print(conclude(out, "bucketed by length vs random order", bucketing))
+by_order = bucket_rows.set_index("order")
+print(f"{bucket_sequences} speeches in batches of {bucket_batch}: padding is "
+      f"{by_order.loc['random', 'padding_share']:.0%} of the positions in a random order and "
+      f"{by_order.loc['bucketed', 'padding_share']:.0%} bucketed ("
+      f"{by_order.loc['bucketed', 'positions'] / by_order.loc['random', 'positions']:.2f}x the "
+      f"positions); real tokens/s at the medians: {by_order.loc['random', 'tokens_per_s']:,.0f} "
+      f"against {by_order.loc['bucketed', 'tokens_per_s']:,.0f}")
+bucket_rows.round(3)
 
 # %% [markdown]
 # ## 5. Batch size and gradient accumulation
