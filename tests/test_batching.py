@@ -99,3 +99,4 @@ def test_the_bucketing_rows_count_the_same_real_tokens():
         (rows["real_tokens"] / rows["median_s"]).tolist()
     )
     assert (result.name_a, result.name_b) == ORDERS
+    assert rows["unstable"].dtype == bool  # check-results asks it of every median

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.bench.comparison import Comparison, compare
+from perflab.bench.stats import is_unstable
 from perflab.model import ModelConfig, TransformerLM
 from perflab.training.data import tokenise
 
@@ -153,7 +154,8 @@ def compare_bucketing(model: nn.Module, sequences: list[Tensor], batch_size: int
     """The same ``sequences`` batched in a random order against bucketed by length, each call
     a forward and backward over all their batches (the loss summed over real tokens),
     interleaved (``compare``). Returns the comparison and one row per order: batches, padded
-    positions and their share, real tokens, and real tokens per second at the median."""
+    positions and their share, real tokens, the median of its rounds (each the faster of the
+    round's two runs) with ``unstable``, and real tokens per second at the median."""
     device = next(model.parameters()).device
     orders = {order: length_batches(sequences, batch_size, order, seed=seed) for order in ORDERS}
 
@@ -167,13 +169,13 @@ def compare_bucketing(model: nn.Module, sequences: list[Tensor], batch_size: int
                      warmup=warmup, device=device, names=ORDERS)  # fmt: skip
     real = sum(len(s) - 1 for s in sequences)
     rows = []
-    medians = (float(np.median(result.times_a)), float(np.median(result.times_b)))
-    for order, median in zip(ORDERS, medians, strict=True):
-        batches = orders[order]
+    for order, times in zip(ORDERS, (result.times_a, result.times_b), strict=True):
+        batches, median = orders[order], float(np.median(times))
         positions = sum(targets.numel() for _, targets in batches)
         rows.append({"order": order, "batches": len(batches), "positions": positions,
                      "real_tokens": real, "padding_share": padding_share(batches),
-                     "median_s": median, "tokens_per_s": real / median})  # fmt: skip
+                     "median_s": median, "unstable": is_unstable(times),
+                     "tokens_per_s": real / median})  # fmt: skip
     return result, pd.DataFrame(rows)
 
 
