@@ -189,6 +189,7 @@ throughput[["batch", "step", "median_s", "unstable", "tokens_per_s", "memory_bou
 
 # %%
 share = throughput.pivot(index="batch", columns="step", values="fraction_of_roofline")
+gain = share["compiled"] / share["eager"]  # the same roofline: the ratio of tokens/s
 fastest = throughput.loc[throughput.groupby("batch")["tokens_per_s"].idxmax()].set_index("batch")
 first_batch, last_batch = fastest.index[0], fastest.index[-1]
 best, last = fastest.loc[first_batch], fastest.loc[last_batch]
@@ -202,9 +203,13 @@ print(f"batch {first_batch}: the fastest step is the {best['step']} one, {best['
       + (f"At batch {first_batch} the {best['step']} step reaches half its roofline or more."
          if best["fraction_of_roofline"] >= 0.5 else
          f"At batch {first_batch} even the fastest step stays below half its roofline.")
-      + f" Compiling gains most where the step is smallest: the eager step pays a fixed cost "
-      f"per operator call whatever the batch (section 5's profile counts them), which weighs "
-      f"most at batch {first_batch}.")
+      + (f" Compiling gains most at batch {gain.idxmax()} ({gain.max():.2f}x the eager "
+         f"tokens/s, {gain.min():.2f}x at batch {gain.idxmin()}): the eager step pays a fixed "
+         "cost per operator call whatever the batch (section 5's profile counts the calls), "
+         "which weighs most where the step is smallest."
+         if gain.idxmax() == first_batch else
+         f" Compiling gains {gain.loc[first_batch]:.2f}x the eager tokens/s at batch "
+         f"{first_batch} and most at batch {gain.idxmax()} ({gain.max():.2f}x)."))
 
 # %% [markdown]
 # The batch-1 eager decode step is timed twice in this notebook: in section 1 (at `prompt_len`
@@ -398,11 +403,12 @@ print("the compiled step picks the same next tokens as the eager one:",
 # %%
 largest = max(batch_sizes)
 profiled = {"eager": (1, False), "compiled": (1, True), f"compiled, batch {largest}": (largest, True)}
-profiles = pd.concat([
-    profile_step(decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode), dev)
-    .assign(step=name, batch=batch) for name, (batch, flag) in profiled.items()
-])
-torch._dynamo.reset()
+profiles = []
+for name, (batch, flag) in profiled.items():
+    step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
+    profiles.append(profile_step(step, dev).assign(step=name, batch=batch))
+    torch._dynamo.reset()  # each compiled step its own graph, as in section 2
+profiles = pd.concat(profiles)
 save_table(profiles, out / "decode_profile.csv", provenance)
 parts = profiles.pivot(index="part", columns="step", values="ms_per_step").loc[list(PARTS), list(profiled)]
 calls = profiles.pivot(index="part", columns="step", values="calls_per_step").loc[list(PARTS)]
@@ -446,6 +452,13 @@ if dev.type == "cpu":
 else:
     print("on a GPU the profile above is the host's side (launches, guards, Python); the "
           "device kernels are in notebook 02's profiles")
+timed_ms = throughput[throughput["batch"] == 1].set_index("step")["median_s"] * 1e3
+for name in timed_ms.index:
+    slower = parts[name].sum() / timed_ms[name]
+    print(f"the profiled {name} batch-1 step took {parts[name].sum():.2f} ms, {slower:.1f}x its "
+          f"timed median in section 2 ({timed_ms[name]:.2f} ms)"
+          + (": more than the profiler's own cost, so the machine was slower while it ran; read "
+             "its parts as shares, not as times" if slower > 2 else ""))
 
 # %% [markdown]
 # ## 6. Rotary tables, and choosing the next token on the device

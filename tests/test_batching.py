@@ -72,6 +72,16 @@ def test_bucketing_pads_less_and_bad_input_is_one_line():
         length_batches(_sequences([1, 5]), 2, "random")
 
 
+def test_bucketed_batches_hold_similar_lengths_in_a_shuffled_order():
+    sequences = _sequences(list(range(2, 42)))
+    batches = length_batches(sequences, 2, "bucketed", seed=3)
+    widths = [inputs.shape[1] for inputs, _ in batches]
+    for _, targets in batches:  # two neighbours in length: one token apart
+        real = (targets != IGNORE).sum(dim=1)
+        assert real.max() - real.min() <= 1
+    assert widths != sorted(widths) and widths != sorted(widths, reverse=True)
+
+
 def test_padding_changes_no_real_tokens_loss_in_float64():
     check = check_bucketing(BYTES, _sequences([3, 20, 7, 33, 2, 15]), 4)
     assert check["matches"], check
