@@ -177,7 +177,8 @@ print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by
 # and take turns (`perflab.bench.compare`, after `warmup` steps of each), so that a slow moment
 # of the machine falls on both. The rounds are adaptive: looked at after `rounds`, then twice as
 # many, until the verdict is conclusive or `budget_s` is spent, each look's interval widened so
-# that the reported one holds with at least 95% confidence. The verdict is "faster" or "slower"
+# that the reported one holds with at least 95% confidence (over the looks planned to fit the
+# budget from the warm-up's time). The verdict is "faster" or "slower"
 # when the whole interval of the time ratio leaves the ±3% noise band, "same" when it lies
 # inside it, and "inconclusive" otherwise.
 

@@ -5,6 +5,8 @@ at least 9 runs of 10 (a burst of the shared machine during one run's rounds mov
 ratio to 3.0 in a clean-clone CI run: still "slower", but not near 2).
 The stated confidences are checked by simulation in test_coverage.py."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -171,3 +173,17 @@ def test_adaptive_rounds_stop_at_a_verdict_or_the_budget():
     assert same.rounds == 8 and same.looks == 1 and time.perf_counter() - start < 30
     with pytest.raises(ValueError, match="budget_s must be a positive number"):
         compare(once, once, budget_s=0)
+
+
+def test_the_looks_are_planned_from_the_budget():
+    from perflab.bench.comparison import planned_max_rounds
+
+    # Up to 48 rounds from 6: caps 6, 12, 24, 48; the longest schedule that fits is taken.
+    assert planned_max_rounds(6, 48, fits=lambda n: True) == 48
+    assert planned_max_rounds(6, 48, fits=lambda n: n <= 30) == 24
+    assert planned_max_rounds(6, 48, fits=lambda n: n <= 13) == 12
+    assert planned_max_rounds(6, 48, fits=lambda n: False) == 6  # at least the first look
+    # A round of about 2 x (1 + 1) ms and a budget of 1 s: all 48 rounds are planned, and a
+    # tiny budget plans one look (95% at that look, not 95% / 4).
+    calm = compare(lambda: time.sleep(1e-3), lambda: time.sleep(1e-3), rounds=6, budget_s=1e-3)
+    assert calm.looks == 1 and calm.rounds == 6 and calm.confidence == 0.95

@@ -49,6 +49,17 @@ def test_intervals_cover_with_their_stated_confidence(noise):
     assert (table.loc[table["stated_confidence"] < 0.95, "ab_found_slower"] == 0).all()
 
 
+@pytest.mark.parametrize("max_rounds", [12, 24])
+def test_looks_planned_from_the_budget_keep_their_confidence(max_rounds):
+    """Fewer planned looks (``planned_max_rounds``: those that fit the budget) pay less
+    Bonferroni widening; the 95% must still be a lower bound of the coverage."""
+    table = coverage_table((), runs=RUNS, noise="bursty", adaptive_from=(6,),
+                           max_rounds=max_rounds)  # fmt: skip
+    assert (table["coverage"] >= table["stated_confidence"] - 0.02).all(), table
+    assert (table["aa_false_alarms"] <= 0.05).all(), table
+    assert (table["stated_confidence"] == 0.95).all(), table
+
+
 def test_adaptive_rounds_find_a_ten_percent_difference():
     table = coverage_table((), runs=500, noise="bursty", adaptive_from=(8,), ab_ratio=1.10)
     assert table["ab_found_slower"].iloc[0] >= 0.9, table

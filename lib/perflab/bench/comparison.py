@@ -23,7 +23,10 @@ for (fewer than 6 rounds). The levels are claims, tested by simulation
 the time budget. Looking several times and stopping when it looks conclusive would inflate the
 false alarms, so each look's interval is taken at 1 - alpha / (number of planned looks)
 (Bonferroni): whichever look stops, the reported interval holds with at least the stated
-confidence.
+confidence. The looks are planned before the first timed round, from the warm-up's time: only
+those that fit the budget count (``planned_max_rounds``), so a budget that holds two looks pays
+alpha / 2 at each, not alpha / 4 for looks that could never come. The plan depends only on the
+time a round takes, not on any ratio, so the Bonferroni bound holds whichever plan is made.
 """
 
 from __future__ import annotations
@@ -168,6 +171,18 @@ def first_look_rounds(max_rounds: int = MAX_ROUNDS, confidence: float = CONFIDEN
     return rounds
 
 
+def planned_max_rounds(rounds: int, max_rounds: int, fits: Callable[[int], bool],
+                       confidence: float = CONFIDENCE) -> int:  # fmt: skip
+    """The last look of the longest schedule (``look_schedule`` from ``rounds``, doubling, up to
+    one of its own looks) whose rounds ``fits`` (rounds -> bool, e.g. within a time budget); the
+    first look's count when none fits, since a comparison takes at least its first look."""
+    caps = look_schedule(rounds, max_rounds)
+    for cap in reversed(caps):
+        if fits(look_schedule(max(rounds, first_look_rounds(cap, confidence)), cap)[-1]):
+            return cap
+    return caps[0]
+
+
 def compare(
     fn_a: Callable[[], object],
     fn_b: Callable[[], object],
@@ -184,7 +199,8 @@ def compare(
 ) -> Comparison:
     """Time ``fn_a`` and ``fn_b`` interleaved (see the module docstring) and return the
     ``Comparison`` of b against a: ``rounds`` rounds, or with ``budget_s`` adaptive rounds from
-    ``rounds`` (at least ``first_look_rounds``) up to ``max_rounds``."""
+    ``rounds`` (at least ``first_look_rounds``) up to ``max_rounds``, or fewer looks when the
+    warm-up's round time says that only fewer fit the budget (``planned_max_rounds``)."""
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2, got {rounds!r}")
     if not isinstance(warmup, int) or warmup < 0:
@@ -205,9 +221,16 @@ def compare(
         return time.perf_counter() - start
 
     started = time.perf_counter()
+    warm = (0.0, 0.0)
     for _ in range(warmup):
-        fn_a()
-        fn_b()
+        warm = timed(fn_a), timed(fn_b)
+    if budget_s is not None and warmup:  # plan the looks from the last warm-up's round time
+        per_round, spent = 2 * sum(warm), time.perf_counter() - started
+
+        def fits(n: int) -> bool:
+            return spent + n * per_round <= budget_s
+
+        max_rounds = planned_max_rounds(rounds, max_rounds, fits, confidence)
     order = np.random.default_rng(seed).integers(0, 2, size=max(rounds, max_rounds))
     timing_started = time.perf_counter()
 

@@ -69,19 +69,22 @@ def simulate(rounds: int, *, ratio: float = 1.0, runs: int = 1000, noise: str = 
 
 def coverage_table(round_counts: Sequence[int], *, runs: int = 1000, noise: str = "bursty",
                    adaptive_from: Sequence[int] = (), ab_ratio: float = 1.10,
-                   seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Per round count (and per adaptive start in ``adaptive_from``): the stated confidence,
+                   max_rounds: int | None = None, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Per round count (and per adaptive start in ``adaptive_from``, looking up to
+    ``max_rounds``, by default ``comparison.MAX_ROUNDS``): the stated confidence,
     the actual coverage of A/A and A/B runs, the A/A false-alarm rate and the share of A/B runs
     (b ``ab_ratio`` x slower) found "slower"."""
     plans = [(n, False) for n in round_counts] + [(n, True) for n in adaptive_from]
     rows = []
     for n, adaptive in plans:
-        same = simulate(n, ratio=1.0, runs=runs, noise=noise, adaptive=adaptive, seed=seed)
+        same = simulate(n, ratio=1.0, runs=runs, noise=noise, adaptive=adaptive,
+                        max_rounds=max_rounds, seed=seed)  # fmt: skip
         slower = simulate(n, ratio=ab_ratio, runs=runs, noise=noise, adaptive=adaptive,
-                          seed=seed + 1)  # fmt: skip
+                          max_rounds=max_rounds, seed=seed + 1)  # fmt: skip
         both = pd.concat([same, slower])
         rows.append({
-            "rounds": f"adaptive from {n}" if adaptive else str(n),
+            "rounds": (f"adaptive from {n}" + (f" to {max_rounds}" if max_rounds else "")
+                       if adaptive else str(n)),
             "noise": noise,
             "stated_confidence": float(both["confidence"].min()),
             "coverage": float(both["covers"].mean()),
