@@ -10,6 +10,7 @@ from perflab.bench.stats import max_level
 from perflab.decode.bench import (
     compare_rotary_tables,
     compare_sampling_place,
+    compile_static_step,
     count_compilations,
     kv_memory,
     prefill_vs_decode,
@@ -89,7 +90,9 @@ def test_throughput_table_has_a_row_per_batch_and_step_with_its_bounds():
                                 steps=2, compiled=(False, True))  # fmt: skip
     assert list(table["batch"]) == [1, 1, 3, 3]
     assert list(table["step"]) == ["eager", "compiled"] * 2
-    assert (table["first_call_s"] > 0).all()
+    # The first call of a compiled step is its compilation: far longer than its median step.
+    compiled = table[table["step"] == "compiled"]
+    assert (compiled["first_call_s"] > 10 * compiled["median_s"]).all()
     assert (table["tokens_per_s_low"] <= table["tokens_per_s_high"]).all()
     # tokens/s is the batch over the median step, the interval inverted around it, and the
     # share of the roofline is taken against the bounds computed for that row.
@@ -192,3 +195,15 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
         assert row["roofline_tokens_per_s"] == pytest.approx(roofline)
         assert row["fraction_of_roofline"] == pytest.approx(batch / 0.02 / roofline)
         assert not row["unstable"]
+
+
+def test_compiled_static_step_against_eager_reports_its_compilation_and_agreement():
+    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    try:
+        row = compile_static_step(model, 2, 9, rounds=2, warmup=0)
+    finally:
+        torch._dynamo.reset()
+    assert row["same_next_tokens"] and row["max_abs_diff"] < 1e-10
+    assert row["compile_s"] > 10 * row["median_b_s"]  # the first call compiles
+    assert row["rounds"] == 2 and row["mode"] == "default"
+    assert row["tokens_per_s_compiled"] == pytest.approx(2 / row["median_b_s"])

@@ -161,21 +161,16 @@ def compile_static_step(model: TransformerLM, batch: int, context: int, *, round
     ``compile_s``), its logits' largest difference from eager and whether both pick the same
     next tokens, and the interleaved comparison."""
     device = next(model.parameters()).device
-    decoder = StaticDecoder(model, batch, context + 1)
-    decoder.prefill(random_prompts(model.config.vocab_size, [context] * batch))
-    tokens = torch.zeros(batch, dtype=torch.long, device=device)
-    positions = torch.full((batch,), context, device=device)
-    compiled = torch.compile(decoder, mode=mode, fullgraph=True)
-    with torch.no_grad():
-        eager_logits = decoder(tokens, positions)
-        synchronize(device)
-        start = time.perf_counter()
-        compiled_logits = compiled(tokens, positions).clone()
-        synchronize(device)
-        compile_s = time.perf_counter() - start
-        result = compare(lambda: decoder(tokens, positions), lambda: compiled(tokens, positions),
-                         rounds=rounds, warmup=warmup, device=device,
-                         names=("eager", "compiled"))  # fmt: skip
+    eager = decode_step(model, "contiguous", batch, context)
+    compiled = decode_step(model, "contiguous", batch, context, compiled=True, mode=mode)
+    eager_logits = eager()
+    synchronize(device)
+    start = time.perf_counter()
+    compiled_logits = compiled().clone()
+    synchronize(device)
+    compile_s = time.perf_counter() - start
+    result = compare(eager, compiled, rounds=rounds, warmup=warmup, device=device,
+                     names=("eager", "compiled"))  # fmt: skip
     row = result.as_row()
     return {**row, "mode": mode or "default", "compile_s": compile_s,
             "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
