@@ -39,22 +39,35 @@ steps = 2              # profiled steps per trace
 timer_steps = 6        # timed steps of the forward pass that the profiler's view is held against
 device = "auto"        # "cuda" when present, else "cpu"
 top = 10               # rows shown in each table
+ln_tokens = 2048       # section 7: LayerNorm's input, tokens
+ln_width = 1024        # by width (float32)
+ln_rounds = 6          # interleaved rounds of each LayerNorm comparison (6: the fewest for a 95% verdict)
+ln_steps = 20          # timed calls of each statistic alone (x.mean takes a fraction of a millisecond)
 
 # %%
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import torch
 
 from perflab.bench.checks import check_results
 from perflab.attention import ATTENTION_RANGES
 from perflab.bench import BenchConfig, run_benchmark
 from perflab.bench.comparison import NOISE_BAND
+from perflab.bench.conclusions import conclude
 from perflab.bench.peak import measure_copy_bandwidth
 from perflab.bench.stats import level_text
 from perflab.device import resolve_device
+from perflab.layer_norm import (
+    LAYER_NORMS,
+    check_layer_norms,
+    compare_layer_norms,
+    reduction_counts,
+    statistics_times,
+)
 from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure
+from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure, save_table
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
@@ -312,6 +325,80 @@ print(f"{short_name(untouched['name'])}, whose work the change leaves the same, 
 # %% [markdown]
 # The same analysis runs from the shell on any pair of traces:
 # `perflab hotspots BASELINE --compare OPTIMIZED --top 10`.
+#
+# ## 7. A hotspot by hand: LayerNorm's statistics in one pass
+#
+# Profiles of sharded training find LayerNorm among the hotspots when it is written out in
+# PyTorch operations: its mean and variance are reductions, each a pass over the activations,
+# and autograd differentiates through every operation. Two remedies, and PyTorch's own kernel
+# as the yardstick (`perflab.layer_norm`): the statistics from **one** reduction
+# (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`; and a **hand-written
+# backward** that reuses the normalised input x̂ and 1/σ saved by the forward,
+# dx = (g·w - mean(g·w) - x̂ · mean(g·w·x̂)) / σ. Correctness first: every way against
+# `F.layer_norm` in float64 on fresh random inputs of odd sizes (the tests add `gradcheck` of
+# the backward), and in float32 at mean 1000, where the textbook one pass, E[x²] - mean²,
+# cancels:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+exact = check_layer_norms(37, 129, mean=3.0)
+ours = exact[exact["way"].isin(list(LAYER_NORMS))]
+worst = ours[["output_error", "grad_x_error", "grad_weight_error", "grad_bias_error"]].max().max()
+print(f"every way within 1e-12 of F.layer_norm in float64 (output and the gradients of x, weight "
+      f"and bias): {bool(worst <= 1e-12)}; outputs float64: {set(ours['out_dtype']) == {'float64'}}")
+
+# %%
+cancelling = check_layer_norms(37, 129, dtype=torch.float32, mean=1000.0)
+cancelling[["way", "output_error", "grad_x_error"]]
+
+# %% [markdown]
+# **What the profile counts.** One forward and backward of each way (the reductions, each
+# counted where it is called; and every operator call):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+counts = reduction_counts()
+counts
+
+# %%
+# NBVAL_CHECK_OUTPUT
+by_way = counts.set_index("way")
+print(f"one pass: {by_way.loc['mean, then var', 'reductions'] - by_way.loc['var_mean', 'reductions']}"
+      f" reduction fewer; the hand-written backward: "
+      f"{by_way.loc['var_mean', 'operator_calls'] - by_way.loc['var_mean, own backward', 'operator_calls']}"
+      f" of {by_way.loc['var_mean', 'operator_calls']} operator calls fewer; F.layer_norm: "
+      f"{by_way.loc['F.layer_norm', 'operator_calls']} calls in all")
+
+# %% [markdown]
+# **What it costs.** The statistics alone, each timed on its own, then forward + backward of
+# each way against the one before it, taking turns:
+
+# %%
+stats = statistics_times(ln_tokens, ln_width, steps=ln_steps, device=dev)
+save_table(stats, out / "layer_norm_statistics.csv", {"settings": settings})
+steps_ln = compare_layer_norms(ln_tokens, ln_width, rounds=ln_rounds, device=dev)
+for result in steps_ln:
+    print(conclude(out, f"layer norm: {result.name_b} vs {result.name_a}", result))
+stats[["statistic", "median_s", "median_ci_low_s", "median_ci_high_s", "unstable"]]
+
+# %%
+median = stats.set_index("statistic")["median_s"]
+if stats["unstable"].any():
+    print("a statistic's timing is unstable: no share is drawn from it")
+else:
+    both = median["mean"] + median["var"]
+    print(f"{ln_tokens} x {ln_width} float32 on {dev.type}: x.var takes "
+          f"{median['var'] / median['mean']:.1f}x x.mean, and var_mean "
+          f"{median['var_mean'] / median['var']:.2f}x x.var. One pass saves at most the cheaper "
+          f"reduction it merges: here x.mean's {median['mean'] * 1e3:.2f} ms of the "
+          f"{both * 1e3:.2f} ms that the two statistics take apart (separate medians, not "
+          f"interleaved).")
+
+# %% [markdown]
+# Reading the numbers: the profile counts what each remedy removes, the comparisons say whether
+# that pays on this device. On a GPU each reduction is
+# a memory-bound pass over x, so removing one saves about its share of the bytes read; that
+# path (`perflab run 02 --full`) has not been run here.
 #
 # ## Where the results are
 

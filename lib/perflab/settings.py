@@ -25,7 +25,14 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "warmup_study_steps": 20,
         "warmup_study_warmups": [0, 1, 2, 5],
     },
-    "02_profiling": {"preset": "small", "context_length": 512, "warmup": 5, "steps": 3},
+    "02_profiling": {
+        "preset": "small",
+        "context_length": 512,
+        "warmup": 5,
+        "steps": 3,
+        "ln_tokens": 16384,
+        "ln_width": 4096,
+    },
     "03_mixed_precision": {
         "presets": ["small", "medium", "large", "xl", "10B"],
         "context_length": 512,

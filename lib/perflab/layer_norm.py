@@ -1,0 +1,202 @@
+"""LayerNorm's statistics in one pass, and its backward by hand (notebook 02, section 7).
+
+LayerNorm (Ba et al. 2016) over the last dimension of x, of width d:
+
+    y = x̂ * weight + bias,   x̂ = (x - mean) * r,   r = 1 / sqrt(var + eps)
+
+Its statistics are reductions, and a reduction reads all of x; profiles of sharded training
+find LayerNorm among the hotspots when it is written out in PyTorch operations. Four ways:
+
+- "mean, then var": ``x.mean`` and ``x.var``, two reductions (var reads x again);
+- "var_mean": ``torch.var_mean``, both from one reduction (Welford's update, Welford 1962: one
+  pass, and as stable as two; the textbook one pass, E[x²] - mean², is not: it cancels when the
+  mean is large against the spread, as ``check_layer_norms`` shows);
+- "var_mean, own backward": the same forward in an ``autograd.Function`` whose backward reuses
+  the x̂ and r that the forward saved, with g the gradient of y:
+
+      dx = r * (g·w - mean(g·w) - x̂ * mean(g·w·x̂)),   dweight = Σ g·x̂,   dbias = Σ g
+
+  where autograd differentiates through every operation of the forward (subtraction, var,
+  rsqrt, products), each with its own saved tensors and kernels;
+- "F.layer_norm": PyTorch's own fused kernel, the yardstick.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.profiler import ProfilerActivity
+
+from perflab.bench.comparison import compare
+from perflab.bench.timer import time_fn
+from perflab.profiling.capture import profiling
+
+EPS = 1e-5
+#: The reductions counted in a profile (a fused kernel does its own inside one call).
+REDUCTIONS = ("aten::sum", "aten::mean", "aten::var", "aten::var_mean", "aten::std",
+              "aten::native_layer_norm", "aten::native_layer_norm_backward")  # fmt: skip
+
+
+def mean_then_var(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
+    """LayerNorm from two reductions: the mean, then the (biased) variance."""
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * weight + bias
+
+
+def var_mean(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
+    """LayerNorm from one reduction, ``torch.var_mean`` (both statistics in one pass)."""
+    var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+    return (x - mean) * torch.rsqrt(var + eps) * weight + bias
+
+
+def sum_of_squares(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
+    """LayerNorm from the textbook one pass, var = E[x²] - mean²: cancels catastrophically when
+    the mean is large against the spread (for accuracy checks only)."""
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return (x - mean) * torch.rsqrt(var.clamp_min(0) + eps) * weight + bias
+
+
+class _LayerNormByHand(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, eps: float) -> Tensor:
+        var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+        rstd = torch.rsqrt(var + eps)
+        normalised = (x - mean) * rstd
+        ctx.save_for_backward(normalised, rstd, weight)
+        return normalised * weight + bias
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        normalised, rstd, weight = ctx.saved_tensors
+        scaled = grad * weight
+        grad_x = rstd * (scaled - scaled.mean(-1, keepdim=True)
+                         - normalised * (scaled * normalised).mean(-1, keepdim=True))  # fmt: skip
+        rows = tuple(range(grad.ndim - 1))
+        return grad_x, (grad * normalised).sum(rows), grad.sum(rows), None
+
+
+def own_backward(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
+    """LayerNorm by ``var_mean`` with a hand-written backward that reuses the saved x̂ and r."""
+    return _LayerNormByHand.apply(x, weight, bias, eps)
+
+
+def torch_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
+    """PyTorch's fused ``F.layer_norm``."""
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+#: The timed ways, in the order of the notebook's comparisons.
+LAYER_NORMS: dict[str, Callable[..., Tensor]] = {
+    "mean, then var": mean_then_var,
+    "var_mean": var_mean,
+    "var_mean, own backward": own_backward,
+    "F.layer_norm": torch_layer_norm,
+}
+
+
+def _inputs(tokens: int, width: int, dtype: torch.dtype, device: torch.device | str,
+            mean: float = 0.0, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """x (tokens, width) of the given mean and unit spread, random weight and bias, and an
+    upstream gradient, all fresh from ``seed``."""
+    if tokens < 1 or width < 2:
+        raise ValueError(f"need tokens >= 1 and width >= 2, got tokens={tokens}, width={width}")
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=dtype).to(device)
+
+    return draw(tokens, width) + mean, 1 + 0.1 * draw(width), 0.1 * draw(width), draw(tokens, width)
+
+
+def _forward_backward(fn: Callable[..., Tensor], x: Tensor, weight: Tensor, bias: Tensor,
+                      grad: Tensor) -> tuple[Tensor, ...]:  # fmt: skip
+    leaves = [t.detach().requires_grad_() for t in (x, weight, bias)]
+    out = fn(*leaves)
+    out.backward(grad)
+    return (out.detach(), *(leaf.grad for leaf in leaves))
+
+
+def check_layer_norms(tokens: int = 37, width: int = 129, *, dtype: torch.dtype = torch.float64,
+                      mean: float = 0.0, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Each way (and the textbook ``sum_of_squares``) against ``F.layer_norm`` on the same fresh
+    random inputs: the largest absolute error of the output and of the gradients of x, weight
+    and bias, for inputs of the given ``mean`` (unit spread) in ``dtype``."""
+    x, weight, bias, grad = _inputs(tokens, width, dtype, "cpu", mean, seed)
+    expected = _forward_backward(torch_layer_norm, x, weight, bias, grad)
+    rows = []
+    for name, fn in {**LAYER_NORMS, "E[x²] - mean² (textbook one pass)": sum_of_squares}.items():
+        got = _forward_backward(fn, x, weight, bias, grad)
+        errors = [(a - b).abs().max().item() for a, b in zip(got, expected, strict=True)]
+        rows.append({"way": name, "dtype": str(dtype).removeprefix("torch."), "input_mean": mean,
+                     "output_error": errors[0], "grad_x_error": errors[1],
+                     "grad_weight_error": errors[2], "grad_bias_error": errors[3],
+                     "out_dtype": str(got[0].dtype).removeprefix("torch.")})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _inside(event, names) -> bool:
+    """Whether ``event`` was called from an operator named in ``names`` (or, for a string,
+    from any operator whose name starts with it)."""
+    parent = event.cpu_parent
+    if parent is None:
+        return False
+    return parent.name.startswith(names) if isinstance(names, str) else parent.name in names
+
+
+def reduction_counts(tokens: int = 64, width: int = 128) -> pd.DataFrame:
+    """Forward + backward of each way, profiled once on the CPU: the reductions (``REDUCTIONS``,
+    each counted where it is called, not inside another reduction) and all operator calls."""
+    x, weight, bias, grad = _inputs(tokens, width, torch.float32, "cpu")
+    rows = []
+    for name, fn in LAYER_NORMS.items():
+        _forward_backward(fn, x, weight, bias, grad)  # warm, outside the profile
+        with profiling(activities=[ProfilerActivity.CPU]) as prof:
+            _forward_backward(fn, x, weight, bias, grad)
+        events = [e for e in prof.events() if e.name.startswith("aten::")]
+        outer = [e for e in events if e.name in REDUCTIONS and not _inside(e, REDUCTIONS)]
+        called = [e for e in events if not _inside(e, "aten::")]
+        which = sorted(Counter(e.name.removeprefix("aten::") for e in outer).items())
+        rows.append({"way": name, "reductions": len(outer), "operator_calls": len(called),
+                     "which": ", ".join(f"{n} x{c}" for n, c in which)})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def compare_layer_norms(tokens: int, width: int, *, rounds: int = 6, warmup: int = 2,
+                        device: torch.device | str = "cpu",
+                        dtype: torch.dtype = torch.float32) -> list:  # fmt: skip
+    """Forward + backward of each way against the one before it in ``LAYER_NORMS``, interleaved
+    (``compare``): "mean, then var" -> "var_mean" -> "var_mean, own backward" -> "F.layer_norm";
+    the ``Comparison`` of each step."""
+    x, weight, bias, grad = _inputs(tokens, width, dtype, device)
+    names = list(LAYER_NORMS)
+
+    def run(name: str) -> Callable[[], object]:
+        return lambda: _forward_backward(LAYER_NORMS[name], x, weight, bias, grad)
+
+    pairs = list(zip(names, names[1:], strict=False))
+    return [compare(run(a), run(b), rounds=rounds, warmup=warmup, device=device, names=(a, b),
+                    seed=seed) for seed, (a, b) in enumerate(pairs)]  # fmt: skip
+
+
+def statistics_times(tokens: int, width: int, *, steps: int = 6, warmup: int = 2,
+                     device: torch.device | str = "cpu",
+                     dtype: torch.dtype = torch.float32) -> pd.DataFrame:  # fmt: skip
+    """The statistics alone, forward only: ``x.mean``, ``x.var`` and ``torch.var_mean`` over the
+    last dimension, each timed on its own (``time_fn``: median, its interval, unstable). What
+    one pass can save is the cheaper of the two reductions it merges."""
+    x = _inputs(tokens, width, dtype, device)[0]
+    ways = {"mean": lambda: x.mean(-1, keepdim=True),
+            "var": lambda: x.var(-1, keepdim=True, correction=0),
+            "var_mean": lambda: torch.var_mean(x, -1, keepdim=True, correction=0)}  # fmt: skip
+    rows = []
+    for name, fn in ways.items():
+        timing = time_fn(fn, warmup=warmup, steps=steps, device=device)
+        rows.append({"statistic": name, **timing.summary()})
+    return pd.DataFrame(rows)
