@@ -30,6 +30,12 @@ batch_size = 2                       # sequences per step
 warmup = 1                           # untimed steps of each dtype before the comparison
 rounds = 8                           # first look of the comparison's adaptive rounds (each times both dtypes twice)
 budget_s = 30                        # seconds each comparison may take adding rounds until it concludes
+fp16_preset = "cpu-tiny"             # section 5: the model of the loss-scale study, with the 256 byte ids as vocabulary
+fp16_batch_sizes = [2, 32]           # sequences per step: the mean loss divides each gradient by the tokens
+fp16_seq_len = 64                    # tokens per sequence
+fp16_scales = [1.0, 65536.0, 16777216.0]  # loss scales tried: none, GradScaler's default 2^16, and 2^24
+scaler_steps = 8                     # AdamW steps with GradScaler beside float32
+scaler_init_scale = 16777216.0       # GradScaler's first scale (2^24: large enough to overflow)
 device = "auto"                      # "cuda" when present, else "cpu"
 
 # %%
@@ -44,6 +50,8 @@ from perflab.bench.conclusions import conclude
 from perflab.bench.plots import plot_comparisons
 from perflab.bench.steps import compare_configs
 from perflab.device import describe, resolve_device
+from perflab.loss_scaling import byte_vocabulary, gradient_underflow, train_with_scaler
+from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.precision import ToyModel, accumulation_experiment, dtype_audit, layernorm_sensitivity
 from perflab.settings import record_settings
@@ -211,6 +219,81 @@ for p, comparison in comparisons.items():
 # A100 datasheet: 312 TFLOP/s bfloat16 dense against 19.5 TFLOP/s float32; cited, not measured
 # here); what a whole training step gains on a GPU is not measured here: `perflab run 03
 # --full` on a GPU measures it.
+#
+# ## 5. float16 needs a loss scale; bfloat16 does not
+#
+# float16 keeps 10 mantissa bits but only 5 exponent bits: its smallest normal number is 6.1e-5,
+# its smallest subnormal 6.0e-8 and its largest 65,504. A mean loss over N tokens divides every
+# gradient by N, and under float16 autocast the backward's activation gradients are float16:
+# the smallest flush to zero, the small ones keep fewer bits. **Loss scaling** (Micikevicius et
+# al. 2018) multiplies the loss by S before backward and divides the float32 parameter gradients
+# by S after it; too large an S overflows to inf. bfloat16 has float32's 8 exponent bits. One
+# backward of the same weights and batch per dtype and loss scale, against float32
+# (`perflab.loss_scaling.gradient_underflow`; `flushed`: gradient elements that are zero where
+# float32's are not; the error: the largest relative error of a parameter's gradient). The model
+# has the 256 byte ids as vocabulary: float16 matmuls are slow on a CPU without float16
+# arithmetic, and the LM head is most of a small model's work.
+
+# %%
+fp16_config = byte_vocabulary(get_preset(fp16_preset))
+underflow = pd.concat([gradient_underflow(fp16_config, b, fp16_seq_len, scales=tuple(fp16_scales),
+                                          device=dev) for b in fp16_batch_sizes],
+                      ignore_index=True)  # fmt: skip
+save_table(underflow, out / "loss_scale_underflow.csv", provenance)
+underflow
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rows = underflow.set_index(["tokens", "dtype", "loss_scale"])
+most = max(underflow["tokens"])
+plain, scaled, overflowing = (rows.loc[(most, "float16", s)] for s in fp16_scales)
+brain = rows.loc[(most, "bfloat16", fp16_scales[0])]
+print(f"bfloat16 flushes no gradient at any size: {bool((underflow.loc[underflow['dtype'] == 'bfloat16', 'flushed'] == 0).all())}")
+print(f"at {most} tokens a scale of {fp16_scales[1]:,.0f} cuts float16's gradient error: "
+      f"{bool(scaled['max_relative_error'] < plain['max_relative_error'])}; a scale of "
+      f"{fp16_scales[2]:,.0f} overflows: {bool(overflowing['nonfinite'] > 0)}")
+
+# %%
+by_size = rows.xs(("float16", fp16_scales[0]), level=("dtype", "loss_scale"))["max_relative_error"]
+print(f"float16 without a scale: the gradient error grows from {by_size.iloc[0]:.2%} at "
+      f"{by_size.index[0]} tokens to {by_size.iloc[-1]:.2%} at {by_size.index[-1]}, with "
+      f"{int(plain['flushed'])} gradient elements flushed to zero; with a scale of "
+      f"{fp16_scales[1]:,.0f}, {scaled['max_relative_error']:.2%} and {int(scaled['flushed'])} "
+      f"flushed; at {fp16_scales[2]:,.0f}, {int(overflowing['nonfinite']):,} gradient elements "
+      f"are inf or NaN. bfloat16 errs by {brain['max_relative_error']:.2%} whatever the scale: "
+      "its 8 mantissa bits, not its range.")
+
+# %% [markdown]
+# **What GradScaler does with an overflow.** A scale too large makes some scaled gradient inf;
+# `torch.amp.GradScaler` finds it before the step, skips that step (the weights and AdamW's
+# state stay as they were) and halves the scale, and it grows the scale again after 2,000 clean
+# steps. The same weights and batches trained in float32 beside it
+# (`perflab.loss_scaling.train_with_scaler`):
+
+# %%
+scaler = train_with_scaler(fp16_config, fp16_batch_sizes[0], fp16_seq_len, scaler_steps,
+                           init_scale=scaler_init_scale, device=dev)  # fmt: skip
+save_table(scaler, out / "grad_scaler_steps.csv", provenance)
+scaler
+
+# %%
+# NBVAL_CHECK_OUTPUT
+skipped = scaler[scaler["skipped"]]
+print(f"skipped steps moved no weight: {not skipped['parameters_moved'].any()}; every other "
+      f"step did: {bool(scaler.loc[~scaler['skipped'], 'parameters_moved'].all())}")
+
+# %%
+settled = scaler.loc[~scaler["skipped"], "scale"]
+gap = (scaler["loss_float16"] - scaler["loss_float32"]).abs().max()
+print(f"from {scaler_init_scale:,.0f}, GradScaler skipped {len(skipped)} of {scaler_steps} steps, "
+      f"halving the scale each time" + (f", and stepped from {settled.iloc[0]:,.0f} on"
+      if len(settled) else "; no step went through") + f"; the float16 loss stayed within {gap:.3f} "
+      "of float32's, whose weights took every step.")
+
+# %% [markdown]
+# On a GPU the formats are the same, so the same gradients flush or overflow; what differs is the
+# speed (float16 and bfloat16 tensor cores run at the same rate on an A100: cited, not measured
+# here), which is why bfloat16, needing no scaler, is the usual choice where it exists.
 #
 # ## Where the results are
 

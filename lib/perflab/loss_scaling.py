@@ -1,0 +1,127 @@
+"""float16 needs loss scaling, bfloat16 does not (notebook 03, section 5).
+
+float16 keeps 10 mantissa bits but only 5 exponent bits: its smallest normal number is 6.1e-5,
+its smallest subnormal 6.0e-8, its largest 65,504. Gradients of a mean loss over N tokens are
+small (the mean divides each by N), and under float16 autocast the backward's activation
+gradients are float16: those below 6e-8 flush to zero (underflow), those below 6.1e-5 keep
+fewer bits. bfloat16 has float32's 8 exponent bits, so the same gradients survive (with fewer
+mantissa bits). Loss scaling (Micikevicius et al. 2018, "Mixed Precision Training") multiplies
+the loss by S before backward, so every gradient is S times larger while in float16, and
+divides the float32 parameter gradients by S before the step. Too large an S overflows to inf:
+``torch.amp.GradScaler`` then skips that step (the parameters and the optimizer's state stay as
+they were) and halves S, and grows it again after ``growth_interval`` clean steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from perflab.model import ModelConfig, TransformerLM
+
+DTYPES = ("float16", "bfloat16")
+
+
+def _batch(config: ModelConfig, batch_size: int, seq_len: int, seed: int,
+           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, config.vocab_size, (batch_size, seq_len + 1), generator=generator)
+    tokens = tokens.to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def _loss(model: TransformerLM, inputs: torch.Tensor, targets: torch.Tensor,
+          dtype: torch.dtype | None) -> torch.Tensor:  # fmt: skip
+    """The mean cross-entropy, under autocast to ``dtype`` (None: float32 throughout)."""
+    device = inputs.device.type
+    with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
+        logits = model(inputs)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+
+def _model(config: ModelConfig, seed: int, device: torch.device) -> TransformerLM:
+    torch.manual_seed(seed)
+    return TransformerLM(config).to(device)
+
+
+def gradient_underflow(config: ModelConfig, batch_size: int, seq_len: int, *,
+                       scales: tuple[float, ...] = (1.0, 2.0**16), seed: int = 0,
+                       device: torch.device | str = "cpu") -> pd.DataFrame:  # fmt: skip
+    """One backward of the same model and batch under float16 and bfloat16 autocast, the loss
+    multiplied by each of ``scales`` (the gradients divided back), against float32: per dtype
+    and scale, the gradient elements that are zero where float32's are not (``flushed``) and
+    their share of float32's non-zero ones, the non-finite elements, and the largest relative
+    error of a parameter's gradient (its norm)."""
+    if batch_size < 1 or seq_len < 1 or not scales or min(scales) <= 0:
+        raise ValueError(f"need batch_size >= 1, seq_len >= 1 and positive scales, got "
+                         f"{batch_size}, {seq_len}, {scales!r}")  # fmt: skip
+    device = torch.device(device)
+    model = _model(config, seed, device)
+    inputs, targets = _batch(config, batch_size, seq_len, seed, device)
+
+    def gradients(dtype: torch.dtype | None, scale: float) -> tuple[float, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = _loss(model, inputs, targets, dtype)
+        (loss * scale).backward()
+        return loss.item(), [p.grad.detach() / scale for p in model.parameters()]
+
+    _, reference = gradients(None, 1.0)
+    nonzero = sum(int((g != 0).sum()) for g in reference)
+    rows = []
+    for name in DTYPES:
+        for scale in scales:
+            loss, got = gradients(getattr(torch, name), scale)
+            pairs = list(zip(got, reference, strict=True))
+            flushed = sum(int(((g == 0) & (r != 0)).sum()) for g, r in pairs)
+            rows.append({
+                "dtype": name, "loss_scale": scale, "tokens": batch_size * seq_len,
+                "loss": loss, "flushed": flushed, "flushed_share": flushed / nonzero,
+                "nonfinite": sum(int((~torch.isfinite(g)).sum()) for g in got),
+                "max_relative_error": max(float((g - r).norm() / r.norm())
+                                          for g, r in pairs if r.norm() > 0),
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def train_with_scaler(config: ModelConfig, batch_size: int, seq_len: int, steps: int, *,
+                      init_scale: float = 2.0**16, lr: float = 1e-3, seed: int = 0,
+                      device: torch.device | str = "cpu") -> pd.DataFrame:  # fmt: skip
+    """``steps`` AdamW steps of float16 autocast with ``torch.amp.GradScaler`` (starting at
+    ``init_scale``) beside the same steps in float32 from the same weights and batches: per
+    step both losses, the scale used, whether the scaler skipped the step (it found an inf or
+    NaN: the parameters did not move) and whether the parameters moved."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    device = torch.device(device)
+    fp16, fp32 = _model(config, seed, device), _model(config, seed, device)
+    opt16 = torch.optim.AdamW(fp16.parameters(), lr=lr)
+    opt32 = torch.optim.AdamW(fp32.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler(device.type, init_scale=init_scale)
+    rows = []
+    for step in range(steps):
+        inputs, targets = _batch(config, batch_size, seq_len, seed + 1 + step, device)
+        loss32 = _loss(fp32, inputs, targets, None)
+        loss32.backward()
+        opt32.step()
+        opt32.zero_grad(set_to_none=True)
+        before = [p.detach().clone() for p in fp16.parameters()]
+        loss16 = _loss(fp16, inputs, targets, torch.float16)
+        scale = scaler.get_scale()
+        scaler.scale(loss16).backward()
+        scaler.step(opt16)
+        scaler.update()
+        opt16.zero_grad(set_to_none=True)
+        moved = any(not torch.equal(b, p) for b, p in zip(before, fp16.parameters(), strict=True))
+        rows.append({"step": step, "loss_float32": loss32.item(), "loss_float16": loss16.item(),
+                     "scale": scale, "skipped": scaler.get_scale() < scale,
+                     "parameters_moved": moved})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def byte_vocabulary(config: ModelConfig) -> ModelConfig:
+    """``config`` with the 256 byte ids as its vocabulary: float16 matmuls are slow on a CPU
+    without float16 arithmetic, and the LM head is most of a small model's."""
+    return dataclasses.replace(config, name=f"{config.name}-bytes", vocab_size=256)
