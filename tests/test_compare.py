@@ -183,7 +183,13 @@ def test_the_looks_are_planned_from_the_budget():
     assert planned_max_rounds(6, 48, fits=lambda n: n <= 30) == 24
     assert planned_max_rounds(6, 48, fits=lambda n: n <= 13) == 12
     assert planned_max_rounds(6, 48, fits=lambda n: False) == 6  # at least the first look
-    # A round of about 2 x (1 + 1) ms and a budget of 1 s: all 48 rounds are planned, and a
-    # tiny budget plans one look (95% at that look, not 95% / 4).
-    calm = compare(lambda: time.sleep(1e-3), lambda: time.sleep(1e-3), rounds=6, budget_s=1e-3)
-    assert calm.looks == 1 and calm.rounds == 6 and calm.confidence == 0.95
+
+    # A round of about 2 x (1 + 1) ms and a budget of 10 s: all looks up to 48 rounds are
+    # planned; a tiny budget plans one look (95% at that look, not 95% / 4).
+    def nap():
+        time.sleep(1e-3)
+
+    roomy = compare(nap, nap, rounds=6, budget_s=10)
+    assert roomy.planned_looks == 4  # 8, 16, 32, 48 rounds
+    calm = compare(nap, nap, rounds=6, budget_s=1e-3)
+    assert calm.planned_looks == calm.looks == 1 and calm.rounds == 6 and calm.confidence == 0.95

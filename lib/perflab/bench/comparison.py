@@ -23,10 +23,13 @@ for (fewer than 6 rounds). The levels are claims, tested by simulation
 the time budget. Looking several times and stopping when it looks conclusive would inflate the
 false alarms, so each look's interval is taken at 1 - alpha / (number of planned looks)
 (Bonferroni): whichever look stops, the reported interval holds with at least the stated
-confidence. The looks are planned before the first timed round, from the warm-up's time: only
-those that fit the budget count (``planned_max_rounds``), so a budget that holds two looks pays
-alpha / 2 at each, not alpha / 4 for looks that could never come. The plan depends only on the
-time a round takes, not on any ratio, so the Bonferroni bound holds whichever plan is made.
+confidence. The looks are planned before the first timed round, from the fastest warm-up
+round's time: only those that fit the budget count (``planned_max_rounds``), so a budget that
+holds two looks pays alpha / 2 at each, not alpha / 4 for looks that could never come. For any
+number K of planned looks, each at 1 - alpha / K, the reported interval holds with at least
+1 - alpha; the plan comes from the warm-up's duration, not from any timed ratio, so the bound
+holds whichever K is planned (as long as the warm-up's time says nothing of the ratios to come).
+``Comparison.planned_looks`` records K.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Comparison:
     confidence: float  # what the interval gives (at least this, for adaptive rounds)
     required: float = CONFIDENCE  # what a verdict asks for
     looks: int = 1  # how often the rounds were looked at (adaptive rounds: more than one)
+    planned_looks: int = 1  # the looks the Bonferroni level was divided over (adaptive rounds)
 
     @property
     def rounds(self) -> int:
@@ -97,6 +101,7 @@ class Comparison:
             "confidence": self.confidence,
             "rounds": self.rounds,
             "looks": self.looks,
+            "planned_looks": self.planned_looks,
             "noise_band": self.noise_band,
             "verdict": self.verdict,
         }
@@ -177,7 +182,7 @@ def planned_max_rounds(rounds: int, max_rounds: int, fits: Callable[[int], bool]
     one of its own looks) whose rounds ``fits`` (rounds -> bool, e.g. within a time budget); the
     first look's count when none fits, since a comparison takes at least its first look."""
     caps = look_schedule(rounds, max_rounds)
-    for cap in reversed(caps):
+    for cap in reversed(caps):  # the schedule's last look is the cap, or its first look if longer
         if fits(look_schedule(max(rounds, first_look_rounds(cap, confidence)), cap)[-1]):
             return cap
     return caps[0]
@@ -200,7 +205,9 @@ def compare(
     """Time ``fn_a`` and ``fn_b`` interleaved (see the module docstring) and return the
     ``Comparison`` of b against a: ``rounds`` rounds, or with ``budget_s`` adaptive rounds from
     ``rounds`` (at least ``first_look_rounds``) up to ``max_rounds``, or fewer looks when the
-    warm-up's round time says that only fewer fit the budget (``planned_max_rounds``)."""
+    fastest warm-up round says that only fewer fit the budget (``planned_max_rounds``; with
+    ``warmup=0`` nothing is known of a round's time, and all looks up to ``max_rounds`` are
+    planned)."""
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2, got {rounds!r}")
     if not isinstance(warmup, int) or warmup < 0:
@@ -221,11 +228,11 @@ def compare(
         return time.perf_counter() - start
 
     started = time.perf_counter()
-    warm = (0.0, 0.0)
+    warm = []
     for _ in range(warmup):
-        warm = timed(fn_a), timed(fn_b)
-    if budget_s is not None and warmup:  # plan the looks from the last warm-up's round time
-        per_round, spent = 2 * sum(warm), time.perf_counter() - started
+        warm.append(timed(fn_a) + timed(fn_b))
+    if budget_s is not None and warm:  # plan the looks from the fastest warm-up's round time
+        per_round, spent = 2 * min(warm), time.perf_counter() - started
 
         def fits(n: int) -> bool:
             return spent + n * per_round <= budget_s
@@ -277,7 +284,7 @@ def interleaved_rounds(take_round: Callable[[int], tuple[float, float]], *, roun
     # planned looks): the Comparison states that overall level; its verdict is the look's.
     overall = confidence if result.confidence >= level - 1e-12 else result.confidence
     return Comparison(result.name_a, result.name_b, result.times_a, result.times_b, result.ratio,
-                      result.ci, noise_band, overall, confidence, looked)  # fmt: skip
+                      result.ci, noise_band, overall, confidence, looked, len(looks))  # fmt: skip
 
 
 def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
