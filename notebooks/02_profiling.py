@@ -328,16 +328,18 @@ print(f"{short_name(untouched['name'])}, whose work the change leaves the same, 
 #
 # ## 7. A hotspot by hand: LayerNorm's statistics in one pass
 #
-# Profiles of sharded training find LayerNorm among the hotspots when it is written out in
-# PyTorch operations: its mean and variance are reductions, each a pass over the activations,
-# and autograd differentiates through every operation. Two remedies, and PyTorch's own kernel
-# as the yardstick (`perflab.layer_norm`): the statistics from **one** reduction
-# (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`; and a **hand-written
-# backward** that reuses the normalised input x̂ and 1/σ saved by the forward,
+# One of the workbook's sources (a note on FSDP hotspots) names LayerNorm written out in PyTorch
+# operations among the hotspots (the A100 trace of section 5 is of a network with cuDNN's batch
+# norm, not LayerNorm, so here it is measured on its own): its mean and variance are reductions,
+# each a pass over the activations, and autograd differentiates through every operation. Two
+# remedies, and PyTorch's own kernel as the yardstick (`perflab.layer_norm`): the statistics
+# from **one** reduction (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`;
+# and a **hand-written backward** that reuses the normalised input x̂ and 1/σ saved by the
+# forward,
 # dx = (g·w - mean(g·w) - x̂ · mean(g·w·x̂)) / σ. Correctness first: every way against
 # `F.layer_norm` in float64 on fresh random inputs of odd sizes (the tests add `gradcheck` of
-# the backward), and in float32 at mean 1000, where the textbook one pass, E[x²] - mean²,
-# cancels:
+# the backward), and each way in float32 at mean 1000 against float64, where the textbook one
+# pass, E[x²] - mean², cancels:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -352,8 +354,9 @@ cancelling = check_layer_norms(37, 129, dtype=torch.float32, mean=1000.0)
 cancelling[["way", "output_error", "grad_x_error"]]
 
 # %% [markdown]
-# **What the profile counts.** One forward and backward of each way (the reductions, each
-# counted where it is called; and every operator call):
+# **What the profile counts.** One forward and backward of each way: its calls of reductions
+# (the row statistics and the weight and bias gradients' sums over rows alike; a fused kernel's
+# happen inside its own two calls) and all its operator calls:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -363,7 +366,7 @@ counts
 # %%
 # NBVAL_CHECK_OUTPUT
 by_way = counts.set_index("way")
-print(f"one pass: {by_way.loc['mean, then var', 'reductions'] - by_way.loc['var_mean', 'reductions']}"
+print(f"one pass: {by_way.loc['mean, then var', 'reduction_calls'] - by_way.loc['var_mean', 'reduction_calls']}"
       f" reduction fewer; the hand-written backward: "
       f"{by_way.loc['var_mean', 'operator_calls'] - by_way.loc['var_mean, own backward', 'operator_calls']}"
       f" of {by_way.loc['var_mean', 'operator_calls']} operator calls fewer; F.layer_norm: "
@@ -389,10 +392,11 @@ else:
     both = median["mean"] + median["var"]
     print(f"{ln_tokens} x {ln_width} float32 on {dev.type}: x.var takes "
           f"{median['var'] / median['mean']:.1f}x x.mean, and var_mean "
-          f"{median['var_mean'] / median['var']:.2f}x x.var. One pass saves at most the cheaper "
-          f"reduction it merges: here x.mean's {median['mean'] * 1e3:.2f} ms of the "
-          f"{both * 1e3:.2f} ms that the two statistics take apart (separate medians, not "
-          f"interleaved).")
+          f"{median['var_mean'] / median['var']:.2f}x x.var, though all three read the same "
+          f"bytes: on this device the variance costs arithmetic, not memory traffic. One pass "
+          f"saves at most the cheaper reduction it merges: here x.mean's "
+          f"{median['mean'] * 1e3:.2f} ms of the {both * 1e3:.2f} ms that the two statistics "
+          f"take apart (separate medians, not interleaved).")
 
 # %% [markdown]
 # Reading the numbers: the profile counts what each remedy removes, the comparisons say whether

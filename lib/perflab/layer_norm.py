@@ -4,8 +4,9 @@ LayerNorm (Ba et al. 2016) over the last dimension of x, of width d:
 
     y = x̂ * weight + bias,   x̂ = (x - mean) * r,   r = 1 / sqrt(var + eps)
 
-Its statistics are reductions, and a reduction reads all of x; profiles of sharded training
-find LayerNorm among the hotspots when it is written out in PyTorch operations. Four ways:
+Its statistics are reductions, and a reduction reads all of x; one of the workbook's sources
+(a note on FSDP hotspots) names LayerNorm written out in PyTorch operations among them. Four
+ways:
 
 - "mean, then var": ``x.mean`` and ``x.var``, two reductions (var reads x again);
 - "var_mean": ``torch.var_mean``, both from one reduction (Welford's update, Welford 1962: one
@@ -125,15 +126,17 @@ def _forward_backward(fn: Callable[..., Tensor], x: Tensor, weight: Tensor, bias
 
 def check_layer_norms(tokens: int = 37, width: int = 129, *, dtype: torch.dtype = torch.float64,
                       mean: float = 0.0, seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Each way (and the textbook ``sum_of_squares``) against ``F.layer_norm`` on the same fresh
-    random inputs: the largest absolute error of the output and of the gradients of x, weight
-    and bias, for inputs of the given ``mean`` (unit spread) in ``dtype``."""
+    """Each way (``F.layer_norm`` too, and the textbook ``sum_of_squares``) in ``dtype`` against
+    ``F.layer_norm`` in float64 on the same fresh random inputs (rounded to ``dtype``): the
+    largest absolute error of the output and of the gradients of x, weight and bias, for inputs
+    of the given ``mean`` (unit spread)."""
     x, weight, bias, grad = _inputs(tokens, width, dtype, "cpu", mean, seed)
-    expected = _forward_backward(torch_layer_norm, x, weight, bias, grad)
+    wide = (t.to(torch.float64) for t in (x, weight, bias, grad))
+    expected = _forward_backward(torch_layer_norm, *wide)
     rows = []
     for name, fn in {**LAYER_NORMS, "E[x²] - mean² (textbook one pass)": sum_of_squares}.items():
         got = _forward_backward(fn, x, weight, bias, grad)
-        errors = [(a - b).abs().max().item() for a, b in zip(got, expected, strict=True)]
+        errors = [(a.double() - b).abs().max().item() for a, b in zip(got, expected, strict=True)]
         rows.append({"way": name, "dtype": str(dtype).removeprefix("torch."), "input_mean": mean,
                      "output_error": errors[0], "grad_x_error": errors[1],
                      "grad_weight_error": errors[2], "grad_bias_error": errors[3],
@@ -151,19 +154,22 @@ def _inside(event, names) -> bool:
 
 
 def reduction_counts(tokens: int = 64, width: int = 128) -> pd.DataFrame:
-    """Forward + backward of each way, profiled once on the CPU: the reductions (``REDUCTIONS``,
-    each counted where it is called, not inside another reduction) and all operator calls."""
+    """Forward + backward of each way, profiled once on the CPU: the calls of reductions
+    (``REDUCTIONS``: the row statistics and the weight and bias gradients' sums over rows alike,
+    each counted where it is called, not inside another reduction; a fused kernel's are inside
+    its own call) and all operator calls of the layer."""
     x, weight, bias, grad = _inputs(tokens, width, torch.float32, "cpu")
     rows = []
     for name, fn in LAYER_NORMS.items():
         _forward_backward(fn, x, weight, bias, grad)  # warm, outside the profile
+        leaves = [t.detach().requires_grad_() for t in (x, weight, bias)]
         with profiling(activities=[ProfilerActivity.CPU]) as prof:
-            _forward_backward(fn, x, weight, bias, grad)
+            fn(*leaves).backward(grad)  # only the layer: no copies of the harness
         events = [e for e in prof.events() if e.name.startswith("aten::")]
         outer = [e for e in events if e.name in REDUCTIONS and not _inside(e, REDUCTIONS)]
         called = [e for e in events if not _inside(e, "aten::")]
         which = sorted(Counter(e.name.removeprefix("aten::") for e in outer).items())
-        rows.append({"way": name, "reductions": len(outer), "operator_calls": len(called),
+        rows.append({"way": name, "reduction_calls": len(outer), "operator_calls": len(called),
                      "which": ", ".join(f"{n} x{c}" for n, c in which)})  # fmt: skip
     return pd.DataFrame(rows)
 
