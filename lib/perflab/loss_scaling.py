@@ -1,13 +1,16 @@
-"""float16 needs loss scaling, bfloat16 does not (notebook 03, section 5).
+"""float16 and loss scaling, beside bfloat16 (notebook 03, section 5).
 
-float16 keeps 10 mantissa bits but only 5 exponent bits: its smallest normal number is 6.1e-5,
-its smallest subnormal 6.0e-8, its largest 65,504. Gradients of a mean loss over N tokens are
-small (the mean divides each by N), and under float16 autocast the backward's activation
-gradients are float16: those below 6e-8 flush to zero (underflow), those below 6.1e-5 keep
-fewer bits. bfloat16 has float32's 8 exponent bits, so the same gradients survive (with fewer
-mantissa bits). Loss scaling (Micikevicius et al. 2018, "Mixed Precision Training") multiplies
-the loss by S before backward, so every gradient is S times larger while in float16, and
-divides the float32 parameter gradients by S before the step. Too large an S overflows to inf:
+float16 has 11 significant bits (10 stored) but only 5 exponent bits: its smallest normal
+number is 6.1e-5, its smallest subnormal 6.0e-8, its largest 65,504. A mean loss over N tokens
+divides the gradient of each token's logits by N (d loss / d logits = (softmax - onehot) / N),
+and every activation gradient below them inherits the factor; under float16 autocast those
+gradients are float16: values below about 3e-8 (half the smallest subnormal) round to zero,
+values below 6.1e-5 keep fewer bits. (The parameter gradients sum over the tokens again, so
+they do not shrink with N; they are float32 here.) bfloat16 has float32's 8 exponent bits, so
+the same gradients survive, with 8 significant bits (7 stored). Loss scaling (Micikevicius et
+al. 2018, "Mixed Precision Training") multiplies the loss by S before backward, so every
+gradient is S times larger while in float16, and divides the float32 parameter gradients by S
+before the step. Too large an S overflows to inf:
 ``torch.amp.GradScaler`` then skips that step (the parameters and the optimizer's state stay as
 they were) and halves S, and grows it again after ``growth_interval`` clean steps.
 """
@@ -80,10 +83,17 @@ def gradient_underflow(config: ModelConfig, batch_size: int, seq_len: int, *,
                 "dtype": name, "loss_scale": scale, "tokens": batch_size * seq_len,
                 "loss": loss, "flushed": flushed, "flushed_share": flushed / nonzero,
                 "nonfinite": sum(int((~torch.isfinite(g)).sum()) for g in got),
-                "max_relative_error": max(float((g - r).norm() / r.norm())
-                                          for g, r in pairs if r.norm() > 0),
+                "max_relative_error": _largest_relative_error(pairs),
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _largest_relative_error(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """The largest ||got - reference|| / ||reference|| over the pairs with a non-zero reference;
+    inf when any ``got`` holds an inf or NaN (``max`` would skip a NaN found after a number)."""
+    if any(not torch.isfinite(got).all() for got, _ in pairs):
+        return float("inf")
+    return max(float((g - r).norm() / r.norm()) for g, r in pairs if r.norm() > 0)
 
 
 def train_with_scaler(config: ModelConfig, batch_size: int, seq_len: int, steps: int, *,
