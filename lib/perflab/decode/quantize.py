@@ -1,0 +1,140 @@
+"""int8 weight-only quantisation for decoding (notebook 10, section 6).
+
+A batch-1 decode step reads every weight once per token, so its time follows the weights'
+bytes. Stored as int8 with one float scale per output row (symmetric, per channel:
+scale = max |w_row| / 127, q = round(w / scale)), the weights take a quarter of float32's bytes;
+each product is computed in the activations' dtype, y = (x · q) * scale, so only the weights are
+rounded (each by at most scale / 2), never the activations (the scheme of gpt-fast's int8).
+
+The bytes are saved only if the int8 values are read as int8: dequantising the whole matrix and
+calling a float matmul reads int8 and then writes and reads float32 again. Under
+``torch.compile`` the product and sum over the input dimension are written out, and inductor
+fuses them with the conversion into one loop over the int8 weights; eager (and for more than
+``FUSED_ROWS`` rows of activations, where the matmul is no longer a matrix-vector product) the
+weight is dequantised and ``F.linear`` does the rest.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from perflab.bench.comparison import Comparison, compare
+from perflab.decode import generate
+from perflab.decode.inputs import random_prompts
+from perflab.decode.roofline import decode_step
+from perflab.model import QKVProjection, TransformerLM
+
+#: Up to this many rows of activations (batch x new tokens) a compiled step multiplies and sums
+#: itself, fused by inductor; beyond, it dequantises and calls ``F.linear``.
+FUSED_ROWS = 4
+
+
+class Int8Linear(nn.Module):
+    """A bias-free ``nn.Linear`` with int8 weights and a float scale per output row; built from a
+    linear layer by ``from_linear``. A ``QKVProjection`` becomes one whose output is chunked in
+    three, as the original's."""
+
+    def __init__(self, weight: Tensor, scale: Tensor, chunks: int = 1):
+        super().__init__()
+        if weight.dtype != torch.int8 or scale.shape != weight.shape[:1]:
+            raise ValueError(f"need int8 weights (out, in) and one scale per output row, got "
+                             f"{weight.dtype} {tuple(weight.shape)}, scale "
+                             f"{tuple(scale.shape)}")  # fmt: skip
+        self.register_buffer("weight", weight)
+        self.register_buffer("scale", scale)
+        self.chunks = chunks
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+        if linear.bias is not None:
+            raise ValueError("int8 weight-only quantisation here covers bias-free linear layers")
+        weight = linear.weight.detach()
+        if not weight.is_floating_point():
+            raise ValueError(f"the weight to quantise must be floating point, got {weight.dtype}")
+        scale = weight.abs().amax(dim=1).clamp_min(torch.finfo(weight.dtype).tiny) / 127
+        quantised = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return cls(quantised, scale, 3 if isinstance(linear, QKVProjection) else 1)
+
+    def dequantised(self) -> Tensor:
+        """The weight these int8 values stand for, in the scale's dtype."""
+        return self.weight.to(self.scale.dtype) * self.scale[:, None]
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, ...]:
+        if torch.compiler.is_compiling() and x.shape[:-1].numel() <= FUSED_ROWS:
+            y = (x.unsqueeze(-2) * self.weight.to(x.dtype)).sum(-1) * self.scale.to(x.dtype)
+        else:
+            y = F.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
+        return y.chunk(self.chunks, dim=-1) if self.chunks > 1 else y
+
+
+def quantize_int8(model: TransformerLM) -> TransformerLM:
+    """A copy of ``model`` with every linear layer (attention, feed-forward, LM head) as an
+    ``Int8Linear``; embeddings and norms stay as they are."""
+    quantised = copy.deepcopy(model)
+    for module in list(quantised.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, Int8Linear.from_linear(child))
+    return quantised
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters and buffers that hold weights (int8 values and their scales
+    included; rotary tables and other non-weight buffers left out)."""
+    tensors = list(model.parameters()) + [
+        buffer for name, buffer in model.named_buffers() if name.endswith(("weight", "scale"))
+    ]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def compare_int8(model: TransformerLM, batch: int, context: int, *, rounds: int = 6,
+                 warmup: int = 2, new_tokens: int = 16,
+                 seed: int = 0) -> tuple[dict, Comparison]:  # fmt: skip
+    """``model``'s compiled fixed-shape decode step against its int8 copy's (``quantize_int8``),
+    at ``batch`` sequences of ``context`` tokens: the weights' bytes of each (``_original``: the
+    model's own dtype), each first call (its compilation), the largest absolute and the relative
+    (norm) error of the int8 logits and whether they pick the same next tokens, the interleaved
+    ``Comparison`` (the original as a, int8 as b), and, over ``new_tokens`` greedy tokens from
+    the same random prompts, where each sequence's tokens first differ and the share of
+    positions that agree."""
+    device = next(model.parameters()).device
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    quantised = quantize_int8(model)
+    steps, logits, first_s = {}, {}, {}
+    for name, which in (("original", model), ("int8", quantised)):
+        steps[name] = decode_step(which, "contiguous", batch, context, compiled=True, seed=seed)
+        start = time.perf_counter()
+        logits[name] = steps[name]().clone()
+        first_s[name] = time.perf_counter() - start
+    result = compare(steps["original"], steps["int8"], rounds=rounds, warmup=warmup,
+                     device=device, names=(f"{dtype} weights", "int8 weights"))  # fmt: skip
+    prompts = random_prompts(model.config.vocab_size, [context] * batch, seed + 1)
+    with torch.no_grad():
+        tokens = {name: generate(which, prompts, new_tokens, "contiguous")
+                  for name, which in (("original", model), ("int8", quantised))}  # fmt: skip
+    firsts = [next((i for i, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), new_tokens)
+              for x, y in zip(tokens["original"], tokens["int8"], strict=True)]  # fmt: skip
+    agree = sum(a == b for x, y in zip(tokens["original"], tokens["int8"], strict=True)
+                for a, b in zip(x, y, strict=True))  # fmt: skip
+    error = logits["int8"] - logits["original"]
+    row = {
+        "batch": batch, "context": context,
+        "weight_bytes_original": weight_bytes(model), "weight_bytes_int8": weight_bytes(quantised),
+        "first_call_s_original": first_s["original"], "first_call_s_int8": first_s["int8"],
+        "logits_max_abs_error": error.abs().max().item(),
+        "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
+        "same_next_tokens": bool((logits["int8"].argmax(-1)
+                                  == logits["original"].argmax(-1)).all()),
+        "new_tokens": new_tokens, "first_differing_token": min(firsts),
+        "tokens_agreeing": agree / (batch * new_tokens),
+        **result.as_row(),
+        "tokens_per_s_original": batch / float(np.median(result.times_a)),
+        "tokens_per_s_int8": batch / float(np.median(result.times_b)),
+    }  # fmt: skip
+    return row, result

@@ -1,0 +1,77 @@
+"""int8 weight-only quantisation (perflab.decode.quantize): each weight within half a step of
+the original, the int8 layer equal to a float matmul with the dequantised weight (eager, and
+compiled on the fused path), every linear layer replaced and the original untouched."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from perflab.decode.inputs import build_model
+from perflab.decode.quantize import Int8Linear, compare_int8, quantize_int8, weight_bytes
+from perflab.model import ModelConfig, QKVProjection
+
+TINY = ModelConfig("quantize-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
+                   vocab_size=101, context_length=64)  # fmt: skip
+
+
+def _linear(out_features: int, in_features: int, dtype=torch.float64) -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(in_features, out_features, bias=False, dtype=dtype)
+
+
+def test_each_weight_is_within_half_a_step_of_the_original():
+    linear = _linear(17, 33)
+    layer = Int8Linear.from_linear(linear)
+    assert layer.weight.dtype == torch.int8 and layer.scale.shape == (17,)
+    assert int(layer.weight.abs().max()) == 127  # each row's largest weight maps to +-127
+    error = (layer.dequantised() - linear.weight).abs()
+    assert (error <= layer.scale[:, None] / 2 + 1e-15).all()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 9])  # the fused path up to FUSED_ROWS rows, F.linear after
+def test_the_int8_layer_is_a_matmul_with_the_dequantised_weight(rows):
+    layer = Int8Linear.from_linear(_linear(17, 33))
+    x = torch.randn(rows, 1, 33, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    expected = F.linear(x, layer.dequantised())
+    torch.testing.assert_close(layer(x), expected, rtol=0, atol=1e-12)
+    compiled = torch.compile(layer, fullgraph=True)
+    try:
+        torch.testing.assert_close(compiled(x), expected, rtol=0, atol=1e-12)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_quantize_replaces_every_linear_and_leaves_the_model_alone():
+    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    quantised = quantize_int8(model)
+    assert not any(isinstance(m, nn.Linear) for m in quantised.modules())
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert isinstance(next(m for m in model.modules() if isinstance(m, QKVProjection)), nn.Linear)
+    q, k, v = quantised.blocks[0].attn.qkv(torch.zeros(1, 1, TINY.d_model, dtype=torch.float64))
+    assert q.shape == k.shape == v.shape == (1, 1, TINY.d_model)
+    # float64 linear weights become 1 byte each plus an 8-byte scale per row
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    saved = sum(m.weight.numel() * 7 - m.weight.shape[0] * 8 for m in linears)
+    assert weight_bytes(model) - weight_bytes(quantised) == saved
+
+
+def test_int8_decoding_against_float32_reports_error_speed_and_tokens():
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    try:
+        row, result = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5)
+    finally:
+        torch._dynamo.reset()
+    assert row["logits_relative_error"] < 0.05 and 0 <= row["tokens_agreeing"] <= 1
+    assert 0 <= row["first_differing_token"] <= 5
+    assert row["weight_bytes_int8"] < row["weight_bytes_original"]
+    assert row["tokens_per_s_int8"] == pytest.approx(2 / row["median_b_s"])
+    assert result.rounds == 2 and row["verdict"] == result.verdict
+
+
+def test_what_cannot_be_quantised_is_one_clear_error():
+    with pytest.raises(ValueError, match="bias-free"):
+        Int8Linear.from_linear(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="need int8 weights"):
+        Int8Linear(torch.zeros(4, 4), torch.ones(4))
