@@ -12,7 +12,8 @@ LAYERS = {
     "handout": 0,
     "attention": 1, "precision": 1, "fused_cross_entropy": 1,
     "model": 2,
-    "bench": 3, "profiling": 3, "memory": 3, "report": 3, "writeup": 3,
+    "bench": 3, "profiling": 3, "memory": 3, "report": 3, "writeup": 3, "layer_norm": 3,
+    "loss_scaling": 3,
     "distributed": 4, "training": 4, "decode": 4,
     "cli": 5, "__main__": 5, "__init__": 5, "widgets": 5, "adapters": 5, "cs336": 5,
 }  # fmt: skip

@@ -1,0 +1,142 @@
+"""Decoding with the model split over ranks by tensor parallelism (notebook 10, section 8).
+
+Megatron-LM's split (Shoeybi et al. 2019) of each block over W ranks: rank r keeps heads
+r H/W .. (r+1) H/W - 1 (their rows of the q, k and v weights, their columns of the output
+projection, and their keys and values in its own cache) and the same share of the feed-forward
+(rows of W1 and W3, columns of W2). Each rank's attention and feed-forward then give a partial
+sum of the block's output, and one all-reduce per sub-layer adds them: 2 all-reduces per layer
+and token, each of batch x d_model values, whatever W. Embedding, norms and LM head are
+replicated. Every rank ends each step with the same hidden states, so each picks the same next
+token, and the tokens must equal one process's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pandas as pd
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from perflab.bench.stats import is_unstable
+from perflab.decode import generate
+from perflab.decode.inputs import build_model
+from perflab.decode.steps import attend, pick
+from perflab.distributed.launch import launch
+from perflab.model import ModelConfig, TransformerLM
+
+
+def _check_split(config: ModelConfig, world_size: int) -> None:
+    if config.num_heads % world_size or config.d_ff % world_size:
+        raise ValueError(f"tensor parallelism over {world_size} ranks needs num_heads "
+                         f"({config.num_heads}) and d_ff ({config.d_ff}) divisible by "
+                         f"{world_size}")  # fmt: skip
+
+
+class ShardedDecoder:
+    """Rank ``rank`` of ``world_size``'s share of ``model`` (its weights sliced, not copied
+    whole) and its own cache of its heads' keys and values for ``batch`` sequences of up to
+    ``max_len`` tokens."""
+
+    def __init__(self, model: TransformerLM, rank: int, world_size: int, batch: int,
+                 max_len: int):  # fmt: skip
+        config = model.config
+        _check_split(config, world_size)
+        self.model, self.config = model, config
+        self.heads = config.num_heads // world_size
+        width, ff = config.d_model // world_size, config.d_ff // world_size
+        cols, ffs = slice(rank * width, (rank + 1) * width), slice(rank * ff, (rank + 1) * ff)
+        self.layers = []
+        for block in model.blocks:
+            q, k, v = block.attn.qkv.weight.detach().chunk(3)
+            self.layers.append({
+                "qkv": torch.cat([q[cols], k[cols], v[cols]]),
+                "out": block.attn.out.weight.detach()[:, cols],
+                "w1": block.ffn.w1.weight.detach()[ffs], "w3": block.ffn.w3.weight.detach()[ffs],
+                "w2": block.ffn.w2.weight.detach()[:, ffs],
+            })  # fmt: skip
+        shape = (batch, self.heads, max_len, config.head_dim)
+        dtype = model.embedding.weight.dtype
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
+        self.length = 0
+
+    @torch.no_grad()
+    def step(self, tokens: Tensor) -> Tensor:
+        """Logits (batch, vocab) of the last of ``tokens`` (batch, new), all sequences at the
+        same length; their keys and values join this rank's cache."""
+        model, new = self.model, tokens.shape[1]
+        positions = (self.length + torch.arange(new))[None].expand(tokens.shape[0], new)
+        end = self.length + new
+        x = model.embedding(tokens)
+        for block, shard, k_cache, v_cache in zip(model.blocks, self.layers, self.k, self.v,
+                                                  strict=True):  # fmt: skip
+            h = block.attn_norm(x)
+            q, k, v = (t.reshape(*x.shape[:2], self.heads, -1).transpose(1, 2)
+                       for t in F.linear(h, shard["qkv"]).chunk(3, dim=-1))  # fmt: skip
+            q, k = block.attn.rope(q, positions), block.attn.rope(k, positions)
+            k_cache[:, :, self.length : end], v_cache[:, :, self.length : end] = k, v
+            y = attend(q, k_cache[:, :, :end], v_cache[:, :, :end], positions)
+            partial = F.linear(y.transpose(1, 2).reshape(*x.shape[:2], -1), shard["out"])
+            dist.all_reduce(partial)  # the heads' shares of the output projection, summed
+            x = x + partial
+            h = block.ffn_norm(x)
+            partial = F.linear(F.silu(F.linear(h, shard["w1"])) * F.linear(h, shard["w3"]),
+                               shard["w2"])  # fmt: skip
+            dist.all_reduce(partial)
+            x = x + partial
+        self.length = end
+        return model.lm_head(model.final_norm(x[:, -1]))
+
+
+def _tensor_parallel_rank(config: ModelConfig, dtype: torch.dtype, prompts: list[list[int]],
+                          new_tokens: int, seed: int) -> dict:  # fmt: skip
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    model = build_model(config, torch.device("cpu"), dtype, seed)  # the same weights everywhere
+    decoder = ShardedDecoder(model, rank, world_size, len(prompts), len(prompts[0]) + new_tokens)
+    logits = decoder.step(torch.tensor(prompts))
+    first_logits, out, seconds = logits.clone(), [], []
+    for i in range(new_tokens):
+        tokens = pick(logits)
+        out.append(tokens.tolist())
+        if i + 1 < new_tokens:
+            start = time.perf_counter()
+            logits = decoder.step(tokens[:, None])
+            seconds.append(time.perf_counter() - start)
+    return {"rank": rank, "tokens": [list(row) for row in zip(*out, strict=True)],
+            "first_logits": first_logits, "step_s": seconds}  # fmt: skip
+
+
+def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_tokens: int, *,
+                           world_size: int = 2, dtype: torch.dtype = torch.float64,
+                           seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Greedy decoding of ``prompts`` (all of one length) on ``world_size`` ranks with the
+    model split by heads and feed-forward columns (``ShardedDecoder``), against one process
+    (``generate`` with the contiguous cache) on the same weights: per rank, whether its tokens
+    equal one process's, the largest difference of the prompt's last logits, the median seconds
+    of a decode step (the ranks' clocks, all-reduces included) with ``unstable`` (fewer than 3
+    steps, or too spread), and the all-reduces and values
+    summed per generated token (2 per layer, batch x d_model values each)."""
+    _check_split(config, world_size)
+    if not prompts or len({len(p) for p in prompts}) != 1 or new_tokens < 2:
+        raise ValueError("need prompts of one length and new_tokens >= 2 (one decode step timed)")
+    if len(prompts[0]) + new_tokens > config.context_length:
+        raise ValueError(f"prompt + new_tokens reach {len(prompts[0]) + new_tokens} tokens; the "
+                         f"model's context is {config.context_length}")  # fmt: skip
+    model = build_model(config, torch.device("cpu"), dtype, seed)
+    expected = generate(model, prompts, new_tokens, "contiguous")
+    with torch.no_grad():
+        reference = model(torch.tensor(prompts))[:, -1]
+    ranks = launch(_tensor_parallel_rank, world_size, (config, dtype, prompts, new_tokens, seed))
+    return pd.DataFrame([{
+        "rank": r["rank"], "world_size": world_size, "dtype": str(dtype).removeprefix("torch."),
+        "batch": len(prompts), "new_tokens": new_tokens,
+        "same_tokens": r["tokens"] == expected,
+        "max_abs_logit_diff": (r["first_logits"] - reference).abs().max().item(),
+        "step_median_s": float(pd.Series(r["step_s"]).median()),
+        "unstable": is_unstable(r["step_s"]),
+        "all_reduces_per_token": 2 * config.num_layers,
+        "values_reduced_per_token": 2 * config.num_layers * len(prompts) * config.d_model,
+    } for r in ranks])  # fmt: skip
