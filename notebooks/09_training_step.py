@@ -41,9 +41,9 @@ seq_len = 128                   # tokens per sequence
 phase_steps = 6                 # timed steps of the baseline's phase breakdown
 rungs = ["fused QKV", "SDPA", "FlashAttention", "fused loss head", "foreach AdamW", "fused AdamW", "bf16 autocast", "activation checkpointing", "torch.compile"]  # the ladder's candidates, in the order tried
 rounds = 6                      # first look of the adaptive rounds of each candidate against the best stack
-budget_s = 15                   # seconds each comparison may take adding rounds until it concludes
+budget_s = 12                   # seconds each comparison may take: its looks are planned to fit
 trace_steps = 2                 # profiled steps of the baseline and each rung tried, for the final table
-head_tokens = 2048              # the loss head's memory benchmark: tokens,
+head_tokens = 1024              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
 head_chunk_sizes = [32, 128, 512]  # chunk sizes of the fused head's time-against-memory sweep
@@ -227,9 +227,9 @@ print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch)
 # **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from this
 # sweep, run at three head sizes on this CPU (the numbers are in `perflab.fused_cross_entropy`):
 # within 8% of the fastest each time, for a peak 1.3-1.6x the smallest. The formula used before,
-# one chunk's logits the size of the hidden states (32 tokens here), was 1.8-2.5x slower. The
-# fused head's time and peak memory at each of `head_chunk_sizes` (larger chunks: fewer, larger
-# matmuls; smaller: fewer logits at a time), measured again here:
+# one chunk's logits the size of the hidden states (32 tokens at 2048 x 32000 x 256), was
+# 1.8-2.5x slower. The fused head's time and peak memory at each of `head_chunk_sizes` (larger
+# chunks: fewer, larger matmuls; smaller: fewer logits at a time), measured again here:
 
 # %%
 chunks = chunk_size_sweep(head_tokens, head_vocab, head_d_model, head_chunk_sizes,
@@ -282,8 +282,10 @@ else:
 # **Then speed and memory**, against the best stack, taking turns (`perflab.bench.compare`:
 # the ratio of the paired times, its interval with at least 95% confidence, and a verdict:
 # faster, slower, the same within ±3%, or inconclusive), with adaptive rounds from `rounds`,
-# doubling until the verdict is conclusive or `budget_s` is spent; `peak_MiB` is the peak of
-# forward and backward above the parameters and AdamW's state.
+# doubling until the verdict is conclusive or `budget_s` is spent (the looks are planned from the
+# warm-up's time, so that each pays for the looks that fit the budget, not for more: the
+# `confidence` column is what the interval holds); `peak_MiB` is the peak of forward and
+# backward above the parameters and AdamW's state.
 
 # %%
 greedy, stack = greedy_ladder(config, rungs, batch_size, seq_len, dev, rounds=rounds,

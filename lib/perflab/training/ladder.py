@@ -297,10 +297,12 @@ def _slug(index: int, name: str) -> str:
 
 
 def stack_against_baseline(config: ModelConfig, stack: Recipe, batch_size: int, seq_len: int,
-                           device: torch.device, *, rounds: int = 8, warmup: int = 1,
+                           device: torch.device, *, rounds: int = 8, warmup: int = 2,
                            seed: int = 0, budget_s: float | None = None):  # fmt: skip
     """The kept stack against the baseline, interleaved: the verdict on the whole ladder
-    (``Comparison``; its speed-up is ``1 / ratio``, the interval inverted likewise)."""
+    (``Comparison``; its speed-up is ``1 / ratio``, the interval inverted likewise). Two
+    warm-up rounds: the baseline's first step here is cold, and the fastest warm-up round plans
+    the adaptive looks."""
     base = TrainingStep(config, BASELINE, batch_size, seq_len, device, seed)
     best = TrainingStep(config, stack, batch_size, seq_len, device, seed)
     best.step()  # compiles a compiled stack before the timed rounds
