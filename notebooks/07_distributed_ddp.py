@@ -376,10 +376,11 @@ print(", ".join(f"{variant}: {share:.0%} of its all-reduce time overlaps backwar
 #
 # The 2025 handout asks it of the bucket sizes (ddp_bucketed_benchmarking (a)). The design's
 # promise: a bucket's all-reduce starts while backward still computes the gradients of earlier
-# layers, so every size but the largest (one bucket, sent when backward ends, as the flat
-# variant) should beat one flat all-reduce after backward, most at a middle size. What a
-# bucketed step can save is bounded by what flat waits after backward (`sync_ms`). Each size
-# against flat, paired by round, and that bound:
+# layers, so every size that splits the gradients into several buckets should beat one flat
+# all-reduce after backward, most at a middle size; a size at least the gradients' own makes
+# one bucket, sent when backward ends, as flat (`buckets` below). What a bucketed step can
+# save is bounded by what flat waits after backward (`sync_ms`). Each size against flat,
+# paired by round, and that bound:
 
 # %%
 versus_flat = ddp_comparisons(steps, "flat").set_index("b")
