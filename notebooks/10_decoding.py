@@ -549,7 +549,10 @@ print(f"weights {int8_row['weight_bytes_original'] / 1e6:.1f} MB -> "
 # bandwidth, is split over several: Megatron-LM's tensor parallelism gives each rank a share of
 # every layer's heads (their q, k, v rows, their columns of the output projection, their keys
 # and values) and of its feed-forward (rows of W1 and W3, columns of W2), so each rank reads only
-# its share of the weights and of the cache; two all-reduces per layer add the shares up
+# its share of the blocks' weights and of the cache (the embedding, the norms and the LM head are
+# replicated, so a rank reads more than its share of the whole: with a large vocabulary against
+# a small model, as here, the LM head is a large part of it); two all-reduces per layer add the
+# shares up
 # (`perflab.decode.tensor_parallel`). Here `tp_preset` on `tp_world_size` Gloo processes of this
 # machine's CPU (on any device: the split is written for Gloo; NCCL over GPUs is not run here),
 # each checked against one process on the same weights: the greedy tokens must be equal (float64
