@@ -111,6 +111,14 @@ from perflab.training.sharded_step import (
     sharded_step_memory,
     sharded_training_step,
 )
+from perflab.training.step_model import (
+    B200,
+    Efficiency,
+    StepPlan,
+    price_rungs,
+    step_ops,
+    time_by_part,
+)
 from perflab.training.step_profile import (
     accumulation_table,
     batch_size_table,
@@ -556,6 +564,71 @@ print(f"Without checkpointing, the {leaderboard.num_layers} blocks' saved activa
       "at this size memory requires checkpointing"
       + (", while the ladder above, whose peaks stay near its gradients, does not."
          if greedy["peak_bytes"].max() < 1.25 * gradients else "."))
+
+# %% [markdown]
+# How fast could that step be? This is a **model, not a measurement** (no B200 ran it):
+# `perflab.training.step_model` runs the workbook's own block, attention, loss heads and AdamW
+# on PyTorch's `meta` device (shapes only, so the 8B model at 32,768 tokens costs nothing),
+# counts each operator's FLOPs and the bytes it reads and writes, and prices each operator at
+# its roofline on a B200 (the handout's 2,500 TFLOP/s bf16, 8 TB/s, NVLink 900 GB/s a
+# direction) at stated efficiencies: 70% of the peak for matmuls, 50% for FlashAttention,
+# 80% of the bandwidth for memory-bound kernels and collectives. FlashAttention and fused
+# AdamW come from formulas (their eager code is not what a GPU runs); `torch.compile` is its
+# best case, every memory-bound operator fused into the matmuls. Each rung goes on top of the
+# ones before, in the ladder's order, with checkpointing last because memory, not time,
+# asks for it. The handout quotes about 10 s for its naive baseline.
+
+# %%
+leaderboard_gpu, leaderboard_efficiency = B200, Efficiency()
+leaderboard_estimate = price_rungs(leaderboard, 2, leaderboard.context_length, 2,
+                                   leaderboard_gpu, leaderboard_efficiency)
+save_table(leaderboard_estimate, out / "leaderboard_estimate.csv", provenance)
+leaderboard_estimate.round(3)
+
+# %%
+estimate = leaderboard_estimate.set_index("rung")
+naive_s, best_s = estimate["step_s"].iloc[0], estimate["step_s"].iloc[-1]
+biggest = estimate["saved_s"].idxmax()
+costly = estimate.index[estimate["saved_s"] < 0].tolist()
+naive_scores_GB = leaderboard.num_heads * leaderboard.context_length**2 * 2 / 1e9
+print(f"naive, eager: {naive_s:.1f} s a step by this model (the handout quotes about 10 s); "
+      f"it is {estimate['memory_bound_share'].iloc[0]:.0%} memory-bound operators, and its "
+      f"score matrix alone is {naive_scores_GB:.0f} GB per sequence and layer in bf16, so "
+      f"it could not hold its saved activations on a {leaderboard_gpu.name}.")
+print(f"every rung: {best_s:.2f} s ({naive_s / best_s:.1f}x faster); the largest saving: "
+      f"{biggest} ({estimate.loc[biggest, 'saved_s']:.2f} s); costing time: "
+      + ", ".join(f"{name} ({-estimate.loc[name, 'saved_s']:.2f} s)" for name in costly)
+      + f". FSDP's collectives ({estimate['comm_hidden_s'].iloc[-1] * 1e3:.0f} ms a step) "
+      "hide behind compute.")
+
+# %% [markdown]
+# Where the modelled best step spends its time, and what the fused head's chunk size (chosen
+# on this CPU: 128 tokens) would do there. Each chunk reads the whole float32 weight gradient
+# again, so on a GPU, where the memory allows it, larger chunks read it fewer times:
+
+# %%
+best_plan = StepPlan(attention="flash", head="fused", optimizer="fused", compiled=True,
+                     checkpointing=True)
+best_parts = time_by_part(step_ops(leaderboard, best_plan, 2, leaderboard.context_length, 2,
+                                   leaderboard_gpu, leaderboard_efficiency))
+save_table(best_parts, out / "leaderboard_estimate_parts.csv", provenance)
+chunks = pd.DataFrame([
+    {"head_chunk": chunk, "step_s": step_ops(
+        leaderboard, dataclasses.replace(best_plan, head_chunk=chunk), 2,
+        leaderboard.context_length, 2, leaderboard_gpu, leaderboard_efficiency)["time_s"].sum(),
+     "chunk_logits_GB": chunk * leaderboard.vocab_size * 4 / 1e9}
+    for chunk in (128, 1024, 4096)])
+save_table(chunks, out / "leaderboard_estimate_chunks.csv", provenance)
+matmul_floor = (best_parts["flops"].sum()
+                / (leaderboard_efficiency.matmul * leaderboard_gpu.peak_flops))
+print(f"best step {best_parts['time_s'].sum():.2f} s: " + ", ".join(
+    f"{row.part} {row.share:.0%}" for row in best_parts.itertuples())
+    + f"; its FLOPs alone at {leaderboard_efficiency.matmul:.0%} of the peak take "
+    f"{matmul_floor:.2f} s.")
+print("fused head chunks of " + ", ".join(
+    f"{row.head_chunk} tokens: {row.step_s:.2f} s ({row.chunk_logits_GB:.1f} GB of logits)"
+    for row in chunks.itertuples()))
+best_parts.round(3)
 
 # %% [markdown]
 # The sharded step itself (`sharded_training_step`: fused head, FlashAttention, fused AdamW,

@@ -74,8 +74,8 @@ def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | No
 def _matmul_dtype(hidden: Tensor) -> torch.dtype:
     """The head's matmuls run in autocast's dtype when autocast is on (as ``hidden @ weight.T``
     would), else in ``hidden``'s; backward, which autocast does not cover, uses the same."""
-    device_type = hidden.device.type
-    if torch.is_autocast_enabled(device_type):
+    device_type = hidden.device.type  # "meta" has no autocast (perflab.training.step_model)
+    if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return hidden.dtype
 

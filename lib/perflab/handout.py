@@ -203,12 +203,15 @@ ANSWERS = (
            "09 §1–3 the step's phases and memory, the loss head without the logits, the ladder "
            "that keeps what helps (each change tried on the best stack so far, kept only when "
            "faster) and which bound dominates each rung (cpu-small; `small` in the full "
-           "profile); §6 the 8B step's memory per GPU (fp32 or bf16 state, 1 or 2 GPUs) "
-           "and the step sharded over ranks with FSDP; `perflab bench` with the ladder's flags",
-           "measured on CPU (the sharded step on 2 Gloo ranks); the 8B model on 2 GPUs: GPU, "
-           "not yet run", "09",
+           "profile); §6 the 8B step's memory per GPU (fp32 or bf16 state, 1 or 2 GPUs), "
+           "its time on 2 B200s modelled from counted FLOPs and bytes with the ladder's "
+           "changes priced one by one, and the step sharded over ranks with FSDP; "
+           "`perflab bench` with the ladder's flags",
+           "measured on CPU (the sharded step on 2 Gloo ranks); the 8B step's time: a model, "
+           "computed; the 8B model on 2 GPUs: GPU, not yet run", "09",
            ("baseline_phases", "baseline_memory", "head_memory", "ladder", "final_table",
-            "leaderboard_memory", "sharded_step"), ("fused head", "kept stack")),
+            "leaderboard_memory", "leaderboard_estimate", "sharded_step"),
+           ("fused head", "kept stack")),
 )  # fmt: skip
 
 

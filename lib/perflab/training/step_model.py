@@ -1,0 +1,369 @@
+"""A model, not a measurement: how long one training step would take on GPUs, from its counted
+FLOPs and bytes (notebook 09 prices the leaderboard's step, the 8B model on 2 B200s, this way).
+
+The work is counted per operator on PyTorch's ``meta`` device, which computes shapes only, so
+the 8B model at 32,768 tokens costs nothing to "run": the workbook's own model, loss heads and
+AdamW go through ``OpCounter``, which records each operator's FLOPs (PyTorch's own formulas,
+``torch.utils.flop_counter``) and the bytes it reads and writes (its tensor inputs and outputs;
+views are free). Run eagerly, each operator is one kernel, so its time is its roofline,
+
+    max(FLOPs / (peak x matmul efficiency), bytes / (bandwidth x memory efficiency)),
+
+and a step is the sum over its operators. Two parts come from formulas instead, because their
+eager code is not what a GPU runs: FlashAttention (causal forward ``4 b H d_h S(S+1)/2`` FLOPs,
+backward 2.5 times that: it recomputes the scores and runs four more matmuls, Dao 2023; its
+HBM traffic is Q, K, V and O once per pass, the tiles' re-reads being served from cache) and
+fused AdamW (one kernel reading parameter, gradient and both moments and writing three of
+them). ``torch.compile`` is priced as its best case, every memory-bound operator fused away
+into the matmuls, so its row is a bound on what compile can save. FSDP's communication (the
+weights gathered in forward and again in backward, the gradients reduce-scattered) is assumed
+hidden behind compute; only what exceeds it is added.
+
+The efficiencies are assumptions, stated in ``Efficiency``; change them and the estimate moves
+with them. What it cannot see: kernel launch gaps, the allocator, load imbalance, and anything
+the counted operators do not do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from perflab.attention import naive_attention
+from perflab.device import parse_dtype
+from perflab.fused_cross_entropy import (
+    IGNORE_INDEX,
+    FusedLinearCrossEntropy,
+    default_chunk_size,
+)
+from perflab.model import ModelConfig, RotaryEmbedding, TransformerBlock, cross_entropy
+
+
+@dataclass(frozen=True)
+class GPU:
+    """A GPU's dense 16-bit matmul peak, memory bandwidth, link bandwidth (one direction) and
+    memory."""
+
+    name: str
+    peak_flops: float
+    hbm_bytes_per_s: float
+    link_bytes_per_s: float
+    memory_bytes: float
+
+
+#: The 2026 handout quotes 2,500 TFLOP/s BF16 for a B200; HBM3e 8 TB/s, NVLink 5 1.8 TB/s per
+#: GPU in both directions together, 180 GB (datasheet numbers).
+B200 = GPU("B200", 2.5e15, 8e12, 0.9e12, 180e9)
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The share of each peak the model assumes is reached: large bf16 matmuls (cuBLAS reaches
+    about 70-80% on large shapes), FlashAttention (FA2 reports 50-73% of the A100's peak
+    forward, less backward), memory-bound kernels and collectives. Assumptions, not
+    measurements."""
+
+    matmul: float = 0.7
+    attention: float = 0.5
+    memory: float = 0.8
+    link: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name in ("matmul", "attention", "memory", "link"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"efficiency {name} must be in (0, 1], got {value!r}")
+
+
+class OpCounter(TorchDispatchMode):
+    """Each ATen operator run under it: calls, FLOPs (``torch.utils.flop_counter``'s formula
+    where it has one, else 0) and bytes read and written (tensor inputs and outputs; views and
+    ``detach`` are free). ``paused()`` stops counting for a while."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[str, list[float]] = {}
+        self._paused = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        self._paused, before = True, self._paused
+        try:
+            yield
+        finally:
+            self._paused = before
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        if self._paused or func.is_view or packet in _FREE:
+            return out
+        tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        formula = flop_registry.get(_OUT_OF_PLACE.get(packet, packet))
+        flops = formula(*args, **kwargs, out_val=out) if formula else 0
+        row = self.rows.setdefault(str(packet), [0, 0, 0])
+        row[0] += 1
+        row[1] += flops
+        row[2] += sum(t.numel() * t.element_size() for t in tensors)
+        return out
+
+    def table(self) -> pd.DataFrame:
+        """One row per operator: op, calls, flops, bytes."""
+        return pd.DataFrame(
+            [(op, *values) for op, values in self.rows.items()],
+            columns=["op", "calls", "flops", "bytes"],
+        ).astype({"calls": int, "flops": float, "bytes": float})
+
+
+#: Operators that move no data: aliases the dispatcher does not mark as views, and scalars.
+_FREE = {torch.ops.aten.detach, torch.ops.aten._unsafe_view, torch.ops.aten.promote_types,
+         torch.ops.aten._local_scalar_dense}  # fmt: skip
+
+
+#: In-place matmuls whose FLOPs are their out-of-place twin's (the fused head's ``addmm_``).
+_OUT_OF_PLACE = {torch.ops.aten.addmm_: torch.ops.aten.addmm,
+                 torch.ops.aten.baddbmm_: torch.ops.aten.baddbmm}  # fmt: skip
+
+
+def count(fn: Callable[[OpCounter], object]) -> pd.DataFrame:
+    """The operators ``fn(counter)`` runs (build meta tensors inside or before it)."""
+    counter = OpCounter()
+    with counter:
+        fn(counter)
+    return counter.table()
+
+
+def _meta(shape: tuple[int, ...], dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta", requires_grad=grad)
+
+
+@functools.lru_cache(maxsize=32)
+def block_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
+              forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+    """One Transformer block's forward and backward (or forward only) in eager mode, without its
+    attention (counted apart: ``naive_attention_ops``, ``flash_attention_work``)."""
+    with torch.device("meta"):
+        rope = RotaryEmbedding(config.head_dim, max(seq_len, 1), config.rope_theta)
+        block = TransformerBlock(config, rope).to(dtype)
+    x = _meta((batch, seq_len, config.d_model), dtype, grad=not forward_only)
+
+    def run(counter: OpCounter) -> None:
+        class Uncounted(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                with counter.paused():
+                    return torch.empty_like(q)
+
+            @staticmethod
+            def backward(ctx, grad):
+                with counter.paused():
+                    return (torch.empty_like(grad),) * 3
+
+        block.attn.attention_fn = lambda q, k, v, is_causal: Uncounted.apply(q, k, v)
+        y = block(x)
+        if not forward_only:
+            y.backward(torch.empty_like(y))
+
+    return count(run)
+
+
+@functools.lru_cache(maxsize=32)
+def naive_attention_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
+                        forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+    """One layer's naive causal attention (the full score matrix), forward and backward."""
+    shape = (batch, config.num_heads, seq_len, config.head_dim)
+    q, k, v = (_meta(shape, dtype, grad=not forward_only) for _ in range(3))
+
+    def run(counter: OpCounter) -> None:
+        y = naive_attention(q, k, v, is_causal=True)
+        if not forward_only:
+            y.backward(torch.empty_like(y))
+
+    return count(run)
+
+
+def flash_attention_work(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
+                         forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+    """One layer's causal FlashAttention-2 from formulas (module docstring): FLOPs and HBM bytes
+    of the forward and (unless ``forward_only``) the backward, one row each."""
+    width = torch.finfo(dtype).bits // 8
+    heads, head_dim = config.num_heads, config.head_dim
+    pairs = seq_len * (seq_len + 1) / 2  # (query, key) pairs the causal mask keeps
+    forward = 4 * batch * heads * head_dim * pairs  # Q K^T and P V
+    activation = batch * seq_len * config.d_model * width
+    lse = batch * heads * seq_len * 4
+    rows = [("flash forward", 1, forward, 4 * activation + lse)]  # Q, K, V in; O out
+    if not forward_only:  # Q, K, V, O, dO and the LSE in; dQ, dK, dV out
+        rows.append(("flash backward", 1, 2.5 * forward, 8 * activation + lse))
+    return pd.DataFrame(rows, columns=["op", "calls", "flops", "bytes"])
+
+
+@functools.lru_cache(maxsize=32)
+def head_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
+             head: str, chunk: int | None = None) -> pd.DataFrame:  # fmt: skip
+    """The output projection and the loss, forward and backward: "plain" (the logits, then
+    ``cross_entropy``) or "fused" (``FusedLinearCrossEntropy``, ``chunk`` tokens at a time;
+    None: ``default_chunk_size``)."""
+    tokens = batch * seq_len
+    hidden = _meta((tokens, config.d_model), dtype, grad=True)
+    weight = _meta((config.vocab_size, config.d_model), dtype, grad=True)
+    targets = torch.zeros(tokens, dtype=torch.long, device="meta")
+
+    def run(counter: OpCounter) -> None:
+        if head == "fused":
+            size = chunk or default_chunk_size(tokens, config.vocab_size, config.d_model)
+            loss = FusedLinearCrossEntropy.apply(hidden, weight, targets, size, IGNORE_INDEX)
+        else:
+            loss = cross_entropy((hidden @ weight.T)[None], targets[None])
+        loss.backward()
+
+    return count(run)
+
+
+@functools.lru_cache(maxsize=32)
+def adamw_ops(config: ModelConfig, world_size: int, dtype: torch.dtype,
+              optimizer: str) -> pd.DataFrame:  # fmt: skip
+    """One AdamW step over a rank's 1 / ``world_size`` of the parameters: "for-loop" (PyTorch's
+    single-tensor AdamW, counted) or "fused" (one kernel: parameter, gradient and both moments
+    read, three written)."""
+    params = config.num_parameters() / world_size
+    width = torch.finfo(dtype).bits // 8
+    if optimizer == "fused":
+        return pd.DataFrame([("fused AdamW", 1, 0.0, 7 * width * params)],
+                            columns=["op", "calls", "flops", "bytes"])  # fmt: skip
+    # PyTorch's for-loop AdamW does the same operators on every parameter: count one (the
+    # first step initialises the moments, so count the second) and scale by its size.
+    p = torch.nn.Parameter(_meta((1024, 1024), dtype))
+    p.grad = torch.empty_like(p)
+    adamw = torch.optim.AdamW([p], foreach=False)
+    adamw.step()
+    ops = count(lambda counter: adamw.step())
+    return ops.assign(bytes=ops["bytes"] * params / p.numel(), calls=ops["calls"])
+
+
+#: The priced rungs, each on top of the ones before: (name, what it changes).
+RUNGS = (
+    ("naive (eager)", {}),
+    ("FlashAttention", {"attention": "flash"}),
+    ("fused loss head", {"head": "fused"}),
+    ("fused AdamW", {"optimizer": "fused"}),
+    ("torch.compile (best case)", {"compiled": True}),
+    ("checkpointing every block", {"checkpointing": True}),
+)
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What a step runs: the attention, loss head and optimizer, compiled or not, with or
+    without activation checkpointing at every block (its forward recomputed in backward)."""
+
+    attention: str = "naive"
+    head: str = "plain"
+    optimizer: str = "for-loop"
+    compiled: bool = False
+    checkpointing: bool = False
+    head_chunk: int | None = None  # the fused head's tokens per chunk; None: the default
+
+    def __post_init__(self) -> None:
+        for field, valid in (("attention", ("naive", "flash")), ("head", ("plain", "fused")),
+                             ("optimizer", ("for-loop", "fused"))):  # fmt: skip
+            if getattr(self, field) not in valid:
+                raise ValueError(
+                    f"unknown {field} {getattr(self, field)!r}; valid: {', '.join(valid)}"
+                )
+        chunk = self.head_chunk
+        if chunk is not None and (not isinstance(chunk, int) or chunk < 1):
+            raise ValueError(f"head_chunk must be a positive number of tokens, got {chunk!r}")
+
+
+def _timed(ops: pd.DataFrame, gpu: GPU, eff: Efficiency, flops_rate: float,
+           part: str, repeat: float = 1) -> pd.DataFrame:  # fmt: skip
+    """``ops`` repeated ``repeat`` times, each operator at its roofline."""
+    ops = ops.assign(calls=ops["calls"] * repeat, flops=ops["flops"] * repeat,
+                     bytes=ops["bytes"] * repeat)  # fmt: skip
+    compute = ops["flops"] / (flops_rate * gpu.peak_flops)
+    memory = ops["bytes"] / (eff.memory * gpu.hbm_bytes_per_s)
+    return ops.assign(part=part, time_s=pd.concat([compute, memory], axis=1).max(axis=1),
+                      memory_bound=memory > compute)  # fmt: skip
+
+
+def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
+             world_size: int, gpu: GPU = B200, eff: Efficiency = Efficiency(),
+             dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+    """Every operator of one rank's step under FSDP on ``world_size`` GPUs (``batch_size``
+    sequences in all, split over the ranks), with its roofline time: columns part, op, calls,
+    flops, bytes, time_s, memory_bound. A compiled plan drops the memory-bound operators of the
+    blocks, norms and head (the best case); communication is one row, "FSDP collectives",
+    whose time counts only what compute does not hide."""
+    if world_size < 1 or batch_size % world_size:
+        raise ValueError(f"world size {world_size} must divide the batch of {batch_size}")
+    torch_dtype = parse_dtype(dtype)
+    batch, layers = batch_size // world_size, config.num_layers
+    attention = {"naive": naive_attention_ops, "flash": flash_attention_work}[plan.attention]
+    attention_rate = eff.matmul if plan.attention == "naive" else eff.attention
+    parts = [
+        _timed(block_ops(config, batch, seq_len, torch_dtype), gpu, eff, eff.matmul,
+               "blocks", layers),
+        _timed(attention(config, batch, seq_len, torch_dtype), gpu, eff, attention_rate,
+               "attention", layers),
+        _timed(head_ops(config, batch, seq_len, torch_dtype, plan.head, plan.head_chunk), gpu,
+               eff, eff.matmul, "loss head"),
+        _timed(adamw_ops(config, world_size, torch_dtype, plan.optimizer), gpu, eff,
+               eff.matmul, "AdamW"),
+    ]  # fmt: skip
+    if plan.checkpointing:
+        parts += [
+            _timed(block_ops(config, batch, seq_len, torch_dtype, forward_only=True), gpu, eff,
+                   eff.matmul, "recomputed forward", layers),
+            _timed(attention(config, batch, seq_len, torch_dtype, forward_only=True), gpu, eff,
+                   attention_rate, "recomputed forward", layers),
+        ]  # fmt: skip
+    ops = pd.concat(parts, ignore_index=True)
+    if plan.compiled:
+        fusible = ops["part"].isin(["blocks", "loss head", "recomputed forward"])
+        ops = ops[~(fusible & (ops["flops"] == 0))].reset_index(drop=True)
+    # FSDP: the weights all-gathered in forward and in backward, the gradients reduce-scattered,
+    # each moving (W - 1) / W of the parameters' bytes per rank.
+    width = torch.finfo(torch_dtype).bits // 8
+    wire = 3 * (world_size - 1) / world_size * config.num_parameters() * width
+    comm_s = wire / (eff.link * gpu.link_bytes_per_s)
+    exposed = max(0.0, comm_s - ops["time_s"].sum())
+    comm = pd.DataFrame([{"part": "communication", "op": "FSDP collectives", "calls": 3,
+                          "flops": 0.0, "bytes": wire, "time_s": exposed,
+                          "memory_bound": False, "hidden_s": comm_s - exposed}])  # fmt: skip
+    return pd.concat([ops, comm], ignore_index=True)
+
+
+def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: int,
+                gpu: GPU = B200, eff: Efficiency = Efficiency(),
+                dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+    """Each of ``RUNGS`` on top of the ones before: the estimated step time per rank, its FLOPs
+    and bytes, the share of time in memory-bound operators, and what the rung changes against
+    the one before (``saved_s``; negative: it costs time)."""
+    plan, rows = StepPlan(), []
+    for name, change in RUNGS:
+        plan = replace(plan, **change)
+        ops = step_ops(config, plan, batch_size, seq_len, world_size, gpu, eff, dtype)
+        total = ops["time_s"].sum()
+        rows.append({"rung": name, "step_s": total,
+                     "TFLOP_per_rank": ops["flops"].sum() / 1e12,
+                     "TB_per_rank": ops["bytes"].sum() / 1e12,
+                     "memory_bound_share": ops.loc[ops["memory_bound"], "time_s"].sum() / total,
+                     "comm_hidden_s": ops["hidden_s"].sum()})  # fmt: skip
+    table = pd.DataFrame(rows)
+    return table.assign(saved_s=(-table["step_s"].diff()).fillna(0.0))
+
+
+def time_by_part(ops: pd.DataFrame) -> pd.DataFrame:
+    """``step_ops``'s rows summed per part: seconds, share of the step, FLOPs and bytes."""
+    parts = ops.groupby("part", sort=False)[["time_s", "flops", "bytes"]].sum()
+    return parts.assign(share=parts["time_s"] / parts["time_s"].sum()).reset_index()
