@@ -3,13 +3,15 @@
 The first call of a compiled model traces and compiles it; that time is reported apart
 (compile_s = first call - steady median), and the steady state of the two is compared
 interleaved (``perflab.bench.compare``), the compiled step against the eager one.
-Inductor's on-disk caches are switched off for the measurement and dynamo is reset before
-each compiled model, so compile_s is a cold compilation, not a cache load.
+Inductor's on-disk caches are switched off (its compiled kernels go to a fresh empty
+directory) for the first call and dynamo is reset before each compiled model, so compile_s is
+a cold compilation, not a cache load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 
 import pandas as pd
@@ -22,45 +24,103 @@ from perflab.model import TransformerLM, get_preset, sized_for
 
 
 def _no_compile_caches() -> contextlib.ExitStack:
-    """Inductor's FX graph cache and AOTAutograd's cache off, so compilation happens for real."""
+    """Inductor's FX graph cache and AOTAutograd's cache off, and its kernel cache in a fresh
+    empty directory (kernels compiled earlier, by this process or another run, would otherwise
+    be loaded from disk), so compilation happens for real; max-autotune's per-matmul timing
+    tables, written to stderr, are not printed."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
 
     stack = contextlib.ExitStack()
-    stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+    stack.enter_context(temporary_cache_dir(stack.enter_context(tempfile.TemporaryDirectory())))
+    stack.enter_context(
+        inductor_config.patch(
+            fx_graph_cache=False,
+            autotune_num_choices_displayed=0,
+            max_autotune_report_choices_stats=False,
+        )
+    )
     stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
     return stack
 
 
+#: torch.compile's modes that the workbook compares (``torch.compile(mode=...)``): "default"
+#: and "max-autotune-no-cudagraphs", which also benchmarks matmul and convolution templates
+#: (Triton on a GPU, C++ on a CPU) against the library kernels and keeps the fastest, without
+#: CUDA graphs (the 100M profiling note's setting).
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+
+
+def _check_compile_mode(mode: str) -> None:
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode {mode!r}; valid: {', '.join(COMPILE_MODES)}")
+
+
+def _model_step(config, inputs, targets, step_mode: str, device: torch.device,
+                compile_mode: str | None):  # fmt: skip
+    """A fresh model's step (``make_step``), compiled with ``compile_mode`` (None: eager)."""
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = TransformerLM(config)
+    runner = model if compile_mode is None else torch.compile(model, mode=compile_mode)
+    optimizer = torch.optim.AdamW(model.parameters()) if step_mode == "train-step" else None
+    return make_step(runner, inputs, targets, step_mode, torch.float32, optimizer)
+
+
+def _first_call_s(step, device: torch.device) -> float:
+    """Seconds of ``step``'s first call, compiled from cold (no on-disk caches)."""
+    synchronize(device)
+    start = time.perf_counter()
+    with _no_compile_caches():
+        step()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def compile_vs_eager(preset: str, context_length: int, batch_size: int,
                      device: torch.device, modes=("forward", "train-step"),
-                     steps: int = 5) -> pd.DataFrame:  # fmt: skip
-    """Per mode: the compiled step against the eager one (``Comparison.as_row``: medians,
-    time ratio compiled / eager with its interval and confidence, verdict), the compiled
-    model's first call and its compile seconds (first call - steady median)."""
+                     steps: int = 5, compile_modes=("default",)) -> pd.DataFrame:  # fmt: skip
+    """Per step mode (``modes``, as ``make_step``) and per ``torch.compile`` mode
+    (``compile_modes``, from ``COMPILE_MODES``): the compiled step against the eager one
+    (``Comparison.as_row``: medians, time ratio compiled / eager with its interval and
+    confidence, verdict; ``b`` names the compile mode, "compiled" for the default), the compiled
+    model's first call from cold and its compile seconds (first call - steady median). Every
+    other compile mode is also compared with the default directly (a row whose ``a`` is
+    "compiled"): max-autotune's gain, where there is one, is in the matmuls it tunes, its cost
+    the tuning, paid at compile time."""
+    for compile_mode in compile_modes:
+        _check_compile_mode(compile_mode)
     config = sized_for(get_preset(preset), context_length)
     inputs, targets = random_batch(config.vocab_size, batch_size, context_length, device)
+    # One throwaway compilation first: the compiler's one-time start-up (imports, the C++
+    # toolchain's first use) would otherwise fall on the first model compiled.
+    torch.compile(torch.sin)(torch.ones(2, device=device))
     rows = []
     for mode in modes:
-        torch._dynamo.reset()
-        steps_by_kind = {}
-        for compiled in (False, True):
-            torch.manual_seed(0)
-            with torch.device(device):
-                model = TransformerLM(config)
-            runner = torch.compile(model) if compiled else model
-            optimizer = torch.optim.AdamW(model.parameters()) if mode == "train-step" else None
-            steps_by_kind[compiled] = make_step(runner, inputs, targets, mode, torch.float32,
-                                                optimizer)  # fmt: skip
-        synchronize(device)
-        start = time.perf_counter()
-        with _no_compile_caches():
-            steps_by_kind[True]()
-        synchronize(device)
-        first = time.perf_counter() - start
-        result = compare(steps_by_kind[False], steps_by_kind[True], rounds=steps, warmup=1,
-                         device=device, names=("eager", "compiled"))  # fmt: skip
-        row = result.as_row()
-        rows.append({"mode": mode, **row, "first_call_s": first,
-                     "compile_s": max(first - row["median_b_s"], 0.0)})  # fmt: skip
+        eager = _model_step(config, inputs, targets, mode, device, None)
+        compiled, first = {}, {}
+        for compile_mode in compile_modes:
+            torch._dynamo.reset()
+            compiled[compile_mode] = _model_step(config, inputs, targets, mode, device,
+                                                 compile_mode)  # fmt: skip
+            first[compile_mode] = _first_call_s(compiled[compile_mode], device)
+        pairs = [(("eager", eager), (m, compiled[m])) for m in compile_modes]
+        pairs += [(("default", compiled["default"]), (m, compiled[m]))
+                  for m in compile_modes if m != "default" and "default" in compiled]  # fmt: skip
+        for (name_a, step_a), (name_b, step_b) in pairs:
+            row = compare(
+                step_a,
+                step_b,
+                rounds=steps,
+                warmup=1,
+                device=device,
+                names=tuple(_NAMES.get(n, n) for n in (name_a, name_b)),
+            ).as_row()
+            rows.append({"mode": mode, **row, "first_call_s": first[name_b],
+                         "compile_s": max(first[name_b] - row["median_b_s"], 0.0)})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+#: How the rows name a compile mode: the default one is "compiled".
+_NAMES = {"default": "compiled"}
