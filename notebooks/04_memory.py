@@ -104,16 +104,26 @@ for mode in ("forward", "train-step"):
 fig = plot_timelines(timelines)
 save_figure(fig, out / "timelines.png")
 print(timelines["forward"].source)
-for mode, timeline in timelines.items():
-    print(f"{mode}: peak {timeline.peak_bytes / MiB:.1f} MiB above the memory held before")
 
 # %% [markdown]
-# The forward pass climbs as each layer's activations are kept for backward, is expected to
-# peak near the logits and loss, and falls back when they are freed at the end (nothing holds
-# on to them without a backward); the timelines show where it does. The training step climbs
-# the same way, then the backward pass frees each layer's activations as it consumes them.
-#
-# **The largest allocations of the training step, and the operation that made each:**
+# What one would expect: the forward pass climbs as each layer's activations are kept for
+# backward, peaks near the logits and the loss (the largest tensors of a small model with a
+# 10,000-word vocabulary), and falls back at the end, when nothing holds on to them without a
+# backward. The training step climbs the same way, then backward frees each layer's
+# activations as it consumes them. Where each one actually peaks, read from the record (the
+# operator, and the innermost Python frames that ran it, from the profiler's `with_stack`):
+
+# %%
+for mode, timeline in timelines.items():
+    peak = timeline.at_peak()
+    print(f"{mode}: peak {peak['peak_bytes'] / MiB:.1f} MiB above the memory held before, "
+          f"{peak['time_share']:.0%} of the way through, in {peak['origin']} "
+          f"({peak['python_stack']}); {peak['end_bytes'] / MiB:.1f} MiB still held at the end")
+
+# %% [markdown]
+# **The largest allocations of the training step**, the operator that made each and the
+# Python code that ran it (innermost frame first; backward's come from autograd's engine, so
+# their Python stack ends where `backward()` was called):
 
 # %%
 largest = timelines["train-step"].largest_allocations(top=8)

@@ -113,6 +113,33 @@ def test_timeline_records_a_known_allocation():
     assert set(largest["origin"]) == {"aten::empty"}
     assert timeline.events["allocated_bytes"].iloc[-1] == 0  # everything freed again
     assert 2 * FOUR_MIB <= peak_memory(allocate, CPU) < 2 * FOUR_MIB + 2**16
+    peak = timeline.at_peak()
+    assert peak["peak_bytes"] == timeline.peak_bytes and peak["end_bytes"] == 0
+    assert peak["origin"] == "aten::empty" and 0 < peak["time_share"] < 1
+    assert peak["python_stack"].split(" < ")[0].endswith(" allocate")
+
+
+def _make_big() -> torch.Tensor:
+    return torch.ones(2**20)  # 4 MiB
+
+
+def _caller() -> None:
+    big = _make_big()
+    small = torch.ones(8)
+    del big, small
+
+
+def test_largest_allocations_name_the_python_code_that_made_them():
+    def frame(function) -> str:  # the profiler records where a function called under it begins
+        return f"test_memory.py:{function.__code__.co_firstlineno} {function.__name__}"
+
+    largest = record_timeline(_caller, CPU).largest_allocations(top=1)
+    frames = largest["python_stack"].iloc[0].split(" < ")
+    assert frames[:2] == [frame(_make_big), frame(_caller)]
+    # this test was already running when recording began: its line is the one it was on
+    assert frames[2].startswith("test_memory.py:")
+    assert frames[2].endswith(" test_largest_allocations_name_the_python_code_that_made_them")
+    assert largest["origin"].iloc[0] == "aten::empty"
 
 
 def test_timeline_from_a_cuda_snapshot():
@@ -127,6 +154,8 @@ def test_timeline_from_a_cuda_snapshot():
     frame = timeline_from_snapshot(snapshot)
     assert list(frame["allocated_bytes"]) == [100, 150, 50]
     assert frame["origin"].iloc[0] == "train.py:42 step"
+    assert frame["python_stack"].iloc[0] == "train.py:42 step"
+    assert frame["python_stack"].iloc[1] == "(no Python frame)"
     assert list(frame["time_ms"]) == [0.0, 0.01, 0.02]
 
 

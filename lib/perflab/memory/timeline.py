@@ -14,7 +14,9 @@ recording began. Used by notebook 04.
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +38,8 @@ CUDA_SOURCE = "CUDA memory snapshot (torch.cuda.memory._record_memory_history)"
 class MemoryTimeline:
     """Allocator events in order: time_ms (from the first event), delta_bytes (+alloc, -free),
     allocated_bytes (running total since recording began) and the operator or stack frame
-    responsible (``origin``)."""
+    responsible (``origin``), and the innermost frames of the Python code that ran it
+    (``python_stack``: "file:line function < ...", innermost first)."""
 
     events: pd.DataFrame
     source: str
@@ -47,44 +50,96 @@ class MemoryTimeline:
         """Most bytes allocated at once, above what was allocated when recording began."""
         return int(max(self.events["allocated_bytes"].max(), 0)) if len(self.events) else 0
 
+    def at_peak(self) -> dict:
+        """The allocation that reached the peak: when (``time_share`` of the recording), how
+        much was allocated then and at the end, and which operator and Python code made it."""
+        if not len(self.events):
+            raise ValueError("the timeline has no allocator events")
+        row = self.events.loc[self.events["allocated_bytes"].idxmax()]
+        span = self.events["time_ms"].iloc[-1] or 1.0
+        return {"time_share": row["time_ms"] / span, "peak_bytes": int(row["allocated_bytes"]),
+                "end_bytes": int(self.events["allocated_bytes"].iloc[-1]),
+                "origin": row["origin"], "python_stack": row["python_stack"]}  # fmt: skip
+
     def largest_allocations(self, top: int = 10) -> pd.DataFrame:
-        """The ``top`` largest single allocations and where they came from."""
+        """The ``top`` largest single allocations and where they came from: the operator and
+        the innermost Python frames of the code that ran it (``python_stack``)."""
         allocations = self.events[self.events["delta_bytes"] > 0]
         largest = allocations.nlargest(top, "delta_bytes")
-        return largest[["time_ms", "delta_bytes", "origin"]].reset_index(drop=True)
+        columns = ["time_ms", "delta_bytes", "origin", "python_stack"]
+        return largest[columns].reset_index(drop=True)
 
 
-def _innermost_op(ops: pd.DataFrame, events: pd.DataFrame) -> list[str]:
-    """For each event (ts, tid), the innermost operator running on its thread at that moment.
+def _open_spans(spans: pd.DataFrame, events: pd.DataFrame) -> list[list[str]]:
+    """For each event (ts, tid), the names of the spans (name, ts, dur, tid) open on its thread
+    at that moment, outermost first.
 
-    Operators on one thread nest, so one sweep in time order with a stack of open operators
-    answers every event in O((ops + events) log) instead of comparing every pair.
+    Spans on one thread nest, so one sweep in time order with a stack of open spans answers
+    every event in O((spans + events) log) instead of comparing every pair.
     """
-    origins = ["(no op)"] * len(events)
+    open_at: list[list[str]] = [[] for _ in range(len(events))]
     for tid, thread_events in events.groupby("tid"):
-        thread_ops = ops[ops["tid"] == tid].sort_values(["ts", "dur"], ascending=[True, False])
-        starts = thread_ops["ts"].to_numpy()
-        ends = starts + thread_ops["dur"].to_numpy()
-        names = thread_ops["name"].to_numpy()
+        thread_spans = spans[spans["tid"] == tid].sort_values(
+            ["ts", "dur"], ascending=[True, False]
+        )
+        starts = thread_spans["ts"].to_numpy()
+        ends = starts + thread_spans["dur"].to_numpy()
+        names = thread_spans["name"].to_numpy()
         stack: list[int] = []
-        next_op = 0
+        next_span = 0
         for position, t in sorted(
             zip(thread_events.index, thread_events["ts"], strict=True), key=lambda x: x[1]
         ):
-            while next_op < len(starts) and starts[next_op] <= t:
-                while stack and ends[stack[-1]] < starts[next_op]:
+            while next_span < len(starts) and starts[next_span] <= t:
+                while stack and ends[stack[-1]] < starts[next_span]:
                     stack.pop()
-                stack.append(next_op)
-                next_op += 1
+                stack.append(next_span)
+                next_span += 1
             while stack and ends[stack[-1]] < t:
                 stack.pop()
-            if stack:
-                origins[position] = names[stack[-1]]
-    return origins
+            open_at[position] = [names[i] for i in stack]
+    return open_at
+
+
+def _innermost_op(ops: pd.DataFrame, events: pd.DataFrame) -> list[str]:
+    """For each event (ts, tid), the innermost operator running on its thread at that moment."""
+    return [spans[-1] if spans else "(no op)" for spans in _open_spans(ops, events)]
+
+
+#: Python frames that say nothing about who allocated: PyTorch's, this recorder's own, built-ins
+#: and the standard library's (the profiler names its files relative to the stdlib folder).
+_PLUMBING = ("/torch/", "/perflab/profiling/", "/perflab/memory/timeline.py")
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def _is_plumbing(path: str) -> bool:
+    if path.startswith("<") or any(part in "/" + path for part in _PLUMBING):
+        return True
+    return path.startswith(_STDLIB) or os.path.exists(os.path.join(_STDLIB, path))
+
+
+def _python_stack(frames: list[str], depth: int = 3) -> str:
+    """The ``depth`` innermost frames of ``frames`` (the profiler's "path(line): function" and
+    "nn.Module: Name_i" spans, outermost first) that are not plumbing, innermost first, as
+    "file:line function" or the module's name, joined by " < ". The line is where the function
+    begins (for a frame already running when recording began: the line it was on). Backward's
+    allocations come from autograd's engine, whose Python stack ends at the frame that called
+    ``backward``."""
+    kept = [f for f in frames if not _is_plumbing(f.split("(")[0])]
+    shown = []
+    for frame in reversed(kept[-depth:]):
+        if frame.startswith("nn.Module: "):  # the profiler's span of a module's call
+            shown.append(frame.removeprefix("nn.Module: ").rstrip(": "))
+            continue
+        path, _, rest = frame.partition("(")
+        line, _, function = rest.partition("): ")
+        shown.append(f"{Path(path).name}:{line} {function}")
+    return " < ".join(shown) or "(no Python frame)"
 
 
 def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
-    with profiling(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+    with profiling(activities=[ProfilerActivity.CPU], profile_memory=True,
+                   with_stack=True) as profiler:  # fmt: skip
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
@@ -93,19 +148,25 @@ def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
     memory = [
         e for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type", 0) == 0
     ]
-    ops = pd.DataFrame(
-        [(e["name"], e["ts"], e["dur"], e.get("tid")) for e in events if e.get("cat") == "cpu_op"],
-        columns=["name", "ts", "dur", "tid"],
-    )
+
+    def spans(category: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            [(e["name"], e["ts"], e["dur"], e.get("tid")) for e in events
+             if e.get("cat") == category],
+            columns=["name", "ts", "dur", "tid"],
+        )  # fmt: skip
+
     times = np.array([e["ts"] for e in memory], dtype=float)
     located = pd.DataFrame({"ts": times, "tid": [e.get("tid") for e in memory]})
     frame = pd.DataFrame(
         {
             "time_ms": (times - times.min()) / 1e3 if len(times) else times,
             "delta_bytes": [int(e["args"]["Bytes"]) for e in memory],
-            "origin": _innermost_op(ops, located),
+            "origin": _innermost_op(spans("cpu_op"), located),
+            "python_stack": [_python_stack(f) for f in _open_spans(spans("python_function"),
+                                                                   located)],
         }
-    )
+    )  # fmt: skip
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
     # The profiler's "Total Allocated" counter carries over from earlier recordings in the same
     # process, so the running total is summed from this recording's own events.
@@ -122,6 +183,13 @@ def _frame_origin(frames: list[dict]) -> str:
     return frames[0].get("name", "(unknown)") if frames else "(unknown)"
 
 
+def _snapshot_stack(frames: list[dict]) -> str:
+    """A snapshot's frames (innermost first) as ``_python_stack`` shows the profiler's."""
+    names = [f"{f.get('filename', '')}({f.get('line')}): {f.get('name')}"
+             for f in reversed(frames) if f.get("filename", "").endswith(".py")]  # fmt: skip
+    return _python_stack(names)
+
+
 def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFrame:
     """Timeline rows from a CUDA memory snapshot's ``device_traces`` (alloc / free_completed).
 
@@ -134,11 +202,13 @@ def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFram
         sign = {"alloc": 1, "free_completed": -1}.get(entry["action"])
         if sign is not None:
             time_us = entry.get("time_us", position * 1e3)
-            rows.append((time_us, sign * entry["size"], _frame_origin(entry.get("frames", []))))
-    frame = pd.DataFrame(rows, columns=["time_us", "delta_bytes", "origin"])
+            frames = entry.get("frames", [])
+            rows.append((time_us, sign * entry["size"], _frame_origin(frames),
+                         _snapshot_stack(frames)))  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["time_us", "delta_bytes", "origin", "python_stack"])
     frame["time_ms"] = (frame["time_us"] - frame["time_us"].min()) / 1e3
     frame["allocated_bytes"] = frame["delta_bytes"].cumsum()
-    return frame[["time_ms", "delta_bytes", "allocated_bytes", "origin"]]
+    return frame[["time_ms", "delta_bytes", "allocated_bytes", "origin", "python_stack"]]
 
 
 #: pytorch.org/memory_viz reads the snapshot with a JavaScript unpickler that knows protocols up
