@@ -26,7 +26,15 @@
 #
 # The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
-# them fits a `gpu_memory_gib` GPU.
+# them fits a `gpu_memory_gib` GPU. A larger CPU grid, every head dimension of the handout's
+# to n = 4096 (the scores of batch 8 then take 512 MiB), took about 10 minutes on this 2-core
+# machine, so it stays out of the default run; to keep its results apart from the committed
+# ones:
+#
+# ```
+# PERFLAB_DATA_DIR=/tmp/larger perflab run 05 -p head_dims '[16, 32, 64, 128]' \
+#     -p seq_lens '[256, 1024, 4096]'
+# ```
 #
 # **Your own FlashAttention:** `perflab run 05 -p adapters my-repo/tests/adapters.py` (the
 # course's adapters file, or a dotted module) checks it against float64 first, then times it

@@ -43,6 +43,8 @@ rungs = ["fused QKV", "SDPA", "FlashAttention", "fused loss head", "foreach Adam
 rounds = 6                      # first look of the adaptive rounds of each candidate against the best stack
 budget_s = 12                   # seconds each comparison may take: its looks are planned to fit
 trace_steps = 2                 # profiled steps of the baseline and each rung tried, for the final table
+gqa_kv_heads = 2                # key and value heads of the grouped-query model (the preset's heads: multi-head)
+gqa_rounds = 8                  # interleaved rounds of its step against multi-head attention's
 head_tokens = 1024              # the loss head's memory benchmark: tokens,
 head_vocab = 32000              # vocabulary
 head_d_model = 256              # and width (float32)
@@ -104,7 +106,13 @@ from perflab.training.head_memory import (
     compare_with_torch_head,
     head_peak_memory,
 )
-from perflab.training.ladder import BASELINE, TrainingStep, greedy_ladder, stack_against_baseline
+from perflab.training.ladder import (
+    BASELINE,
+    TrainingStep,
+    greedy_ladder,
+    kv_heads_against_mha,
+    stack_against_baseline,
+)
 from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
 from perflab.training.sharded_step import (
     compare_with_one_process,
@@ -393,6 +401,28 @@ print(f"in the kept stack ({stack.name}), {last['dominant']} operators hold "
 command = BenchConfig.from_recipe(stack, preset, seq_len, "train-step", batch_size=batch_size)
 (out / "fastest_step.json").write_text(json.dumps({"flags": command.command_line()}, indent=2))
 print("perflab bench " + " ".join(command.command_line()))
+
+# %% [markdown]
+# ### Grouped-query attention: a change to the model, not a rung
+#
+# Every rung above computes the same function. Grouped-query attention (Ainslie et al. 2023)
+# does not: `gqa_kv_heads` heads of keys and values, each shared by a group of query heads,
+# make the K and V projections narrower (`ModelConfig.num_kv_heads`; the tests check that
+# with as many key heads as query heads it is multi-head attention bit for bit, and that with
+# fewer it equals multi-head attention whose key and value weights repeat each shared head).
+# Its gain is at decoding (notebook 10, section 9: a smaller KV cache); in training it saves
+# parameters and a little projection work, and a model trained with it is a different model.
+# The baseline step of both, taking turns:
+
+# %%
+gqa_row, gqa_result = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len,
+                                           dev, rounds=gqa_rounds)  # fmt: skip
+save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
+print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads: "
+      f"{gqa_row['parameters_grouped'] / 1e6:.2f} M parameters against "
+      f"{gqa_row['parameters_mha'] / 1e6:.2f} M "
+      f"({1 - gqa_row['parameters_grouped'] / gqa_row['parameters_mha']:.1%} fewer); "
+      + gqa_result.sentence())
 
 # %% [markdown]
 # ## 4. The data path on real text

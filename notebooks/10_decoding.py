@@ -70,6 +70,11 @@ tp_world_size = 2                             # ranks the model is split over
 tp_prompt_len = 32                            # tokens of each prompt (all of one length)
 tp_batch = 2                                  # sequences decoded together
 tp_new_tokens = 8                             # greedy tokens per sequence
+gqa_kv_heads = 2                              # section 9: key and value heads of the grouped-query model (preset's heads: multi-head)
+gqa_batch = 16                                # sequences of its decode step
+gqa_context = 256                             # tokens of context, so that the cache weighs about as much as the weights
+gqa_rounds = 16                               # interleaved rounds of its step against multi-head attention's
+gqa_compiled = False                          # the steps compiled (two more compilations, about 30 s on this CPU; full: True)
 device = "auto"                               # "cuda" when present, else "cpu"
 
 # %%
@@ -83,6 +88,7 @@ from perflab.decode import CACHES, generate
 from perflab.decode.bench import (
     PARTS,
     compare_caches,
+    compare_kv_heads,
     compare_rotary_tables,
     compare_sampling_place,
     compile_static_step,
@@ -599,7 +605,39 @@ if tp is not None:
                  "Less than half the time split: the halved reads pay for the all-reduces."
                  if ratio < 0.5 else
                  "Within 2x of each other, measured apart: no conclusion is drawn."))
+
+# %% [markdown]
+# ## 9. Grouped-query attention: a smaller KV cache
 #
+# With `gqa_kv_heads` heads of keys and values, each shared by a group of query heads
+# (`ModelConfig.num_kv_heads`; Ainslie et al. 2023), a token's keys and values take
+# kv_heads / heads of the bytes, and the decode step attends each group's queries to their
+# shared head in one matmul, reading the cache once per group (`perflab.decode.steps.attend`).
+# At a batch and a context where the cache weighs as much as the weights, the bytes a step must
+# move shrink, and a step bound by memory should follow them. Both fixed-shape steps (eager
+# on a CPU by default, `gqa_compiled` to compile them; the grouped model has random weights of
+# its own), taking turns; the tests check that grouped-query attention decodes like its full
+# recomputation in every cache:
+
+# %%
+gqa_row, gqa_result = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev,
+                                       param_dtype, rounds=gqa_rounds,
+                                       compiled=gqa_compiled)  # fmt: skip
+save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
+pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
+                    "kv_cache_bytes_mha", "kv_cache_bytes_grouped", "step_bytes_mha",
+                    "step_bytes_grouped", "tokens_per_s_mha", "tokens_per_s_grouped",
+                    "decodes_like_recomputation"]]
+
+# %%
+print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads, batch {gqa_batch} "
+      f"at context {gqa_context}: the cache holds {gqa_row['kv_cache_bytes_grouped'] / 1e6:.1f} "
+      f"MB instead of {gqa_row['kv_cache_bytes_mha'] / 1e6:.1f} MB, and a step must move "
+      f"{gqa_row['step_bytes_ratio']:.2f}x the bytes. Measured: " + gqa_result.sentence()
+      + f" A step bound by memory would take {gqa_row['step_bytes_ratio']:.2f}x the time; the "
+      f"measured median ratio is {gqa_row['ratio_b_over_a']:.2f}.")
+
+# %% [markdown]
 # Everything above ran on this device. Not run on a CPU, written for a GPU: CUDA graphs
 # (`mode="reduce-overhead"`, chosen automatically on CUDA), bfloat16 weights, and the
 # leaderboard's 8B-class model, which `perflab run 10 --full` decodes:

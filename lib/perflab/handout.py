@@ -108,8 +108,10 @@ ANSWERS = (
            "measured (training step); GPU sizes not yet run", "03", ("bf16_vs_fp32",),
            ("bf16 vs fp32",)),
     Answer(("memory_profiling",), "memory_profiling (a, b, e)", "both",
-           "04 §1 timelines and largest allocations (of the training step), §2 peaks per "
-           "context", "measured on cpu-tiny; xl at 128/2048 GPU, not yet run", "04",
+           "04 §1 timelines, where each peaks (read from the record), and the training step's "
+           "largest allocations with the operator and the Python code that made each "
+           "(the profiler's `with_stack`), §2 peaks per context",
+           "measured on cpu-tiny; xl at 128/2048 GPU, not yet run", "04",
            ("timelines", "peak_memory")),
     Answer(("memory_profiling",), "memory_profiling (c)", "both",
            "04 §2 (the bfloat16 change of the peak, printed)", "measured", "04"),

@@ -39,6 +39,9 @@ class ModelConfig:
     vocab_size: int = 10_000
     context_length: int = 512
     rope_theta: float = 10_000.0
+    #: Grouped-query attention (Ainslie et al. 2023): heads of keys and values, each shared by
+    #: num_heads / num_kv_heads query heads; None: num_heads (multi-head attention).
+    num_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for field in ("d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "context_length"):
@@ -52,10 +55,30 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head dimension, got {self.head_dim}")
+        kv = self.num_kv_heads
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1
+                               or self.num_heads % kv):  # fmt: skip
+            raise ValueError(f"ModelConfig.num_kv_heads must be a positive divisor of num_heads "
+                             f"({self.num_heads}) or None, got {kv!r}")  # fmt: skip
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Heads of keys and values: ``num_kv_heads``, or ``num_heads`` when it is None."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the keys (and of the values) of one token: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    def attention_weights(self) -> int:
+        """Weights of one layer's attention projections: Q and the output d x d each, K and V
+        d x kv_dim each (4 d^2 for multi-head attention)."""
+        return 2 * self.d_model * self.d_model + 2 * self.d_model * self.kv_dim
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -63,17 +86,18 @@ class ModelConfig:
     def num_parameters(self) -> int:
         """Trainable parameters, counted from the shapes.
 
-        embedding V*d + per layer (4*d*d attention + 3*d*d_ff SwiGLU + 2*d RMSNorm gains)
-        + final RMSNorm d + LM head d*V.
+        embedding V*d + per layer (``attention_weights``: 4*d*d for multi-head attention,
+        + 3*d*d_ff SwiGLU + 2*d RMSNorm gains) + final RMSNorm d + LM head d*V.
         """
         d, V = self.d_model, self.vocab_size
-        per_layer = 4 * d * d + 3 * d * self.d_ff + 2 * d
+        per_layer = self.attention_weights() + 3 * d * self.d_ff + 2 * d
         return V * d + self.num_layers * per_layer + d + d * V
 
     def forward_flops(self, batch_size: int, seq_len: int) -> int:
         """Matmul FLOPs of one forward pass (2 per multiply-add).
 
-        Per layer and token: QKV and output projections 2*4*d*d, SwiGLU 2*3*d*d_ff; per layer
+        Per layer and token: QKV and output projections 2 x ``attention_weights`` (2*4*d*d for
+        multi-head attention), SwiGLU 2*3*d*d_ff; per layer
         and sequence the attention scores Q K^T and the weighted sum P V, 2*T*T*d each (the full
         square, as a dense kernel computes it, causal or not); LM head 2*d*V per token.
         Norms, softmax, rotary and elementwise work are left out: they are O(T*d) and small
@@ -81,7 +105,7 @@ class ModelConfig:
         """
         tokens = batch_size * seq_len
         d = self.d_model
-        projections = 2 * tokens * (4 * d * d + 3 * d * self.d_ff)
+        projections = 2 * tokens * (self.attention_weights() + 3 * d * self.d_ff)
         attention = 2 * 2 * batch_size * seq_len * seq_len * d
         lm_head = 2 * tokens * d * self.vocab_size
         return self.num_layers * (projections + attention) + lm_head
@@ -220,19 +244,36 @@ class RotaryEmbedding(nn.Module):
 
 
 class QKVProjection(nn.Linear):
-    """x -> (q, k, v), each (..., d_model): one matmul with the stacked (3 d, d) weight, or with
-    ``fused = False`` three, one per third of the same weight: the same numbers, computed as an
-    unfused model would (notebook 09 measures the difference). A module call either way, so
-    wrappers around a module's forward (FSDP) see it."""
+    """x -> (q, k, v): q (..., d_model), k and v (..., kv_dim) (``kv_dim`` = d_model unless
+    grouped-query attention narrows it): one matmul with the stacked (d + 2 kv_dim, d) weight,
+    or with ``fused = False`` three, one per part of the same weight: the same numbers,
+    computed as an unfused model would (notebook 09 measures the difference). A module call
+    either way, so wrappers around a module's forward (FSDP) see it."""
 
-    def __init__(self, d_model: int):
-        super().__init__(d_model, 3 * d_model, bias=False)
+    def __init__(self, d_model: int, kv_dim: int | None = None):
+        kv_dim = d_model if kv_dim is None else kv_dim
+        super().__init__(d_model, d_model + 2 * kv_dim, bias=False)
+        self.sizes = [d_model, kv_dim, kv_dim]
         self.fused = True
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         if self.fused:
-            return super().forward(x).chunk(3, dim=-1)
-        return tuple(F.linear(x, w) for w in self.weight.chunk(3))
+            return super().forward(x).split(self.sizes, dim=-1)
+        return tuple(F.linear(x, w) for w in self.weight.split(self.sizes))
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """Keys or values (batch, kv_heads, seq, head_dim) -> (batch, kv_heads x groups, seq,
+    head_dim), each head repeated for the ``groups`` query heads that share it (a copy, so that
+    any attention function that takes equal heads runs grouped-query attention)."""
+    if groups == 1:
+        return x
+    batch, heads, seq, head_dim = x.shape
+    return (
+        x[:, :, None]
+        .expand(batch, heads, groups, seq, head_dim)
+        .reshape(batch, heads * groups, seq, head_dim)
+    )
 
 
 #: A decoder's attention over its KV cache: q, k, v (batch, heads, new, head_dim) of the new
@@ -243,8 +284,8 @@ CachedAttention = Callable[[Tensor, Tensor, Tensor], Tensor]
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: ModelConfig, rope: RotaryEmbedding):
         super().__init__()
-        self.num_heads = config.num_heads
-        self.qkv = QKVProjection(config.d_model)
+        self.num_heads, self.kv_heads = config.num_heads, config.kv_heads
+        self.qkv = QKVProjection(config.d_model, config.kv_dim)
         self.out = nn.Linear(config.d_model, config.d_model, bias=False)
         self.rope = rope
         self.attention_fn: AttentionFn = naive_attention
@@ -256,10 +297,16 @@ class CausalSelfAttention(nn.Module):
         their keys and values and attends over the whole cache (``perflab.decode.steps``)."""
         batch, seq_len, d_model = x.shape
         q, k, v = (
-            t.reshape(batch, seq_len, self.num_heads, -1).transpose(1, 2) for t in self.qkv(x)
-        )
+            t.reshape(batch, seq_len, heads, -1).transpose(1, 2)
+            for t, heads in zip(self.qkv(x), (self.num_heads, self.kv_heads, self.kv_heads),
+                                strict=True)
+        )  # fmt: skip
         q, k = self.rope(q, positions), self.rope(k, positions)
-        y = self.attention_fn(q, k, v, is_causal=True) if cached is None else cached(q, k, v)
+        if cached is not None:  # the cache keeps kv_heads; ``attend`` groups the queries
+            y = cached(q, k, v)
+        else:
+            groups = self.num_heads // self.kv_heads
+            y = self.attention_fn(q, repeat_kv(k, groups), repeat_kv(v, groups), is_causal=True)
         return self.out(y.transpose(1, 2).reshape(batch, seq_len, d_model))
 
 

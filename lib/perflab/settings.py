@@ -144,6 +144,12 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "block_sizes": [1, 16, 64, 256],
         "compile_preset": "leaderboard-8B",
         "compile_batch": 8,
+        # Grouped-query attention on the 8B shape: 8 key and value heads for its 32 query heads
+        # (two models of 16 GB and a 17 GB multi-head cache at 16 x 2048 tokens).
+        "gqa_kv_heads": 8,
+        "gqa_context": 2048,
+        "gqa_rounds": 10,
+        "gqa_compiled": True,
     },
 }
 

@@ -1,7 +1,8 @@
 """The measurements of notebook 10, each returning a DataFrame: prefill against decode per
 token, decode tokens/s against batch size beside the roofline, the three caches' tokens/s
 and KV memory, the fixed-shape step eager against compiled (and how often a growing-shape step
-recompiles), rotary tables, and sampling on the device.
+recompiles), rotary tables, sampling on the device, and grouped-query attention against
+multi-head attention.
 
 Every timed decode step runs at a fixed context: the cache's lengths are set back before each
 call, so that each sample does the same work. Every table of timing medians carries the
@@ -14,6 +15,7 @@ outside the noise band).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -28,12 +30,17 @@ from perflab.bench.comparison import compare
 from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
-from perflab.decode.costs import decode_cost, prefill_cost
-from perflab.decode.inputs import check_context, element_bytes, random_prompts
+from perflab.decode.costs import (
+    decode_cost,
+    decode_step_bytes,
+    kv_bytes_per_token,
+    prefill_cost,
+)
+from perflab.decode.inputs import build_model, check_context, element_bytes, random_prompts
 from perflab.decode.roofline import decode_step, median_columns, roofline_columns, time_decode
 from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
-from perflab.model import RotaryEmbedding, TransformerLM
+from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
 from perflab.profiling.capture import profiling
 from perflab.progress import progress
 
@@ -358,3 +365,44 @@ def profile_step(step: Callable[[], torch.Tensor], device: torch.device, *, warm
                           "calls_per_step": [calls[p] / steps for p in PARTS]})  # fmt: skip
     frame["share"] = frame["ms_per_step"] / frame["ms_per_step"].sum()
     return frame
+
+
+def compare_kv_heads(config: ModelConfig, kv_heads: int, batch: int, context: int,
+                     device: torch.device, dtype: torch.dtype, *, rounds: int = 6,
+                     warmup: int = 2, seed: int = 0,
+                     compiled: bool = True) -> tuple[dict, object]:  # fmt: skip
+    """The fixed-shape decode step (``compiled``, or eager) of ``config`` (multi-head attention)
+    against the same shape with ``kv_heads`` key and value heads (grouped-query attention;
+    random weights of its own), at ``batch`` sequences of ``context`` tokens, interleaved
+    (ratio = grouped / multi-head): each one's parameters, KV-cache bytes per token and for the
+    whole batch, the bytes a step must move (``decode_step_bytes``) and their ratio, which a
+    step bound by memory would follow; tokens/s at the medians; and whether the grouped model
+    decodes a few greedy tokens as its own full recomputation does."""
+    grouped_config = dataclasses.replace(config, name=f"{config.name} ({kv_heads} kv heads)",
+                                         num_kv_heads=kv_heads)  # fmt: skip
+    models = {"mha": build_model(config, device, dtype, seed),
+              "grouped": build_model(grouped_config, device, dtype, seed)}  # fmt: skip
+    steps = {name: decode_step(model, "contiguous", batch, context, compiled=compiled,
+                               seed=seed) for name, model in models.items()}  # fmt: skip
+    for step in steps.values():
+        step()  # compiles each (when compiled) before the timed rounds
+    result = compare(steps["mha"], steps["grouped"], rounds=rounds, warmup=warmup,
+                     device=device, names=("multi-head", f"{kv_heads} kv heads"))  # fmt: skip
+    prompts = random_prompts(config.vocab_size, [5, 9], seed + 1)
+    with torch.no_grad():
+        same = (generate(models["grouped"], prompts, 4, "contiguous")
+                == generate(models["grouped"], prompts, 4, "none"))  # fmt: skip
+    element = element_bytes(models["mha"])
+    row = {"batch": batch, "context": context, "heads": config.num_heads, "kv_heads": kv_heads,
+           "compiled": compiled}  # fmt: skip
+    for name, shape in (("mha", config), ("grouped", grouped_config)):
+        row[f"parameters_{name}"] = shape.num_parameters()
+        row[f"kv_bytes_per_token_{name}"] = kv_bytes_per_token(shape, element)
+        row[f"kv_cache_bytes_{name}"] = batch * context * kv_bytes_per_token(shape, element)
+        row[f"step_bytes_{name}"] = decode_step_bytes(shape, batch, context, element)
+    row["step_bytes_ratio"] = row["step_bytes_grouped"] / row["step_bytes_mha"]
+    row.update(result.as_row())
+    row.update({"tokens_per_s_mha": batch / row["median_a_s"],
+                "tokens_per_s_grouped": batch / row["median_b_s"],
+                "decodes_like_recomputation": same})  # fmt: skip
+    return row, result

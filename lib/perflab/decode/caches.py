@@ -21,11 +21,11 @@ from perflab.model import TransformerLM
 
 class KVCache:
     """What both caches share: keys and values in two tensors ``k``, ``v`` of shape (layers,
-    slots, heads, tokens per slot, head_dim), and each sequence's length so far."""
+    slots, kv_heads, tokens per slot, head_dim), and each sequence's length so far."""
 
     def __init__(self, model: TransformerLM, slots: int, tokens_per_slot: int):
         config, param = model.config, next(model.parameters())
-        shape = (config.num_layers, slots, config.num_heads, tokens_per_slot, config.head_dim)
+        shape = (config.num_layers, slots, config.kv_heads, tokens_per_slot, config.head_dim)
         self.k = torch.zeros(shape, dtype=param.dtype, device=param.device)
         self.v = torch.zeros_like(self.k)
         self.lengths: dict[int, int] = {}
@@ -41,7 +41,8 @@ class KVCache:
 
     @property
     def token_bytes(self) -> int:
-        """Bytes of keys and values of one token, over all layers: 2 L d_model x element size."""
+        """Bytes of keys and values of one token, over all layers: 2 L kv_dim x element size
+        (kv_dim = d_model for multi-head attention)."""
         layers, _, heads, _, head_dim = self.k.shape
         return 2 * layers * heads * head_dim * self.k.element_size()
 

@@ -6,7 +6,8 @@ Per token, a forward pass does 2 FLOPs per weight of the matmuls (``matmul_weigh
 blocks' projections and the LM head; the embedding is a lookup) plus attention, 2 x 2 x
 context x d_model per layer (scores and weighted sum over ``context`` keys). Decode reads every
 matmul weight once per step, shared by the ``batch`` sequences of the step, and each
-sequence's keys and values (2 x layers x d_model per token of context). Its arithmetic
+sequence's keys and values (2 x layers x kv_dim per token of context; kv_dim = d_model unless
+grouped-query attention shares key and value heads). Its arithmetic
 intensity is therefore about 2 x ``batch`` / bytes per element FLOPs per byte of weights: far
 below a GPU's or a CPU's FLOPs-to-bandwidth ratio, so decode is bound by memory bandwidth
 (the roofline: Williams et al. 2009), and larger batches amortise the weights.
@@ -22,15 +23,18 @@ from perflab.model import ModelConfig
 
 
 def matmul_weights(config: ModelConfig) -> int:
-    """Weights of the matmuls of one token's forward pass: per layer 4 d^2 (Q, K, V, output)
-    + 3 d d_ff (SwiGLU), and the LM head d V."""
+    """Weights of the matmuls of one token's forward pass: per layer the attention projections
+    (``ModelConfig.attention_weights``: 4 d^2 for multi-head attention) + 3 d d_ff (SwiGLU),
+    and the LM head d V."""
     d = config.d_model
-    return config.num_layers * (4 * d * d + 3 * d * config.d_ff) + d * config.vocab_size
+    per_layer = config.attention_weights() + 3 * d * config.d_ff
+    return config.num_layers * per_layer + d * config.vocab_size
 
 
 def kv_bytes_per_token(config: ModelConfig, element_bytes: int) -> int:
-    """Keys and values of one token over all layers: 2 x layers x d_model elements."""
-    return 2 * config.num_layers * config.d_model * element_bytes
+    """Keys and values of one token over all layers: 2 x layers x kv_dim elements (kv_dim =
+    d_model for multi-head attention, less with grouped-query attention)."""
+    return 2 * config.num_layers * config.kv_dim * element_bytes
 
 
 def flops_per_token(config: ModelConfig, context: int) -> int:

@@ -16,14 +16,21 @@ from perflab.model import TransformerLM
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:
-    """Attention of queries at ``positions`` (batch, new) over keys 0 .. end - 1: key j is
-    seen by a query at position p when j <= p, which is also what keeps each row's padding
-    (beyond its own length) out."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    """Attention of queries q (batch, heads, new, head_dim) at ``positions`` (batch, new) over
+    keys 0 .. end - 1 of k, v (batch, kv_heads, end, head_dim): key j is seen by a query at
+    position p when j <= p, which is also what keeps each row's padding (beyond its own length)
+    out. With fewer kv_heads than heads (grouped-query attention), each key head serves its
+    group of query heads in one matmul, so the cache is read once per group, not copied."""
+    batch, heads, new, head_dim = q.shape
+    groups = heads // k.shape[1]
+    if groups > 1:  # (batch, kv_heads, groups x new, head_dim): a group's queries side by side
+        q = q.reshape(batch, k.shape[1], groups * new, head_dim)
+        positions = positions.repeat(1, groups)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
     keys = torch.arange(k.shape[-2], device=q.device)
     hidden = keys[None, None, None, :] > positions[:, None, :, None]
     scores = scores.masked_fill(hidden, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v
+    return (torch.softmax(scores, dim=-1) @ v).reshape(batch, heads, new, head_dim)
 
 
 def cached_logits(model: TransformerLM, cache: KVCache, rows: list[int], tokens: Tensor) -> Tensor:
@@ -83,7 +90,7 @@ class StaticDecoder(nn.Module):
         self.register_buffer("k", self.cache.k, persistent=False)  # the cache's own tensors
         self.register_buffer("v", self.cache.v, persistent=False)
         for name, count in (("layers", model.config.num_layers), ("rows", batch),
-                            ("heads", model.config.num_heads)):  # fmt: skip
+                            ("heads", model.config.kv_heads)):  # fmt: skip
             self.register_buffer(name, torch.arange(count, device=self.k.device), persistent=False)
 
     @property
@@ -116,7 +123,7 @@ class StaticDecoder(nn.Module):
 
             def over_cache(q: Tensor, k: Tensor, v: Tensor, layer: int = layer) -> Tensor:
                 where = (self.layers[layer], self.rows[:, None], self.heads, positions[:, None])
-                self.k.index_put_(where, k[:, :, 0])  # (batch, heads, head_dim), in place
+                self.k.index_put_(where, k[:, :, 0])  # (batch, kv_heads, head_dim), in place
                 self.v.index_put_(where, v[:, :, 0])
                 return attend(q, self.k[layer], self.v[layer], pos)
 

@@ -2,7 +2,9 @@
 
 Megatron-LM's split (Shoeybi et al. 2019) of each block over W ranks: rank r keeps heads
 r H/W .. (r+1) H/W - 1 (their rows of the q, k and v weights, their columns of the output
-projection, and their keys and values in its own cache) and the same share of the feed-forward
+projection, and their keys and values in its own cache; with grouped-query attention, its
+share of the key and value heads, each with its group of query heads) and the same share of
+the feed-forward
 (rows of W1 and W3, columns of W2). Each rank's attention and feed-forward then give a partial
 sum of the block's output, and one all-reduce per sub-layer adds them: 2 all-reduces per layer
 and token, each of batch x d_model values, whatever W. Embedding, norms and LM head are
@@ -29,10 +31,10 @@ from perflab.model import ModelConfig, TransformerLM
 
 
 def _check_split(config: ModelConfig, world_size: int) -> None:
-    if config.num_heads % world_size or config.d_ff % world_size:
-        raise ValueError(f"tensor parallelism over {world_size} ranks needs num_heads "
-                         f"({config.num_heads}) and d_ff ({config.d_ff}) divisible by "
-                         f"{world_size}")  # fmt: skip
+    if config.kv_heads % world_size or config.d_ff % world_size:
+        raise ValueError(f"tensor parallelism over {world_size} ranks needs the key and value "
+                         f"heads ({config.kv_heads}; query heads: a multiple of them) and d_ff "
+                         f"({config.d_ff}) divisible by {world_size}")  # fmt: skip
 
 
 class ShardedDecoder:
@@ -46,18 +48,22 @@ class ShardedDecoder:
         _check_split(config, world_size)
         self.model, self.config = model, config
         self.heads = config.num_heads // world_size
+        self.kv_heads = config.kv_heads // world_size  # a group's query heads stay together
         width, ff = config.d_model // world_size, config.d_ff // world_size
+        kv_width = config.kv_dim // world_size
         cols, ffs = slice(rank * width, (rank + 1) * width), slice(rank * ff, (rank + 1) * ff)
+        kv_cols = slice(rank * kv_width, (rank + 1) * kv_width)
+        self.sizes = [width, kv_width, kv_width]
         self.layers = []
         for block in model.blocks:
-            q, k, v = block.attn.qkv.weight.detach().chunk(3)
+            q, k, v = block.attn.qkv.weight.detach().split(block.attn.qkv.sizes)
             self.layers.append({
-                "qkv": torch.cat([q[cols], k[cols], v[cols]]),
+                "qkv": torch.cat([q[cols], k[kv_cols], v[kv_cols]]),
                 "out": block.attn.out.weight.detach()[:, cols],
                 "w1": block.ffn.w1.weight.detach()[ffs], "w3": block.ffn.w3.weight.detach()[ffs],
                 "w2": block.ffn.w2.weight.detach()[:, ffs],
             })  # fmt: skip
-        shape = (batch, self.heads, max_len, config.head_dim)
+        shape = (batch, self.kv_heads, max_len, config.head_dim)
         dtype = model.embedding.weight.dtype
         self.k = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
@@ -74,8 +80,10 @@ class ShardedDecoder:
         for block, shard, k_cache, v_cache in zip(model.blocks, self.layers, self.k, self.v,
                                                   strict=True):  # fmt: skip
             h = block.attn_norm(x)
-            q, k, v = (t.reshape(*x.shape[:2], self.heads, -1).transpose(1, 2)
-                       for t in F.linear(h, shard["qkv"]).chunk(3, dim=-1))  # fmt: skip
+            q, k, v = (t.reshape(*x.shape[:2], heads, -1).transpose(1, 2)
+                       for t, heads in zip(F.linear(h, shard["qkv"]).split(self.sizes, dim=-1),
+                                           (self.heads, self.kv_heads, self.kv_heads),
+                                           strict=True))  # fmt: skip
             q, k = block.attn.rope(q, positions), block.attn.rope(k, positions)
             k_cache[:, :, self.length : end], v_cache[:, :, self.length : end] = k, v
             y = attend(q, k_cache[:, :, :end], v_cache[:, :, :end], positions)

@@ -308,3 +308,22 @@ def stack_against_baseline(config: ModelConfig, stack: Recipe, batch_size: int, 
     best.step()  # compiles a compiled stack before the timed rounds
     return compare(base.step, best.step, rounds=rounds, warmup=warmup, device=device,
                    names=(BASELINE.name, stack.name), budget_s=budget_s)  # fmt: skip
+
+
+def kv_heads_against_mha(config: ModelConfig, kv_heads: int, recipe: Recipe, batch_size: int,
+                         seq_len: int, device: torch.device, *, rounds: int = 8,
+                         warmup: int = 2, seed: int = 0):  # fmt: skip
+    """The training step of ``config`` with ``kv_heads`` key and value heads (grouped-query
+    attention) against the same model with multi-head attention, both run by ``recipe``,
+    interleaved: (a row with both parameter counts and the comparison's columns, the
+    ``Comparison``; ratio = grouped / multi-head)."""
+    grouped_config = dataclasses.replace(config, name=f"{config.name} ({kv_heads} kv heads)",
+                                         num_kv_heads=kv_heads)  # fmt: skip
+    mha = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
+    grouped = TrainingStep(grouped_config, recipe, batch_size, seq_len, device, seed)
+    result = compare(mha.step, grouped.step, rounds=rounds, warmup=warmup, device=device,
+                     names=("multi-head", f"{kv_heads} kv heads"))  # fmt: skip
+    row = {"heads": config.num_heads, "kv_heads": kv_heads,
+           "parameters_mha": config.num_parameters(),
+           "parameters_grouped": grouped_config.num_parameters(), **result.as_row()}  # fmt: skip
+    return row, result
