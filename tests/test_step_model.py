@@ -116,7 +116,8 @@ def test_time_is_each_operators_roofline():
     ops = step_ops(CONFIG, StepPlan(), 2, 32, 1, B200, eff)
     body = ops[ops["part"] != "communication"]
     expected = (body["flops"] / (0.5 * B200.peak_flops)).where(
-        ~body["memory_bound"], body["bytes"] / (0.25 * B200.hbm_bytes_per_s))
+        ~body["memory_bound"], body["bytes"] / (0.25 * B200.hbm_bytes_per_s)
+    )
     assert body["time_s"].to_numpy() == pytest.approx(expected.to_numpy())
     parts = time_by_part(ops)
     assert parts["share"].sum() == pytest.approx(1)
