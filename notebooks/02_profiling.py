@@ -43,6 +43,8 @@ ln_tokens = 2048       # section 7: LayerNorm's input, tokens
 ln_width = 1024        # by width (float32)
 ln_rounds = 6          # interleaved rounds of each LayerNorm comparison (6: the fewest for a 95% verdict)
 ln_steps = 20          # timed calls of each statistic alone (x.mean takes a fraction of a millisecond)
+copy_seq_len = 128     # section 8: tokens per sequence of the training step whose copies are found
+copy_rounds = 6        # interleaved rounds of the step with the mask written in place against without
 
 # %%
 from dataclasses import replace
@@ -50,6 +52,7 @@ from dataclasses import replace
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity
 
 from perflab.bench.checks import check_results
 from perflab.attention import ATTENTION_RANGES
@@ -69,7 +72,10 @@ from perflab.layer_norm import (
 from perflab.model import get_preset
 from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure, save_table
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling.capture import record_step_trace
+from perflab.profiling.capture import profiling, record_step_trace
+from perflab.profiling.copies import copy_sites
+from perflab.training.ladder import BASELINE, TrainingStep
+from perflab.training.step_profile import compare_mask_copy
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
 from perflab.profiling.plots import plot_category_comparison, plot_hotspots
@@ -402,6 +408,47 @@ else:
 # Reading the numbers: the profile counts what each remedy removes, the comparisons say whether
 # that pays on this device. On a GPU each reduction is
 # a memory-bound pass over x, so removing one saves about its share of the bytes read; that
+# path (`perflab run 02 --full`) has not been run here.
+#
+# ## 8. Where the training step copies memory
+#
+# A copy rarely has its own line in the code: `.to()`, `.contiguous()`, `.reshape()` of a
+# non-contiguous tensor and out-of-place ops such as `masked_fill` all end in `aten::copy_`.
+# One profiled training step of the baseline (naive attention, eager, for-loop AdamW), each
+# copy attributed to the operator that asked for it (`perflab.profiling.copies.copy_sites`;
+# autograd's node name for backward's copies), with its share of the step's operator time:
+
+# %%
+copy_run = TrainingStep(config, BASELINE, batch_size, copy_seq_len, dev)
+copy_run.step()  # warm-up: AdamW's state exists before the profiled step
+with profiling(activities=[ProfilerActivity.CPU]
+               + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as copy_profile:
+    copy_run.step()
+copies = copy_sites(copy_profile)
+save_table(copies, out / "copy_sites.csv", {"settings": settings})
+copies.head(top)
+
+# %% [markdown]
+# The one copy whose removal the code controls directly: `attention_scores` masks with
+# `masked_fill`, which writes the masked scores into a new (n x n) tensor per head. Writing
+# them into the fresh scores instead (`masked_fill_`) computes the same numbers (checked bit
+# for bit: the loss and every gradient) without that copy. The two steps, taking turns:
+
+# %%
+mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
+                                          rounds=copy_rounds)  # fmt: skip
+save_table(pd.DataFrame([mask_row]), out / "mask_copy.csv", {"settings": settings})
+masked = copies[copies["made_by"].str.contains("masked_fill")]
+print(f"all copies: {copies['time_ms'].sum():.1f} ms, {copies['share_of_step'].sum():.1%} of "
+      f"the step's operator time, in {copies['calls'].sum()} calls; masked_fill's: "
+      f"{masked['time_ms'].sum():.2f} ms ({masked['share_of_step'].sum():.1%}), the most "
+      "removing it can save. The same loss and gradients in place: "
+      f"{mask_row['same_loss_and_gradients']}. Measured: {mask_result.sentence()}")
+
+# %% [markdown]
+# A saving below the noise band cannot be shown by timing the step, however many rounds run:
+# the profile's share is the better measure of what a copy costs. On a GPU the (n x n) copy
+# is a full pass over the scores in memory, a larger share of a memory-bound attention; that
 # path (`perflab run 02 --full`) has not been run here.
 #
 # ## Where the results are

@@ -32,6 +32,8 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "steps": 3,
         "ln_tokens": 16384,
         "ln_width": 4096,
+        "copy_seq_len": 512,
+        "copy_rounds": 10,
     },
     "03_mixed_precision": {
         "presets": ["small", "medium", "large", "xl", "10B"],

@@ -7,15 +7,21 @@ next to its formula (parameters 4 P with P from the model's own count, gradients
 moments 8 P and step counters 4 bytes per tensor, the logits B S V x 4), one block's saved
 activations, then the most the forward and backward allocate above the parameters and the
 optimizer state (the allocator's peak: activations, logits, gradients) and the optimizer
-step's own temporaries.
+step's own temporaries. Copies: whether writing the causal mask into the scores in place,
+instead of into a copy, changes the step (``compare_mask_copy``; notebook 02, section 8, finds
+the copies).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 import torch
 
+from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
+from perflab.bench.comparison import compare
 from perflab.bench.stats import is_unstable, median_interval
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
@@ -113,3 +119,34 @@ def accumulation_table(config, global_batch: int, micro_batch_counts: list[int],
         rows.append({"micro_batches": count, "micro_batch": global_batch // count,
                      "step_s": timing.median, "peak_bytes": peak})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def attention_masking_in_place(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+                               is_causal: bool = False) -> torch.Tensor:  # fmt: skip
+    """``naive_attention`` with the causal mask written into the fresh scores
+    (``masked_fill_``) instead of into a copy of them: the same numbers, one (n x n) copy per
+    head and call fewer. Autograd allows it: the division before it keeps nothing of its
+    output for backward, and softmax keeps its own output."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        scores.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], device=q.device),
+                            float("-inf"))  # fmt: skip
+    return weighted_sum(attention_softmax(scores), v)
+
+
+def compare_mask_copy(config, batch_size: int, seq_len: int, device: torch.device, *,
+                      rounds: int = 8, warmup: int = 2, seed: int = 0):  # fmt: skip
+    """The baseline step against the same step whose attention masks in place
+    (``attention_masking_in_place``): whether the loss and every gradient are equal (bit for
+    bit: the same operations on the same numbers), and the interleaved ``Comparison``
+    (ratio = in place / baseline). Returns (row, comparison)."""
+    runs = [TrainingStep(config, BASELINE, batch_size, seq_len, device, seed) for _ in range(2)]
+    runs[1].model.set_attention(attention_masking_in_place)
+    losses = [run.loss_and_backward() for run in runs]
+    same = bool(torch.equal(*losses)) and all(
+        torch.equal(a.grad, b.grad)
+        for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    )
+    result = compare(runs[0].step, runs[1].step, rounds=rounds, warmup=warmup, device=device,
+                     names=("masked_fill (a copy)", "masked_fill_ (in place)"))  # fmt: skip
+    return {"same_loss_and_gradients": same, **result.as_row()}, result

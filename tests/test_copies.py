@@ -1,0 +1,57 @@
+"""Finding a step's copies (perflab.profiling.copies) and the mask written in place
+(perflab.training.step_profile): each copy named after the operator that asked for it, and the
+in-place mask the same numbers as the reference."""
+
+import torch
+from torch.profiler import ProfilerActivity
+
+from perflab.attention import naive_attention
+from perflab.model import ModelConfig
+from perflab.profiling.capture import profiling
+from perflab.profiling.copies import copy_sites
+from perflab.training.step_profile import attention_masking_in_place, compare_mask_copy
+
+
+def test_each_copy_is_named_after_the_operator_that_asked_for_it():
+    x = torch.randn(64, 64)
+    mask = torch.rand(64, 64) > 0.5
+    with profiling(activities=[ProfilerActivity.CPU]) as profile:
+        x.masked_fill(mask, 0.0)
+        x.t().contiguous()
+        x.to(torch.float64)
+        x.t().reshape(-1)
+    sites = copy_sites(profile).set_index("made_by")
+    assert sites.loc["aten::masked_fill", "via"] == "aten::clone"
+    assert sites.loc["aten::contiguous (called directly)", "via"] == "aten::clone"
+    assert sites.loc["aten::to (called directly)", "via"] == "aten::_to_copy"
+    assert sites.loc["aten::reshape (called directly)", "via"] == "aten::clone"
+    assert (sites["calls"] == 1).all() and len(sites) == 4
+    assert (sites["share_of_step"] > 0).all() and sites["share_of_step"].sum() < 1
+
+
+def test_no_copy_is_an_empty_table():
+    with profiling(activities=[ProfilerActivity.CPU]) as profile:
+        torch.ones(3).add_(torch.ones(3))  # (add_(1) copies its scalar to a tensor)
+    assert copy_sites(profile).empty
+
+
+def test_masking_in_place_is_the_reference_bit_for_bit():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 17, 8, dtype=torch.float64, generator=generator,
+                           requires_grad=True) for _ in range(3))  # fmt: skip
+    for causal in (True, False):
+        outputs, grads = [], []
+        for attention in (naive_attention, attention_masking_in_place):
+            out = attention(q, k, v, is_causal=causal)
+            outputs.append(out)
+            grads.append(torch.autograd.grad(out.sum(), (q, k, v)))
+        assert torch.equal(*outputs)
+        assert all(torch.equal(a, b) for a, b in zip(*grads, strict=True))
+
+
+def test_the_step_comparison_checks_the_gradients_first():
+    config = ModelConfig("copies-test", d_model=32, d_ff=64, num_layers=1, num_heads=2,
+                         vocab_size=50, context_length=32)  # fmt: skip
+    row, result = compare_mask_copy(config, 2, 16, torch.device("cpu"), rounds=2, warmup=0)
+    assert row["same_loss_and_gradients"] is True
+    assert result.rounds == 2 and row["b"] == "masked_fill_ (in place)"
