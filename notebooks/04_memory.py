@@ -100,7 +100,8 @@ for mode in ("forward", "train-step"):
     step = build_step(BenchConfig(preset=preset, context_length=context, mode=mode,
                                   batch_size=batch_size, device=str(dev)), dev)
     step()  # warm-up: allocates gradients and AdamW state for the training step
-    timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle")
+    timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle",
+                                      python_stack=True)
 fig = plot_timelines(timelines)
 save_figure(fig, out / "timelines.png")
 print(timelines["forward"].source)

@@ -106,7 +106,7 @@ def test_timeline_records_a_known_allocation():
         y = torch.empty(2**20, dtype=torch.float32)  # another 4 MiB while x lives
         del x, y
 
-    timeline = record_timeline(allocate, CPU)
+    timeline = record_timeline(allocate, CPU, python_stack=True)
     assert FOUR_MIB * 2 <= timeline.peak_bytes < FOUR_MIB * 2 + 2**16
     largest = timeline.largest_allocations(top=2)
     assert list(largest["delta_bytes"]) == [FOUR_MIB, FOUR_MIB]
@@ -117,6 +117,8 @@ def test_timeline_records_a_known_allocation():
     assert peak["peak_bytes"] == timeline.peak_bytes and peak["end_bytes"] == 0
     assert peak["origin"] == "aten::empty" and 0 < peak["time_share"] < 1
     assert peak["python_stack"].split(" < ")[0].endswith(" allocate")
+    unasked = record_timeline(allocate, CPU).events["python_stack"]  # with_stack only on request
+    assert set(unasked) == {"(not recorded)"}
 
 
 def _make_big() -> torch.Tensor:
@@ -133,7 +135,7 @@ def test_largest_allocations_name_the_python_code_that_made_them():
     def frame(function) -> str:  # the profiler records where a function called under it begins
         return f"test_memory.py:{function.__code__.co_firstlineno} {function.__name__}"
 
-    largest = record_timeline(_caller, CPU).largest_allocations(top=1)
+    largest = record_timeline(_caller, CPU, python_stack=True).largest_allocations(top=1)
     frames = largest["python_stack"].iloc[0].split(" < ")
     assert frames[:2] == [frame(_make_big), frame(_caller)]
     # this test was already running when recording began: its line is the one it was on

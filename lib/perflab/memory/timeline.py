@@ -137,9 +137,9 @@ def _python_stack(frames: list[str], depth: int = 3) -> str:
     return " < ".join(shown) or "(no Python frame)"
 
 
-def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
+def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimeline:
     with profiling(activities=[ProfilerActivity.CPU], profile_memory=True,
-                   with_stack=True) as profiler:  # fmt: skip
+                   with_stack=python_stack) as profiler:  # fmt: skip
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
@@ -164,7 +164,8 @@ def _cpu_timeline(fn: Callable[[], object]) -> MemoryTimeline:
             "delta_bytes": [int(e["args"]["Bytes"]) for e in memory],
             "origin": _innermost_op(spans("cpu_op"), located),
             "python_stack": [_python_stack(f) for f in _open_spans(spans("python_function"),
-                                                                   located)],
+                                                                   located)]
+            if python_stack else "(not recorded)",
         }
     )  # fmt: skip
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
@@ -244,15 +245,19 @@ def record_timeline(
     fn: Callable[[], object],
     device: torch.device,
     snapshot_path: str | Path | None = None,
+    python_stack: bool = False,
 ) -> MemoryTimeline:
     """Run ``fn`` once and record every allocation and free it makes on ``device``.
 
     On CUDA the snapshot pickle is written to ``snapshot_path`` (if given) for
     pytorch.org/memory_viz; on CPU there is no snapshot and ``snapshot_path`` is ignored.
+    ``python_stack``: on CPU, also record the Python code behind each allocation (the
+    profiler's ``with_stack``: slow and memory-hungry for long Python loops, so off unless
+    asked; CUDA's snapshot records its stacks anyway).
     """
     if device.type == "cuda":
         return _cuda_timeline(fn, device, Path(snapshot_path) if snapshot_path else None)
-    return _cpu_timeline(fn)
+    return _cpu_timeline(fn, python_stack)
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device) -> int:
