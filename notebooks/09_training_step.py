@@ -612,11 +612,17 @@ print(f"Without checkpointing, the {leaderboard.num_layers} blocks' saved activa
 leaderboard_gpu, leaderboard_efficiency = B200, Efficiency()
 leaderboard_estimate = price_rungs(leaderboard, 2, leaderboard.context_length, 2,
                                    leaderboard_gpu, leaderboard_efficiency)
+# saved as a speed-up over the rung before (a rung that costs time is below 1, where a
+# "seconds saved" column would be a negative time)
+leaderboard_estimate = leaderboard_estimate.drop(columns="saved_s").assign(
+    speedup_over_previous=leaderboard_estimate["step_s"].shift().fillna(
+        leaderboard_estimate["step_s"]) / leaderboard_estimate["step_s"])
 save_table(leaderboard_estimate, out / "leaderboard_estimate.csv", provenance)
 leaderboard_estimate.round(3)
 
 # %%
 estimate = leaderboard_estimate.set_index("rung")
+estimate["saved_s"] = -estimate["step_s"].diff().fillna(0.0)
 naive_s, best_s = estimate["step_s"].iloc[0], estimate["step_s"].iloc[-1]
 biggest = estimate["saved_s"].idxmax()
 costly = estimate.index[estimate["saved_s"] < 0].tolist()
