@@ -45,6 +45,8 @@ ln_rounds = 6          # interleaved rounds of each LayerNorm comparison (6: the
 ln_steps = 20          # timed calls of each statistic alone (x.mean takes a fraction of a millisecond)
 copy_seq_len = 128     # section 8: tokens per sequence of the training step whose copies are found
 copy_rounds = 6        # interleaved rounds of the step with the mask written in place against without
+grid_presets = ["cpu-tiny", "cpu-small"]  # section 3's answers again for two model sizes (full: small, medium)
+grid_seq_lens = [64, 128, 256]            # by three contexts (full: 256, 512, 1024)
 
 # %%
 from dataclasses import replace
@@ -74,6 +76,7 @@ from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure, sav
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.profiling.capture import profiling, record_step_trace
 from perflab.profiling.copies import copy_sites
+from perflab.profiling.grid import profile_grid
 from perflab.training.ladder import BASELINE, TrainingStep
 from perflab.training.step_profile import compare_mask_copy
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
@@ -237,6 +240,60 @@ print(f"softmax moves {softmax_bytes_per_s / 1e9:.1f} GB/s, {fraction:.0%} of th
 # Either way, softmax's time is out of all proportion to its FLOPs, and it exists only because
 # the score matrix is written out: fusing it into the matmuls so the scores never leave fast
 # memory is what FlashAttention does (notebook 06).
+#
+# ### The same answers for two model sizes and three contexts
+#
+# The handout asks each question for two model sizes by three contexts.
+# `perflab.profiling.grid.profile_grid` records one annotated trace per configuration
+# (`grid_presets` x `grid_seq_lens`, batch `batch_size`, the same warm-up and profiled steps)
+# and reads the answers above from each, beside the timer's median of `timer_steps` forward
+# passes. On a CPU the "kernels" are operators and their times spans; on a GPU (`--full`: small
+# and medium at 256, 512 and 1024) CUDA kernels and device time.
+
+# %%
+grid = profile_grid(grid_presets, grid_seq_lens, batch_size=batch_size, warmup=warmup,
+                    steps=steps, timer_steps=timer_steps, device=str(dev))
+save_table(grid, out / "profile_grid.csv", {"settings": settings})
+grid.drop(columns=["source", "batch_size", "forward_timer_ci_level"]).set_index(
+    ["preset", "seq_len"]).T
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{len(grid)} configurations profiled: {len(grid_presets)} presets x "
+      f"{len(grid_seq_lens)} contexts")
+
+# %%
+inside = grid["forward_profiler_ms"].between(grid["forward_timer_ci_low_ms"],
+                                             grid["forward_timer_ci_high_ms"])
+stable = ~grid["forward_timer_unstable"]
+profiler_over_timer = grid["forward_profiler_ms"] / grid["forward_timer_ms"]
+per_flop = grid["softmax_over_matmul_time"] / grid["softmax_over_matmul_flops"]
+tops = grid.groupby("top_forward").size().sort_values(ascending=False)
+falls = grid["matmul_share_step"] < grid["matmul_share_forward"]
+print(f"(a) the profiler's forward time lies inside the timer's interval in {inside.sum()} of "
+      f"{len(grid)} configurations ({(inside & stable).sum()} of the {stable.sum()} whose timing "
+      f"is stable); it is {profiler_over_timer.min():.2f}x to {profiler_over_timer.max():.2f}x "
+      "the timer's median")
+print("(b) the forward pass's top operator: " + ", ".join(
+    f"{name} in {count}" for name, count in tops.items())
+    + f" of {len(grid)}; the same one tops the training step in {grid['same_top'].sum()}")
+print(f"(d) the matmul share falls from the forward pass to the training step in {falls.sum()} "
+      f"of {len(grid)} (forward {grid['matmul_share_forward'].min():.0%} to "
+      f"{grid['matmul_share_forward'].max():.0%}, step {grid['matmul_share_step'].min():.0%} to "
+      f"{grid['matmul_share_step'].max():.0%})")
+def span(values, digits=2):
+    low, high = f"{values.min():.{digits}f}", f"{values.max():.{digits}f}"
+    return f"{low}x" if low == high else f"{low}x to {high}x"
+
+
+print(f"(e) softmax takes {span(grid['softmax_over_matmul_time'])} the attention matmuls' time "
+      f"for {span(grid['softmax_over_matmul_flops'], 3)} their FLOPs (5 / 4d, d the head "
+      f"dimension): per FLOP it is {span(per_flop, 0)} slower")
+
+# %% [markdown]
+# These are few steps each, on a shared machine: a configuration whose timing is flagged
+# unstable, or whose profile disagrees with its timer, says more about the noise of that moment
+# than about the model; the answers that hold in every configuration are the ones to trust.
 #
 # ## 4. The same table from Nsight Systems (GPU-only, not yet run)
 #

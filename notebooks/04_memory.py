@@ -38,6 +38,7 @@ checkpoint_seq_len = 128           # tokens per sequence in the checkpointing st
 group_sweep_layers = 8             # depth of the single-level group-size sweep
 checkpoint_layers = [4, 8, 16]     # depths of the nested-checkpointing fit
 cost_rounds = 6                    # rounds of each recomputation-cost comparison (6: the fewest for a 95% verdict)
+gpu_memory_gib = 80                # the GPU the handout's xl step is held against (an H100 SXM)
 device = "auto"                    # "cuda" when present, else "cpu"
 resume = True                      # skip peak-memory configurations already in the results file
 
@@ -61,7 +62,13 @@ from perflab.memory.checkpoint_study import (
     group_size_sweep,
 )
 from perflab.checkpointing import forward_counts, run_nested
-from perflab.memory.at_scale import handout_example, handout_sizes
+from perflab.memory.at_scale import (
+    handout_example,
+    handout_sizes,
+    model_saved_tensors,
+    modelled_step_peaks,
+    whole_step_table,
+)
 from perflab.memory.measure import (
     block_saved_tensors,
     compile_backend,
@@ -73,7 +80,7 @@ from perflab.memory.measure import (
     step_peak_memory,
 )
 from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
-from perflab.memory.saved import saved_by_producer, saved_bytes
+from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
 from perflab.memory.timeline import record_timeline
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_figure, save_table
@@ -222,6 +229,23 @@ print(f"one block keeps {block_bytes / MiB:.2f} MiB = {block_bytes / residual:.1
 saved_by_producer(block, top=5)
 
 # %% [markdown]
+# The operation that made a tensor says little about where in the model it was saved. A
+# `torch.utils.module_tracker.ModuleTracker` around the same hooks names the innermost module
+# running at each save: here for the whole `preset` model and its loss at context `context`,
+# summed over blocks (`blocks.*.attn` is what every attention saves outside its projections:
+# the scores, the softmax's output, the rotated queries and keys).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+whole = model_saved_tensors(config, batch_size, context, dev)
+by_module = saved_by_module(whole)
+top_module = by_module.iloc[0]
+print(f"the whole {preset} model and its loss save {saved_bytes(whole) / MiB:.2f} MiB at context "
+      f"{context}; the most, {top_module['share']:.1%}, is saved by {top_module['module']} "
+      f"({top_module['producers']})")
+by_module[["module", "tensors", "bytes", "share", "producers"]].round(3)
+
+# %% [markdown]
 # ### At the handout's sizes, counted without memory
 #
 # The sizes the handout asks about do not fit this machine, but what they save can still be
@@ -268,6 +292,55 @@ print(f"two checkpointed pairs save {pairs['this_workbook_MiB']:.2f} MiB here, "
       f"saves {gap:.2f} MiB {'less' if gap > 0 else 'more'} here than the handout's "
       f"implementation: {abs(gap) / score_MiB:.3f}x the size of one (4, 16, 2048, 2048) float32 "
       f"score tensor ({score_MiB:.0f} MiB)")
+
+# %% [markdown]
+# ### The whole step's peak, counted on meta and held against the measured one
+#
+# What a training step holds at its peak follows from sizes alone
+# (`perflab.memory.at_scale.whole_step_memory`, a model): parameters and AdamW's two moments
+# (12 bytes per parameter) are held throughout; the step frees the gradients
+# (`zero_grad(set_to_none=True)`), saves activations in the forward, adds two logits-sized
+# tensors as the loss's backward starts (the gradients of the log-probabilities and of the
+# logits), and by the optimizer step holds every gradient and AdamW's temporaries (sqrt of the
+# second moment and its quotient: two of the largest parameter's size on a CPU, where AdamW
+# loops over the tensors; one of every parameter's with CUDA's default foreach). First the
+# model against the peaks measured in section 2 (float32):
+
+# %%
+measured = peaks[peaks["dtype"] == "float32"][["context_length", "mode", "peak_bytes"]]
+held = measured.merge(modelled_step_peaks(config, batch_size, context_lengths, dev),
+                      on=["context_length", "mode"])
+held["model_over_measured"] = held["model_bytes"] / held["peak_bytes"]
+worst = (held["model_over_measured"] - 1).abs().max()
+print(f"the model is within {worst:.2%} of all {len(held)} measured float32 peaks "
+      f"(forward and training step at contexts {', '.join(map(str, context_lengths))})")
+held.assign(measured_MiB=held["peak_bytes"] / MiB, model_MiB=held["model_bytes"] / MiB)[
+    ["context_length", "mode", "measured_MiB", "model_MiB", "model_over_measured"]].round(3)
+
+# %% [markdown]
+# Then the handout's model, xl with batch 4 (2026: contexts 128 and 2048; 2025's 2.7B is the
+# same shape: 128, 256 and 512), as it would run on a GPU (AdamW foreach), counted on meta. A
+# model of a step nobody ran here: it leaves out other temporaries and the allocator's
+# rounding, which at the small sizes above came to the difference shown.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+xl_steps = whole_step_table(["xl"], [128, 256, 512, 2048], batch_size=4, foreach=True)
+xl_steps.set_index("seq_len").drop(columns=["preset", "batch_size"]).T.round(2)
+
+# %%
+xl_step = xl_steps.set_index("seq_len")
+short, long = xl_step.loc[128], xl_step.loc[2048]
+held_GiB = short["parameters_GiB"] + short["optimizer_state_GiB"]
+print(f"xl holds {held_GiB:.2f} GiB in every step (parameters and AdamW's moments). At context "
+      f"128 the step peaks in the {short['step_peak_in']} at {short['step_peak_GiB']:.2f} GiB "
+      f"(the forward at {short['forward_peak_GiB']:.2f} GiB); at 2048 in the "
+      f"{long['step_peak_in']} at {long['step_peak_GiB']:.2f} GiB, of which "
+      f"{long['saved_activations_GiB']:.2f} GiB are saved activations "
+      f"({long['largest_saver_share']:.0%} of them by {long['largest_saver']}). Against an "
+      f"{gpu_memory_gib} GiB GPU: " + ", ".join(
+          f"context {n} {'fits' if row['step_peak_GiB'] <= gpu_memory_gib else 'does not fit'}"
+          for n, row in xl_step.iterrows()))
 
 # %% [markdown]
 # ## 5. Activation checkpointing

@@ -230,3 +230,58 @@ def test_memory_snapshots_are_pickled_with_protocol_4(tmp_path):
     data = path.read_bytes()
     assert data[:2] == b"\x80\x04"  # PROTO opcode, protocol 4
     assert pickle.loads(data) == {"segments": [], "device_traces": [[]]}
+
+
+def test_saved_tensors_are_attributed_to_the_module_that_saved_them():
+    from perflab.memory.saved import NO_MODULE, module_kind, saved_by_module
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    x = torch.randn(5, 8, requires_grad=True)
+    saved = saved_tensors(lambda: model(x).exp().sum(), model.parameters(), track_modules=True)
+    by_module = saved_by_module(saved).set_index("module")["bytes"]
+    # Linear keeps its input (5 x 8), ReLU its output (5 x 4), exp (outside) its output (5 x 4).
+    assert by_module.to_dict() == {"0": 160, "1": 80, NO_MODULE: 80}
+    assert module_kind("blocks.12.attn.qkv") == "blocks.*.attn.qkv"
+    assert module_kind("blocks.3") == "blocks.*" and module_kind("lm_head") == "lm_head"
+    with pytest.raises(ValueError, match="track_modules=True"):
+        saved_by_module(saved_tensors(lambda: model(x).sum()))
+
+
+@pytest.mark.parametrize("batch_size, seq_len", [(2, 32), (4, 128)])  # optimizer; backward
+def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_size, seq_len):
+    """The model of notebook 04 (saved activations counted on meta, plus one logits-sized
+    tensor for a forward and two for a step, or the gradients and AdamW's temporaries when
+    they weigh more) against the CPU allocator's measured peaks."""
+    from perflab.bench.steps import BenchConfig
+    from perflab.memory.at_scale import model_saved_tensors, whole_step_memory
+    from perflab.memory.measure import step_peak_memory
+
+    config = PRESETS["cpu-tiny"]
+    on_meta = model_saved_tensors(config, batch_size, seq_len)
+    on_cpu = model_saved_tensors(config, batch_size, seq_len, device=CPU)
+    assert saved_bytes(on_meta) == saved_bytes(on_cpu) > 0
+    model = whole_step_memory(config, batch_size, seq_len, on_meta)
+    assert model["logits_bytes"] == batch_size * seq_len * config.vocab_size * 4
+    assert model["step_peak_in"] == ("optimizer" if seq_len == 32 else "backward")
+    for mode, key in (("forward", "forward"), ("train-step", "step")):
+        run = BenchConfig(preset="cpu-tiny", context_length=seq_len, batch_size=batch_size,
+                          mode=mode, warmup=1, steps=1, device="cpu")  # fmt: skip
+        measured = step_peak_memory(run.as_dict())["peak_bytes"]
+        assert measured == pytest.approx(model[f"{key}_activation_peak_bytes"], rel=0.05), mode
+
+
+def test_modelled_step_peaks_follow_each_devices_counter():
+    """On CUDA the measured rise starts from a memory that holds the gradients, and AdamW's
+    foreach temporaries are one copy of every parameter; nothing runs on a GPU here."""
+    from perflab.memory.at_scale import modelled_step_peaks, whole_step_memory
+
+    config = PRESETS["cpu-tiny"]
+    cpu = modelled_step_peaks(config, 4, [128], CPU).set_index("mode")["model_bytes"]
+    cuda = modelled_step_peaks(config, 4, [128], torch.device("cuda"))
+    cuda = cuda.set_index("mode")["model_bytes"]
+    memory = whole_step_memory(config, 4, 128)
+    backward = memory["saved_activations_bytes"] + 2 * memory["logits_bytes"]
+    assert cpu["train-step"] == memory["step_activation_peak_bytes"] == backward
+    assert cuda["train-step"] == max(backward - memory["gradients_bytes"],
+                                     memory["parameters_bytes"])  # fmt: skip
+    assert cpu["forward"] == cuda["forward"] == memory["forward_activation_peak_bytes"]

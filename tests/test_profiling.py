@@ -319,6 +319,34 @@ def test_attention_parts_time_against_flops(cpu_trace):
     assert table["time_share"].sum() == pytest.approx(1.0)
 
 
+def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
+    from perflab.profiling.grid import profile_answers
+
+    config = BenchConfig(preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2,
+                         warmup=1, steps=1)  # fmt: skip
+    answers = profile_answers(cpu_trace, config)
+    forward = kernel_summary(cpu_trace, "forward").table
+    assert answers["top_forward"] == forward.iloc[0]["Name"]
+    assert answers["top_forward_calls_per_step"] == forward.iloc[0]["Instances"]  # one step
+    assert answers["same_top"] == (answers["top_step"] == answers["top_forward"])
+    assert 0 < answers["matmul_share_forward"] <= 1 and 0 < answers["matmul_share_step"] <= 1
+    assert answers["softmax_over_matmul_flops"] == pytest.approx(5 / (4 * 64))  # head dim 64
+    assert answers["forward_profiler_ms"] > 0
+
+
+def test_profile_grid_has_a_row_per_configuration_and_rejects_an_empty_grid():
+    from perflab.profiling.grid import profile_grid
+
+    grid = profile_grid(["cpu-tiny"], [16, 32], batch_size=1, warmup=1, steps=1, timer_steps=2)
+    assert list(zip(grid["preset"], grid["seq_len"], strict=True)) == [
+        ("cpu-tiny", 16),
+        ("cpu-tiny", 32),
+    ]
+    assert (grid["forward_timer_ci_low_ms"] <= grid["forward_timer_ms"]).all()
+    with pytest.raises(ValueError, match="at least one preset"):
+        profile_grid([], [16])
+
+
 # --- nsys (GPU-only) ------------------------------------------------------------------------
 
 NSYS_OUTPUT = "\n".join(

@@ -97,7 +97,10 @@ def test_each_rung_moves_the_step_the_way_its_change_must():
     assert compiled["TFLOP_per_rank"] == rungs.loc["fused AdamW", "TFLOP_per_rank"]
     checkpointed = rungs.loc["checkpointing every block"]
     assert checkpointed["step_s"] > compiled["step_s"]
-    assert (rungs["saved_s"].iloc[1:] == -rungs["step_s"].diff().iloc[1:]).all()
+    speedups = rungs["speedup_over_previous"]
+    assert speedups.iloc[0] == 1
+    assert (speedups.iloc[1:] == rungs["step_s"].shift().iloc[1:] / rungs["step_s"].iloc[1:]).all()
+    assert speedups["checkpointing every block"] < 1 < speedups["FlashAttention"]
 
 
 def test_checkpointing_adds_one_forward_of_the_blocks_and_attention():

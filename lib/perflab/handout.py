@@ -96,9 +96,11 @@ ANSWERS = (
            "measured; H100 rows for small–xl (10B out of memory)", "01",
            ("timings", "phases", "warmup"), ("backward/forward", "MFU", "warm-up", "yours")),
     Answer(("nsys_profile",), "nsys_profile (a–e)", "both",
-           "02 §1–3 (tables by range; answers printed from the numbers)",
+           "02 §1–3 (tables by range; answers printed from the numbers), then the same "
+           "answers for two sizes x three contexts (cpu-tiny, cpu-small x 64, 128, 256; "
+           "--full: small, medium x 256, 512, 1024)",
            "measured with torch.profiler; nsys (§4) GPU, not yet run", "02",
-           ("naive_vs_sdpa", "a100_hotspots")),
+           ("naive_vs_sdpa", "a100_hotspots", "profile_grid")),
     Answer(("mixed_precision_accumulation",), "mixed_precision_accumulation", "both",
            "03 §1 (all four loops; loops 3 and 4 give the same sum)", "measured", "03"),
     Answer(("benchmarking_mixed_precision",), "benchmarking_mixed_precision (a, b)", "both",
@@ -110,16 +112,19 @@ ANSWERS = (
     Answer(("memory_profiling",), "memory_profiling (a, b, e)", "both",
            "04 §1 timelines, where each peaks (read from the record), and the training step's "
            "largest allocations with the operator and the Python code that made each "
-           "(the profiler's `with_stack`), §2 peaks per context",
-           "measured on cpu-tiny; xl at 128/2048 GPU, not yet run", "04",
+           "(the profiler's `with_stack`), §2 peaks per context; §4 xl's forward and "
+           "whole-step peaks at 128-2048 from a model of sizes counted on `meta`, held against "
+           "the measured cpu-tiny peaks",
+           "measured on cpu-tiny; xl modelled (GPU not yet run)", "04",
            ("timelines", "peak_memory")),
     Answer(("memory_profiling",), "memory_profiling (c)", "both",
            "04 §2 (the bfloat16 change of the peak, printed)", "measured", "04"),
     Answer(("memory_profiling",), "memory_profiling (d)", "both",
            "04 §3 derived = measured; §4 xl at 128/512/2048", "computed", "04"),
     Answer(("memory_profiling",), "memory_profiling (f)", "2026",
-           "04 §4 what one block saves (top producers, cpu-tiny), an xl block's saved bytes "
-           "and gradients on `meta`", "measured + computed; Nsight views GPU, not yet run",
+           "04 §4 what one block saves (top producers, cpu-tiny), what the whole model saves "
+           "by module (`ModuleTracker`), an xl block's saved bytes and gradients on `meta`",
+           "measured + computed; Nsight views GPU, not yet run",
            "04"),
     Answer(("gradient_checkpointing",), "gradient_checkpointing (a)", "2026",
            "04 §5 the argument and `run_nested`'s code, k / ln k for k-way splits; nested "
@@ -171,7 +176,8 @@ ANSWERS = (
            "and the share of all-reduce time inside backward", "measured; Nsight on GPUs not yet",
            "07", ("ddp_timelines", "ddp_overlap")),
     Answer(("ddp_bucketed_benchmarking",), "ddp_bucketed_benchmarking (a, b)", "2025",
-           "07 §4 bucket sweep; the overhead model n_b o + s/(n_b w) fitted, b* = sqrt(s w o)",
+           "07 §4 bucket sweep, and its \"Is this what one would expect?\" from the measured "
+           "overlap (a); the overhead model n_b o + s/(n_b w) fitted, b* = sqrt(s w o) (b)",
            "measured + computed", "07", ("bucket_sweep",), ("fastest bucket size",)),
     Answer(("communication_accounting",), "communication_accounting (a–d)", "2025",
            "08 §3 XXL: FP32 state and BF16 saved activations (a), bytes per device and N_FSDP "

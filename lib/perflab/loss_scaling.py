@@ -23,17 +23,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from perflab.bench.steps import random_batch
 from perflab.model import ModelConfig, TransformerLM
 
 DTYPES = ("float16", "bfloat16")
-
-
-def _batch(config: ModelConfig, batch_size: int, seq_len: int, seed: int,
-           device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, config.vocab_size, (batch_size, seq_len + 1), generator=generator)
-    tokens = tokens.to(device)
-    return tokens[:, :-1], tokens[:, 1:]
 
 
 def _loss(model: TransformerLM, inputs: torch.Tensor, targets: torch.Tensor,
@@ -63,7 +56,7 @@ def gradient_underflow(config: ModelConfig, batch_size: int, seq_len: int, *,
                          f"{batch_size}, {seq_len}, {scales!r}")  # fmt: skip
     device = torch.device(device)
     model = _model(config, seed, device)
-    inputs, targets = _batch(config, batch_size, seq_len, seed, device)
+    inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, seed)
 
     def gradients(dtype: torch.dtype | None, scale: float) -> tuple[float, list[torch.Tensor]]:
         model.zero_grad(set_to_none=True)
@@ -112,7 +105,8 @@ def train_with_scaler(config: ModelConfig, batch_size: int, seq_len: int, steps:
     scaler = torch.amp.GradScaler(device.type, init_scale=init_scale)
     rows = []
     for step in range(steps):
-        inputs, targets = _batch(config, batch_size, seq_len, seed + 1 + step, device)
+        batch_seed = seed + 1 + step
+        inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, batch_seed)
         loss32 = _loss(fp32, inputs, targets, None)
         loss32.backward()
         opt32.step()

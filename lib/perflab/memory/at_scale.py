@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
 from perflab.checkpointing import run_blocks
 from perflab.memory.measure import residual_stream_bytes
-from perflab.memory.saved import saved_bytes, saved_tensors
+from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
 from perflab.model import ModelConfig, TransformerLM, get_preset, sized_for
 
 META = torch.device("meta")
@@ -92,4 +93,119 @@ def handout_sizes(presets: list[str], seq_lens: list[int], batch_size: int = 4) 
                 "block_saves_MiB": saved_at_scale(config, batch_size, seq_len) / MiB,
                 "block_gradients_MiB": block_gradient_bytes(config) / MiB,
             })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def model_saved_tensors(config: ModelConfig, batch_size: int, seq_len: int,
+                        device: torch.device = META) -> pd.DataFrame:  # fmt: skip
+    """Every tensor the whole model (embedding, blocks, final norm, LM head) and its
+    cross-entropy loss save for backward on a (batch, seq) batch of token ids, with the module
+    that saved each (``saved_tensors(..., track_modules=True)``); counted on ``device``, by
+    default meta (nothing computed or allocated). Buffers (RoPE's tables) count as parameters:
+    they live in memory whatever the step."""
+    with torch.device(device):
+        model = TransformerLM(sized_for(config, seq_len))
+        tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
+
+    def forward() -> torch.Tensor:
+        logits = model(tokens)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
+
+    held = [*model.parameters(), *model.buffers()]
+    return saved_tensors(forward, held, track_modules=True)
+
+
+def whole_step_memory(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    saved: pd.DataFrame | None = None,
+    foreach: bool = False,
+) -> dict:
+    """A model of one float32 AdamW training step's memory, from sizes counted on meta.
+
+    Held across steps: parameters and AdamW's two moments (4 + 8 bytes per parameter). The
+    step (``zero_grad(set_to_none=True)``, the workbook's) frees the gradients, then makes:
+
+    - the activations the forward and the loss save for backward (``saved``, by default
+      ``model_saved_tensors``) and, as backward starts, the loss's gradient with respect to the
+      log-probabilities and then to the logits (two batch x seq x vocab float32 tensors):
+      ``saved + 2 x logits``; a forward with autograd holds ``saved + logits`` (the logits
+      beside the log-probabilities the loss saves);
+    - by the optimizer step, every gradient (4 bytes per parameter) and AdamW's temporaries,
+      sqrt(v) and its quotient: two of the largest parameter's size when AdamW loops over
+      the tensors (the CPU's default), one of every parameter's with ``foreach`` (CUDA's).
+
+    So above parameters and optimizer state, step activation peak = max(saved + 2 x logits,
+    gradients + AdamW's temporaries). The CPU profiler measures just that (it cannot see the
+    frees of gradients made before it started); CUDA's counter, minus what was allocated
+    before the step, measures it less the gradients. A model, not a measurement: it omits
+    other temporaries, the allocator's rounding and fragmentation; notebook 04 holds it
+    against the measured small sizes."""
+    if saved is None:
+        saved = model_saved_tensors(config, batch_size, seq_len)
+    with torch.device(META):
+        sizes = [4 * p.numel() for p in TransformerLM(config).parameters()]
+    parameters = sum(sizes)
+    temporaries = parameters if foreach else 2 * max(sizes)
+    logits = batch_size * seq_len * config.vocab_size * 4
+    activations = saved_bytes(saved)
+    step = max(activations + 2 * logits, parameters + temporaries)
+    return {
+        "parameters_bytes": parameters,
+        "gradients_bytes": parameters,
+        "optimizer_state_bytes": 2 * parameters,
+        "saved_activations_bytes": activations,
+        "logits_bytes": logits,
+        "adamw_temporaries_bytes": temporaries,
+        "forward_activation_peak_bytes": activations + logits,
+        "step_activation_peak_bytes": step,
+        "forward_peak_bytes": parameters + activations + logits,
+        "step_peak_bytes": 3 * parameters + step,
+        "step_peak_in": "backward"
+        if activations + 2 * logits >= parameters + temporaries
+        else "optimizer",
+    }
+
+
+def whole_step_table(presets: list[str], seq_lens: list[int], batch_size: int = 4,
+                     foreach: bool = False) -> pd.DataFrame:  # fmt: skip
+    """``whole_step_memory`` per preset and context, in GiB, with the module that saves the
+    most for backward and its share of the saved activations."""
+    rows = []
+    for preset in presets:
+        config = get_preset(preset)
+        for seq_len in seq_lens:
+            saved = model_saved_tensors(config, batch_size, seq_len)
+            memory = whole_step_memory(config, batch_size, seq_len, saved, foreach)
+            top = saved_by_module(saved).iloc[0]
+            rows.append({
+                "preset": preset, "seq_len": seq_len, "batch_size": batch_size,
+                **{k.replace("_bytes", "_GiB"): v / 2**30 if k.endswith("_bytes") else v
+                   for k, v in memory.items()},
+                "largest_saver": top["module"], "largest_saver_share": top["share"],
+            })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def modelled_step_peaks(config: ModelConfig, batch_size: int, seq_lens: list[int],
+                        device: torch.device) -> pd.DataFrame:  # fmt: skip
+    """What ``perflab.memory.measure.step_peak_memory`` should measure on ``device`` for a
+    float32 forward and training step of ``config``, by ``whole_step_memory``: on a CPU the
+    activation peaks (the profiler does not see the frees of gradients made before it
+    started); on CUDA the counter's rise above what was allocated before the step (gradients
+    included): the backward peak less the gradients, or AdamW's temporaries, whichever is
+    larger. One row per context and mode, in bytes."""
+    rows = []
+    for seq_len in seq_lens:
+        memory = whole_step_memory(config, batch_size, seq_len, foreach=device.type == "cuda")
+        backward = memory["saved_activations_bytes"] + 2 * memory["logits_bytes"]
+        step = memory["step_activation_peak_bytes"]
+        if device.type == "cuda":
+            step = max(backward - memory["gradients_bytes"], memory["adamw_temporaries_bytes"])
+        rows += [
+            {"context_length": seq_len, "mode": "forward",
+             "model_bytes": memory["forward_activation_peak_bytes"]},
+            {"context_length": seq_len, "mode": "train-step", "model_bytes": step},
+        ]  # fmt: skip
     return pd.DataFrame(rows)

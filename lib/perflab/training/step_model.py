@@ -347,8 +347,9 @@ def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: 
                 gpu: GPU = B200, eff: Efficiency = Efficiency(),
                 dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
     """Each of ``RUNGS`` on top of the ones before: the estimated step time per rank, its FLOPs
-    and bytes, the share of time in memory-bound operators, and what the rung changes against
-    the one before (``saved_s``; negative: it costs time)."""
+    and bytes, the share of time in memory-bound operators, and the rung's speed-up over the
+    one before (``speedup_over_previous``: the time before over the time after; below 1, the
+    rung costs time; 1 for the first)."""
     plan, rows = StepPlan(), []
     for name, change in RUNGS:
         plan = replace(plan, **change)
@@ -360,7 +361,8 @@ def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: 
                      "memory_bound_share": ops.loc[ops["memory_bound"], "time_s"].sum() / total,
                      "comm_hidden_s": ops["hidden_s"].sum()})  # fmt: skip
     table = pd.DataFrame(rows)
-    return table.assign(saved_s=(-table["step_s"].diff()).fillna(0.0))
+    before = table["step_s"].shift().fillna(table["step_s"])
+    return table.assign(speedup_over_previous=before / table["step_s"])
 
 
 def time_by_part(ops: pd.DataFrame) -> pd.DataFrame:

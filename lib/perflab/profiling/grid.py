@@ -1,0 +1,91 @@
+"""The handout's profiling questions (nsys_profile a-e) answered for each model size and context.
+
+Notebook 02 answers them from one trace; the handout asks for them per model size and context,
+so ``profile_grid`` records one trace per configuration (the annotated attention, so softmax
+and the two attention matmuls are ranges of their own) and ``profile_answers`` reads the same
+answers from each: the forward pass's time as the profiler and the timer see it, the kernel
+(on a CPU, the operator) that dominates the forward pass and whether it also dominates the
+training step, the matmul share of both, and softmax's time against its FLOPs. On a GPU the
+names are CUDA kernels and the times their device time; on a CPU, operators and their spans.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from perflab.bench.steps import BenchConfig, run_benchmark
+from perflab.profiling.capture import record_step_trace
+from perflab.profiling.summary import (
+    attention_time_vs_flops,
+    kernel_summary,
+    range_totals,
+)
+from perflab.profiling.trace import Trace, load_trace
+from perflab.progress import progress
+
+
+def profile_answers(trace: Trace, config: BenchConfig) -> dict:
+    """The questions of notebook 02's section 3, read from a trace of ``config.steps`` training
+    steps of ``config`` (recorded with the annotated attention)."""
+    model = config.model_config()
+    forward, step = kernel_summary(trace, "forward"), kernel_summary(trace, "step")
+    forward_range = range_totals(trace, ["forward"]).iloc[0]
+    top_forward, top_step = forward.table.iloc[0], step.table.iloc[0]
+    attention = attention_time_vs_flops(
+        trace, config.batch_size, model.num_heads, config.context_length, model.head_dim
+    ).set_index("range")
+    softmax = attention.loc["attention/softmax"]
+    matmuls = attention.loc[["attention/scores", "attention/weighted_sum"]]
+    return {
+        "source": forward.source,
+        "forward_profiler_ms": forward_range.total_us / forward_range.instances / 1e3,
+        "top_forward": top_forward["Name"],
+        "top_forward_share": top_forward["Time (%)"] / 100,
+        "top_forward_calls_per_step": top_forward["Instances"] / config.steps,
+        "top_step": top_step["Name"],
+        "top_step_share": top_step["Time (%)"] / 100,
+        "same_top": top_forward["Name"] == top_step["Name"],
+        "matmul_share_forward": forward.category_shares()["compute-bound"],
+        "matmul_share_step": step.category_shares()["compute-bound"],
+        "softmax_over_matmul_time": softmax["total_us"] / matmuls["total_us"].sum(),
+        "softmax_over_matmul_flops": softmax["flops"] / matmuls["flops"].sum(),
+    }
+
+
+def profile_grid(
+    presets: list[str],
+    seq_lens: list[int],
+    batch_size: int = 4,
+    warmup: int = 2,
+    steps: int = 2,
+    timer_steps: int = 6,
+    device: str = "cpu",
+) -> pd.DataFrame:
+    """One row of ``profile_answers`` per preset and context, beside the timer's median of
+    ``timer_steps`` forward passes of the same model (with its interval and stability flag).
+    The traces are written to a temporary directory and not kept."""
+    if not presets or not seq_lens:
+        raise ValueError("profile_grid needs at least one preset and one sequence length")
+    rows = []
+    configs = [(p, n) for p in presets for n in seq_lens]
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset, seq_len in progress(configs, desc="profiled configurations"):
+            config = BenchConfig(preset=preset, context_length=seq_len, mode="train-step",
+                                 batch_size=batch_size, warmup=warmup, steps=steps,
+                                 device=device)  # fmt: skip
+            path = record_step_trace(Path(tmp) / f"{preset}-{seq_len}.json", config, "annotated")
+            answers = profile_answers(load_trace(path), config)
+            timer, _ = run_benchmark(replace(config, mode="forward", steps=timer_steps))
+            rows.append({
+                "preset": preset, "seq_len": seq_len, "batch_size": batch_size, **answers,
+                "forward_timer_ms": timer["median_s"] * 1e3,
+                "forward_timer_ci_low_ms": timer["median_ci_low_s"] * 1e3,
+                "forward_timer_ci_high_ms": timer["median_ci_high_s"] * 1e3,
+                "forward_timer_ci_level": timer["median_ci_level"],
+                "forward_timer_unstable": timer["unstable"],
+            })  # fmt: skip
+    return pd.DataFrame(rows)
