@@ -241,7 +241,7 @@ print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch)
 
 # %% [markdown]
 # **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from this
-# sweep, run at three head sizes on this CPU (the numbers are in `perflab.fused_cross_entropy`):
+# sweep, run at three head sizes on a 2-core Intel Xeon (the numbers are in `perflab.fused_cross_entropy`):
 # within 8% of the fastest each time, for a peak 1.3-1.6x the smallest. The formula used before,
 # one chunk's logits the size of the hidden states (32 tokens at 2048 x 32000 x 256), was
 # 1.8-2.5x slower. The fused head's time and peak memory at each of `head_chunk_sizes` (larger
@@ -634,7 +634,7 @@ print(f"every rung: {best_s:.2f} s ({naive_s / best_s:.1f}x faster); the largest
 
 # %% [markdown]
 # Where the modelled best step spends its time, and what the fused head's chunk size (chosen
-# on this CPU: 128 tokens) would do there. Each chunk reads the whole float32 weight gradient
+# on a 2-core CPU: 128 tokens) would do there. Each chunk reads the whole float32 weight gradient
 # again, so on a GPU, where the memory allows it, larger chunks read it fewer times:
 
 # %%

@@ -74,7 +74,7 @@ gqa_kv_heads = 2                              # section 9: key and value heads o
 gqa_batch = 16                                # sequences of its decode step
 gqa_context = 256                             # tokens of context, so that the cache weighs about as much as the weights
 gqa_rounds = 16                               # interleaved rounds of its step against multi-head attention's
-gqa_compiled = False                          # the steps compiled (two more compilations, about 30 s on this CPU; full: True)
+gqa_compiled = False                          # the steps compiled (two more compilations, about 30 s on a 2-core CPU; full: True)
 device = "auto"                               # "cuda" when present, else "cpu"
 
 # %%
