@@ -170,13 +170,8 @@ print(f"{first['Name']} dominates the forward pass: {first['Time (%)']:.1f}% of 
 # least 1% of the forward pass (the handout's question), and what the training step adds:
 
 # %%
-def not_matmul(summary, at_least=1.0):
-    table = summary.with_categories()
-    return table[(table["category"] != "compute-bound") & (table["Time (%)"] >= at_least)]
-
-
-others = not_matmul(forward)
-added = not_matmul(step)
+others = forward.not_matmul(at_least=1.0)
+added = step.not_matmul(at_least=1.0)
 added = added[~added["Name"].isin(others["Name"])]
 print("only in the training step: " + (", ".join(
     f"{name} {share:.1f}%" for name, share in zip(added["Name"], added["Time (%)"], strict=True))
@@ -277,10 +272,17 @@ print(f"(a) the profiler's forward time lies inside the timer's interval in {ins
 print("(b) the forward pass's top operator: " + ", ".join(
     f"{name} in {count}" for name, count in tops.items())
     + f" of {len(grid)}; the same one tops the training step in {grid['same_top'].sum()}")
+common = pd.Series([name.rsplit(" ", 1)[0] for names in grid["others_forward"]
+                    for name in names.split("; ") if name]).value_counts()
+print(f"(c) besides matmuls, {grid['others_count'].min()} to {grid['others_count'].max()} "
+      "operators take 1% or more of the forward pass per configuration; the most common: "
+      + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items())
+         or "none"))
 print(f"(d) the matmul share falls from the forward pass to the training step in {falls.sum()} "
-      f"of {len(grid)} (forward {grid['matmul_share_forward'].min():.0%} to "
-      f"{grid['matmul_share_forward'].max():.0%}, step {grid['matmul_share_step'].min():.0%} to "
-      f"{grid['matmul_share_step'].max():.0%})")
+      f"of {len(grid)}; across configurations it is "
+      f"{grid['matmul_share_forward'].min():.0%}-{grid['matmul_share_forward'].max():.0%} of the "
+      f"forward pass and {grid['matmul_share_step'].min():.0%}-"
+      f"{grid['matmul_share_step'].max():.0%} of the training step")
 def span(values, digits=2):
     low, high = f"{values.min():.{digits}f}", f"{values.max():.{digits}f}"
     return f"{low}x" if low == high else f"{low}x to {high}x"
@@ -291,9 +293,11 @@ print(f"(e) softmax takes {span(grid['softmax_over_matmul_time'])} the attention
       f"dimension): per FLOP it is {span(per_flop, 0)} slower")
 
 # %% [markdown]
-# These are few steps each, on a shared machine: a configuration whose timing is flagged
-# unstable, or whose profile disagrees with its timer, says more about the noise of that moment
-# than about the model; the answers that hold in every configuration are the ones to trust.
+# These are few steps each, on a shared machine. Where the profile's forward time lies above
+# the timer's interval, the profiler's own cost (it records every operator, and more operators
+# at larger sizes) is the first suspect, the noise of the moment the second; a timing flagged
+# unstable says little either way. The answers that hold in every configuration are the ones
+# to trust.
 #
 # ## 4. The same table from Nsight Systems (GPU-only, not yet run)
 #
@@ -472,8 +476,8 @@ else:
 # A copy rarely has its own line in the code: `.to()`, `.contiguous()`, `.reshape()` of a
 # non-contiguous tensor and out-of-place ops such as `masked_fill` all end in `aten::copy_`.
 # One profiled training step of the baseline (naive attention, eager, for-loop AdamW), each
-# copy attributed to the operator that asked for it (`perflab.profiling.copies.copy_sites`;
-# autograd's node name for backward's copies), with its share of the step's operator time:
+# copy attributed to the operator that asked for it and to the phase of the step it ran in
+# (`perflab.profiling.copies.copy_sites`), with its share of the step's operator time:
 
 # %%
 copy_run = TrainingStep(config, BASELINE, batch_size, copy_seq_len, dev)
@@ -495,11 +499,15 @@ copies.head(top)
 mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
                                           rounds=copy_rounds)  # fmt: skip
 save_table(pd.DataFrame([mask_row]), out / "mask_copy.csv", {"settings": settings})
-masked = copies[copies["made_by"].str.contains("masked_fill")]
+masked = copies[copies["made_by"].str.contains("masked_fill")].set_index("phase")
+forward_mask = masked.loc[["forward"]] if "forward" in masked.index else masked.iloc[:0]
+backward_calls = int(masked.loc[masked.index != "forward", "calls"].sum())
 print(f"all copies: {copies['time_ms'].sum():.1f} ms, {copies['share_of_step'].sum():.1%} of "
-      f"the step's operator time, in {copies['calls'].sum()} calls; masked_fill's: "
-      f"{masked['time_ms'].sum():.2f} ms ({masked['share_of_step'].sum():.1%}), the most "
-      "removing it can save. The same loss and gradients in place: "
+      f"the step's operator time, in {copies['calls'].sum()} calls; masked_fill's in the "
+      f"forward pass: {forward_mask['time_ms'].sum():.2f} ms "
+      f"({forward_mask['share_of_step'].sum():.1%}, {int(forward_mask['calls'].sum())} calls), "
+      "the most writing the mask in place can save (its backward masks the gradient out of "
+      f"place either way: {backward_calls} more calls). The same loss and gradients in place: "
       f"{mask_row['same_loss_and_gradients']}. Measured: {mask_result.sentence()}")
 
 # %% [markdown]

@@ -38,7 +38,7 @@ checkpoint_seq_len = 128           # tokens per sequence in the checkpointing st
 group_sweep_layers = 8             # depth of the single-level group-size sweep
 checkpoint_layers = [4, 8, 16]     # depths of the nested-checkpointing fit
 cost_rounds = 6                    # rounds of each recomputation-cost comparison (6: the fewest for a 95% verdict)
-gpu_memory_gib = 80                # the GPU the handout's xl step is held against (an H100 SXM)
+gpu_memory_gib = 79.2              # the GPU the handout's xl step is held against (an H100 80GB: 79.2 GiB as CUDA reports it)
 device = "auto"                    # "cuda" when present, else "cpu"
 resume = True                      # skip peak-memory configurations already in the results file
 
@@ -304,7 +304,9 @@ print(f"two checkpointed pairs save {pairs['this_workbook_MiB']:.2f} MiB here, "
 # logits), and by the optimizer step holds every gradient and AdamW's temporaries (sqrt of the
 # second moment and its quotient: two of the largest parameter's size on a CPU, where AdamW
 # loops over the tensors; one of every parameter's with CUDA's default foreach). First the
-# model against the peaks measured in section 2 (float32):
+# model against the peaks measured in section 2 (float32). Those are the rise above what the
+# step starts with (the parameters and optimizer state made by a warm-up step), so the model's
+# figure held against them is its rise too: the activation peak.
 
 # %%
 measured = peaks[peaks["dtype"] == "float32"][["context_length", "mode", "peak_bytes"]]
@@ -334,11 +336,12 @@ short, long = xl_step.loc[128], xl_step.loc[2048]
 held_GiB = short["parameters_GiB"] + short["optimizer_state_GiB"]
 print(f"xl holds {held_GiB:.2f} GiB in every step (parameters and AdamW's moments). At context "
       f"128 the step peaks in the {short['step_peak_in']} at {short['step_peak_GiB']:.2f} GiB "
-      f"(the forward at {short['forward_peak_GiB']:.2f} GiB); at 2048 in the "
+      f"(a forward pass alone, parameters and activations with no optimizer state: "
+      f"{short['forward_peak_GiB']:.2f} GiB); at 2048 in the "
       f"{long['step_peak_in']} at {long['step_peak_GiB']:.2f} GiB, of which "
       f"{long['saved_activations_GiB']:.2f} GiB are saved activations "
-      f"({long['largest_saver_share']:.0%} of them by {long['largest_saver']}). Against an "
-      f"{gpu_memory_gib} GiB GPU: " + ", ".join(
+      f"({long['largest_saver_share']:.0%} of them by {long['largest_saver']}). Against a "
+      f"{gpu_memory_gib:g} GiB GPU: " + ", ".join(
           f"context {n} {'fits' if row['step_peak_GiB'] <= gpu_memory_gib else 'does not fit'}"
           for n, row in xl_step.iterrows()))
 

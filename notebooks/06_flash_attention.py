@@ -272,7 +272,7 @@ for (bq, bk, warps, stages), then in h100_triton36.items():
 # K and V in the forward and dQ kernels (it grows with `block_k`), Q and dO in the dK/dV kernel
 # (it grows with `block_q`). In these configurations warps and stages always come in the same
 # pairs (the table above), so it cannot tell the two apart. The targets' limits differ (printed
-# below, for the targets compiled here), and so do their binaries for the same configuration. A configuration over the limit
+# above, for the targets compiled here), and so do their binaries for the same configuration. A configuration over the limit
 # cannot launch on that GPU; Triton's autotuner would score it as failed at its first try,
 # `flash_triton.configs_that_fit` (the autotuner's prune step, which compiles each
 # configuration for the GPU at hand) drops it before any benchmarking and gives one clear error

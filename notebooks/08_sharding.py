@@ -400,7 +400,11 @@ print(f"{memory_model} on {world_size} ranks ({resolve_device('auto')}): the med
       f"unprefetched {gather_stats['first_wait_ms']:.1f} ms: "
       + ("every prefetched gather was in time." if gather_stats["ready_in_time"]
          == gather_stats["prefetched"] else "prefetching one module ahead does not hide every "
-         "gather here (a module after a norm gets its prefetch only a norm's time ahead).")) 
+         "gather here" + (": the median gather takes longer than the median module's forward "
+                          "that should hide it." if gather_stats["median_gather_ms"]
+                          > gather_stats["median_forward_ms"] else
+                          " (a module after a norm gets its prefetch only a norm's time "
+                          "ahead).")))
 
 # %% [markdown]
 # ### Against PyTorch's FSDP

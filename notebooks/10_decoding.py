@@ -508,8 +508,8 @@ print(f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (o
 #
 # ## 7. int8 weights: a quarter of the bytes
 #
-# A decode step at batch 1 reads every weight once per token, so its time follows the weights'
-# bytes. Stored as int8 with one scale per output row (`perflab.decode.quantize`: symmetric,
+# A decode step at batch 1 reads every weight once per token, so where memory bounds it, its
+# time follows the weights' bytes. Stored as int8 with one scale per output row (`perflab.decode.quantize`: symmetric,
 # per channel, each weight rounded by at most half a step; the activations stay in the model's
 # dtype), the linear layers' weights take a quarter of float32's bytes; the embedding stays as
 # it is. The bytes are saved only if the int8 values are read as int8: under `torch.compile`
@@ -543,6 +543,14 @@ print(f"weights {int8_row['weight_bytes_original'] / 1e6:.1f} MB -> "
       f"per sequence, " + ("none differs" if int8_row["first_differing_token"] == int8_new_tokens
                            else f"the first to differ is token {int8_row['first_differing_token']}")
       + f" ({int8_row['tokens_agreeing']:.0%} of all agree).")
+speedup = int8_row["tokens_per_s_int8"] / int8_row["tokens_per_s_original"]
+byte_ratio = int8_row["weight_bytes_original"] / int8_row["weight_bytes_int8"]
+if len(same_batch) and speedup > byte_ratio:
+    print(f"The speed-up at the medians, {speedup:.2f}x, is more than the {byte_ratio:.2f}x fewer "
+          "bytes stored (the embedding, which a step reads one row of, counted whole): the "
+          f"float32 step ran at {same_batch['fraction_of_roofline'].max():.0%} of its roofline "
+          "in section 2, far from its memory bound, so bytes alone do not set these steps' "
+          "times here.")
 
 # %% [markdown]
 # int8 weights are a lossy change: the tokens above say how much it changed this random model's
@@ -594,12 +602,15 @@ if tp is not None:
           f"the slower rank), with {own['all_reduces_per_token'].iloc[0]} all-reduces of "
           f"{tp_batch} x {tp_config.d_model} values per token.")
     alone = throughput[(throughput["batch"] == tp_batch) & (throughput["step"] == "eager")]
+    tp_unstable = bool(own["unstable"].any())
     if tp_preset == preset and dtype == "float32" and dev.type == "cpu" and len(alone):
         ratio = tp_s / alone["median_s"].iloc[0]
         print(f"For scale, one process's eager step at batch {tp_batch} took "
               f"{alone['median_s'].iloc[0] * 1e3:.1f} ms in section 2 (measured apart, not "
               f"interleaved): {ratio:.1f}x. "
-              + ("More than twice as long split: whatever each rank saves by reading half "
+              + ("The tensor-parallel medians are flagged unstable (few steps, widely spread): "
+                 "no conclusion is drawn from them." if tp_unstable else
+                 "More than twice as long split: whatever each rank saves by reading half "
                  "the weights, the all-reduces (each a round trip between processes) cost more "
                  "here; the two are not timed apart."
                  if ratio > 2 else
@@ -636,8 +647,14 @@ print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads, batc
       f"at context {gqa_context}: the cache holds {gqa_row['kv_cache_bytes_grouped'] / 1e6:.1f} "
       f"MB instead of {gqa_row['kv_cache_bytes_mha'] / 1e6:.1f} MB, and a step must move "
       f"{gqa_row['step_bytes_ratio']:.2f}x the bytes. Measured: " + gqa_result.sentence()
-      + f" A step bound by memory would take {gqa_row['step_bytes_ratio']:.2f}x the time; the "
+      + f". A step bound by memory would take {gqa_row['step_bytes_ratio']:.2f}x the time; the "
       f"measured median ratio is {gqa_row['ratio_b_over_a']:.2f}.")
+at_batch = throughput[throughput["batch"] == gqa_batch]
+if len(at_batch) and gqa_row["ratio_b_over_a"] > gqa_row["step_bytes_ratio"]:
+    print(f"Less than the bytes would give: at batch {gqa_batch} the multi-head step reached "
+          f"{at_batch['fraction_of_roofline'].max():.0%} of its roofline in section 2 (context "
+          f"{context}), far from its memory bound, so moving fewer bytes saves only part of "
+          "a step's time here.")
 
 # %% [markdown]
 # Everything above ran on this device. Not run on a CPU, written for a GPU: CUDA graphs

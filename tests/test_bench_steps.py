@@ -223,6 +223,9 @@ def test_a_middle_warmup_setting_says_whether_it_paid_the_one_off_costs():
     text = between_settings(warmup_effect(settled))
     assert "within or below its interval" in text and "overlapping the settled" in text
     assert "1 warm-up step paid the one-off costs here" in text and "noise" in text
+    quiet = settled.assign(samples_s=["[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]", *settled.samples_s[1:]])
+    text = between_settings(warmup_effect(quiet))  # no one-off cost without warm-up either
+    assert "paid" not in text and "nothing left to pay shows" in text
 
 
 def test_configurations_compared_interleaved_are_named_by_their_difference():

@@ -29,6 +29,30 @@ def test_each_copy_is_named_after_the_operator_that_asked_for_it():
     assert (sites["share_of_step"] > 0).all() and sites["share_of_step"].sum() < 1
 
 
+def test_a_forward_copy_and_its_backward_copy_are_separate_rows():
+    """masked_fill's backward masks the gradient out of place too: writing the mask in place
+    removes the forward's copy only, so the table must tell the two apart."""
+    from perflab.ranges import annotate
+
+    x = torch.randn(32, 32, requires_grad=True)
+    mask = torch.rand(32, 32) > 0.5
+    with profiling(activities=[ProfilerActivity.CPU]) as profile:
+        with annotate("forward"):
+            loss = (x * 2).masked_fill(mask, 0.0).sum()
+        with annotate("backward"):
+            loss.backward()
+    sites = copy_sites(profile)
+    masked = sites[sites["made_by"].str.contains("masked_fill", case=False)]
+    assert set(masked["phase"]) == {"forward", "backward"}
+    assert (masked["calls"] == 1).all()
+    with profiling(activities=[ProfilerActivity.CPU]) as unannotated:  # phases inferred
+        loss = (x * 2).masked_fill(mask, 0.0).sum()
+        loss.backward()
+    inferred = copy_sites(unannotated)
+    inferred = inferred[inferred["made_by"].str.contains("masked_fill", case=False)]
+    assert set(inferred["phase"]) == {"forward", "backward"}
+
+
 def test_no_copy_is_an_empty_table():
     with profiling(activities=[ProfilerActivity.CPU]) as profile:
         torch.ones(3).add_(torch.ones(3))  # (add_(1) copies its scalar to a tensor)

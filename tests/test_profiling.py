@@ -332,6 +332,10 @@ def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
     assert 0 < answers["matmul_share_forward"] <= 1 and 0 < answers["matmul_share_step"] <= 1
     assert answers["softmax_over_matmul_flops"] == pytest.approx(5 / (4 * 64))  # head dim 64
     assert answers["forward_profiler_ms"] > 0
+    others = kernel_summary(cpu_trace, "forward").not_matmul(at_least=1.0)
+    assert (others["category"] != "compute-bound").all() and (others["Time (%)"] >= 1).all()
+    assert answers["others_count"] == len(others)
+    assert answers["others_forward"].count("%") == len(others)
 
 
 def test_profile_grid_has_a_row_per_configuration_and_rejects_an_empty_grid():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
+import warnings
 
 import pandas as pd
 import torch
@@ -27,7 +28,8 @@ def _no_compile_caches() -> contextlib.ExitStack:
     """Inductor's FX graph cache and AOTAutograd's cache off, and its kernel cache in a fresh
     empty directory (kernels compiled earlier, by this process or another run, would otherwise
     be loaded from disk), so compilation happens for real; max-autotune's per-matmul timing
-    tables, written to stderr, are not printed."""
+    tables, written to stderr, are not printed, nor inductor's own warning that its template
+    selection calls the deprecated ``TypedStorage`` (nothing the caller can act on)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
     from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
@@ -42,6 +44,8 @@ def _no_compile_caches() -> contextlib.ExitStack:
         )
     )
     stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
     return stack
 
 

@@ -114,9 +114,12 @@ def _cold_against_settled(effect: pd.DataFrame) -> str:
 def between_settings(effect: pd.DataFrame) -> str:
     """For each warm-up setting between the first and the last (1 step, say, between 0 and 2):
     its first timed step against the settled median's interval, and its median against the
-    settled one, with what that says: one-off costs left for the timed steps, or a difference
-    within the intervals, which is the machine's noise, not warm-up."""
-    settled = effect.iloc[-1]
+    settled one, with what that says: one-off costs left for the timed steps, or paid by the
+    warm-up (when the run without warm-up showed some), or a difference within the intervals,
+    which is the machine's noise, not warm-up."""
+    settled, cold = effect.iloc[-1], effect.iloc[0]
+    cold_pays = (cold.first_over_settled_median * settled.median_s > settled.median_ci_high_s
+                 or not cold.overlaps_settled)  # fmt: skip
     sentences = []
     for row in effect.iloc[1:-1].itertuples():
         first_s = row.first_over_settled_median * settled.median_s
@@ -130,8 +133,12 @@ def between_settings(effect: pd.DataFrame) -> str:
         if slow_first or not row.overlaps_settled:
             text += (f"{steps} did not pay every one-off cost here; some fell on the timed "
                      "steps.")  # fmt: skip
-        else:
+        elif cold_pays:
             text += (f"{steps} paid the one-off costs here; what still differs from "
+                     f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
+                     "between two processes.")  # fmt: skip
+        else:
+            text += ("as without warm-up, nothing left to pay shows; what differs from "
                      f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
                      "between two processes.")  # fmt: skip
         sentences.append(text)

@@ -3,9 +3,10 @@
 Notebook 02 answers them from one trace; the handout asks for them per model size and context,
 so ``profile_grid`` records one trace per configuration (the annotated attention, so softmax
 and the two attention matmuls are ranges of their own) and ``profile_answers`` reads the same
-answers from each: the forward pass's time as the profiler and the timer see it, the kernel
-(on a CPU, the operator) that dominates the forward pass and whether it also dominates the
-training step, the matmul share of both, and softmax's time against its FLOPs. On a GPU the
+answers from each: the forward pass's time as the profiler and the timer see it (a), the
+kernel (on a CPU, the operator) that dominates the forward pass and whether it also dominates
+the training step (b), what else takes 1% or more of the forward pass (c), the matmul share of
+both (d), and softmax's time against its FLOPs (e). On a GPU the
 names are CUDA kernels and the times their device time; on a CPU, operators and their spans.
 """
 
@@ -38,6 +39,7 @@ def profile_answers(trace: Trace, config: BenchConfig) -> dict:
     attention = attention_time_vs_flops(
         trace, config.batch_size, model.num_heads, config.context_length, model.head_dim
     ).set_index("range")
+    others = forward.not_matmul()
     softmax = attention.loc["attention/softmax"]
     matmuls = attention.loc[["attention/scores", "attention/weighted_sum"]]
     return {
@@ -49,6 +51,11 @@ def profile_answers(trace: Trace, config: BenchConfig) -> dict:
         "top_step": top_step["Name"],
         "top_step_share": top_step["Time (%)"] / 100,
         "same_top": top_forward["Name"] == top_step["Name"],
+        "others_forward": "; ".join(
+            f"{name} {share:.1f}%"
+            for name, share in zip(others["Name"], others["Time (%)"], strict=True)
+        ),
+        "others_count": len(others),
         "matmul_share_forward": forward.category_shares()["compute-bound"],
         "matmul_share_step": step.category_shares()["compute-bound"],
         "softmax_over_matmul_time": softmax["total_us"] / matmuls["total_us"].sum(),

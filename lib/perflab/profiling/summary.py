@@ -45,6 +45,12 @@ class KernelSummary:
         """The table with each name's category (``perflab.profiling.hotspots.classify``)."""
         return self.table.assign(category=self.table["Name"].map(classify))
 
+    def not_matmul(self, at_least: float = 1.0) -> pd.DataFrame:
+        """The rows that are not compute-bound (not matmuls) with at least ``at_least`` percent
+        of the time: what else the range spends its time on (the handout's nsys_profile (c))."""
+        table = self.with_categories()
+        return table[(table["category"] != "compute-bound") & (table["Time (%)"] >= at_least)]
+
     def category_shares(self) -> pd.Series:
         """Share of the total time per category (all four, zeros included)."""
         return shares_by_category(self.table["Name"], self.table["Total Time (ns)"])
