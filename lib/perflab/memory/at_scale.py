@@ -13,12 +13,11 @@ from dataclasses import replace
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from perflab.checkpointing import run_blocks
 from perflab.memory.measure import residual_stream_bytes
 from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, get_preset, sized_for
+from perflab.model import ModelConfig, TransformerLM, cross_entropy, get_preset, sized_for
 
 META = torch.device("meta")
 MiB = 2**20
@@ -107,12 +106,8 @@ def model_saved_tensors(config: ModelConfig, batch_size: int, seq_len: int,
         model = TransformerLM(sized_for(config, seq_len))
         tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
 
-    def forward() -> torch.Tensor:
-        logits = model(tokens)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1))
-
     held = [*model.parameters(), *model.buffers()]
-    return saved_tensors(forward, held, track_modules=True)
+    return saved_tensors(lambda: cross_entropy(model(tokens), tokens), held, track_modules=True)
 
 
 def whole_step_memory(
@@ -150,7 +145,8 @@ def whole_step_memory(
     temporaries = parameters if foreach else 2 * max(sizes)
     logits = batch_size * seq_len * config.vocab_size * 4
     activations = saved_bytes(saved)
-    step = max(activations + 2 * logits, parameters + temporaries)
+    backward, optimizer = activations + 2 * logits, parameters + temporaries
+    step = max(backward, optimizer)
     return {
         "parameters_bytes": parameters,
         "gradients_bytes": parameters,
@@ -162,9 +158,7 @@ def whole_step_memory(
         "step_activation_peak_bytes": step,
         "forward_peak_bytes": parameters + activations + logits,
         "step_peak_bytes": 3 * parameters + step,
-        "step_peak_in": "backward"
-        if activations + 2 * logits >= parameters + temporaries
-        else "optimizer",
+        "step_peak_in": "backward" if backward >= optimizer else "optimizer",
     }
 
 

@@ -87,13 +87,18 @@ def saved_bytes(saved: pd.DataFrame) -> int:
     return int(saved.loc[saved["counted"], "bytes"].sum())
 
 
-def saved_by_producer(saved: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
-    """Activation bytes per producing operation, largest first, with their share."""
-    counted = saved[saved["counted"]]
-    table = counted.groupby("producer").agg(tensors=("bytes", "size"), bytes=("bytes", "sum"))
+def _summed_by(counted: pd.DataFrame, key: pd.Series | str, top: int | None,
+               **extra) -> pd.DataFrame:  # fmt: skip
+    """The counted rows' tensors and bytes per ``key``, largest first, with their share."""
+    table = counted.groupby(key).agg(tensors=("bytes", "size"), bytes=("bytes", "sum"), **extra)
     table["share"] = table["bytes"] / table["bytes"].sum()
     table = table.sort_values("bytes", ascending=False).reset_index()
     return table.head(top) if top else table
+
+
+def saved_by_producer(saved: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+    """Activation bytes per producing operation, largest first, with their share."""
+    return _summed_by(saved[saved["counted"]], "producer", top)
 
 
 def module_kind(name: str) -> str:
@@ -112,10 +117,5 @@ def saved_by_module(saved: pd.DataFrame, top: int | None = None, per_block: bool
                          "saved_tensors(..., track_modules=True)")  # fmt: skip
     counted = saved[saved["counted"]]
     modules = counted["module"] if per_block else counted["module"].map(module_kind)
-    table = counted.groupby(modules.rename("module")).agg(
-        tensors=("bytes", "size"), bytes=("bytes", "sum"),
-        producers=("producer", lambda p: ", ".join(sorted(set(p)))),
-    )  # fmt: skip
-    table["share"] = table["bytes"] / table["bytes"].sum()
-    table = table.sort_values("bytes", ascending=False).reset_index()
-    return table.head(top) if top else table
+    return _summed_by(counted, modules.rename("module"), top,
+                      producers=("producer", lambda p: ", ".join(sorted(set(p)))))  # fmt: skip
