@@ -37,40 +37,52 @@ FUSED_ROWS = 4
 
 class Int8Linear(nn.Module):
     """A bias-free ``nn.Linear`` with int8 weights and a float scale per output row; built from a
-    linear layer by ``from_linear``. A ``QKVProjection`` becomes one whose output is chunked in
-    three, as the original's."""
+    linear layer by ``from_linear``. A ``QKVProjection`` becomes one whose output is split into
+    its parts (q, k, v: d_model, kv_dim, kv_dim wide), as the original's."""
 
-    def __init__(self, weight: Tensor, scale: Tensor, chunks: int = 1):
+    def __init__(self, weight: Tensor, scale: Tensor, sizes: list[int] | None = None):
         super().__init__()
         if weight.dtype != torch.int8 or scale.shape != weight.shape[:1]:
             raise ValueError(f"need int8 weights (out, in) and one scale per output row, got "
                              f"{weight.dtype} {tuple(weight.shape)}, scale "
                              f"{tuple(scale.shape)}")  # fmt: skip
+        if sizes is not None and sum(sizes) != weight.shape[0]:
+            raise ValueError(f"output parts {sizes} do not add up to {weight.shape[0]} rows")
         self.register_buffer("weight", weight)
         self.register_buffer("scale", scale)
-        self.chunks = chunks
+        self.sizes = sizes
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
+        """Per output row, scale = max |w| / 127 and q = round(w / scale), both computed and
+        the scale kept in float32 (float64 for float64 weights): in bfloat16, w / scale would
+        itself be rounded to 8 significant bits (values above 64 lie 0.5 apart) and q could miss
+        the nearest integer by 0.75 of a step; a bfloat16 scale would move every q * scale by
+        up to a quarter of a step more."""
         if linear.bias is not None:
             raise ValueError("int8 weight-only quantisation here covers bias-free linear layers")
         weight = linear.weight.detach()
         if not weight.is_floating_point():
             raise ValueError(f"the weight to quantise must be floating point, got {weight.dtype}")
-        scale = weight.abs().amax(dim=1).clamp_min(torch.finfo(weight.dtype).tiny) / 127
-        quantised = torch.round(weight / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        return cls(quantised, scale, 3 if isinstance(linear, QKVProjection) else 1)
+        exact = weight.to(torch.promote_types(weight.dtype, torch.float32))
+        scale = exact.abs().amax(dim=1).clamp_min(torch.finfo(weight.dtype).tiny) / 127
+        quantised = torch.round(exact / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        sizes = list(linear.sizes) if isinstance(linear, QKVProjection) else None
+        return cls(quantised, scale, sizes)
 
     def dequantised(self) -> Tensor:
-        """The weight these int8 values stand for, in the scale's dtype."""
+        """The weight these int8 values stand for, in the scale's dtype (float32 or float64)."""
         return self.weight.to(self.scale.dtype) * self.scale[:, None]
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, ...]:
+        # The int8 values are exact in any float dtype (|q| <= 127); the scale multiplies in
+        # its own precision, so a bfloat16 model's weights are q * scale as quantised.
         if torch.compiler.is_compiling() and x.shape[:-1].numel() <= FUSED_ROWS:
-            y = (x.unsqueeze(-2) * self.weight.to(x.dtype)).sum(-1) * self.scale.to(x.dtype)
+            y = (x.unsqueeze(-2) * self.weight.to(x.dtype)).sum(-1)
         else:
-            y = F.linear(x, self.weight.to(x.dtype)) * self.scale.to(x.dtype)
-        return y.chunk(self.chunks, dim=-1) if self.chunks > 1 else y
+            y = F.linear(x, self.weight.to(x.dtype))
+        y = (y.to(self.scale.dtype) * self.scale).to(x.dtype)
+        return y.split(self.sizes, dim=-1) if self.sizes else y
 
 
 def quantize_int8(model: TransformerLM) -> TransformerLM:
