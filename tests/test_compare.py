@@ -193,3 +193,40 @@ def test_the_looks_are_planned_from_the_budget():
     assert roomy.planned_looks == 4  # 8, 16, 32, 48 rounds
     calm = compare(nap, nap, rounds=6, budget_s=1e-3)
     assert calm.planned_looks == calm.looks == 1 and calm.rounds == 6 and calm.confidence == 0.95
+
+
+@pytest.mark.parametrize(
+    "rounds, max_rounds, budget_s, warmup",
+    [(4, 48, 1e-6, 1), (4, 4, 10.0, 0), (5, 5, 10.0, 1), (2, 2, 10.0, 0)],
+)
+def test_adaptive_rounds_from_fewer_rounds_than_the_first_look(rounds, max_rounds, budget_s,
+                                                               warmup):  # fmt: skip
+    """Adaptive rounds start at first_look_rounds (6 or more) whatever ``rounds`` says; the
+    round order once held only max(rounds, max_rounds) entries, and the sixth round raised
+    IndexError."""
+    from perflab.bench.stats import max_level
+
+    calls = []
+    result = compare(lambda: calls.append("a"), lambda: calls.append("b"), rounds=rounds,
+                     max_rounds=max_rounds, budget_s=budget_s, warmup=warmup)  # fmt: skip
+    fewest = next(n for n in range(2, 50) if max_level(n) >= 0.95)  # 6: a 95% interval at all
+    assert result.rounds >= fewest > rounds
+    assert calls.count("a") == calls.count("b") == 2 * (warmup + result.rounds) - warmup
+
+
+def test_each_comparison_draws_its_own_round_order_and_records_it():
+    """Two comparisons with the default seed interleave in different orders (a shared order's
+    imbalance would bias every comparison alike under a trend within the rounds); the recorded
+    seed replays an order exactly."""
+
+    def order_of(**kwargs):
+        calls = []
+        result = compare(lambda: calls.append("a"), lambda: calls.append("b"), rounds=40,
+                         warmup=0, **kwargs)  # fmt: skip
+        return "".join(calls), result
+
+    first, result = order_of()
+    second, other = order_of()
+    assert first != second and result.seed != other.seed
+    assert order_of(seed=result.seed)[0] == first
+    assert result.as_row()["order_seed"] == result.seed

@@ -1,9 +1,11 @@
 """Is b faster than a? Two callables timed interleaved, and a verdict computed from an interval.
 
 Timing a and then b lets a slow phase of a shared machine fall on one of them only. Here they
-take turns in one process: each round times a, b, b, a or b, a, a, b (chosen at random with a
-seeded generator: the symmetric order cancels a drift within the round, the random choice keeps
-a periodic disturbance, such as another process's time slice, from locking onto one side),
+take turns in one process: each round times a, b, b, a or b, a, a, b (chosen at random, from a
+seed drawn afresh for each comparison and recorded in it: the symmetric order cancels a drift
+within the round, the random choice keeps a periodic disturbance, such as another process's
+time slice, from locking onto one side, and a fresh seed keeps every comparison from sharing one
+order, whose imbalance a trend within the rounds would then bias the same way every time),
 every call with the device synchronised before and after, after ``warmup`` untimed calls of
 each. A round's time of a is the faster of its two calls, likewise b (a disturbance that hits
 one call is dropped), and the round gives the paired ratio r = t_b / t_a; a disturbance that
@@ -35,6 +37,7 @@ holds whichever K is planned (as long as the warm-up's time says nothing of the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import subprocess
 import sys
 import time
@@ -69,6 +72,7 @@ class Comparison:
     required: float = CONFIDENCE  # what a verdict asks for
     looks: int = 1  # how often the rounds were looked at (adaptive rounds: more than one)
     planned_looks: int = 1  # the looks the Bonferroni level was divided over (adaptive rounds)
+    seed: int | None = None  # of the round order (``compare``; None: rounds measured elsewhere)
 
     @property
     def rounds(self) -> int:
@@ -104,6 +108,7 @@ class Comparison:
             "planned_looks": self.planned_looks,
             "noise_band": self.noise_band,
             "verdict": self.verdict,
+            "order_seed": self.seed,
         }
 
 
@@ -197,7 +202,7 @@ def compare(
     device: torch.device | str = "cpu",
     noise_band: float = NOISE_BAND,
     names: tuple[str, str] = ("a", "b"),
-    seed: int = 0,
+    seed: int | None = None,
     budget_s: float | None = None,
     max_rounds: int = MAX_ROUNDS,
     confidence: float = CONFIDENCE,
@@ -207,7 +212,7 @@ def compare(
     ``rounds`` (at least ``first_look_rounds``) up to ``max_rounds``, or fewer looks when the
     fastest warm-up round says that only fewer fit the budget (``planned_max_rounds``; with
     ``warmup=0`` nothing is known of a round's time, and all looks up to ``max_rounds`` are
-    planned)."""
+    planned). ``seed`` fixes the round order (default: a fresh one, recorded in the result)."""
     if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 2:
         raise ValueError(f"rounds must be an integer >= 2, got {rounds!r}")
     if not isinstance(warmup, int) or warmup < 0:
@@ -238,11 +243,15 @@ def compare(
             return spent + n * per_round <= budget_s
 
         max_rounds = planned_max_rounds(rounds, max_rounds, fits, confidence)
-    order = np.random.default_rng(seed).integers(0, 2, size=max(rounds, max_rounds))
+    if seed is None:
+        seed = int(np.random.SeedSequence().generate_state(1)[0])
+    # One draw per round as it comes: the rounds taken depend on the looks (adaptive rounds
+    # take at least first_look_rounds, which can exceed rounds and max_rounds).
+    order = np.random.default_rng(seed)
     timing_started = time.perf_counter()
 
     def take_round(index: int) -> tuple[float, float]:
-        if order[index]:
+        if order.integers(0, 2):
             a1, b1, b2, a2 = timed(fn_a), timed(fn_b), timed(fn_b), timed(fn_a)
         else:
             b1, a1, a2, b2 = timed(fn_b), timed(fn_a), timed(fn_a), timed(fn_b)
@@ -252,9 +261,10 @@ def compare(
         per_round = (time.perf_counter() - timing_started) / done
         return time.perf_counter() - started + per_round * (next_look - done) <= budget_s
 
-    return interleaved_rounds(take_round, rounds=rounds, adaptive=budget_s is not None,
-                              max_rounds=max_rounds, may_continue=within_budget, names=names,
-                              noise_band=noise_band, confidence=confidence)  # fmt: skip
+    result = interleaved_rounds(take_round, rounds=rounds, adaptive=budget_s is not None,
+                                max_rounds=max_rounds, may_continue=within_budget, names=names,
+                                noise_band=noise_band, confidence=confidence)  # fmt: skip
+    return dataclasses.replace(result, seed=seed)
 
 
 def interleaved_rounds(take_round: Callable[[int], tuple[float, float]], *, rounds: int,
