@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
+from perflab.hardware import GPUS
+
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
 OVERLAPS = ("pass", "step")
 #: Share of the step's FLOPs in each pass (forward 2, backward 4 per parameter and token).
@@ -71,9 +73,10 @@ class Hardware:
     tp_bandwidth: float  # within a tensor-parallel group (e.g. NVLink)
 
 
-#: Datasheet numbers: H100 SXM dense bf16 989 TFLOP/s, NVLink 4 450 GB/s per direction,
-#: one 400 Gb/s InfiniBand NIC per GPU (50 GB/s).
-H100_NODE = Hardware("H100 SXM, NVLink + 400G IB", 989e12, 50e9, 450e9)
+#: An H100 SXM node as ``perflab.hardware`` gives it (dense bf16 peak, NVLink per direction),
+#: with one 400 Gb/s InfiniBand NIC per GPU (50 GB/s) between nodes.
+H100_NODE = Hardware("H100 SXM, NVLink + 400G IB", GPUS["H100 SXM5 80GB"].bf16_flops, 50e9,
+                     GPUS["H100 SXM5 80GB"].nvlink_bytes_per_s)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import pandas as pd
 import sympy as sp
 
+from perflab.hardware import GPUS
+
 D, F, L, C, W = sp.symbols("D D_FF L C W_ici", positive=True)
 X, Y, M_X, M_Y, B_X = sp.symbols("X Y M_X M_Y B_X", positive=True)  # B_X = B / X tokens
 P, A, N = sp.symbols("P A N_FSDP", positive=True)
@@ -62,9 +64,9 @@ class Accelerator:
 
 
 XXL = DenseStack("XXL", d_model=16384, d_ff=53248, num_blocks=126)
-H100_80GB = Accelerator("H100 80GB", 80e9)
-#: The leaderboard's GPU: a DGX B200 has 1,440 GB of GPU memory over 8 GPUs.
-B200_180GB = Accelerator("B200 180GB", 180e9)
+H100_80GB = Accelerator("H100 80GB", GPUS["H100 SXM5 80GB"].memory_bytes)
+#: The leaderboard's GPU: an HGX B200 has 1,440 GB of GPU memory over 8 GPUs.
+B200_180GB = Accelerator("B200 180GB", GPUS["HGX B200"].memory_bytes)
 TPU_V5P = Accelerator("TPU v5p", 95e9, flops_per_s=4.6e14, link_bytes_per_s=2 * 9e10)
 HANDOUT_MESH = {"X": 16, "Y": 4, "M_X": 2, "M_Y": 1}
 

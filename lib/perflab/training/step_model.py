@@ -44,24 +44,12 @@ from perflab.fused_cross_entropy import (
     FusedLinearCrossEntropy,
     default_chunk_size,
 )
+from perflab.hardware import GPUS, GPUSpec
 from perflab.model import ModelConfig, RotaryEmbedding, TransformerBlock, cross_entropy
 
-
-@dataclass(frozen=True)
-class GPU:
-    """A GPU's dense 16-bit matmul peak, memory bandwidth, link bandwidth (one direction) and
-    memory."""
-
-    name: str
-    peak_flops: float
-    hbm_bytes_per_s: float
-    link_bytes_per_s: float
-    memory_bytes: float
-
-
-#: The 2026 handout quotes 2,500 TFLOP/s BF16 for a B200; HBM3e 8 TB/s, NVLink 5 1.8 TB/s per
-#: GPU in both directions together, 180 GB (datasheet numbers).
-B200 = GPU("B200", 2.5e15, 8e12, 0.9e12, 180e9)
+#: The leaderboard's GPU as its datasheet rates it (``perflab.hardware``); the handout's
+#: 2,500 TFLOP/s figure is ``perflab.hardware.HANDOUT_B200``; notebook 09 prices the step at both.
+B200 = GPUS["HGX B200"]
 
 
 @dataclass(frozen=True)
@@ -194,16 +182,19 @@ def naive_attention_ops(config: ModelConfig, batch: int, seq_len: int, dtype: to
 def flash_attention_work(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
                          forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
     """One layer's causal FlashAttention-2 from formulas (module docstring): FLOPs and HBM bytes
-    of the forward and (unless ``forward_only``) the backward, one row each."""
+    of the forward and (unless ``forward_only``) the backward, one row each. Under grouped-query
+    attention the keys and values (and their gradients) are ``kv_dim`` wide: a FlashAttention
+    kernel reads each key head once for its group of query heads, without repeating it."""
     width = torch.finfo(dtype).bits // 8
     heads, head_dim = config.num_heads, config.head_dim
     pairs = seq_len * (seq_len + 1) / 2  # (query, key) pairs the causal mask keeps
     forward = 4 * batch * heads * head_dim * pairs  # Q K^T and P V
-    activation = batch * seq_len * config.d_model * width
+    queries = batch * seq_len * config.d_model * width  # Q, O, dO or dQ
+    keys = batch * seq_len * config.kv_dim * width  # K, V, dK or dV
     lse = batch * heads * seq_len * 4
-    rows = [("flash forward", 1, forward, 4 * activation + lse)]  # Q, K, V in; O out
+    rows = [("flash forward", 1, forward, 2 * queries + 2 * keys + lse)]  # Q, K, V in; O out
     if not forward_only:  # Q, K, V, O, dO and the LSE in; dQ, dK, dV out
-        rows.append(("flash backward", 1, 2.5 * forward, 8 * activation + lse))
+        rows.append(("flash backward", 1, 2.5 * forward, 4 * queries + 4 * keys + lse))
     return pd.DataFrame(rows, columns=["op", "calls", "flops", "bytes"])
 
 
@@ -285,19 +276,19 @@ class StepPlan:
             raise ValueError(f"head_chunk must be a positive number of tokens, got {chunk!r}")
 
 
-def _timed(ops: pd.DataFrame, gpu: GPU, eff: Efficiency, flops_rate: float,
+def _timed(ops: pd.DataFrame, gpu: GPUSpec, eff: Efficiency, flops_rate: float,
            part: str, repeat: float = 1) -> pd.DataFrame:  # fmt: skip
     """``ops`` repeated ``repeat`` times, each operator at its roofline."""
     ops = ops.assign(calls=ops["calls"] * repeat, flops=ops["flops"] * repeat,
                      bytes=ops["bytes"] * repeat)  # fmt: skip
-    compute = ops["flops"] / (flops_rate * gpu.peak_flops)
+    compute = ops["flops"] / (flops_rate * gpu.bf16_flops)
     memory = ops["bytes"] / (eff.memory * gpu.hbm_bytes_per_s)
     return ops.assign(part=part, time_s=pd.concat([compute, memory], axis=1).max(axis=1),
                       memory_bound=memory > compute)  # fmt: skip
 
 
 def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
-             world_size: int, gpu: GPU = B200, eff: Efficiency = Efficiency(),
+             world_size: int, gpu: GPUSpec = B200, eff: Efficiency = Efficiency(),
              dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
     """Every operator of one rank's step under FSDP on ``world_size`` GPUs (``batch_size``
     sequences in all, split over the ranks), with its roofline time: columns part, op, calls,
@@ -335,7 +326,7 @@ def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
     # each moving (W - 1) / W of the parameters' bytes per rank.
     width = torch.finfo(torch_dtype).bits // 8
     wire = 3 * (world_size - 1) / world_size * config.num_parameters() * width
-    comm_s = wire / (eff.link * gpu.link_bytes_per_s)
+    comm_s = wire / (eff.link * gpu.nvlink_bytes_per_s)
     exposed = max(0.0, comm_s - ops["time_s"].sum())
     comm = pd.DataFrame([{"part": "communication", "op": "FSDP collectives", "calls": 3,
                           "flops": 0.0, "bytes": wire, "time_s": exposed,
@@ -344,7 +335,7 @@ def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
 
 
 def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: int,
-                gpu: GPU = B200, eff: Efficiency = Efficiency(),
+                gpu: GPUSpec = B200, eff: Efficiency = Efficiency(),
                 dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
     """Each of ``RUNGS`` on top of the ones before: the estimated step time per rank, its FLOPs
     and bytes, the share of time in memory-bound operators, and the rung's speed-up over the
