@@ -29,6 +29,21 @@ def test_each_copy_is_named_after_the_operator_that_asked_for_it():
     assert (sites["share_of_step"] > 0).all() and sites["share_of_step"].sum() < 1
 
 
+def test_a_copy_called_directly_inside_a_range_is_not_credited_to_the_range():
+    """Inside the step's "forward" range a directly called reshape is still "called directly":
+    the range is not an operator (it was once named as the copy's maker)."""
+    x = torch.randn(64, 64)
+    positive = x > 0
+    with profiling(activities=[ProfilerActivity.CPU]) as profile:
+        with torch.profiler.record_function("forward"):
+            x.t().reshape(-1)
+            x.masked_fill(positive, 0.0)
+    sites = copy_sites(profile).set_index("made_by")
+    assert set(sites.index) == {"aten::reshape (called directly)", "aten::masked_fill"}
+    assert sites.loc["aten::reshape (called directly)", "via"] == "aten::clone"
+    assert (sites["phase"] == "forward").all()
+
+
 def test_a_forward_copy_and_its_backward_copy_are_separate_rows():
     """masked_fill's backward masks the gradient out of place too: writing the mask in place
     removes the forward's copy only, so the table must tell the two apart."""

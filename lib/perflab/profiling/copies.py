@@ -20,13 +20,21 @@ WRAPPERS = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::c
             "aten::reshape", "aten::_reshape_alias")  # fmt: skip
 
 
+def _is_operator(event) -> bool:
+    """An ATen operator or an autograd node ("aten::mul", "autograd::engine::..."), as against
+    a range a program opened around its code (``record_function("forward")``)."""
+    return "::" in event.name
+
+
 def _maker(event) -> tuple[str, str]:
     """(the operator that made ``event``'s copy, the wrappers between them)."""
     via, parent = [], event.cpu_parent
     while parent is not None and parent.name in WRAPPERS:
         via.append(parent.name)
         parent = parent.cpu_parent
-    if parent is None:  # a wrapper called directly from Python: x.reshape(...), x.to(...)
+    if parent is None or not _is_operator(parent):
+        # A wrapper called from Python (x.reshape(...), x.to(...)), at the top level or inside a
+        # range such as the step's "forward": the range did not ask for the copy.
         return f"{via.pop()} (called directly)", " < ".join(via)
     name = parent.name.removeprefix("autograd::engine::evaluate_function: ")
     return name, " < ".join(via)
