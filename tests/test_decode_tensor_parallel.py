@@ -19,8 +19,30 @@ def test_two_ranks_decode_the_tokens_of_one_process():
     table = tensor_parallel_decode(TINY, prompts, 6, world_size=2, dtype=torch.float64)
     assert list(table["rank"]) == [0, 1] and table["same_tokens"].all()
     assert (table["max_abs_logit_diff"] <= 1e-12).all()
+    # counted in the ranks: two all-reduces per layer of batch x d_model values each
     assert (table["all_reduces_per_token"] == 2 * TINY.num_layers).all()
     assert (table["values_reduced_per_token"] == 2 * TINY.num_layers * 3 * TINY.d_model).all()
+    # each rank reads its half of the split weights and cache plus the replicated parts
+    share = table["share_of_one_process"]
+    assert (0.5 < share).all() and (share < 1).all() and share.nunique() == 1
+
+
+def test_a_rank_reads_its_shards_and_the_replicated_parts():
+    """Bytes per decode step, by hand for TINY in float64 at 10 .. 14 tokens of context:
+    one process reads every weight but the embedding (only the tokens' rows) and its whole
+    cache; a rank of two reads half the blocks' matmul weights and cache, all the rest."""
+    prompts = random_prompts(TINY.vocab_size, [9, 9, 9], seed=3)
+    table = tensor_parallel_decode(TINY, prompts, 6, world_size=2, dtype=torch.float64)
+    d, layers, batch, vocab = TINY.d_model, TINY.num_layers, 3, TINY.vocab_size
+    matmuls = layers * (4 * d * d + 3 * d * TINY.d_ff)
+    replicated = batch * d + layers * 2 * d + d + vocab * d  # embedding rows, norms, head
+    mean_context = sum(range(10, 15)) / 5  # the five decode steps after a 9-token prompt
+    cache = 2 * layers * batch * d * mean_context
+    one = 8 * (matmuls + replicated + cache)
+    assert table["one_process_bytes_read_per_step"].iloc[0] == pytest.approx(one)
+    assert table["bytes_read_per_step"].iloc[0] == pytest.approx(
+        8 * (matmuls / 2 + replicated + cache / 2)
+    )
 
 
 def test_grouped_query_attention_splits_its_key_and_value_heads():

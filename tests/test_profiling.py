@@ -22,7 +22,12 @@ from perflab.profiling import (
 from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, short_name
 from perflab.profiling.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
-from perflab.profiling.summary import SUMMARY_COLUMNS, attention_time_vs_flops, range_names
+from perflab.profiling.summary import (
+    SUMMARY_COLUMNS,
+    attention_time_vs_flops,
+    range_names,
+    range_totals,
+)
 from perflab.profiling.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 
 REAL_TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
@@ -328,14 +333,16 @@ def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
     forward = kernel_summary(cpu_trace, "forward").table
     assert answers["top_forward"] == forward.iloc[0]["Name"]
     assert answers["top_forward_calls_per_step"] == forward.iloc[0]["Instances"]  # one step
-    assert answers["same_top"] == (answers["top_step"] == answers["top_forward"])
+    assert answers["top_step"] == kernel_summary(cpu_trace, "step").table.iloc[0]["Name"]
     assert 0 < answers["matmul_share_forward"] <= 1 and 0 < answers["matmul_share_step"] <= 1
     assert answers["softmax_over_matmul_flops"] == pytest.approx(5 / (4 * 64))  # head dim 64
-    assert answers["forward_profiler_ms"] > 0
+    # the forward range is part of the step: shorter than the step range's time per step
+    step_range = range_totals(cpu_trace, ["step"]).iloc[0]
+    step_ms = step_range.total_us / step_range.instances / 1e3
+    assert 0 < answers["forward_profiler_ms"] < step_ms
     others = kernel_summary(cpu_trace, "forward").not_matmul(at_least=1.0)
     assert (others["category"] != "compute-bound").all() and (others["Time (%)"] >= 1).all()
-    assert answers["others_count"] == len(others)
-    assert answers["others_forward"].count("%") == len(others)
+    assert all(f"{name} " in answers["others_forward"] for name in others["Name"])
 
 
 def test_profile_grid_has_a_row_per_configuration_and_rejects_an_empty_grid():
@@ -346,7 +353,8 @@ def test_profile_grid_has_a_row_per_configuration_and_rejects_an_empty_grid():
         ("cpu-tiny", 16),
         ("cpu-tiny", 32),
     ]
-    assert (grid["forward_timer_ci_low_ms"] <= grid["forward_timer_ms"]).all()
+    # each row read its own trace of a head-dimension-64 model
+    assert grid["softmax_over_matmul_flops"].to_numpy() == pytest.approx([5 / 256, 5 / 256])
     with pytest.raises(ValueError, match="at least one preset"):
         profile_grid([], [16])
 

@@ -40,7 +40,10 @@ def _check_split(config: ModelConfig, world_size: int) -> None:
 class ShardedDecoder:
     """Rank ``rank`` of ``world_size``'s share of ``model`` (its weights sliced, not copied
     whole) and its own cache of its heads' keys and values for ``batch`` sequences of up to
-    ``max_len`` tokens."""
+    ``max_len`` tokens. ``counts`` adds up, step by step, the all-reduces it calls, the values
+    they sum and the bytes of the weights and cache it reads (the embedding's rows of the
+    tokens, the norms, its shards, the replicated LM head, its cache up to the step's end);
+    ``world_size`` 1 is one process, with no all-reduce."""
 
     def __init__(self, model: TransformerLM, rank: int, world_size: int, batch: int,
                  max_len: int):  # fmt: skip
@@ -68,6 +71,17 @@ class ShardedDecoder:
         self.k = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
         self.v = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
         self.length = 0
+        self.world_size = world_size
+        self.counts = dict.fromkeys(("all_reduces", "values_reduced", "bytes_read"), 0)
+
+    def _read(self, *tensors: Tensor) -> None:
+        self.counts["bytes_read"] += sum(t.numel() * t.element_size() for t in tensors)
+
+    def _all_reduce(self, partial: Tensor) -> None:
+        if self.world_size > 1:
+            self.counts["all_reduces"] += 1
+            self.counts["values_reduced"] += partial.numel()
+            dist.all_reduce(partial)
 
     @torch.no_grad()
     def step(self, tokens: Tensor) -> Tensor:
@@ -77,8 +91,10 @@ class ShardedDecoder:
         positions = (self.length + torch.arange(new))[None].expand(tokens.shape[0], new)
         end = self.length + new
         x = model.embedding(tokens)
+        self._read(x)  # the tokens' rows of the embedding
         for block, shard, k_cache, v_cache in zip(model.blocks, self.layers, self.k, self.v,
                                                   strict=True):  # fmt: skip
+            self._read(*shard.values(), block.attn_norm.weight, block.ffn_norm.weight)
             h = block.attn_norm(x)
             q, k, v = (t.reshape(*x.shape[:2], heads, -1).transpose(1, 2)
                        for t, heads in zip(F.linear(h, shard["qkv"]).split(self.sizes, dim=-1),
@@ -86,16 +102,18 @@ class ShardedDecoder:
                                            strict=True))  # fmt: skip
             q, k = block.attn.rope(q, positions), block.attn.rope(k, positions)
             k_cache[:, :, self.length : end], v_cache[:, :, self.length : end] = k, v
+            self._read(k_cache[:, :, :end], v_cache[:, :, :end])
             y = attend(q, k_cache[:, :, :end], v_cache[:, :, :end], positions)
             partial = F.linear(y.transpose(1, 2).reshape(*x.shape[:2], -1), shard["out"])
-            dist.all_reduce(partial)  # the heads' shares of the output projection, summed
+            self._all_reduce(partial)  # the heads' shares of the output projection, summed
             x = x + partial
             h = block.ffn_norm(x)
             partial = F.linear(F.silu(F.linear(h, shard["w1"])) * F.linear(h, shard["w3"]),
                                shard["w2"])  # fmt: skip
-            dist.all_reduce(partial)
+            self._all_reduce(partial)
             x = x + partial
         self.length = end
+        self._read(model.final_norm.weight, model.lm_head.weight)
         return model.lm_head(model.final_norm(x[:, -1]))
 
 
@@ -106,6 +124,7 @@ def _tensor_parallel_rank(config: ModelConfig, dtype: torch.dtype, prompts: list
     decoder = ShardedDecoder(model, rank, world_size, len(prompts), len(prompts[0]) + new_tokens)
     logits = decoder.step(torch.tensor(prompts))
     first_logits, out, seconds = logits.clone(), [], []
+    decoder.counts = dict.fromkeys(decoder.counts, 0)  # the decode steps' only, not the prompt's
     for i in range(new_tokens):
         tokens = pick(logits)
         out.append(tokens.tolist())
@@ -113,8 +132,22 @@ def _tensor_parallel_rank(config: ModelConfig, dtype: torch.dtype, prompts: list
             start = time.perf_counter()
             logits = decoder.step(tokens[:, None])
             seconds.append(time.perf_counter() - start)
-    return {"rank": rank, "tokens": [list(row) for row in zip(*out, strict=True)],
-            "first_logits": first_logits, "step_s": seconds}  # fmt: skip
+    per_step = {name: count / (new_tokens - 1) for name, count in decoder.counts.items()}
+    tokens = [list(row) for row in zip(*out, strict=True)]
+    return {"rank": rank, "tokens": tokens, "first_logits": first_logits, "step_s": seconds,
+            **per_step}  # fmt: skip
+
+
+def _one_process_bytes_per_step(model: TransformerLM, prompts: list[list[int]],
+                                new_tokens: int) -> float:  # fmt: skip
+    """The bytes one process reads per decode step over the same tokens (a ``ShardedDecoder``
+    of world size 1 counts them as the ranks count theirs)."""
+    decoder = ShardedDecoder(model, 0, 1, len(prompts), len(prompts[0]) + new_tokens)
+    logits = decoder.step(torch.tensor(prompts))
+    decoder.counts["bytes_read"] = 0
+    for _ in range(new_tokens - 1):
+        logits = decoder.step(pick(logits)[:, None])
+    return decoder.counts["bytes_read"] / (new_tokens - 1)
 
 
 def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_tokens: int, *,
@@ -125,8 +158,10 @@ def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_to
     (``generate`` with the contiguous cache) on the same weights: per rank, whether its tokens
     equal one process's, the largest difference of the prompt's last logits, the median seconds
     of a decode step (the ranks' clocks, all-reduces included) with ``unstable`` (fewer than 3
-    steps, or too spread), and the all-reduces and values
-    summed per generated token (2 per layer, batch x d_model values each)."""
+    steps, or too spread), and, counted over the decode steps, the all-reduces and values summed
+    per generated token (2 per layer, batch x d_model values each) and the bytes the rank read
+    per step beside one process's (``share_of_one_process``: above 1 / world_size, since the
+    embedding, norms and LM head are replicated)."""
     _check_split(config, world_size)
     if not prompts or len({len(p) for p in prompts}) != 1 or new_tokens < 2:
         raise ValueError("need prompts of one length and new_tokens >= 2 (one decode step timed)")
@@ -137,6 +172,7 @@ def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_to
     expected = generate(model, prompts, new_tokens, "contiguous")
     with torch.no_grad():
         reference = model(torch.tensor(prompts))[:, -1]
+    one_process = _one_process_bytes_per_step(model, prompts, new_tokens)
     ranks = launch(_tensor_parallel_rank, world_size, (config, dtype, prompts, new_tokens, seed))
     return pd.DataFrame([{
         "rank": r["rank"], "world_size": world_size, "dtype": str(dtype).removeprefix("torch."),
@@ -145,6 +181,9 @@ def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_to
         "max_abs_logit_diff": (r["first_logits"] - reference).abs().max().item(),
         "step_median_s": float(pd.Series(r["step_s"]).median()),
         "unstable": is_unstable(r["step_s"]),
-        "all_reduces_per_token": 2 * config.num_layers,
-        "values_reduced_per_token": 2 * config.num_layers * len(prompts) * config.d_model,
+        "all_reduces_per_token": r["all_reduces"],
+        "values_reduced_per_token": r["values_reduced"],
+        "bytes_read_per_step": r["bytes_read"],
+        "one_process_bytes_read_per_step": one_process,
+        "share_of_one_process": r["bytes_read"] / one_process,
     } for r in ranks])  # fmt: skip
