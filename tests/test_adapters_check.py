@@ -338,7 +338,7 @@ def test_your_wrappers_take_turns_with_perflabs_in_one_launch(tmp_path, student_
                       rounds=2, setup=adapters_setup)  # fmt: skip
     assert (frame["status"] == "ok").all(), frame["error"].tolist()
     yours = frame[frame["variant"] == "yours bucketed"].iloc[0]
-    assert yours.step_ms > 0 and yours.held_fraction == 1  # data parallel: every parameter
+    assert yours.held_fraction == 1  # data parallel: every parameter
     assert "yours bucketed 1 MB" in set(ddp_comparisons(frame)["b"])
     zero = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy")
                      + yours_zero_configs(student_distributed, passing, 2, "toy"),

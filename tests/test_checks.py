@@ -200,3 +200,25 @@ def test_an_empty_folder_is_refused_not_passed(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["check-results", str(tmp_path)])
     assert exit_.value.code == 2 and "no result files" in capsys.readouterr().err
+
+
+def test_a_stated_level_without_a_recorded_interval_is_found(tmp_path):
+    """A conclusion written from a plain sentence (the comparison flattened into words) that
+    states a level: nothing recorded says the interval has it."""
+    conclude(tmp_path, "flat", "b is 2.00x slower than a (96.8% CI 1.90–2.10x)")
+    assert _rules(tmp_path) == ["confidence overstated"]
+    (tmp_path / "conclusions.csv").unlink()
+    conclude(tmp_path, "words", "b takes longer than a")  # no level stated: nothing to hold
+    assert _rules(tmp_path) == []
+
+
+def test_sweeps_timed_in_milliseconds_are_held_to_the_verdicts(tmp_path):
+    """A DDP sweep's step_ms (notebooks 07 and 08) counts like a median in seconds."""
+    pd.DataFrame([{"a": "naive", "b": "flat", "ratio_b_over_a": 0.5, "ci_low": 0.45,
+                   "ci_high": 0.55, "confidence": 0.97, "noise_band": 0.03,
+                   "verdict": "faster", "world_size": 2}]).to_csv(tmp_path / "vs.csv",
+                                                                  index=False)  # fmt: skip
+    sweep = pd.DataFrame({"variant": ["naive", "flat"], "world_size": [2, 2],
+                          "step_ms": [10.0, 20.0], "unstable": [False, False]})  # fmt: skip
+    sweep.to_csv(tmp_path / "steps.csv", index=False)
+    assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]

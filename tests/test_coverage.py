@@ -44,9 +44,7 @@ def test_intervals_cover_with_their_stated_confidence(noise):
     adaptive = table[table["rounds"].str.startswith("adaptive")]
     assert (adaptive["coverage"] >= adaptive["stated_confidence"] - 0.02).all(), adaptive
     assert (table["aa_false_alarms"] <= 0.05).all(), table
-    # Below 95% no verdict at all; from 6 rounds the verdicts can be reached.
-    assert (table.loc[table["stated_confidence"] < 0.95, "aa_false_alarms"] == 0).all()
-    assert (table.loc[table["stated_confidence"] < 0.95, "ab_found_slower"] == 0).all()
+    # (Below 95% there is no verdict at all, by construction: test_compare.py checks verdict().)
 
 
 @pytest.mark.parametrize("max_rounds", [12, 24])

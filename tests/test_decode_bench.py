@@ -64,7 +64,6 @@ def test_prefill_does_more_flops_per_byte_than_decode():
     table = prefill_vs_decode(model, 16, warmup=0, steps=2).set_index("phase")
     assert list(table["tokens"]) == [16, 1]
     assert table.loc["prefill", "flops_per_byte"] > 4 * table.loc["decode", "flops_per_byte"]
-    assert (table["median_s"] > 0).all()
 
 
 def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
@@ -77,8 +76,9 @@ def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
     for table in (phases, throughput):
         assert table["unstable"].dtype == bool
         assert table["median_ci_level"].tolist() == pytest.approx([max_level(2)] * len(table))
-        assert (table["median_ci_low_s"] <= table["median_s"]).all()
-        assert (table["median_s"] <= table["median_ci_high_s"]).all()
+        # two steps: the interval is [min, max] of the two samples, the median their mean
+        ends = (table["median_ci_low_s"] + table["median_ci_high_s"]) / 2
+        assert table["median_s"].tolist() == pytest.approx(ends.tolist())
     fig = plot_decode_roofline(throughput.assign(unstable=[True, False]), "cpu")
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert "unstable (hollow)" in labels and any("50% CI" in label for label in labels)

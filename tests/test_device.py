@@ -56,7 +56,6 @@ def test_compare_timers_table():
     # Both timed the same 192 x 192 matmul: a timer of another size (8x the work at twice n)
     # or of nothing would be far outside this; per-call overhead is well inside it.
     assert 0.25 < theirs["ratio_to_perflab"] < 4
-    assert (table["median_s"] > 0).all()
 
 
 def test_a_gpu_that_torch_cannot_use_is_said_once_with_the_fix(tmp_path, monkeypatch):

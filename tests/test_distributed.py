@@ -10,11 +10,13 @@ import json
 import multiprocessing
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
 import time
 
+import pandas as pd
 import pytest
 import torch
 
@@ -283,8 +285,10 @@ def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
     frame = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0, rounds=2)
     ok = frame[frame["status"] == "ok"]
     assert sorted(ok["variant"]) == sorted(c["variant"] for c in configs[:-1])
-    assert (ok["step_ms"] > 0).all()
     assert ok["round_ms"].map(lambda text: len(json.loads(text))).eq(2).all()
+    # a variant's step is the median of its rounds (each round's slowest rank)
+    medians = ok["round_ms"].map(lambda text: statistics.median(json.loads(text)))
+    assert ok["step_ms"].tolist() == medians.tolist()
     against = ddp_comparisons(frame, "naive")
     assert set(against["b"]) == set(ok["variant"]) - {"naive", "bucketed"} | {"bucketed 1 MB"}
     # 2 rounds give a 50% interval: every comparison is inconclusive, however the times fall.
@@ -331,8 +335,7 @@ def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
 
     rows = ring_sweep(tmp_path / "ring.csv", [0.1, 0.4], [2], warmup=1, steps=2)
     assert list(rows["status"]) == ["ok", "ok"]
-    assert (rows["ring_ms"] > 0).all() and (rows["all_reduce_ms"] > 0).all()
-    assert rows["ring_over_all_reduce"].notna().all()
+    assert rows["ring_over_all_reduce"].notna().all()  # both timed; the fit below reads them
     fit = fit_ring_model(rows)
     assert list(fit["world_size"]) == [2] and int(fit["points"].iloc[0]) == 2
     if not fit["latency_at_bound"].iloc[0]:  # two points: the free line passes through both
@@ -364,9 +367,10 @@ def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
     frame = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy"), batch_size=2, seq_len=8,
                       warmup=1, rounds=3, key=ZERO_KEY)  # fmt: skip
     assert list(frame["optimizer"]) == ["adamw", "sharded-adamw"]
-    assert (frame["status"] == "ok").all() and (frame["step_ms"] > 0).all()
+    assert (frame["status"] == "ok").all()
     rounds = [json.loads(text) for text in frame["round_ms"]]
     assert [len(r) for r in rounds] == [3, 3]
+    assert frame["step_ms"].tolist() == [statistics.median(r) for r in rounds]
     zero = paired_comparison(*rounds, names=("adamw", "sharded"))
     assert zero.confidence == 0.75 and zero.verdict == "inconclusive"  # too few rounds
 
@@ -412,7 +416,6 @@ def test_ddp_timelines_show_naive_communicating_only_after_backward():
     assert table.loc["naive", "collectives"] == tensors  # one all-reduce per gradient
     assert table.loc["flat", "collectives"] == 1
     assert (table["during_backward_ms"] == 0).all()  # both wait for backward to end
-    assert (table["communicating_ms"] > 0).all()
     assert len(plot_rank_timelines(timelines).axes) == 2
 
 
@@ -482,25 +485,54 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
 
 
 def test_fsdp_forgets_weights_gathered_by_the_last_backward():
-    """A stale ``_live`` entry (left by a checkpointed block's recomputation, whose post-hook
-    need not run) whose address an activation then reuses made one rank pack that activation
-    as a weight and gather once more than the others in backward: collectives out of step,
-    seen in CI as 'Received data size doesn't match expected size'. Planted here: the input's
-    address marked as a weight's before the forward."""
+    """A checkpointed block's recomputation in backward gathers its weight again (``_live``
+    notes the address) and stops early, once the last saved tensor is recomputed, before the
+    module's post-hook removes the entry: a stale entry whose address an activation may reuse,
+    which once made one rank pack that activation as a weight and gather once more than the
+    others in backward (collectives out of step, seen in CI as 'Received data size doesn't
+    match expected size'). Reproduced here with non-reentrant checkpointing: the stale entries
+    exist after backward, and the next forward starts without them."""
     import torch.distributed as dist
+    from torch.utils.checkpoint import checkpoint
 
     from perflab.distributed.fsdp import FSDP
+
+    class Checkpointed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return checkpoint(self.inner, x, use_reentrant=False)
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         torch.manual_seed(0)
-        model = FSDP(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)))
+        model = FSDP(torch.nn.Sequential(Checkpointed(), Checkpointed(), torch.nn.Linear(8, 4)))
         x = torch.randn(3, 8, requires_grad=True)
         model(x).sum().backward()
-        clean = model.backward_gathers
-        stale = next(iter(model.specs))  # any sharded parameter
-        model._live[x.untyped_storage().data_ptr()] = stale
-        model(x).sum().backward()
-        assert model.backward_gathers - clean == clean  # the same gathers, none for x
+        assert len(model._live) == 2  # each recomputed block's weight, left behind
+        seen = []  # entries when the next forward's first module has gathered its own weight
+        hook = model.module[0].inner.register_forward_pre_hook(
+            lambda module, args: seen.append(len(model._live))
+        )
+        model(x).sum()
+        hook.remove()
+        assert seen == [1]
     finally:
         dist.destroy_process_group()
+
+
+def test_overlap_counts_overlapping_collectives_once_and_what_backward_hides():
+    """Planted: backward from 0 to 10 ms; collectives at 2-6, 4-8 and 12-14 ms run for 8 ms
+    (2-8 once, then 12-14), 6 of them inside backward."""
+    from perflab.distributed.ddp_timeline import overlap_table
+
+    spans = [("backward", 0, 10), ("communication", 2, 6), ("communication", 4, 8),
+             ("communication", 12, 14)]  # fmt: skip
+    timelines = pd.DataFrame(
+        [{"variant": "planted", "lane": lane, "start_ms": a, "end_ms": b} for lane, a, b in spans]
+    )
+    row = overlap_table(timelines).iloc[0]
+    assert (row["collectives"], row["communicating_ms"], row["during_backward_ms"]) == (3, 8, 6)
+    assert (row["share_during_backward"], row["step_ms"]) == (0.75, 14)

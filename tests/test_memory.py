@@ -97,7 +97,6 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
     result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU,
                              repeats=3)  # fmt: skip
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
-    assert result["seconds"] > 0
 
 
 def test_timeline_records_a_known_allocation():

@@ -146,7 +146,7 @@ def test_any_context_length_runs():
     config = BenchConfig(preset="cpu-tiny", context_length=1024, mode="forward", batch_size=1,
                          warmup=0, steps=1, device="cpu")  # fmt: skip
     row, _ = run_benchmark(config)
-    assert row["context_length"] == 1024 and row["median_s"] > 0
+    assert row["context_length"] == 1024 and row["steps"] == 1
     assert sized_for(get_preset("cpu-tiny"), 1024).context_length == 1024
     assert sized_for(get_preset("cpu-tiny"), 100) is get_preset("cpu-tiny")
 

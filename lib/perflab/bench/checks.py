@@ -190,55 +190,31 @@ def _same_outside_band(path: Path, frame: pd.DataFrame) -> list[dict]:
 
 
 def _overstated(path: Path, frame: pd.DataFrame, historical: bool = False) -> list[dict]:
+    """A sentence that states a higher level than its interval's recorded ``confidence``, one
+    that states a level where no interval was recorded (a conclusion from a plain sentence;
+    historical GPU rows predate the record), and a verdict from an interval below 95%."""
     findings = []
+    if "sentence" not in frame.columns and "verdict" not in frame.columns:
+        return findings
     if "confidence" in frame.columns:
         level = pd.to_numeric(frame["confidence"], errors="coerce")
-        for index, row in frame.iterrows():
-            if pd.isna(level[index]):
-                continue
-            for stated in re.findall(r"(\d+(?:\.\d+)?)% CI", str(row.get("sentence", ""))):
-                if float(stated) / 100 > level[index] + 1e-9:
-                    findings.append(
-                        _finding(
-                            path,
-                            "confidence overstated",
-                            (f"row {index}: '{stated}% CI' for an interval of {level[index]:.2%}"),
-                        )
-                    )
-            if (str(row.get("verdict", "")) in ("faster", "slower", "same")
-                    and level[index] < CONFIDENCE - 1e-9):  # fmt: skip
-                findings.append(
-                    _finding(
-                        path,
-                        "confidence overstated",
-                        (
-                            f"row {index}: verdict {row['verdict']!r} from a "
-                            f"{level[index]:.2%} interval"
-                        ),
-                    )
-                )
-    elif path.name == "conclusions.csv" and "sentence" in frame.columns and not historical:
-        for index, sentence in frame["sentence"].astype(str).items():
-            if re.search(r"\d% CI|\d% interval", sentence):
-                findings.append(
-                    _finding(
-                        path,
-                        "confidence overstated",
-                        (f"row {index}: a stated level without the interval's confidence recorded"),
-                    )
-                )
-    for column in (c for c in frame.columns if "ci95" in c):
-        levels = [c for c in frame.columns if c.endswith("ci_level")]
-        for level_column in levels:
-            low = pd.to_numeric(frame[level_column], errors="coerce") < CONFIDENCE - 1e-9
-            if low.any():
-                findings.append(
-                    _finding(
-                        path,
-                        "confidence overstated",
-                        (f"{column}: {int(low.sum())} rows with {level_column} below 95%"),
-                    )
-                )
+    else:
+        level = pd.Series(float("nan"), index=frame.index)
+    for index, row in frame.iterrows():
+        stated = re.findall(r"(\d+(?:\.\d+)?)% (?:CI|interval)", str(row.get("sentence", "")))
+        if pd.isna(level[index]):
+            if stated and not historical:
+                detail = f"row {index}: '{stated[0]}% CI' stated, no interval's confidence recorded"
+                findings.append(_finding(path, "confidence overstated", detail))
+            continue
+        for claim in stated:
+            if float(claim) / 100 > level[index] + 1e-9:
+                detail = f"row {index}: '{claim}% CI' for an interval of {level[index]:.2%}"
+                findings.append(_finding(path, "confidence overstated", detail))
+        verdict = str(row.get("verdict", ""))
+        if verdict in ("faster", "slower", "same") and level[index] < CONFIDENCE - 1e-9:
+            detail = f"row {index}: verdict {verdict!r} from a {level[index]:.2%} interval"
+            findings.append(_finding(path, "confidence overstated", detail))
     return findings
 
 
@@ -266,7 +242,24 @@ def _above_yardstick(path: Path, frame: pd.DataFrame) -> list[dict]:
     return findings
 
 
-_TIME_COLUMNS = ("median_s", "end_to_end_s", "step_s", "forward_s")
+def _time_column(sweep: pd.DataFrame) -> str | None:
+    """A sweep's timed column, in seconds or milliseconds: one whose interval is saved beside it
+    (``median_s`` with ``median_ci_low_s`` and ``median_ci_high_s``, ``step_ms`` with
+    ``step_ci_low_ms`` ...), else a median, step or end-to-end time."""
+    columns = set(sweep.columns)
+    for column in sweep.columns:
+        for unit in ("_s", "_ms"):
+            stem = column.removesuffix(unit)
+            if (
+                column.endswith(unit)
+                and {f"{stem}_ci_low{unit}", f"{stem}_ci_high{unit}"} <= columns
+            ):
+                return column
+    for stem in ("median", "step", "end_to_end"):
+        for unit in ("_s", "_ms"):
+            if stem + unit in columns:
+                return stem + unit
+    return None
 
 
 def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -> list[dict]:
@@ -277,7 +270,7 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
         for other_path, sweep in tables.items():
             if other_path == path or other_path.parent != path.parent:
                 continue
-            time_column = next((c for c in _TIME_COLUMNS if c in sweep.columns), None)
+            time_column = _time_column(sweep)
             shared = [
                 c
                 for c in comparisons.columns
@@ -315,8 +308,9 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
                         break
                 if not named:
                     continue
-                flag = "unstable" if time_column == "median_s" else (
-                    time_column.removesuffix("_s") + "_unstable")  # fmt: skip
+                unit = "_ms" if time_column.endswith("_ms") else "_s"
+                stem = time_column.removesuffix(unit)
+                flag = "unstable" if stem == "median" else stem + "_unstable"
                 shaky = [str(named[side].get(flag, "")).lower() == "true" for side in "ab"]
                 if any(shaky):
                     continue  # an unstable row claims nothing; its flag is shown with it
@@ -324,9 +318,7 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
                 band = _band_of(row)
                 # The time's own interval where the sweep saved one (median_s ->
                 # median_ci_low_s, end_to_end_s -> end_to_end_ci_low_s): a row claims no more.
-                low, high = (
-                    time_column.removesuffix("_s") + f"_ci_{end}_s" for end in ("low", "high")
-                )
+                low, high = (f"{stem}_ci_{end}{unit}" for end in ("low", "high"))
                 if {low, high} <= set(sweep.columns):
                     b_faster = named["b"][high] < named["a"][low]
                     b_slower = named["b"][low] > named["a"][high]
