@@ -94,8 +94,8 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
 
     synced = []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
-    result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU,
-                             repeats=3)  # fmt: skip
+    checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU,
+                    repeats=3)  # fmt: skip
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
 
 
