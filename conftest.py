@@ -11,14 +11,8 @@ import tempfile
 def pytest_configure(config):
     os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
     os.environ.setdefault("MPLBACKEND", "Agg")
-    # The distributed tests start two ranks: NCCL needs a GPU for each, so a one-GPU box runs
-    # them on Gloo (the CPU) like a machine without CUDA.
+    # (Ranks go to Gloo where there is no GPU for each: ``launch`` decides per launch.)
     # Choose the Triton interpreter (as ``import perflab`` does) before any test module is
     # collected: one that imports Triton first (torch.utils.flop_counter does) would make
     # perflab's kernels refuse to load, depending on which files run.
-    import torch
-
     import perflab  # noqa: F401
-
-    if torch.cuda.is_available() and torch.cuda.device_count() < 2:
-        os.environ.setdefault("PERFLAB_DIST_BACKEND", "gloo")

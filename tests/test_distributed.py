@@ -6,6 +6,7 @@ Parity tolerances: float64 training (DDP, ZeRO-1) leaves only the order of addit
 (measured ~2e-7); with fp16 compute: < 1e-4 (measured ~7e-6).
 """
 
+import importlib
 import json
 import multiprocessing
 import os
@@ -27,6 +28,7 @@ from perflab.distributed.launch import (
     PERFLAB_DIR,
     _alive,
     parent_pid,
+    placed_device_rank,
     raise_on_rank,
     unpicklable_result,
 )
@@ -310,6 +312,61 @@ def test_a_row_finished_before_a_failing_configuration_is_kept(tmp_path):
     sweep = Sweep(tmp_path / "s.csv", ["world_size", "name"])
     frame = launch_sweep(sweep, configs, late_row_then_failure)
     assert frame.set_index("name")["status"].to_dict() == {"late": "ok", "fail": "error"}
+
+
+@pytest.mark.parametrize(
+    "gpus, world_size, collectives, expected",
+    [
+        (0, 2, None, ("gloo", "cpu")),
+        (0, 2, ("all_reduce",), ("gloo", "cpu")),
+        (1, 2, ("all_reduce", "broadcast"), ("gloo", "cuda")),  # one GPU, two ranks: shared
+        (1, 2, ("all_reduce", "reduce_scatter"), ("gloo", "cpu")),  # Gloo: CPU tensors only
+        (1, 2, None, ("gloo", "cpu")),
+        (1, 1, None, ("nccl", "cuda")),
+        (2, 2, None, ("nccl", "cuda")),
+        (2, 4, ("all_reduce",), ("gloo", "cuda")),
+        (8, 8, None, ("nccl", "cuda")),
+        (8, 2, None, ("nccl", "cuda")),
+    ],
+)
+def test_ranks_are_placed_per_launch_by_the_gpus_there_are(monkeypatch, gpus, world_size,
+                                                            collectives, expected):  # fmt: skip
+    """One-, two- and eight-GPU boxes simulated on this CPU: NCCL where every rank has a GPU,
+    else Gloo, with CUDA tensors only where Gloo runs every collective on them."""
+    launcher = importlib.import_module("perflab.distributed.launch")
+
+    monkeypatch.delenv("PERFLAB_DIST_BACKEND", raising=False)
+    monkeypatch.setattr(launcher, "_gpus", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    placement = launcher.place_ranks(world_size, collectives)
+    assert (placement.backend, placement.device) == expected
+    assert str(world_size) in placement.describe()
+    # a one-GPU box holds as many ranks as Gloo gives its cores, not NCCL's one
+    assert launcher.max_world_size() >= launcher.GLOO_RANKS_PER_CORE
+
+
+def test_a_gpu_sized_model_on_cpu_ranks_is_refused_in_one_line(monkeypatch):
+    """The 8B model on two ranks of a one-GPU box would train on two CPU processes for hours:
+    refused before any rank starts; a small model, or a machine without GPUs, goes ahead."""
+    launcher = importlib.import_module("perflab.distributed.launch")
+    from perflab.model import get_preset
+
+    monkeypatch.delenv("PERFLAB_DIST_BACKEND", raising=False)
+    monkeypatch.setattr(launcher, "_gpus", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    eight_b = get_preset("leaderboard-8B").num_parameters()
+    with pytest.raises(ValueError, match=r"8\.\dB parameters\) would run on 2 CPU ranks") as caught:
+        launcher.launch(check_allreduce_rank, 2, parameters=eight_b)
+    assert "\n" not in str(caught.value)
+    placement = launcher.place_ranks(2)
+    launcher.refuse_gpu_sized_on_cpu(placement, 124e6, "small")  # no error
+    monkeypatch.setattr(launcher, "_gpus", lambda: 0)
+    launcher.refuse_gpu_sized_on_cpu(launcher.place_ranks(2), eight_b, "8B")  # no GPU: no error
+
+
+def test_a_rank_gets_the_device_it_was_placed_on():
+    results = launch(placed_device_rank, 2, collectives=("all_reduce",))
+    assert results == ["cpu", "cpu"]  # no GPU here: CPU ranks whatever the collectives
 
 
 def test_the_auto_backend_can_be_chosen_by_environment(monkeypatch):

@@ -187,8 +187,8 @@ def compare_layer_norms(tokens: int, width: int, *, rounds: int = 6, warmup: int
         return lambda: _forward_backward(LAYER_NORMS[name], x, weight, bias, grad)
 
     pairs = list(zip(names, names[1:], strict=False))
-    return [compare(run(a), run(b), rounds=rounds, warmup=warmup, device=device, names=(a, b),
-                    seed=seed) for seed, (a, b) in enumerate(pairs)]  # fmt: skip
+    return [compare(run(a), run(b), rounds=rounds, warmup=warmup, device=device, names=(a, b))
+            for a, b in pairs]  # fmt: skip
 
 
 def statistics_times(tokens: int, width: int, *, steps: int = 6, warmup: int = 2,

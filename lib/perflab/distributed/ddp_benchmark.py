@@ -37,6 +37,8 @@ from perflab.distributed.sharded_optimizer import ShardedOptimizer
 from perflab.distributed.toy import build_model, loss_fn, vocab_size
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
+#: The collectives of perflab's data-parallel variants and of ZeRO (``launch``'s placement).
+DDP_COLLECTIVES = ("all_reduce", "broadcast")
 TIMING = "median of interleaved steps (variants take turns), slowest rank"
 LEARNING_RATE = 1e-4
 
@@ -203,8 +205,12 @@ def ddp_sweep(
     a student's variants."""
     sweep = Sweep(path, key, metadata={**describe(resolve_device("auto")), **(metadata or {})})
     args = (batch_size, seq_len, warmup, rounds, setup)
+    # perflab's data-parallel variants and ZeRO only all-reduce and broadcast (Gloo runs both
+    # on CUDA tensors); FSDP and a student's wrappers may call anything.
+    own = setup is perflab_setup and all(c["variant"] != "fsdp" for c in configs)
     return launch_sweep(
-        sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True
+        sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True,
+        collectives=DDP_COLLECTIVES if own else None,
     )
 
 

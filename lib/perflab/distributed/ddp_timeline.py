@@ -80,6 +80,7 @@ def ddp_timelines(variants: list[str], world_size: int, model: str, *, batch_siz
         _timeline_rank,
         world_size,
         (list(variants), model, batch_size, seq_len, bucket_size_mb, warmup),
+        collectives=("all_reduce", "broadcast"),
     )[0]
     return pd.DataFrame(rows)
 

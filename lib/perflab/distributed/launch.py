@@ -3,8 +3,11 @@
 ``launch(fn, world_size, args)`` starts ``world_size`` processes (``torch.multiprocessing``,
 forkserver with torch preloaded, so that only the first launch pays for importing torch), sets
 the ``torchrun`` environment variables in each (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT`` on a free port), joins the process group (NCCL with one GPU
-per rank when CUDA is present, Gloo otherwise) and calls ``fn(*args)``. ``fn`` must live in an
+``MASTER_ADDR``, ``MASTER_PORT`` on a free port), joins the process group and calls
+``fn(*args)``. Where the ranks run is decided per launch (``place_ranks``): NCCL with one GPU
+per rank when there are enough GPUs; otherwise Gloo, with CUDA tensors on shared GPUs when the
+function's collectives are ones Gloo runs on CUDA, else on the CPU (a one-GPU box runs two
+ranks this way); a GPU-sized model is refused on CPU ranks. ``fn`` must live in an
 importable module (never in a notebook): child processes import it by name.
 
 Failure handling: the first rank to raise ends the run; the other ranks are killed (they may be
@@ -36,6 +39,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,17 +64,30 @@ class RankError(RuntimeError):
         super().__init__(f"rank {rank} failed:\n{rank_traceback}")
 
 
-def resolve_backend(backend: str = "auto") -> str:
-    """``"auto"`` -> ``$PERFLAB_DIST_BACKEND`` when set (e.g. ``gloo`` for several ranks on a
-    one-GPU box, which NCCL cannot run), else NCCL when CUDA is present, else Gloo."""
-    valid = ("auto", "gloo", "nccl")
-    if backend not in valid:
-        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(valid)}")
+#: Collectives Gloo runs on CUDA tensors (ProcessGroupGloo implements all-reduce and broadcast
+#: for CUDA; all-gather, reduce-scatter and point-to-point take CPU tensors).
+GLOO_CUDA_COLLECTIVES = frozenset({"all_reduce", "broadcast"})
+#: A model above this many parameters is GPU-sized: on CPU ranks of a GPU box it would run for
+#: hours or exhaust the host's memory (1B float32 parameters with AdamW: 16 GB per rank).
+CPU_RANK_MAX_PARAMETERS = 1e9
+_BACKENDS = ("auto", "gloo", "nccl")
+
+
+def _gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_backend(backend: str = "auto", world_size: int = 1) -> str:
+    """``"auto"`` -> ``$PERFLAB_DIST_BACKEND`` when set, else NCCL when the machine has a GPU for
+    each of ``world_size`` ranks, else Gloo (a one-GPU box runs two ranks on Gloo): decided per
+    launch, never by a setting for the whole run."""
+    if backend not in _BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid: {', '.join(_BACKENDS)}")
     if backend == "auto":
         chosen = os.environ.get("PERFLAB_DIST_BACKEND")
         if chosen is None:
-            return "nccl" if torch.cuda.is_available() else "gloo"
-        if chosen not in valid[1:]:
+            return "nccl" if 0 < world_size <= _gpus() else "gloo"
+        if chosen not in _BACKENDS[1:]:
             raise ValueError(f"PERFLAB_DIST_BACKEND={chosen!r}; valid: gloo, nccl")
         backend = chosen
     if backend == "nccl" and not torch.cuda.is_available():
@@ -78,25 +95,81 @@ def resolve_backend(backend: str = "auto") -> str:
     return backend
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where the ranks of one launch run: the backend, and the device of a rank's tensors
+    (each rank its own GPU under NCCL; under Gloo the GPUs shared, or the CPU)."""
+
+    world_size: int
+    backend: str
+    device: str  # "cuda" or "cpu"
+    gpus: int
+
+    def describe(self) -> str:
+        """One sentence for a notebook: where the ranks run and why."""
+        ranks = f"{self.world_size} rank{'s' if self.world_size != 1 else ''}"
+        if self.backend == "nccl":
+            return f"{ranks} on NCCL, one GPU each"
+        if self.gpus == 0:
+            return f"{ranks} on Gloo, CPU tensors (no GPU here)"
+        why = f"{self.gpus} GPU(s) for {self.world_size} ranks, and NCCL needs one each"
+        if self.device == "cuda":
+            return f"{ranks} on Gloo, CUDA tensors on shared GPUs ({why})"
+        return (
+            f"{ranks} on Gloo, CPU tensors ({why}; Gloo runs all-gather, reduce-scatter and "
+            "point-to-point on CPU tensors only)"
+        )
+
+
+def place_ranks(world_size: int, collectives=None, backend: str = "auto") -> Placement:
+    """The placement of ``world_size`` ranks whose code uses ``collectives`` (names such as
+    "all_reduce"; None: any): NCCL with a GPU per rank where there are enough GPUs, else Gloo
+    with CUDA tensors when every collective is one Gloo runs on CUDA (``GLOO_CUDA_COLLECTIVES``),
+    else Gloo on the CPU."""
+    chosen = resolve_backend(backend, world_size)
+    gpus = _gpus()
+    if chosen == "nccl":
+        return Placement(world_size, "nccl", "cuda", gpus)
+    on_cuda = gpus > 0 and collectives is not None and set(collectives) <= GLOO_CUDA_COLLECTIVES
+    return Placement(world_size, "gloo", "cuda" if on_cuda else "cpu", gpus)
+
+
 def max_world_size(backend: str = "auto") -> int:
     """How many ranks this machine holds: one GPU per NCCL rank; up to
-    ``GLOO_RANKS_PER_CORE`` Gloo ranks per CPU core."""
+    ``GLOO_RANKS_PER_CORE`` Gloo ranks per CPU core (``"auto"``: whichever is more, since ranks
+    beyond the GPUs run on Gloo)."""
+    gloo = GLOO_RANKS_PER_CORE * (os.cpu_count() or 1)
+    if backend == "auto" and os.environ.get("PERFLAB_DIST_BACKEND") is None:
+        return max(_gpus(), gloo)
     if resolve_backend(backend) == "nccl":
-        return torch.cuda.device_count()
-    return GLOO_RANKS_PER_CORE * (os.cpu_count() or 1)
+        return _gpus()
+    return gloo
 
 
 def check_world_size(world_size: int, backend: str = "auto") -> None:
     """One clear ValueError for a world size that is not positive or that the machine cannot
     hold."""
-    limit = max_world_size(backend)
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    limit = max_world_size(backend)
     if world_size > limit:
         raise ValueError(
-            f"world_size {world_size} does not fit this machine: {resolve_backend(backend)} "
-            f"holds 1 to {limit} ranks here"
+            f"world_size {world_size} does not fit this machine: "
+            f"{resolve_backend(backend, world_size)} holds 1 to {limit} ranks here"
         )
+
+
+def refuse_gpu_sized_on_cpu(placement: Placement, parameters: float | None, what: str) -> None:
+    """One clear ValueError when a GPU-sized model (``CPU_RANK_MAX_PARAMETERS``) would run on
+    CPU ranks of a machine that has GPUs, too few for the ranks."""
+    if (parameters is None or placement.device != "cpu" or placement.gpus == 0
+            or parameters <= CPU_RANK_MAX_PARAMETERS):  # fmt: skip
+        return
+    raise ValueError(
+        f"{what} ({parameters / 1e9:.1f}B parameters) would run on {placement.world_size} CPU "
+        f"ranks: this machine has {placement.gpus} GPU(s) for {placement.world_size} ranks; run "
+        f"it where there is a GPU per rank, or choose a smaller model"
+    )
 
 
 def free_port() -> int:
@@ -107,9 +180,17 @@ def free_port() -> int:
 
 
 def rank_device() -> torch.device:
-    """This rank's device: its own GPU (``LOCAL_RANK``) under NCCL, else the CPU."""
+    """This rank's device: as ``launch`` placed it (``PERFLAB_RANK_DEVICE``: under Gloo on a
+    GPU box, a shared GPU or the CPU), else (torchrun) its own GPU (``LOCAL_RANK``) under
+    NCCL and the CPU under Gloo."""
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    placed = os.environ.get("PERFLAB_RANK_DEVICE")
+    if placed == "cuda":
+        return torch.device("cuda", local % max(torch.cuda.device_count(), 1))
+    if placed == "cpu":
+        return torch.device("cpu")
     if dist.is_initialized() and dist.get_backend() == "nccl":
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cuda", local)
     return torch.device("cpu")
 
 
@@ -154,7 +235,7 @@ def _die_with_caller(caller_pid: int) -> None:
     threading.Thread(target=watch, name="perflab-caller-watch", daemon=True).start()
 
 
-def _run_rank(rank, world_size, port, backend, threads, fn, args, results, caller) -> None:
+def _run_rank(rank, world_size, port, placement, threads, fn, args, results, caller) -> None:
     _die_with_caller(caller)
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
@@ -163,7 +244,9 @@ def _run_rank(rank, world_size, port, backend, threads, fn, args, results, calle
         WORLD_SIZE=str(world_size),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(world_size),
+        PERFLAB_RANK_DEVICE=placement.device,
     )
+    backend = placement.backend
     torch.set_num_threads(threads)
     try:
         init_process_group_from_env(backend)
@@ -237,15 +320,21 @@ def launch(
     backend: str = "auto",
     timeout_s: float = 600,
     threads_per_rank: int | None = None,
+    collectives=None,
+    parameters: float | None = None,
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` ranks; return each rank's result, by rank.
 
+    Where the ranks run is decided here, for this launch (``place_ranks``: ``collectives`` the
+    ones ``fn`` uses, None for any); ``rank_device()`` tells a rank its device. ``parameters``
+    (the model's size, when ``fn`` trains one) refuses a GPU-sized model on CPU ranks.
     ``threads_per_rank`` defaults to the CPU cores divided among the ranks (at least 1).
     Raises ``RankError`` (rank + traceback) as soon as any rank fails, ``TimeoutError`` after
     ``timeout_s``; either way every rank is stopped before this returns.
     """
-    backend = resolve_backend(backend)
     check_world_size(world_size, backend)
+    placement = place_ranks(world_size, collectives, backend)
+    refuse_gpu_sized_on_cpu(placement, parameters, getattr(fn, "__name__", "the model"))
     if getattr(fn, "__module__", "__main__") in ("__main__", "__mp_main__"):
         raise ValueError(
             f"{getattr(fn, '__name__', fn)!r} is defined in __main__ (a notebook or script); "
@@ -263,7 +352,7 @@ def launch(
     processes = [
         context.Process(
             target=_run_rank,
-            args=(rank, world_size, port, backend, threads, fn, args, results, os.getpid()),
+            args=(rank, world_size, port, placement, threads, fn, args, results, os.getpid()),
             daemon=True,
         )
         for rank in range(world_size)
@@ -333,3 +422,8 @@ def late_row_then_failure(config: dict) -> dict:
     if config["name"] == "late" and dist.get_rank() == 0:
         time.sleep(0.5)
     return {"value": 1}
+
+
+def placed_device_rank() -> str:
+    """This rank's device type, as ``launch`` placed it (tests of the placement)."""
+    return rank_device().type

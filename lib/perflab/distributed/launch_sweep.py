@@ -58,11 +58,13 @@ def launch_sweep(
     timeout_s: float = 600,
     desc: str = "configurations",
     together: bool = False,
+    collectives=None,
 ) -> pd.DataFrame:
     """Measure every configuration (each with a ``world_size``) not yet in ``sweep``:
     ``measure_rank(config, *args)`` runs on every rank and returns the row (rank 0's is kept);
     with ``together``, ``measure_rank(configs, *args)`` measures a world size's configurations
-    in one call and returns their rows in order on rank 0. Returns the rows of ``configs``."""
+    in one call and returns their rows in order on rank 0; ``collectives`` as ``launch`` takes
+    them (where the ranks may run). Returns the rows of ``configs``."""
     configs = list(configs)
     todo = sweep.todo(configs, resume=resume)
     bar = progress(total=len(todo), desc=desc, unit="config")
@@ -77,6 +79,7 @@ def launch_sweep(
                     world_size,
                     (str(sweep.path), sweep.key, group, measure_rank, args),
                     timeout_s=timeout_s,
+                    collectives=collectives,
                 )
                 bar.update(len(group))
                 group = []

@@ -127,7 +127,8 @@ def sharded_training_step(config: ModelConfig, recipe: Recipe, batch_size: int, 
         )
     config = sized_for(config, seq_len)
     results = launch(_rank, world_size, (config, recipe, batch_size, seq_len, warmup, steps, seed,
-                                          param_dtype, check), backend=backend)  # fmt: skip
+                                          param_dtype, check), backend=backend,
+                     parameters=config.num_parameters())  # fmt: skip
     slowest = [max(times) for times in zip(*(r["samples"] for r in results), strict=True)]
     peaks = [r["peak"] for r in results if r["peak"] is not None]
     return ShardedStep(world_size, batch_size * seq_len, results[0]["loss"], slowest,
