@@ -93,7 +93,12 @@ def allreduce_sweep(
     )
     configs = [{"world_size": w, "size_mb": s} for w in world_sizes for s in sizes_mb]
     return launch_sweep(
-        sweep, configs, _allreduce_measure, (warmup, steps), resume=resume, desc="all-reduce",
+        sweep,
+        configs,
+        _allreduce_measure,
+        (warmup, steps),
+        resume=resume,
+        desc="all-reduce",
         collectives=("all_reduce",),
     )
 

@@ -209,7 +209,13 @@ def ddp_sweep(
     # on CUDA tensors); FSDP and a student's wrappers may call anything.
     own = setup is perflab_setup and all(c["variant"] != "fsdp" for c in configs)
     return launch_sweep(
-        sweep, configs, _ddp_rank, args, resume=resume, timeout_s=timeout_s, together=True,
+        sweep,
+        configs,
+        _ddp_rank,
+        args,
+        resume=resume,
+        timeout_s=timeout_s,
+        together=True,
         collectives=DDP_COLLECTIVES if own else None,
     )
 
