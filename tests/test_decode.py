@@ -90,6 +90,28 @@ def test_paged_blocks_are_taken_as_sequences_grow_and_returned():
         cache.reserve(1, 37)
 
 
+def test_paged_block_tables_go_to_the_device_only_when_they_change():
+    """A block table is copied to the cache's device when its row takes blocks, not for each
+    layer's read and write of each step: prompts of 3 and 9 tokens in 4-token blocks take 1
+    and 3 blocks (a copy each); 6 new tokens each take row 0 two more blocks, one at a time
+    (at tokens 5 and 9), and row 1 one (at token 13): 5 copies, whatever the layers and
+    steps."""
+    model = _model(3)
+    cache = PagedKVCache(model, num_blocks=16, block_size=4)
+    prompts = _prompts(3, lengths=(3, 9))
+    with torch.no_grad():
+        for row, prompt in enumerate(prompts):
+            cache.reserve(row, len(prompt))
+            cached_logits(model, cache, [row], torch.tensor([prompt]))
+        tokens = torch.zeros(2, 1, dtype=torch.long)
+        for _ in range(6):
+            for row in (0, 1):
+                cache.reserve(row, 1)
+            cached_logits(model, cache, [0, 1], tokens)
+    assert [len(cache.tables[row]) for row in (0, 1)] == [3, 4]
+    assert cache.table_uploads == 5
+
+
 def test_paged_memory_against_contiguous_for_unequal_requests():
     model, lengths, new = _model(7), [40, 2, 3, 1], 4
     contiguous = ContiguousKVCache(model, len(lengths), max(lengths) + new)

@@ -94,6 +94,11 @@ class PagedKVCache(KVCache):
         self.tables: dict[int, list[int]] = {}
         self.peak_blocks = 0
         self.peak_stored_bytes = 0  # the most bytes of tokens held at once
+        # Each row's block table as a tensor on the cache's device, copied there only when the
+        # table changes (a new block), not for every layer's read and write of every step: on
+        # a GPU each copy is a host-to-device transfer the step waits for.
+        self._device_tables: dict[int, Tensor] = {}
+        self.table_uploads = 0
 
     def reserve(self, row: int, new: int) -> None:
         """Take blocks from the pool until ``row`` has room for ``new`` more tokens."""
@@ -107,11 +112,14 @@ class PagedKVCache(KVCache):
             )
         table.extend(self.free.pop(0) for _ in range(needed))
         self.peak_blocks = max(self.peak_blocks, self.blocks_in_use)
+        if needed > 0 or row not in self._device_tables:
+            self._device_tables[row] = torch.tensor(table, device=self.k.device)
+            self.table_uploads += 1
 
     def _slots(self, row: int, start: int, count: int) -> tuple[Tensor, Tensor]:
         """(block ids, offsets in the block) of positions start .. start + count - 1."""
         positions = torch.arange(start, start + count, device=self.k.device)
-        table = torch.tensor(self.tables[row], device=self.k.device)
+        table = self._device_tables[row]
         return table[positions // self.block_size], positions % self.block_size
 
     def write(self, layer: int, rows: list[int], k: Tensor, v: Tensor) -> None:
@@ -142,6 +150,7 @@ class PagedKVCache(KVCache):
         """A finished sequence gives its blocks back to the pool."""
         self.free.extend(self.tables.pop(row, []))
         self.lengths.pop(row, None)
+        self._device_tables.pop(row, None)
 
     @property
     def blocks_in_use(self) -> int:
