@@ -284,3 +284,26 @@ def test_modelled_step_peaks_follow_each_devices_counter():
     assert cuda["train-step"] == max(backward - memory["gradients_bytes"],
                                      memory["parameters_bytes"])  # fmt: skip
     assert cpu["forward"] == cuda["forward"] == memory["forward_activation_peak_bytes"]
+
+
+def test_the_cuda_memory_history_records_python_stacks_only(monkeypatch):
+    """GPU path, checked here with the recorder stubbed: every allocation's C++ stack (the
+    recorder's default) slows a large step by orders of magnitude; Python frames say what a
+    reader can act on."""
+    import perflab.memory.timeline as timeline
+
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def snapshot():
+        raise Stop
+
+    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
+                        lambda *args, **kwargs: calls.append(kwargs))  # fmt: skip
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", snapshot)
+    monkeypatch.setattr(timeline, "synchronize", lambda device: None)
+    with pytest.raises(Stop):
+        timeline._cuda_timeline(lambda: None, torch.device("cuda", 0), None)
+    assert calls[0]["stacks"] == "python" and calls[-1] == {"enabled": None}

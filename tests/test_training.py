@@ -341,6 +341,28 @@ def test_the_greedy_ladder_tries_each_change_on_the_best_stack_so_far(monkeypatc
         ladder_module.greedy_ladder(TINY, ["fastest"], 2, 16, CPU)
 
 
+def test_a_rungs_first_step_is_timed_between_synchronisations(monkeypatch):
+    """first_step_s holds a compiled rung's compile and its first step's kernels: on a GPU the
+    launches return before the kernels finish, so the clock needs a synchronisation on both
+    sides of that step."""
+    import perflab.training.ladder as ladder_module
+    from perflab.bench.comparison import paired_comparison
+
+    log = []
+    real_step = ladder_module.TrainingStep.step
+
+    def logged_step(self):
+        log.append("step")
+        return real_step(self)
+
+    monkeypatch.setattr(ladder_module, "synchronize", lambda device: log.append("sync"))
+    monkeypatch.setattr(ladder_module.TrainingStep, "step", logged_step)
+    monkeypatch.setattr(ladder_module, "compare", lambda a, b, *, names, **kwargs:
+                        paired_comparison([1.0] * 8, [0.5] * 8, names=names))  # fmt: skip
+    ladder_module.greedy_ladder(TINY, ["fused AdamW"], 2, 16, CPU, rounds=8, warmup=0)
+    assert any(log[i : i + 3] == ["sync", "step", "sync"] for i in range(len(log)))
+
+
 def test_a_kept_change_replaces_an_earlier_one_of_the_same_field(monkeypatch):
     import perflab.training.ladder as ladder_module
     from perflab.bench.comparison import paired_comparison

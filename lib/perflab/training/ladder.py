@@ -24,7 +24,7 @@ from perflab.bench.comparison import compare
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
 from perflab.bench.steps import random_batch
 from perflab.bench.timer import PhaseClock
-from perflab.device import dtype_name, parse_dtype
+from perflab.device import dtype_name, parse_dtype, synchronize
 from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, TransformerLM
 
@@ -261,8 +261,10 @@ def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_
             rows.append({**row, "reason": "already in the stack"})
             continue
         run = TrainingStep(config, trial, batch_size, seq_len, device, seed)
+        synchronize(device)
         start = time.perf_counter()
         run.step()  # first, so that a compiled rung's compile time is this step's
+        synchronize(device)  # a GPU's kernels finish after the launches return
         row["first_step_s"] = time.perf_counter() - start
         check = check_rung(config, trial, batch_size, seq_len, device, seed=seed + 1)
         row["matches_baseline"] = bool(check["matches_baseline"])
