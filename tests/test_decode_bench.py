@@ -199,11 +199,14 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
 
 def test_compiled_static_step_against_eager_reports_its_compilation_and_agreement():
     model = build_model(TINY, torch.device("cpu"), torch.float64)
+    torch._dynamo.reset()  # nothing of this shape compiled before
     try:
         row = compile_static_step(model, 2, 9, rounds=2, warmup=0)
+        again = compile_static_step(model, 2, 9, rounds=2, warmup=0)
     finally:
         torch._dynamo.reset()
     assert row["same_next_tokens"] and row["max_abs_diff"] < 1e-10
+    assert row["graphs_compiled"] == 1 and again["graphs_compiled"] == 0  # the graph reused
     assert row["compile_s"] > 10 * row["median_b_s"]  # the first call compiles
     assert row["rounds"] == 2 and row["mode"] == "default"
     assert row["tokens_per_s_compiled"] == pytest.approx(2 / row["median_b_s"])

@@ -202,3 +202,41 @@ def test_time_outside_any_operator_is_counted_as_python():
     table = profile_step(step_after_a_nap, torch.device("cpu"), warmup=0, steps=3)
     python = table.set_index("part").loc["Python between operators", "ms_per_step"]
     assert python >= 5
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU-only: CUDA graphs need CUDA")
+def test_the_compiled_decode_step_runs_as_a_cuda_graph_on_gpu():
+    """Under ``reduce-overhead`` inductor records the fixed-shape step as a CUDA graph, unless
+    something in it forbids one (a CPU tensor, a mutated input it cannot handle): then it runs
+    without, and says so only in its counters."""
+    from torch._dynamo.utils import counters
+
+    model = build_model(TINY, torch.device("cuda"), torch.float32)
+    counters.clear()
+    step = decode_step(model, "contiguous", 2, 8, compiled=True, mode="reduce-overhead")
+    try:
+        for _ in range(4):  # recorded on a later call than the first
+            step()
+        torch.cuda.synchronize()
+        assert counters["inductor"]["cudagraph_skips"] == 0, dict(counters["inductor"])
+    finally:
+        torch._dynamo.reset()
+
+
+def test_a_second_step_of_the_same_shape_reuses_the_compiled_graph():
+    """Notebook 10 times the compiled step in several sections: the second step of a shape
+    (another decoder, the same model shape, batch and context) compiles nothing new."""
+    from perflab.decode.roofline import compiled_graphs
+
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    torch._dynamo.reset()
+    before = compiled_graphs()
+    try:
+        decode_step(model, "contiguous", 2, 8, compiled=True)()
+        after_first = compiled_graphs()
+        decode_step(model, "contiguous", 2, 8, compiled=True)()
+        assert compiled_graphs() == after_first == before + 1
+        decode_step(model, "contiguous", 3, 8, compiled=True)()  # another shape: compiled
+        assert compiled_graphs() == before + 2
+    finally:
+        torch._dynamo.reset()

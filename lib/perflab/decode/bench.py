@@ -37,7 +37,13 @@ from perflab.decode.costs import (
     prefill_cost,
 )
 from perflab.decode.inputs import build_model, check_context, element_bytes, random_prompts
-from perflab.decode.roofline import decode_step, median_columns, roofline_columns, time_decode
+from perflab.decode.roofline import (
+    compiled_graphs,
+    decode_step,
+    median_columns,
+    roofline_columns,
+    time_decode,
+)
 from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
 from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
@@ -95,11 +101,8 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
     for batch, flag in progress([(b, f) for b in batch_sizes for f in compiled],
                                 desc="batch sizes"):  # fmt: skip
         step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
-        try:
-            timing, first = time_decode(step, device, warmup=warmup, steps=steps)
-        finally:
-            del step
-            torch._dynamo.reset()
+        # No dynamo reset after it: a later section's step of this shape reuses the graph.
+        timing, first = time_decode(step, device, warmup=warmup, steps=steps)
         rows.append({"batch": batch, "step": "compiled" if flag else "eager",
                      "first_call_s": first,
                      **roofline_columns(model, "contiguous", batch, context, timing, bandwidth,
@@ -164,22 +167,26 @@ def compile_static_step(model: TransformerLM, batch: int, context: int, *, round
                         warmup: int = 2, mode: str | None = None) -> dict:  # fmt: skip
     """The fixed-shape decode step (``StaticDecoder``) eager against ``torch.compile``d (with
     ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph, recorded on a later call
-    than the first), at ``context``: the compiled step's first call (compilation included,
-    ``compile_s``), its logits' largest difference from eager and whether both pick the same
-    next tokens, and the interleaved comparison."""
+    than the first), at ``context``: the compiled step's first call (``compile_s``: its
+    compilation, unless a step of this shape was compiled before in this process, which
+    ``graphs_compiled`` tells: 0 then), its logits' largest difference from eager and whether
+    both pick the same next tokens, and the interleaved comparison."""
     device = next(model.parameters()).device
     eager = decode_step(model, "contiguous", batch, context)
     compiled = decode_step(model, "contiguous", batch, context, compiled=True, mode=mode)
     eager_logits = eager()
+    graphs_before = compiled_graphs()
     synchronize(device)
     start = time.perf_counter()
     compiled_logits = compiled().clone()
     synchronize(device)
     compile_s = time.perf_counter() - start
+    graphs_compiled = compiled_graphs() - graphs_before
     result = compare(eager, compiled, rounds=rounds, warmup=warmup, device=device,
                      names=("eager", "compiled"))  # fmt: skip
     row = result.as_row()
     return {**row, "mode": mode or "default", "compile_s": compile_s,
+            "graphs_compiled": graphs_compiled,
             "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
             "same_next_tokens": bool((eager_logits.argmax(-1)
                                       == compiled_logits.argmax(-1)).all()),
@@ -244,7 +251,6 @@ def count_compilations(model: TransformerLM, batch: int, context: int,
             graphs.append(gm)
             return gm.forward
 
-        torch._dynamo.reset()
         step = _compiled_step(model, shapes, prompts, context + 2 * calls, backend)  # never full
         dynamo_log.addHandler(log)
         previous, dynamo_log.propagate = dynamo_log.propagate, False
@@ -258,7 +264,8 @@ def count_compilations(model: TransformerLM, batch: int, context: int,
         finally:
             dynamo_log.removeHandler(log)
             dynamo_log.propagate = previous
-    torch._dynamo.reset()
+    # No reset here: it would drop the steps compiled for the other sections, which would then
+    # compile again (the counting backend's graphs are its own: its guards name the backend).
     frame = pd.DataFrame(rows)
     frame.attrs["dynamo_warnings"] = log.messages
     return frame

@@ -68,7 +68,10 @@ def decode_step(model: TransformerLM, cache: str, batch: int, context: int, *,
     """A decode step of ``batch`` sequences at ``context`` tokens each (random prompts,
     prefilled), set back to ``context`` before every call; it returns the logits (batch,
     vocab). ``compiled``: the fixed-shape step under ``torch.compile`` with ``mode`` (compiled
-    at its first call; "reduce-overhead" records it as a CUDA graph on a GPU)."""
+    at its first call; "reduce-overhead" records it as a CUDA graph on a GPU), static shapes.
+    Dynamo keeps what it compiled by the shapes it guards on, not by the decoder object, so a
+    later step of the same model shape, batch and context reuses the compiled graph (no second
+    compile) until ``torch._dynamo.reset()``; ``compiled_graphs()`` counts the compilations."""
     check_context(model, context)
     check_batch(batch)
     if cache not in CACHES:
@@ -82,7 +85,8 @@ def decode_step(model: TransformerLM, cache: str, batch: int, context: int, *,
         decoder = StaticDecoder(model, batch, context + 1)
         decoder.prefill(prompts)
         positions = torch.full((batch,), context, device=device)
-        run = torch.compile(decoder, mode=mode, fullgraph=True) if compiled else decoder
+        run = (torch.compile(decoder, mode=mode, fullgraph=True, dynamic=False) if compiled
+               else decoder)  # fmt: skip
         return torch.no_grad()(lambda: run(tokens, positions))
     if cache == "none":
         sequences = torch.tensor([p + [0] for p in prompts], device=device)
@@ -100,6 +104,14 @@ def decode_step(model: TransformerLM, cache: str, batch: int, context: int, *,
         return cached_logits(model, kv, rows, tokens[:, None])
 
     return paged_step
+
+
+def compiled_graphs() -> int:
+    """Graphs dynamo has built in this process (each a compilation; ``torch._dynamo.reset()``
+    does not set the count back)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def time_decode(step: Callable[[], Tensor], device: torch.device, *, warmup: int,
