@@ -5,7 +5,7 @@ import papermill
 import pytest
 
 from perflab import cli
-from perflab.settings import FULL_SIZES, parameter_names, record_settings
+from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names, record_settings
 
 NOTEBOOKS = [p.stem for p in cli.available_notebooks()]
 
@@ -91,3 +91,58 @@ def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatc
         "at commit fd8348d; a historical record, measured before rows recorded their library_tree"
     )
     assert results_elsewhere("06_x", "other.csv", "cpu") == {}
+
+
+@pytest.mark.parametrize("notebook", sorted(LEASE_SIZES))
+def test_lease_sizes_name_parameters_of_their_notebook_with_the_same_kind_of_value(notebook):
+    declared = papermill.inspect_notebook(str(cli.resolve_notebook(notebook)))
+    for name, value in LEASE_SIZES[notebook].items():
+        assert name in declared, f"{notebook} has no parameter {name!r}"
+        assert type(value) is type(eval(declared[name]["default"])), (notebook, name, value)
+
+
+def test_run_lease_applies_the_full_sizes_cut_by_the_lease(monkeypatch, tmp_path):
+    seen = {}
+
+    def execute(notebook, target, parameters, cwd):
+        seen["p"] = parameters
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.setattr(cli, "_clean_executed", lambda path, keep_timings: None)
+    assert cli.main(["run", "10", "--lease", "--output", str(tmp_path)]) == 0
+    assert seen["p"] == {**FULL_SIZES["10_decoding"], **LEASE_SIZES["10_decoding"]}
+    assert seen["p"]["preset"] == "leaderboard-8B" and seen["p"]["batch_sizes"] == [1, 16]
+
+
+def test_the_lease_plan_covers_every_notebook_and_fits_its_leases():
+    """Every notebook in some command; the unit tests first in lease A; each command within a
+    lease machine's limit; each lease within its GPU-minutes with the machine's start."""
+    from perflab.lease import COMMAND_LIMIT_S, LEASE_MINUTES, PLAN, commands, lease_minutes
+
+    planned = [notebook for command in PLAN for notebook in command.notebooks]
+    assert sorted(planned) == sorted(NOTEBOOKS) and len(planned) == len(set(planned))
+    assert PLAN[0].name == "A1" and PLAN[0].notebooks == ()
+    assert all(command.estimate_s <= COMMAND_LIMIT_S for command in PLAN)
+    assert all(lease_minutes(lease) <= LEASE_MINUTES for lease in ("A", "B"))
+    assert [c.name for c in commands("B")] == ["B1", "B2", "B3", "B4"]
+    with pytest.raises(ValueError, match="unknown lease 'C'; valid: A, B"):
+        commands("C")
+    with pytest.raises(ValueError, match="lease A has no command 9; valid: 1, 2, 3, 4"):
+        commands("A", 9)
+
+
+def test_gpu_check_prints_the_plan(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(cli.__file__).resolve().parents[2] / ".ci" / "gpu-check"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(script), "plan"], capture_output=True, text=True,
+                          env=env, check=True)  # fmt: skip
+    assert "10_decoding" in done.stdout and "lease B:" in done.stdout
+    wrong = subprocess.run(["bash", str(script), "lease", "B", "9"], capture_output=True,
+                           text=True, env=env)  # fmt: skip
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == "perflab.lease: lease B has no command 9; valid: 1, 2, 3, 4"

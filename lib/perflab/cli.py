@@ -1,6 +1,6 @@
 """``perflab`` on the command line (also ``python -m perflab``).
 
-    perflab run [NOTEBOOK ...] [--full] [-p NAME VALUE ...] [--output DIR]
+    perflab run [NOTEBOOK ...] [--full | --lease] [-p NAME VALUE ...] [--output DIR]
     perflab bench --preset NAME --mode MODE [--context-length N] [--batch-size B] [--warmup W]
                   [--steps N] [--dtype D] [--device D] [--d-model D] [--d-ff F] [--num-layers L]
                   [--num-heads H] [--vocab-size V] [--qkv {fused,separate}]
@@ -52,7 +52,7 @@ from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
 from perflab.handout import YEARS
 from perflab.paths import NOTEBOOKS_DIR, data_dir
-from perflab.settings import full_sizes
+from perflab.settings import full_sizes, lease_sizes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,7 +208,8 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         target = output / notebook.name
         print(f"== {notebook.stem} -> {target}", flush=True)
         try:
-            own = full_sizes(notebook.stem) if args.full else {}
+            own = (lease_sizes(notebook.stem) if args.lease
+                   else full_sizes(notebook.stem) if args.full else {})  # fmt: skip
             own.update({k: v for k, v in parameters.items() if k in declared[notebook]})
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
@@ -494,10 +495,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="keep papermill's start, end and per-cell times in the executed notebooks",
     )
-    run.add_argument(
+    sizes = run.add_mutually_exclusive_group()
+    sizes.add_argument(
         "--full",
         action="store_true",
         help="the full sizes (perflab.settings.FULL_SIZES), for a GPU",
+    )
+    sizes.add_argument(
+        "--lease",
+        action="store_true",
+        help="the full sizes cut to fit a short GPU lease (perflab.settings.LEASE_SIZES)",
     )
     run.add_argument("--output", default="output", help="folder for executed notebooks")
     run.set_defaults(handler=_run, subparser=run)

@@ -3,8 +3,10 @@ the full sizes (one override set per notebook, for a GPU) and the record of a ru
 
 The committed values of a parameters cell are the CPU sizes: all notebooks together run in
 under 10 minutes on a 2-core CPU. ``perflab run --full`` applies ``FULL_SIZES[notebook]``
-on top of them (the handout's sizes, meant for a GPU box); ``-p NAME VALUE`` still wins over
-both. ``tests/test_settings.py`` checks that every name here is a parameter of its notebook.
+on top of them (the handout's sizes, meant for a GPU box); ``perflab run --lease`` the full
+sizes cut by ``LEASE_SIZES`` to fit a short GPU lease (``perflab.lease``); ``-p NAME VALUE``
+still wins over all. ``tests/test_settings.py`` checks that every name here is a parameter of
+its notebook.
 """
 
 from __future__ import annotations
@@ -158,6 +160,32 @@ FULL_SIZES: dict[str, dict[str, object]] = {
 }
 
 
+#: The lease profile (``perflab run --lease``, ``perflab.lease``): the full sizes cut so that
+#: every notebook fits a command of a 30-minute GPU lease (at most 9.5 minutes each, one or two
+#: notebooks a command), on any GPU box. Applied on top of ``FULL_SIZES``.
+LEASE_SIZES: dict[str, dict[str, object]] = {
+    "01_benchmarking": {"presets": ["small", "medium", "xl"], "warmup_study_steps": 10},
+    "02_profiling": {"grid_presets": ["small"], "copy_rounds": 6},
+    "03_mixed_precision": {"presets": ["small", "large", "xl"], "rounds": 6, "budget_s": 20},
+    "04_memory": {"context_lengths": [128, 512], "checkpoint_layers": [4, 8, 16],
+                  "cost_rounds": 6},
+    "05_attention_compile": {"head_dims": [64], "seq_lens": [1024, 4096, 16384], "steps": 10},
+    "06_flash_attention": {"head_dims": [64], "seq_lens": [1024, 4096, 16384],
+                           "dtypes": ["bfloat16"], "steps": 10, "kernel_dtypes": ["bf16"]},
+    "07_distributed_ddp": {"sizes_mb": [1, 10, 100], "world_sizes": [2, 4], "seq_len": 256,
+                           "rounds": 6, "ring_sizes_mb": [10, 100], "ring_world_sizes": [2, 4]},
+    "08_sharding": {"memory_model": "lm:256:4", "zero_time_model": "lm:256:4",
+                    "zero_seq_len": 256, "zero_rounds": 6},
+    "09_training_step": {"rounds": 6, "budget_s": 10, "data_rounds": 6,
+                         "sharded_preset": "cpu-small", "sharded_seq_len": 256,
+                         "sharded_dtype": "float32", "sharded_state": "float32",
+                         "sharded_check": True},
+    "10_decoding": {"batch_sizes": [1, 16], "compile_batch": 16, "rounds": 6,
+                    "cache_rounds": 6, "gqa_context": 1024, "gqa_rounds": 6,
+                    "gqa_compiled": False},
+}  # fmt: skip
+
+
 @cache
 def parameter_names(notebook: str, directory: Path = NOTEBOOKS_DIR) -> tuple[str, ...]:
     """The names a notebook's ``parameters`` cell declares, in order (papermill's reading)."""
@@ -179,3 +207,8 @@ def record_settings(notebook: str, namespace: dict) -> dict:
 def full_sizes(notebook: str) -> dict[str, object]:
     """``FULL_SIZES[notebook]``, or {} for a notebook whose sizes are the same everywhere."""
     return dict(FULL_SIZES.get(notebook, {}))
+
+
+def lease_sizes(notebook: str) -> dict[str, object]:
+    """The full sizes cut by ``LEASE_SIZES[notebook]``: what ``perflab run --lease`` runs."""
+    return {**full_sizes(notebook), **LEASE_SIZES.get(notebook, {})}
