@@ -29,3 +29,47 @@ def test_an_unknown_compile_mode_is_named():
         compile_vs_eager(
             "cpu-tiny", 8, 1, torch.device("cpu"), compile_modes=("default", "reduce-overhead")
         )
+
+
+def test_matmul_shapes_counts_each_distinct_multiplication_once():
+    """Planted: two linear layers of different widths called twice each, one of them again on
+    a batch of another size: three distinct (operator, shapes) for max-autotune to tune."""
+    from perflab.bench.compiled import matmul_shapes
+
+    narrow, wide = torch.nn.Linear(8, 4, bias=False), torch.nn.Linear(8, 16, bias=False)
+    x, y = torch.randn(3, 8), torch.randn(5, 8)
+
+    def step():
+        with torch.no_grad():
+            narrow(x), narrow(x), wide(x), wide(x), wide(y)
+
+    assert matmul_shapes(step) == 3
+
+
+def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
+    """compile_vs_eager resets dynamo once per step mode, not between compile modes: a reset
+    after the default's compile made it compile again, unseen, inside the comparison."""
+    import perflab.bench.compiled as compiled
+
+    events = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
+    real = compiled._first_call_s
+
+    def first_call(step, device):
+        events.append("compile")
+        return real(step, device)
+
+    monkeypatch.setattr(compiled, "_first_call_s", first_call)
+    monkeypatch.setattr(compiled, "compare", lambda a, b, **kwargs: _same(kwargs["names"]))
+    monkeypatch.setattr(compiled, "COMPILE_MODES", ("default", "other"))
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)  # no real compile
+    rows = compiled.compile_vs_eager("cpu-tiny", 8, 1, torch.device("cpu"), modes=("forward",),
+                                     compile_modes=("default", "other"))  # fmt: skip
+    assert events == ["reset", "compile", "compile"]
+    assert (rows["matmul_shapes"] > 0).all()
+
+
+def _same(names):
+    from perflab.bench.comparison import paired_comparison
+
+    return paired_comparison([1.0] * 6, [1.0] * 6, names=names)

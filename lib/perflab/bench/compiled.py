@@ -89,7 +89,8 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
     (``compile_modes``, from ``COMPILE_MODES``): the compiled step against the eager one
     (``Comparison.as_row``: medians, time ratio compiled / eager with its interval and
     confidence, verdict; ``b`` names the compile mode, "compiled" for the default), the compiled
-    model's first call from cold and its compile seconds (first call - steady median). Every
+    model's first call from cold and its compile seconds (first call - steady median), and the
+    distinct matmul shapes of the step (``matmul_shapes``: what max-autotune tunes). Every
     other compile mode is also compared with the default directly (a row whose ``a`` is
     "compiled"): max-autotune's gain, where there is one, is in the matmuls it tunes, its cost
     the tuning, paid at compile time."""
@@ -103,9 +104,10 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
     rows = []
     for mode in modes:
         eager = _model_step(config, inputs, targets, mode, device, None)
+        shapes = matmul_shapes(eager)
         compiled, first = {}, {}
-        for compile_mode in compile_modes:
-            torch._dynamo.reset()
+        torch._dynamo.reset()  # once per step mode: a reset between compile modes would throw
+        for compile_mode in compile_modes:  # away the default's graphs, compiled again unseen
             compiled[compile_mode] = _model_step(config, inputs, targets, mode, device,
                                                  compile_mode)  # fmt: skip
             first[compile_mode] = _first_call_s(compiled[compile_mode], device)
@@ -122,8 +124,31 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
                 names=tuple(_NAMES.get(n, n) for n in (name_a, name_b)),
             ).as_row()
             rows.append({"mode": mode, **row, "first_call_s": first[name_b],
-                         "compile_s": max(first[name_b] - row["median_b_s"], 0.0)})  # fmt: skip
+                         "compile_s": max(first[name_b] - row["median_b_s"], 0.0),
+                         "matmul_shapes": shapes})  # fmt: skip
     return pd.DataFrame(rows)
+
+
+_MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+def matmul_shapes(step) -> int:
+    """Distinct matrix multiplications (operator and input shapes) one call of ``step`` runs
+    eagerly: what max-autotune benchmarks its templates for, each once, at compile time."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = set()
+
+    class Shapes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if name in _MATMULS:
+                seen.add((name, *(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))))
+            return func(*args, **(kwargs or {}))
+
+    with Shapes():
+        step()
+    return len(seen)
 
 
 #: How the rows name a compile mode: the default one is "compiled".
