@@ -13,6 +13,7 @@ halved when causal; backward 2.5x the forward (five matmuls, one of them recompu
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -302,3 +303,71 @@ def attention_peak_memory(implementation: str, batch: int, seq_len: int, head_di
     forward_backward()
     return {"implementation": implementation, "peak_bytes": peak_memory(forward_backward, device),
             "held_before_backward_bytes": _held_after_forward(forward, device)}  # fmt: skip
+
+
+#: The 2025 FlashAttention leaderboard's case (CS336 2025, section 1.3.3): batch 1, 16 heads of
+#: d 64 at 16,384 tokens, causal, bfloat16, forward + backward. The heads are the batch of the
+#: (batch, seq, d) functions here. Best posted time: 5.364 ms on an H100.
+LEADERBOARD_CASE = {"heads": 16, "seq_len": 16384, "head_dim": 64, "causal": True,
+                    "dtype": "bfloat16"}  # fmt: skip
+
+
+def host_ms(fn: Callable[[], object], device: torch.device, calls: int = 20) -> float:
+    """Milliseconds of host time per call: ``calls`` calls issued back to back without waiting
+    for the device (synchronised before only). On a GPU whose kernels outrun the host, this is
+    what the Python path costs a call: launches, allocations, argument handling."""
+    fn()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    synchronize(device)
+    return elapsed / calls * 1e3
+
+
+def device_ms(fn: Callable[[], object], device: torch.device, steps: int = 10) -> tuple[float, str]:
+    """(milliseconds per call, method): ``triton.testing.do_bench``'s median on a GPU (it clears
+    the L2 cache between calls and times with CUDA events), ``time_fn``'s median elsewhere."""
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return float(do_bench(fn, warmup=25, rep=100, return_mode="median")), "triton do_bench"
+    return time_fn(fn, warmup=1, steps=steps, device=device).median * 1e3, "perflab time_fn"
+
+
+def flash_speed(implementations: list[str], *, heads: list[int], seq_lens: list[int],
+                head_dim: int = 64, dtype: str = "bfloat16", causal: bool = True,
+                device: torch.device, rounds: int = 10, against: str = "sdpa",
+                max_seq_len: dict[str, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Forward + backward of each implementation at each (heads, length): device time per call
+    (``device_ms``), host time per call (``host_ms``) and TFLOP/s, one row each; and every
+    implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds: the
+    ratio of the implementation's time to SDPA's, its interval and verdict), one row per pair.
+    ``max_seq_len`` skips an implementation beyond a length (the tiled PyTorch version)."""
+    limits, timed, versus = max_seq_len or {}, [], []
+    dtype_ = parse_dtype(dtype)
+    for n_heads in heads:
+        for n in seq_lens:
+            calls = {
+                name: _attention_calls(name, n_heads, n, head_dim, dtype_, causal, device)[1]
+                for name in implementations
+                if n <= limits.get(name, n)
+            }
+            flops = attention_flops(n_heads, n, n, head_dim, causal)["end_to_end"]
+            for name, call in calls.items():
+                ms, method = device_ms(call, device)
+                shape = {"heads": n_heads, "seq_len": n, "head_dim": head_dim, "dtype": dtype}
+                timed.append({"implementation": name, **shape, "causal": causal, "device_ms": ms,
+                              "host_ms": host_ms(call, device), "tflops": flops / ms / 1e9,
+                              "method": method})  # fmt: skip
+            for name, call in calls.items():
+                if name == against or against not in calls:
+                    continue
+                result = compare(
+                    calls[against], call, rounds=rounds, warmup=2, device=device,
+                    names=(against, name),
+                )  # fmt: skip
+                versus.append({"heads": n_heads, "seq_len": n, **result.as_row(),
+                               "sentence": result.sentence()})  # fmt: skip
+    return pd.DataFrame(timed), pd.DataFrame(versus)

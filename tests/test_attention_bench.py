@@ -1,0 +1,36 @@
+"""The FlashAttention speed table of notebook 06 (perflab.bench.attention.flash_speed): each
+implementation's device and host time per call, and each against SDPA interleaved; checked
+here on small CPU shapes (its GPU rows come from a lease, .ci/gpu-check)."""
+
+import time
+
+import pytest
+import torch
+
+from perflab.bench.attention import attention_flops, flash_speed, host_ms
+
+CPU = torch.device("cpu")
+
+
+def test_host_time_is_per_call_in_milliseconds():
+    """Planted: a call that sleeps 3 ms on the host takes at least 3 ms of host time, and not
+    30 times that (each call counted once)."""
+    assert 3 <= host_ms(lambda: time.sleep(0.003), CPU, calls=5) < 90
+
+
+def test_flash_speed_rows_and_the_comparisons_against_sdpa():
+    timed, versus = flash_speed(["sdpa", "flash_torch", "naive"], heads=[2], seq_lens=[32, 64],
+                                head_dim=16, dtype="float32", device=CPU, rounds=2,
+                                max_seq_len={"flash_torch": 32})  # fmt: skip
+    assert sorted(zip(timed["implementation"], timed["seq_len"], strict=True)) == [
+        ("flash_torch", 32), ("naive", 32), ("naive", 64), ("sdpa", 32), ("sdpa", 64),
+    ]  # fmt: skip
+    flops = attention_flops(2, 64, 64, 16, True)["end_to_end"]
+    row = timed[(timed["implementation"] == "naive") & (timed["seq_len"] == 64)].iloc[0]
+    assert row["tflops"] == pytest.approx(flops / row["device_ms"] / 1e9)
+    assert set(timed["method"]) == {"perflab time_fn"}
+    assert sorted(zip(versus["b"], versus["seq_len"], strict=True)) == [
+        ("flash_torch", 32), ("naive", 32), ("naive", 64),
+    ]  # fmt: skip
+    assert set(versus["a"]) == {"sdpa"} and (versus["rounds"] == 2).all()
+
