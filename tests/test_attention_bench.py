@@ -33,4 +33,3 @@ def test_flash_speed_rows_and_the_comparisons_against_sdpa():
         ("flash_torch", 32), ("naive", 32), ("naive", 64),
     ]  # fmt: skip
     assert set(versus["a"]) == {"sdpa"} and (versus["rounds"] == 2).all()
-
