@@ -427,21 +427,39 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.adapters import AdapterLoadError, check_adapters, format_table, passed
+    from perflab.adapters import (
+        AdapterLoadError,
+        check_adapters,
+        findings,
+        format_table,
+        passed,
+        results_name,
+        summary,
+    )
 
     def progress(what: str) -> None:
         print(f"checking {what} ...", file=sys.stderr, flush=True)
 
     try:
+        folder = results_name(args.adapters)
+        print(f"perflab check: {args.adapters}; the notebooks keep this implementation's results "
+              f"in data/results/<notebook>/{folder}/", file=sys.stderr)  # fmt: skip
         table = check_adapters(args.adapters, parts=args.parts, progress=progress)
     except AdapterLoadError as error:
         print(f"perflab check: {error}", file=sys.stderr)
         return 2
-    print(table.to_csv(index=False) if args.format == "csv" else format_table(table))
+    shown = summary(table) if args.summary else table
+    if args.format == "csv":
+        print(shown.to_csv(index=False), end="")
+    else:
+        print(format_table(shown))
     counts = table["status"].value_counts()
-    print(", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "not provided",
-                                                "skipped") if s in counts))  # fmt: skip
-    return 0 if passed(table) else 1
+    found = findings(table)
+    print(", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "needs a GPU",
+                                                "not provided", "skipped") if s in counts)
+          + f"; {len(found)} finding(s) beyond the handout"
+          + (" (counted: --strict)" if args.strict and len(found) else ""))  # fmt: skip
+    return 0 if passed(table, strict=args.strict) else 1
 
 
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -553,8 +571,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     adapters.add_argument("--adapters", required=True, metavar="PATH_OR_MODULE",
                           help="e.g. my-repo/tests/adapters.py, or perflab.cs336")  # fmt: skip
-    adapters.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                          help="which checks (default: all)")  # fmt: skip
+    adapters.add_argument(
+        "--parts", nargs="+", choices=(*PARTS, "attention"), default=list(PARTS),
+        help="which checks (default: all; attention: pytorch and triton)",
+    )  # fmt: skip
+    adapters.add_argument("--strict", action="store_true",
+                          help="findings beyond the handout count as failures too")  # fmt: skip
+    adapters.add_argument("--summary", action="store_true",
+                          help="one row per adapter and scope instead of one per case")  # fmt: skip
     adapters.add_argument("--format", choices=("table", "csv"), default="table")
     adapters.set_defaults(handler=_check_adapters, subparser=adapters)
 

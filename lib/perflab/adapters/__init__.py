@@ -4,19 +4,22 @@ The adapters module is the course's ``tests/adapters.py`` (or any module with th
 function names, ``perflab.cs336`` included). Each adapter it provides is checked against a
 plain reference: FlashAttention against float64 (``attention_checks``), its Triton kernels
 compiled for A100 and H100 (``kernel_compile``), data parallelism, FSDP and the sharded
-optimizer against one process on 2 Gloo ranks (``distributed_checks``). ``battery`` runs them
-all into one table.
+optimizer against one process on 2 and 4 Gloo ranks (``distributed_checks``). ``battery`` runs
+them all into one table, where the handout's spec decides pass or fail and checks beyond it are
+findings; ``errors`` turns an adapter's exception into a line a student can act on.
 """
 
-from perflab.adapters.attention_checks import attention_functions, results_name
+from perflab.adapters.attention_checks import attention_functions
 from perflab.adapters.battery import (
     PARTS,
     check_adapters,
+    findings,
     format_table,
     passed,
     passing_adapters,
+    summary,
 )
-from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters
+from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters, results_name
 
 __all__ = [
     "ADAPTER_NAMES",
@@ -24,9 +27,11 @@ __all__ = [
     "AdapterLoadError",
     "attention_functions",
     "check_adapters",
+    "findings",
     "format_table",
     "load_adapters",
     "passed",
     "passing_adapters",
     "results_name",
+    "summary",
 ]

@@ -1,8 +1,13 @@
 """FlashAttention adapters against float64: the output, the log-sum-exp saved for backward, and
-dQ, dK, dV, on odd shapes, causal and not (``perflab.attention.check`` does the arithmetic).
+dQ, dK, dV, each case its own row, forward and backward apart (``perflab.attention.check``
+does the arithmetic).
 
-The cases include sizes that are not multiples of any tile (65, 37 x 91) because that is where
-masking bugs live. A Triton implementation runs in the Triton interpreter on a CPU; its kernel
+The handout decides what passes: its tests use power-of-two sizes of at least 16 with as many
+queries as keys, and the PyTorch version may ignore ``is_causal`` (the Triton one has a causal
+part of its own). Cases beyond it run too, reported as findings with what goes wrong and why it
+matters: causal attention where the flag may be ignored, sizes that are not multiples of any
+tile (where masking bugs live: 65, 50) and more keys than queries (37 x 91, as in decoding
+with a cache). A Triton implementation runs in the Triton interpreter on a CPU; its kernel
 launches are recorded (``record_launches``) so ``kernel_compile`` can compile those kernels for
 real GPUs afterwards.
 """
@@ -11,22 +16,27 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
-import traceback
+import warnings
 from types import ModuleType
 
 import torch
 
-from perflab.adapters.loading import NotProvided, call, load_adapters
-from perflab.adapters.rows import CheckRow
+from perflab.adapters.errors import describe
+from perflab.adapters.loading import NotProvided, call, load_adapters, student_root
+from perflab.adapters.rows import BEYOND, HANDOUT, CheckRow
 
-#: (batch, n_q, n_k, head dim, causal): the course's own test shape first, then odd ones.
-ATTENTION_CASES = (
-    (4, 128, 128, 64, False),
-    (2, 65, 65, 32, True),
-    (1, 37, 91, 16, False),
-    (3, 50, 50, 16, True),
-)
+#: (batch, n_q, n_k, head dim, causal) the handout's tests use: powers of two of at least 16,
+#: as many queries as keys, the course's own shape first; the PyTorch version non-causal only.
+HANDOUT_CASES = {
+    "pytorch": ((4, 128, 128, 64, False), (2, 64, 64, 32, False)),
+    "triton": ((4, 128, 128, 64, False), (4, 128, 128, 64, True), (2, 64, 64, 32, True)),
+}
+#: Cases beyond the handout, each with what it finds when it fails.
+BEYOND_CASES = {
+    "pytorch": ((2, 64, 64, 32, True), (2, 65, 65, 32, True), (1, 37, 91, 16, False),
+                (3, 50, 50, 16, True)),
+    "triton": ((2, 65, 65, 32, True), (1, 37, 91, 16, False), (3, 50, 50, 16, True)),
+}  # fmt: skip
 #: Largest error (scaled by max(1, |reference|)) of a Triton adapter on a GPU, where ``tl.dot``
 #: takes float32 inputs as TF32 (10 mantissa bits) unless told otherwise; the course's own
 #: tests allow 1e-2. Elsewhere float32 gets ``perflab.attention.check.TOLERANCE``.
@@ -36,54 +46,112 @@ GETTERS = {
     "pytorch": "get_flashattention_autograd_function_pytorch",
     "triton": "get_flashattention_autograd_function_triton",
 }
+CHECKS = ("forward: output vs float64", "forward: log-sum-exp saved for backward",
+          "backward: dQ, dK, dV vs float64")  # fmt: skip
 
 
-def attention_rows(module: ModuleType, which: str, device: str,
-                   cases=ATTENTION_CASES) -> list[CheckRow]:  # fmt: skip
-    """Rows for one FlashAttention adapter: output, saved log-sum-exp and gradients, each the
-    worst over ``cases``."""
-    from perflab.attention.check import (
-        GRADIENT_FACTOR,
-        TOLERANCE,
-        errors_against_reference,
-        random_qkv,
-    )
+def case_name(batch: int, n_q: int, n_k: int, d: int, causal: bool) -> str:
+    return f"{batch}x{n_q}x{n_k}x{d}{' causal' if causal else ''}"
+
+
+def why_it_matters(which: str, n_q: int, n_k: int, d: int, causal: bool) -> str:
+    """What a failure of a case beyond the handout means, in one line."""
+    if n_q != n_k:
+        return ("more keys than queries (decoding with a cache, or a prefix) gives wrong "
+                "attention; the handout's tests use as many of each")  # fmt: skip
+    if causal and which == "pytorch":
+        return ("is_causal ignored or wrong: allowed by the handout for the PyTorch version, "
+                "but a language model's attention must not see later tokens")  # fmt: skip
+    if any(n % 16 for n in (n_q, n_k)):
+        return ("a length that is not a multiple of the tile reads past the end or leaves the "
+                "last tile unmasked; the handout tests powers of 2, real sequences have any "
+                "length")  # fmt: skip
+    return "fails beyond the handout's cases"
+
+
+def attention_rows(module: ModuleType, which: str, device: str, cases=None) -> list[CheckRow]:
+    """Rows for one FlashAttention adapter: per case, the output and the saved log-sum-exp
+    (forward) and the gradients (backward), the handout's cases then those beyond it (or the
+    given ``cases``, all taken as the handout's)."""
+    from perflab.attention.check import GRADIENT_FACTOR, TOLERANCE
 
     getter = GETTERS[which]
+    root = student_root(module)
     try:
         function = call(module, getter)
     except NotProvided as reason:
         return [CheckRow(getter, "forward and backward", status="not provided", detail=str(reason))]
     except Exception as error:
-        return [CheckRow(getter, "returns an autograd.Function", status="error",
-                         detail=_last_line(error))]  # fmt: skip
+        status, detail = describe(error, root)
+        return [CheckRow(getter, "returns an autograd.Function", status=status, detail=detail)]
     on_gpu = device.startswith("cuda")
     tol = TRITON_TF32_TOLERANCE if which == "triton" and on_gpu else TOLERANCE[torch.float32]
-    worst = {"output": (0.0, ""), "logsumexp": (0.0, ""), "gradients": (0.0, "")}
-    for seed, (batch, n_q, n_k, d, causal) in enumerate(cases):
-        case = f"{batch}x{n_q}x{n_k}x{d}{' causal' if causal else ''}"
-        q, k, v = random_qkv(batch, n_q, n_k, d, torch.float32, seed, device)
-        try:
-            errors = errors_against_reference(function, q, k, v, causal)
-        except Exception as error:
-            return [CheckRow(getter, "forward and backward", status="error",
-                             detail=f"{case}: {_last_line(error)}")]  # fmt: skip
-        gradients = [errors["dq"], errors["dk"], errors["dv"]]
-        errors["gradients"] = math.nan if any(map(math.isnan, gradients)) else max(gradients)
-        for key in worst:
-            value = errors[key]  # NaN: missing (not saved, or no gradient); inf: not finite
-            if value != value:
-                worst[key] = (math.inf, f"{case}: not found")
-            elif value > worst[key][0]:
-                worst[key] = (value, case + (" (not finite)" if value == math.inf else ""))
-    return [
-        CheckRow.measured(getter, "output vs float64", worst["output"][0], tol,
-                          f"worst case {worst['output'][1]}"),
-        CheckRow.measured(getter, "log-sum-exp saved for backward", worst["logsumexp"][0], tol,
-                          _lse_detail(worst["logsumexp"][1])),
-        CheckRow.measured(getter, "dQ, dK, dV vs float64", worst["gradients"][0],
-                          GRADIENT_FACTOR * tol, _gradient_detail(worst["gradients"][1])),
-    ]  # fmt: skip
+    scoped = ([(c, HANDOUT) for c in cases] if cases is not None else
+              [(c, HANDOUT) for c in HANDOUT_CASES[which]]
+              + [(c, BEYOND) for c in BEYOND_CASES[which]])  # fmt: skip
+    rows = []
+    for seed, ((batch, n_q, n_k, d, causal), scope) in enumerate(scoped):
+        case = case_name(batch, n_q, n_k, d, causal)
+        errors = _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root)
+        tolerances = (tol, tol, GRADIENT_FACTOR * tol)
+        for check, tolerance, (value, status, detail) in zip(CHECKS, tolerances, errors,
+                                                             strict=True):  # fmt: skip
+            if status is None:
+                row = CheckRow.measured(getter, check, value, tolerance, detail, case, scope)
+            else:
+                row = CheckRow(getter, check, case, scope, status=status, detail=detail)
+            if row.finding and row.status == "fail":  # an error speaks for itself
+                why = why_it_matters(which, n_q, n_k, d, causal)
+                row.detail = f"{why}: {row.detail}" if row.detail else why
+            rows.append(row)
+    return rows
+
+
+def _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root):
+    """[(error, None, detail) or (nan, status, detail)] for the output, the log-sum-exp and the
+    gradients of one case: forward and backward apart, so a working forward with an unfinished
+    backward gets its forward rows."""
+    from perflab.attention.check import _error, random_qkv, reference
+
+    q, k, v = random_qkv(batch, n_q, n_k, d, torch.float32, seed, device)
+    ref_out, ref_lse, grad_out, ref_grads = reference(q, k, v, causal)
+    try:
+        with warnings.catch_warnings():  # the course teaches block pointers; Triton 3.7 warns
+            warnings.filterwarnings("ignore", message="tl.make_block_ptr is deprecated")
+            out = function.apply(q, k, v, causal)
+    except NotImplementedError:
+        return [(math.nan, "not provided", "forward raises NotImplementedError")] * 3
+    except Exception as error:
+        failed = (math.nan, *describe(error, root))
+        return [failed] * 3
+    lse = [t for t in getattr(out.grad_fn, "saved_tensors", ()) if t.shape == q.shape[:2]]
+    saved_lse = lse[0] if len(lse) == 1 else None
+    forward = [_measured(_error(out.detach(), ref_out)),
+               _measured(_error(saved_lse, ref_lse), _lse_note(lse))]  # fmt: skip
+    try:
+        out.backward(grad_out.to(device=q.device, dtype=q.dtype))
+    except NotImplementedError:
+        return [*forward, (math.nan, "not provided", "backward raises NotImplementedError")]
+    except Exception as error:
+        return [*forward, (math.nan, *describe(error, root))]
+    grads = [_error(got, ref) for got, ref in zip((q.grad, k.grad, v.grad), ref_grads,
+                                                   strict=True)]  # fmt: skip
+    missing = any(math.isnan(g) for g in grads)
+    note = "q, k or v got no gradient (backward returned None for it)" if missing else ""
+    return [*forward, _measured(math.nan if missing else max(grads), note)]
+
+
+def _measured(error: float, note: str = "") -> tuple[float, None, str]:
+    if math.isinf(error):
+        note = note or "not finite"
+    return (math.inf if math.isnan(error) else error, None, note)
+
+
+def _lse_note(found: list) -> str:
+    if len(found) == 1:
+        return ""
+    return (f"{len(found)} tensors of shape (batch, n_q) in ctx.save_for_backward; the course's "
+            "tests look for exactly one, the log-sum-exp")  # fmt: skip
 
 
 def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, type]:
@@ -104,31 +172,6 @@ def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, ty
         except NotProvided:
             continue
     return found
-
-
-def results_name(spec: str) -> str:
-    """A folder name for results measured with the adapters ``spec``: ``yours-`` and the
-    path's last two parts or the module name, e.g. ``yours-tests-adapters``."""
-    parts = spec.replace("\\", "/").removesuffix(".py").replace(".", "/").split("/")
-    return "yours-" + re.sub(r"[^a-z0-9]+", "-", "-".join(parts[-2:]).lower()).strip("-")
-
-
-def _lse_detail(case: str) -> str:
-    if case.endswith("not found"):
-        return (f"{case}: no tensor of shape (batch, n_q) in ctx.save_for_backward "
-                "(the course's tests look for exactly one)")  # fmt: skip
-    return f"worst case {case}"
-
-
-def _gradient_detail(case: str) -> str:
-    if case.endswith("not found"):
-        return f"{case}: q, k or v got no gradient (backward returned None for it)"
-    return f"worst case {case}"
-
-
-def _last_line(error: BaseException) -> str:
-    lines = "".join(traceback.format_exception_only(type(error), error)).strip().splitlines()
-    return lines[-1] if lines else type(error).__name__
 
 
 @contextlib.contextmanager

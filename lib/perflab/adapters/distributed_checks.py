@@ -99,8 +99,9 @@ def ddp_rank(spec: str, getter: str, mode: str, bucket_size_mb: float | None = N
         wrapped = call(adapters, getter, module, **kwargs)
         if mode == "accumulation" and not hasattr(wrapped, "no_sync"):
             return {
-                "status": "not provided",
-                "detail": "the wrapper has no no_sync() to accumulate",
+                "status": "skipped",
+                "detail": "the wrapper has no no_sync() (the handout does not ask for one): "
+                "gradient accumulation would all-reduce every micro-batch",
             }
         optimizer = torch.optim.SGD(wrapped.parameters(), lr=0.05)
         reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.05)
@@ -204,9 +205,13 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
     except NotProvided as reason:
         return _not_provided(reason)
     reference_optimizer = torch.optim.AdamW(reference.parameters(), **kwargs)
+    detail = ""
     for step in range(steps):
         if mode == "round trip" and step == steps - 2:
             saved = copy.deepcopy(optimizer.state_dict())
+            if not saved.get("state"):
+                detail = ("state_dict() holds no optimizer state: a checkpoint would lose "
+                          "AdamW's moments (an inner optimizer's state is not in it)")  # fmt: skip
             optimizer = call(adapters, "get_sharded_optimizer", model.parameters(),
                              torch.optim.AdamW, **kwargs)  # fmt: skip
             optimizer.load_state_dict(saved)
@@ -215,4 +220,16 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
             opt.zero_grad()
             loss_fn(m, inputs, targets).backward()
             opt.step()
-    return {"status": "measured", "error": _params_error(model, reference)}
+    return {"status": "measured", "error": _params_error(model, reference), "detail": detail}
+
+
+#: The rank functions a battery launch runs, by name (the launch pickles names, not functions).
+RANK_FUNCTIONS = {"ddp": ddp_rank, "fsdp": fsdp_rank, "optimizer": sharded_optimizer_rank}
+
+
+def battery_rank(spec: str, checks: list[tuple[str, tuple]]) -> list[dict]:
+    """Every check of one world size in one launch: ``checks`` lists (rank function name,
+    its arguments after ``spec``), run in turn. Each check ends in an all-reduce (its error
+    taken over the ranks), so the ranks stay in step; an exception ends the launch (the
+    caller then runs the checks one launch each, to tell which failed)."""
+    return [RANK_FUNCTIONS[name](spec, *args) for name, args in checks]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -27,6 +28,24 @@ ADAPTER_NAMES = (
     "fsdp_gather_full_params",
     "get_sharded_optimizer",
 )
+
+
+#: The adapters of each year's ``tests/adapters.py`` (both years: FlashAttention and the
+#: sharded optimizer).
+YEARS = {
+    "2026": ("get_flashattention_autograd_function_pytorch",
+             "get_flashattention_autograd_function_triton", "get_ddp", "ddp_on_after_backward",
+             "get_fsdp", "fsdp_on_after_backward", "fsdp_gather_full_params",
+             "get_sharded_optimizer"),
+    "2025": ("get_flashattention_autograd_function_pytorch",
+             "get_flashattention_autograd_function_triton", "get_ddp_individual_parameters",
+             "ddp_individual_parameters_on_after_backward", "get_ddp_bucketed",
+             "ddp_bucketed_on_after_backward", "ddp_bucketed_on_train_batch_start",
+             "get_sharded_optimizer"),
+}  # fmt: skip
+#: Names only one year's file defines: they tell which year a file is.
+_ONLY = {year: set(names) - set().union(*(set(n) for y, n in YEARS.items() if y != year))
+         for year, names in YEARS.items()}  # fmt: skip
 
 
 class AdapterLoadError(RuntimeError):
@@ -111,3 +130,40 @@ def call(module: ModuleType, name: str, *args, **kwargs):
 def provided_names(module: ModuleType) -> list[str]:
     """The adapter names ``module`` defines (whether they are implemented shows when called)."""
     return [name for name in ADAPTER_NAMES if callable(getattr(module, name, None))]
+
+
+def years_of(module: ModuleType) -> list[str]:
+    """The handout years whose adapters ``module`` defines (by the names only one year has):
+    one year for a course checkout, both for ``perflab.cs336``; both when it tells neither."""
+    found = [year for year, names in _ONLY.items()
+             if any(callable(getattr(module, name, None)) for name in names)]  # fmt: skip
+    return sorted(found, reverse=True) or sorted(YEARS, reverse=True)
+
+
+def year_adapters(module: ModuleType) -> set[str]:
+    """The adapter names of the years ``module`` is (``years_of``)."""
+    return set().union(*(set(YEARS[year]) for year in years_of(module)))
+
+
+def student_root(module: ModuleType) -> Path | None:
+    """The folder of the code behind ``module``: a course checkout's root for its
+    ``tests/adapters.py`` (the package's parent), else the module file's folder."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    folder = Path(file).resolve().parent
+    return folder.parent if (folder / "__init__.py").is_file() else folder
+
+
+def results_name(spec: str) -> str:
+    """A folder name for results measured with the adapters ``spec``, apart for every
+    implementation and version: ``yours-`` with the repository's folder name (a course
+    checkout's, for its ``tests/adapters.py``) or the module's name, and the first 8 hex
+    digits of the adapters file's SHA-1, e.g. ``yours-assignment2-systems-3f2a9c1d``."""
+    module = load_adapters(spec)
+    file = getattr(module, "__file__", None)
+    root = student_root(module)
+    name = root.name if root is not None and spec.endswith(".py") else spec.removesuffix(".py")
+    digest = hashlib.sha1(Path(file).read_bytes()).hexdigest()[:8] if file else "nofile"
+    slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "adapters"
+    return f"yours-{slug}-{digest}"
