@@ -526,7 +526,7 @@ def test_errors_say_what_went_wrong_where_and_cpu_limits_need_a_gpu():
         gpu = table[table.adapter == "get_flashattention_autograd_function_triton"]
         assert set(gpu.status) == {"needs a GPU"}
         assert gpu.detail.iloc[0] == (
-            "the code requires CUDA tensors: `assert q.is_cuda, \"Expected CUDA tensors\"` "
+            'the code requires CUDA tensors: `assert q.is_cuda, "Expected CUDA tensors"` '
             f"(cpu_limits_adapters.py:{check})"
         )
 
