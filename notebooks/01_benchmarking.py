@@ -60,9 +60,8 @@ from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep, compare_configs
 from perflab.bench.checks import check_results
 from perflab.bench.comparison import describe_ratio
-from perflab.bench.stats import level_text
-from perflab.bench.conclusions import conclude
-from perflab.bench.tables import phase_breakdown, throughput, timing_table
+from perflab.bench.conclusions import conclude, conclude_all
+from perflab.bench.tables import phase_breakdown, phase_findings, throughput, timing_table
 from perflab.bench.warmup import (
     measure_in_fresh_process,
     warmup_conclusion,
@@ -153,19 +152,8 @@ save_figure(fig, out / "phases.png")
 breakdown
 
 # %%
-for row in breakdown.itertuples():
-    ci = (row.backward_over_forward_ci_low, row.backward_over_forward_ci_high)
-    level = row.backward_over_forward_ci_level
-    where = ("consistent with" if ci[0] <= 2 <= ci[1] else "above" if ci[0] > 2 else "below")
-    if level < 0.95:
-        where = "too few steps to compare with"
-    print(conclude(out, f"backward/forward {row.preset}",
-                   f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
-                   f"({level_text(level)} CI {ci[0]:.2f}–{ci[1]:.2f}), {where} the FLOP model's "
-                   f"2x; forward "
-                   f"{row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
-                   f"{row.optimizer_share:.0%} of the step", unstable=row.unstable,
-                   verdict=where))
+for sentence in conclude_all(out, phase_findings(breakdown)):
+    print(sentence)
 
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to

@@ -222,3 +222,27 @@ def test_sweeps_timed_in_milliseconds_are_held_to_the_verdicts(tmp_path):
                           "step_ms": [10.0, 20.0], "unstable": [False, False]})  # fmt: skip
     sweep.to_csv(tmp_path / "steps.csv", index=False)
     assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]
+
+
+def test_phase_findings_state_their_interval_and_record_it(tmp_path):
+    """Planted: backward 2.1x the forward with an interval 1.9–2.3 at 96.9% is consistent with
+    the FLOP model's 2x; at 75% (three steps) nothing is concluded. The stated interval is
+    recorded with the sentence, so check-results has something to hold it to."""
+    from perflab.bench.conclusions import conclude_all
+    from perflab.bench.tables import phase_findings
+
+    breakdown = pd.DataFrame([
+        {"preset": "a", "backward_over_forward": 2.1, "backward_over_forward_ci_low": 1.9,
+         "backward_over_forward_ci_high": 2.3, "backward_over_forward_ci_level": 0.96875,
+         "forward_share": 0.3, "backward_share": 0.6, "optimizer_share": 0.1, "unstable": False},
+        {"preset": "b", "backward_over_forward": 2.6, "backward_over_forward_ci_low": 2.2,
+         "backward_over_forward_ci_high": 2.9, "backward_over_forward_ci_level": 0.75,
+         "forward_share": 0.3, "backward_share": 0.6, "optimizer_share": 0.1, "unstable": False},
+    ])  # fmt: skip
+    a, b = phase_findings(breakdown)
+    assert "consistent with the FLOP model's 2x" in a.sentence and a.verdict == "consistent with"
+    assert b.verdict == "too few steps to compare with"
+    conclude_all(tmp_path, [a, b])
+    saved = pd.read_csv(tmp_path / "conclusions.csv")
+    assert saved["confidence"].tolist() == [0.96875, 0.75]
+    assert _rules(tmp_path) == []

@@ -319,6 +319,17 @@ def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
     )  # fmt: skip
 
 
+def comparison_frame(comparisons) -> pd.DataFrame:
+    """One row per comparison, the same columns everywhere: the labels it was measured under
+    (a dict, e.g. {"seq_len": 4096}), ``Comparison.as_row()`` and its sentence. ``comparisons``
+    is a list of (labels, Comparison) pairs, or of Comparisons."""
+    rows = []
+    for item in comparisons:
+        labels, result = item if isinstance(item, tuple) else ({}, item)
+        rows.append({**labels, **result.as_row(), "sentence": result.sentence()})
+    return pd.DataFrame(rows)
+
+
 def paired_table(times: dict[str, list[float]], reference: str,
                  label: str = "name") -> pd.DataFrame:  # fmt: skip
     """Each entry of ``times`` (seconds per round, the entries timed in turns within each round)

@@ -10,6 +10,7 @@ instead, and ``perflab check-results`` flags any stored conclusion that breaks t
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,13 +35,14 @@ UNSTABLE_SENTENCE = "no conclusion: the measurement behind it is unstable (IQR >
 
 
 def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
-             unstable: bool = False, verdict: str = "",
-             comparison: Comparison | None = None) -> str:  # fmt: skip
+             unstable: bool = False, verdict: str = "", comparison: Comparison | None = None,
+             interval: tuple[float, float, float] | None = None) -> str:  # fmt: skip
     """The sentence for ``evidence`` (a Comparison's own sentence, or one computed by the
     caller, then with the ``comparison`` it rests on where there is one), replaced by
     ``UNSTABLE_SENTENCE`` when ``unstable``; stored under ``key`` with the comparison's ratio,
     interval, confidence and band, so that ``perflab check-results`` can hold the sentence to
-    them (a re-run replaces the row of the same key)."""
+    them (a re-run replaces the row of the same key). ``interval`` (low, high, level): the
+    interval a sentence from rows states, where there is no comparison."""
     if isinstance(evidence, Comparison):
         sentence, verdict, comparison = evidence.sentence(), evidence.verdict, evidence
     else:
@@ -58,6 +60,8 @@ def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
         "ratio": comparison.ratio, "ci_low": comparison.ci[0], "ci_high": comparison.ci[1],
         "confidence": comparison.confidence, "noise_band": comparison.noise_band,
     }  # fmt: skip
+    if interval is not None and comparison is None:
+        numbers = dict(zip(("ci_low", "ci_high", "confidence"), interval, strict=True))
     rows.append({
         "key": key, "sentence": sentence, "verdict": verdict, "unstable": unstable, **numbers,
         "concluded_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -68,3 +72,36 @@ def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
         writer.writeheader()
         writer.writerows(rows)
     return sentence
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A conclusion a library function computed from its measurements: the key it is stored
+    under, its sentence, and the comparison it rests on (None for a sentence from counts or a
+    model), whose verdict and interval ``conclude`` records beside it."""
+
+    key: str
+    sentence: str
+    comparison: Comparison | None = None
+    unstable: bool = False
+    verdict_text: str = ""  # a verdict in words where there is no comparison
+    interval: tuple[float, float, float] | None = None  # (low, high, level) the sentence states
+
+    @property
+    def verdict(self) -> str:
+        return self.comparison.verdict if self.comparison is not None else self.verdict_text
+
+    @classmethod
+    def from_row(cls, key: str, row, prefix: str = "") -> Finding:
+        """A comparison's finding from its row (``Comparison.as_row`` with its ``sentence``),
+        where the row is what a library function returned: its sentence, verdict and interval
+        as recorded."""
+        get = row.get if hasattr(row, "get") else row.__getitem__
+        return cls(key, prefix + str(get("sentence")), verdict_text=str(get("verdict")),
+                   interval=(get("ci_low"), get("ci_high"), get("confidence")))  # fmt: skip
+
+
+def conclude_all(out: str | Path, findings: list[Finding]) -> list[str]:
+    """Each finding stored in ``out``'s conclusions.csv (``conclude``); their sentences."""
+    return [conclude(out, f.key, f.sentence, unstable=f.unstable, verdict=f.verdict,
+                     comparison=f.comparison, interval=f.interval) for f in findings]  # fmt: skip

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 
+from perflab.bench.conclusions import Finding
 from perflab.bench.stats import level_text, median_interval
 
 
@@ -53,6 +54,29 @@ def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
             ),
         })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def phase_findings(breakdown: pd.DataFrame) -> list[Finding]:
+    """Per preset of ``phase_breakdown``: backward / forward with its interval against the
+    FLOP model's 2 (consistent with it, above or below; nothing concluded from an interval
+    under 95%), and the phases' shares of the step."""
+    findings = []
+    for row in breakdown.itertuples():
+        low, high = row.backward_over_forward_ci_low, row.backward_over_forward_ci_high
+        level = row.backward_over_forward_ci_level
+        where = "consistent with" if low <= 2 <= high else "above" if low > 2 else "below"
+        if level < 0.95:
+            where = "too few steps to compare with"
+        sentence = (
+            f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
+            f"({level_text(level)} CI {low:.2f}–{high:.2f}), {where} the FLOP model's 2x; "
+            f"forward {row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
+            f"{row.optimizer_share:.0%} of the step"
+        )
+        findings.append(Finding(f"backward/forward {row.preset}", sentence,
+                                unstable=bool(row.unstable), verdict_text=where,
+                                interval=(low, high, level)))  # fmt: skip
+    return findings
 
 
 def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
