@@ -63,18 +63,19 @@ from perflab.adapters.timing import adapters_setup, yours_ddp_configs
 from perflab.bench.checks import check_results
 from perflab.distributed import RankError, launch, max_world_size
 from perflab.distributed.allreduce_benchmark import allreduce_sweep, bus_factor, check_allreduce_rank
-from perflab.bench.comparison import describe_ratio
-from perflab.bench.conclusions import conclude
+from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.plots import plot_comparisons
 from perflab.distributed.ddp_benchmark import (
+    DDP_COLLECTIVES,
     fit_bucket_overhead,
     ddp_comparisons,
     ddp_configs,
+    ddp_findings,
     ddp_sweep,
     relative_to_naive,
 )
 from perflab.device import resolve_device
-from perflab.distributed.launch import raise_on_rank, resolve_backend
+from perflab.distributed.launch import place_ranks, raise_on_rank
 from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
 from perflab.distributed.parity import ddp_parity_all
 from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
@@ -88,8 +89,9 @@ settings = record_settings("07_distributed_ddp", globals())
 out = results_dir("07_distributed_ddp" + (f"/{results_name(adapters)}" if adapters else ""),
                   resolve_device("auto"))
 provenance = {"settings": settings}
-print(f"backend {resolve_backend()}, this machine holds up to "
-      f"{max_world_size()} ranks; all-reduce {sizes_mb} MB on {world_sizes} ranks")
+print(f"this machine holds up to {max_world_size()} ranks; all-reduce {sizes_mb} MB on "
+      f"{world_sizes} ranks: {place_ranks(max(world_sizes), ('all_reduce',)).describe()}; data "
+      f"parallelism: {place_ranks(ddp_world_size, DDP_COLLECTIVES).describe()}")
 
 # %% [markdown]
 # ## 1. Launching ranks, and what happens when one fails
@@ -291,45 +293,11 @@ save_figure(fig, out / "ddp_vs_naive.png")
 against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
 
 # %%
-bucketed = steps[steps["variant"] == "bucketed"].sort_values("step_ms")
-best = f"bucketed {bucketed.iloc[0].bucket_size_mb:g} MB"
+bucketed = steps[steps["variant"] == "bucketed"]
 print(f"{int(bucketed.iloc[0].parameter_tensors)} parameter tensors, "
       f"{bucketed.iloc[0].gradient_mb:.1f} MB of gradients")
-by_name = against_naive.set_index("b")
-for name in ("none", best):
-    row = by_name.loc[name]
-    print(conclude(out, f"{name.split(' ')[0]} vs naive",
-                   describe_ratio("naive", name, row.ratio_b_over_a, (row.ci_low, row.ci_high),
-                                  confidence=row.confidence),
-                   verdict=row.verdict))
-against_torch = ddp_comparisons(steps, "torch").set_index("b").loc[best]
-print(conclude(out, "bucketed vs torch DDP", describe_ratio(
-    "torch DDP", best, against_torch.ratio_b_over_a, (against_torch.ci_low, against_torch.ci_high),
-    confidence=against_torch.confidence), verdict=against_torch.verdict))
-if len(bucketed) > 1:  # is the fastest bucket size told apart from the next one?
-    runner_up = f"bucketed {bucketed.iloc[1].bucket_size_mb:g} MB"
-    versus = ddp_comparisons(steps, best).set_index("b").loc[runner_up]
-    print(conclude(out, "fastest bucket size", f"fastest bucket size by median: {best}; against "
-                   f"the next, {runner_up}: " + describe_ratio(
-                       best, runner_up, versus.ratio_b_over_a, (versus.ci_low, versus.ci_high),
-                       confidence=versus.confidence), verdict=versus.verdict))
-one_bucket = bucketed[bucketed["buckets"] == 1]
-if len(one_bucket) > 1:  # sizes at least the whole gradient: the same plan, measured twice
-    first, second = (f"bucketed {s:g} MB" for s in one_bucket["bucket_size_mb"].iloc[:2])
-    yardstick = ddp_comparisons(steps, first).set_index("b").loc[second]
-    print(f"noise yardstick (A/A): {first} and {second} give the same single bucket; "
-          + describe_ratio(first, second, yardstick.ratio_b_over_a,
-                           (yardstick.ci_low, yardstick.ci_high),
-                           confidence=yardstick.confidence))
-
-# %%
-# Yours (with -p adapters PATH), each against PyTorch's DDP and against perflab's bucketed at its best size
-for name in [n for n in against_naive["b"] if n.startswith("yours")]:
-    for base in ("torch", best):
-        row = ddp_comparisons(steps, base).set_index("b").loc[name]
-        print(conclude(out, f"{name} vs {base}", describe_ratio(
-            base, name, row.ratio_b_over_a, (row.ci_low, row.ci_high),
-            confidence=row.confidence), verdict=row.verdict))
+for sentence in conclude_all(out, ddp_findings(steps)):  # yours too, with -p adapters PATH
+    print(sentence)
 
 # %% [markdown]
 # What to read from it: no variant can beat the compute-only step (`none`), which bounds what

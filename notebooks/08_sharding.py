@@ -91,7 +91,8 @@ from perflab.distributed.ffn_calcs import answers as ffn_answers
 from perflab.bench.comparison import paired_comparison
 from perflab.bench.stats import level_text
 from perflab.bench.conclusions import conclude
-from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES, ZERO_KEY, ddp_sweep, zero_configs
+from perflab.distributed.launch import place_ranks
 from perflab.distributed.memory_per_rank import zero_communication
 from perflab.distributed.memory_per_rank import (
     fsdp_memory,
@@ -113,7 +114,8 @@ settings = record_settings("08_sharding", globals())
 out = results_dir("08_sharding" + (f"/{results_name(adapters)}" if adapters else ""),
                   resolve_device("auto"))
 provenance = {"settings": settings}
-print(f"{world_size} ranks, memory measured on {memory_model}")
+print(f"{world_size} ranks, memory measured on {memory_model}: {place_ranks(world_size).describe()}; "
+      f"the ZeRO step timing: {place_ranks(world_size, DDP_COLLECTIVES).describe()}")
 
 # %% [markdown]
 # ## 1. ZeRO stage 1: each rank keeps the optimizer state of its own parameters

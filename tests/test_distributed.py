@@ -593,3 +593,27 @@ def test_overlap_counts_overlapping_collectives_once_and_what_backward_hides():
     row = overlap_table(timelines).iloc[0]
     assert (row["collectives"], row["communicating_ms"], row["during_backward_ms"]) == (3, 8, 6)
     assert (row["share_during_backward"], row["step_ms"]) == (0.75, 14)
+
+
+def test_ddp_findings_are_comparisons_paired_by_round():
+    """Planted rounds: compute alone half of naive's time, bucketed at 1 MB 0.8 of it and at
+    10 and 100 MB (one bucket each) 0.9, PyTorch's DDP 0.8: each finding keeps the comparison
+    behind its sentence (what check-results holds a stated interval to)."""
+    from perflab.distributed.ddp_benchmark import ddp_findings
+
+    rounds = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
+    rows = [("naive", 0, 1.0, 0), ("none", 0, 0.5, 0), ("bucketed", 1, 0.8, 3),
+            ("bucketed", 10, 0.9, 1), ("bucketed", 100, 0.9, 1), ("torch", 25, 0.8, 2)]  # fmt: skip
+    frame = pd.DataFrame([{"variant": v, "bucket_size_mb": size, "status": "ok",
+                           "step_ms": factor * 1.0, "buckets": buckets,
+                           "round_ms": json.dumps([factor * r for r in rounds])}
+                          for v, size, factor, buckets in rows])  # fmt: skip
+    found = {f.key: f for f in ddp_findings(frame)}
+    assert list(found) == ["none vs naive", "bucketed vs naive", "bucketed vs torch DDP",
+                           "fastest bucket size", "noise yardstick (A/A)"]  # fmt: skip
+    assert found["none vs naive"].comparison.ratio == pytest.approx(0.5)
+    assert found["bucketed vs naive"].comparison.name_b == "bucketed 1 MB"
+    assert found["bucketed vs torch DDP"].verdict == "same"
+    assert found["noise yardstick (A/A)"].comparison.ratio == pytest.approx(1.0)
+    fastest = found["fastest bucket size"].sentence
+    assert fastest.startswith("fastest bucket size by median: bucketed 1 MB; against the next")

@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perflab.bench.comparison import paired_comparison
+from perflab.bench.comparison import Comparison, paired_comparison
+from perflab.bench.conclusions import Finding
 from perflab.bench.stats import least_squares
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
@@ -249,6 +250,58 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFram
         paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
         for variant, times in rounds.items() if variant != baseline
     ])  # fmt: skip
+
+
+def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
+    """``variant``'s step against ``baseline``'s (names as ``ddp_comparisons`` gives them),
+    paired by round."""
+    ok = frame[frame["status"] == "ok"]
+    rounds = {}
+    for row in ok.itertuples():
+        name = (f"{row.variant} {row.bucket_size_mb:g} MB" if row.variant.endswith("bucketed")
+                else row.variant)  # fmt: skip
+        rounds[name] = json.loads(row.round_ms)
+    for name in (baseline, variant):
+        if name not in rounds:
+            raise ValueError(f"no {name!r} rows to compare; variants: {', '.join(rounds)}")
+    return paired_comparison(rounds[baseline], rounds[variant], names=(baseline, variant))
+
+
+def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
+    """Notebook 07's conclusions from its step sweep, each a comparison paired by round: the
+    compute-only step and the fastest bucket size against naive data parallelism, the fastest
+    bucket size against PyTorch's DDP and against the next size, two sizes that both make one
+    bucket (the same plan measured twice: an A/A noise yardstick), and each of a student's
+    wrappers against PyTorch's DDP and perflab's fastest bucketed one."""
+
+    def finding(key: str, baseline: str, variant: str, prefix: str = "") -> Finding:
+        result = ddp_comparison(frame, baseline, variant)
+        return Finding(key, prefix + result.sentence(), result)
+
+    ok = frame[frame["status"] == "ok"]
+    bucketed = ok[ok["variant"] == "bucketed"].sort_values("step_ms")
+    findings = [finding("none vs naive", "naive", "none")]
+    if bucketed.empty:
+        return findings
+    sizes = [f"bucketed {size:g} MB" for size in bucketed["bucket_size_mb"]]
+    findings.append(finding("bucketed vs naive", "naive", sizes[0]))
+    if (ok["variant"] == "torch").any():
+        findings.append(finding("bucketed vs torch DDP", "torch", sizes[0]))
+    if len(sizes) > 1:
+        findings.append(finding("fastest bucket size", sizes[0], sizes[1],
+                                f"fastest bucket size by median: {sizes[0]}; against the "
+                                f"next, {sizes[1]}: "))  # fmt: skip
+    one = bucketed[bucketed["buckets"] == 1].sort_values("bucket_size_mb")
+    if len(one) > 1:
+        first, second = (f"bucketed {size:g} MB" for size in one["bucket_size_mb"].iloc[:2])
+        findings.append(finding("noise yardstick (A/A)", first, second,
+                                f"{first} and {second} give the same single bucket: "))  # fmt: skip
+    for row in ok[ok["variant"].str.startswith("yours")].itertuples():
+        name = (f"{row.variant} {row.bucket_size_mb:g} MB" if row.variant.endswith("bucketed")
+                else row.variant)  # fmt: skip
+        findings += [finding(f"{name} vs {base}", base, name)
+                     for base in ("torch", sizes[0])]  # fmt: skip
+    return findings
 
 
 def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
