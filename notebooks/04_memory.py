@@ -38,7 +38,7 @@ checkpoint_seq_len = 128           # tokens per sequence in the checkpointing st
 group_sweep_layers = 8             # depth of the single-level group-size sweep
 checkpoint_layers = [4, 8, 16]     # depths of the nested-checkpointing fit
 cost_rounds = 6                    # rounds of each recomputation-cost comparison (6: the fewest for a 95% verdict)
-gpu_memory_gib = 79.2              # the GPU the handout's xl step is held against (an H100 80GB: 79.2 GiB as CUDA reports it)
+gpu_memory_gib = "auto"              # the GPU the handout's xl step is held against: "auto" is this GPU's memory, or on a CPU an H100 80GB's 79.2 GiB
 device = "auto"                    # "cuda" when present, else "cpu"
 resume = True                      # skip peak-memory configurations already in the results file
 
@@ -53,6 +53,7 @@ from perflab.bench.checks import check_results
 from perflab.bench import BenchConfig
 from perflab.bench.steps import build_step
 from perflab.device import describe, resolve_device
+from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.bench.conclusions import conclude
 from perflab.memory.checkpoint_study import (
     best_group_size,
@@ -89,6 +90,7 @@ from perflab.settings import record_settings
 MiB = 2**20
 settings = record_settings("04_memory", globals())
 dev = resolve_device(device)
+memory_gib = gpu_memory_gib_of(gpu_memory_gib, dev)
 config = get_preset(preset)
 out = results_dir("04_memory", dev)
 provenance = {"settings": settings, "machine": describe(dev)}
@@ -341,8 +343,8 @@ print(f"xl holds {held_GiB:.2f} GiB in every step (parameters and AdamW's moment
       f"{long['step_peak_in']} at {long['step_peak_GiB']:.2f} GiB, of which "
       f"{long['saved_activations_GiB']:.2f} GiB are saved activations "
       f"({long['largest_saver_share']:.0%} of them by {long['largest_saver']}). Against a "
-      f"{gpu_memory_gib:g} GiB GPU: " + ", ".join(
-          f"context {n} {'fits' if row['step_peak_GiB'] <= gpu_memory_gib else 'does not fit'}"
+      f"{memory_gib:.1f} GiB GPU: " + ", ".join(
+          f"context {n} {'fits' if row['step_peak_GiB'] <= memory_gib else 'does not fit'}"
           for n, row in xl_step.iterrows()))
 
 # %% [markdown]

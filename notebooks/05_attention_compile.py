@@ -48,7 +48,7 @@ head_dims = [16, 64]             # d of q, k, v
 seq_lens = [128, 256, 512]       # sequence lengths
 warmup = 1                       # untimed calls
 steps = 6                        # timed calls (and rounds of each comparison: 6 is the fewest for a 95% verdict)
-gpu_memory_gib = 79.2            # the GPU whose memory section 2 accounts for (an H100 80GB: 79.2 GiB as CUDA reports it)
+gpu_memory_gib = "auto"            # the GPU whose memory section 2 accounts for: "auto" is this GPU's, or on a CPU an H100 80GB's 79.2 GiB
 model_preset = "cpu-tiny"        # the model compiled whole
 model_context_length = 128       # tokens per sequence, whole-model comparison
 model_batch_size = 4             # sequences per step, whole-model comparison
@@ -80,17 +80,19 @@ from perflab.bench.attention import (
     ratios_to,
 )
 from perflab.bench import Sweep
-from perflab.bench.compiled import compile_vs_eager
-from perflab.bench.comparison import describe_ratio
-from perflab.bench.conclusions import conclude
+from perflab.bench.compiled import compile_findings, compile_vs_eager
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.plots import plot_attention_sweep, plot_comparisons
 from perflab.device import describe, resolve_device
+from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.paths import display_path, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
 settings = record_settings("05_attention_compile", globals())
 dev = resolve_device(device)
+memory_gib = gpu_memory_gib_of(gpu_memory_gib, dev)
 out = results_dir("05_attention_compile" + (f"/{results_name(adapters)}" if adapters else ""),
                   dev)
 provenance = {"settings": settings, "machine": describe(dev)}
@@ -167,11 +169,11 @@ if len(failed):
 else:
     print("no configuration ran out of memory on this device at these sizes")
 full = naive_memory_bytes(batch, 16384, 128, torch.float32)
-fits = full["forward_peak"] <= gpu_memory_gib * 2**30
+fits = full["forward_peak"] <= memory_gib * 2**30
 print(f"by the formula, the full grid's largest size (batch {batch}, n 16384, d 128, float32) "
       f"needs {full['forward_peak'] / 2**30:.1f} GiB at the forward peak: "
-      + (f"it fits a {gpu_memory_gib} GiB GPU" if fits else
-         f"more than a {gpu_memory_gib} GiB GPU has"))
+      + (f"it fits a {memory_gib:.1f} GiB GPU" if fits else
+         f"more than a {memory_gib:.1f} GiB GPU has"))
 
 # %%
 naive_memory_check(results)
@@ -189,12 +191,13 @@ naive_memory_check(results)
 # the sweep above.
 
 # %%
-grid = pd.DataFrame([
-    {"head_dim": d, "seq_len": n,
-     **compare_attention("naive", "naive_compiled", batch=batch, seq_len=n, head_dim=d,
-                         device=dev, rounds=steps, warmup=warmup).as_row()}
+grid_comparisons = [
+    ({"head_dim": d, "seq_len": n},
+     compare_attention("naive", "naive_compiled", batch=batch, seq_len=n, head_dim=d,
+                       device=dev, rounds=steps, warmup=warmup))
     for d in head_dims for n in seq_lens
-])
+]
+grid = comparison_frame(grid_comparisons)
 memory_ratio = ratios_to(results, "naive", "peak_bytes")["naive_compiled_over_naive"]
 grid = grid.join(memory_ratio.rename("peak_memory_ratio"), on=["head_dim", "seq_len"])
 save_table(grid, out / "compiled_vs_naive.csv", provenance)
@@ -211,11 +214,11 @@ largest = grid.iloc[-1]
 print(f"compiled attention over {len(grid)} grid points: {counts.get('faster', 0)} faster, "
       f"{counts.get('same', 0)} the same within the noise band, {counts.get('slower', 0)} "
       f"slower, {counts.get('inconclusive', 0)} inconclusive")
-print(conclude(out, "compiled attention at the largest size", describe_ratio(
-    "naive", "naive_compiled", largest.ratio_b_over_a, (largest.ci_low, largest.ci_high),
-    confidence=largest.confidence)
-    + f" at d {largest.head_dim}, n {largest.seq_len}; peak memory "
-      f"{largest.peak_memory_ratio:.2f}x of naive", verdict=largest.verdict))
+largest_comparison = grid_comparisons[-1][1]
+print(conclude(out, "compiled attention at the largest size",
+               f"{largest_comparison.sentence()} at d {largest.head_dim}, n {largest.seq_len}; "
+               f"peak memory {largest.peak_memory_ratio:.2f}x of naive",
+               comparison=largest_comparison))
 
 # %%
 # Yours (with -p adapters PATH), against naive and compiled attention at the largest size
@@ -244,31 +247,21 @@ for name in yours:
 # directory), so the compile times compare too.
 
 # %%
-model = pd.concat([
+model_comparisons = (
     compile_vs_eager(model_preset, model_context_length, model_batch_size, dev,
-                     modes=("forward",), steps=steps),
-    compile_vs_eager(model_preset, model_context_length, model_batch_size, dev,
-                     modes=("train-step",), steps=steps, compile_modes=compile_modes),
-], ignore_index=True)
+                     modes=("forward",), steps=steps)
+    + compile_vs_eager(model_preset, model_context_length, model_batch_size, dev,
+                       modes=("train-step",), steps=steps, compile_modes=compile_modes)
+)
+model = comparison_frame(model_comparisons)
 save_table(model, out / "model_compile.csv", provenance)
-model
+print(f"the train step runs {model['matmul_shapes'].iloc[-1]} distinct matmul shapes: what "
+      f"max-autotune tunes, each once, at compile time")
+model.drop(columns=["sentence"])
 
 # %%
-compile_s = model[model["a"] == "eager"].set_index(["mode", "b"])["compile_s"]
-for row in model.itertuples():
-    sentence = describe_ratio(row.a, row.b, row.ratio_b_over_a, (row.ci_low, row.ci_high),
-                              confidence=row.confidence)
-    if row.a == "eager":
-        saved = row.median_a_s - row.median_b_s
-        cost = (f"; the {row.compile_s:.1f} s of compilation pay back after "
-                f"{row.compile_s / saved:.0f} steps" if row.verdict == "faster" else
-                f"; {row.compile_s:.1f} s of compilation on the first call")
-        label = f"{'compiled' if row.b == 'compiled' else row.b} model {row.mode}"
-    else:
-        cost = (f"; it compiles in {row.compile_s:.1f} s against "
-                f"{compile_s[(row.mode, 'compiled')]:.1f} s for the default mode")
-        label = f"{row.b} against default {row.mode}"
-    print(conclude(out, label, f"{row.mode}: {sentence}{cost}", verdict=row.verdict))
+for sentence in conclude_all(out, compile_findings(model_comparisons)):
+    print(sentence)
 
 # %% [markdown]
 # Compilation is paid once per shape; a faster compiled step pays it back after

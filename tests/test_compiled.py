@@ -63,10 +63,15 @@ def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
     monkeypatch.setattr(compiled, "compare", lambda a, b, **kwargs: _same(kwargs["names"]))
     monkeypatch.setattr(compiled, "COMPILE_MODES", ("default", "other"))
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)  # no real compile
-    rows = compiled.compile_vs_eager("cpu-tiny", 8, 1, torch.device("cpu"), modes=("forward",),
-                                     compile_modes=("default", "other"))  # fmt: skip
+    modes = {"modes": ("forward",), "compile_modes": ("default", "other")}
+    pairs = compiled.compile_vs_eager("cpu-tiny", 8, 1, torch.device("cpu"), **modes)
     assert events == ["reset", "compile", "compile"]
-    assert (rows["matmul_shapes"] > 0).all()
+    assert all(labels["matmul_shapes"] > 0 for labels, _ in pairs)
+    # eager against each mode, then the other mode against the default, each with its cost
+    findings = compiled.compile_findings(pairs)
+    assert [f.key for f in findings] == ["compiled model forward", "other model forward",
+                                         "other against default forward"]  # fmt: skip
+    assert "compiles in" in findings[-1].sentence and findings[-1].comparison is pairs[-1][1]
 
 
 def _same(names):

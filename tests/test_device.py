@@ -88,3 +88,17 @@ def test_mps_where_torch_cannot_use_it_is_a_clear_error():
         pytest.skip("this machine has MPS")
     with pytest.raises(ValueError, match="device 'mps' requested but this torch cannot use it"):
         resolve_device("mps")
+
+
+def test_gpu_memory_is_read_from_the_device_or_the_reference_h100(monkeypatch):
+    from types import SimpleNamespace
+
+    from perflab.device import REFERENCE_GPU_MEMORY_GIB, gpu_memory_gib
+
+    assert gpu_memory_gib("auto", torch.device("cpu")) == REFERENCE_GPU_MEMORY_GIB
+    assert gpu_memory_gib(40, torch.device("cpu")) == 40.0
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(total_memory=141 * 2**30))  # fmt: skip
+    assert gpu_memory_gib("auto", torch.device("cuda", 0)) == 141.0  # an H200, read
+    with pytest.raises(ValueError, match="gpu_memory_gib must be 'auto' or a positive number"):
+        gpu_memory_gib("80GB", torch.device("cpu"))

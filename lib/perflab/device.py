@@ -129,6 +129,22 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return resolved
 
 
+#: The memory a CPU run holds a GPU step against: an H100 80GB, as CUDA reports it (GiB).
+REFERENCE_GPU_MEMORY_GIB = 79.2
+
+
+def gpu_memory_gib(value: float | str, device: torch.device) -> float:
+    """A notebook's ``gpu_memory_gib`` resolved: "auto" is the memory of the GPU it runs on
+    (as CUDA reports it), or on a CPU ``REFERENCE_GPU_MEMORY_GIB``; a number is itself."""
+    if value != "auto":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ValueError(f"gpu_memory_gib must be 'auto' or a positive number, got {value!r}")
+        return float(value)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory / 2**30
+    return REFERENCE_GPU_MEMORY_GIB
+
+
 def synchronize(device: torch.device | str) -> None:
     """Wait until every queued kernel on ``device`` has finished.
 

@@ -15,10 +15,11 @@ import tempfile
 import time
 import warnings
 
-import pandas as pd
+import numpy as np
 import torch
 
-from perflab.bench.comparison import compare
+from perflab.bench.comparison import Comparison, compare
+from perflab.bench.conclusions import Finding
 from perflab.bench.steps import make_step, random_batch
 from perflab.device import synchronize
 from perflab.model import TransformerLM, get_preset, sized_for
@@ -82,18 +83,19 @@ def _first_call_s(step, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def compile_vs_eager(preset: str, context_length: int, batch_size: int,
-                     device: torch.device, modes=("forward", "train-step"),
-                     steps: int = 5, compile_modes=("default",)) -> pd.DataFrame:  # fmt: skip
+def compile_vs_eager(
+    preset: str, context_length: int, batch_size: int, device: torch.device,
+    modes=("forward", "train-step"), steps: int = 5, compile_modes=("default",),
+) -> list[tuple[dict, Comparison]]:  # fmt: skip
     """Per step mode (``modes``, as ``make_step``) and per ``torch.compile`` mode
     (``compile_modes``, from ``COMPILE_MODES``): the compiled step against the eager one
-    (``Comparison.as_row``: medians, time ratio compiled / eager with its interval and
-    confidence, verdict; ``b`` names the compile mode, "compiled" for the default), the compiled
+    (``b`` names the compile mode, "compiled" for the default), as (labels, Comparison) pairs
+    (``comparison_frame`` makes them a table); the labels hold the step mode, the compiled
     model's first call from cold and its compile seconds (first call - steady median), and the
     distinct matmul shapes of the step (``matmul_shapes``: what max-autotune tunes). Every
-    other compile mode is also compared with the default directly (a row whose ``a`` is
-    "compiled"): max-autotune's gain, where there is one, is in the matmuls it tunes, its cost
-    the tuning, paid at compile time."""
+    other compile mode is also compared with the default directly (``a`` "compiled"):
+    max-autotune's gain, where there is one, is in the matmuls it tunes, its cost the tuning,
+    paid at compile time."""
     for compile_mode in compile_modes:
         _check_compile_mode(compile_mode)
     config = sized_for(get_preset(preset), context_length)
@@ -115,18 +117,42 @@ def compile_vs_eager(preset: str, context_length: int, batch_size: int,
         pairs += [(("default", compiled["default"]), (m, compiled[m]))
                   for m in compile_modes if m != "default" and "default" in compiled]  # fmt: skip
         for (name_a, step_a), (name_b, step_b) in pairs:
-            row = compare(
+            result = compare(
                 step_a,
                 step_b,
                 rounds=steps,
                 warmup=1,
                 device=device,
                 names=tuple(_NAMES.get(n, n) for n in (name_a, name_b)),
-            ).as_row()
-            rows.append({"mode": mode, **row, "first_call_s": first[name_b],
-                         "compile_s": max(first[name_b] - row["median_b_s"], 0.0),
-                         "matmul_shapes": shapes})  # fmt: skip
-    return pd.DataFrame(rows)
+            )
+            median_b = float(np.median(result.times_b))
+            rows.append(({"mode": mode, "first_call_s": first[name_b],
+                          "compile_s": max(first[name_b] - median_b, 0.0),
+                          "matmul_shapes": shapes}, result))  # fmt: skip
+    return rows
+
+
+def compile_findings(pairs: list[tuple[dict, Comparison]]) -> list[Finding]:
+    """One finding per comparison of ``compile_vs_eager``: its sentence, then what compilation
+    costs: against eager, after how many steps a faster compiled step pays its compile time
+    back; against the default mode, the two modes' compile seconds."""
+    default_s = {(labels["mode"], result.name_b): labels["compile_s"]
+                 for labels, result in pairs if result.name_a == "eager"}  # fmt: skip
+    findings = []
+    for labels, result in pairs:
+        mode, compile_s = labels["mode"], labels["compile_s"]
+        if result.name_a == "eager":
+            saved = float(np.median(result.times_a) - np.median(result.times_b))
+            cost = (f"; the {compile_s:.1f} s of compilation pay back after "
+                    f"{compile_s / saved:.0f} steps" if result.verdict == "faster" else
+                    f"; {compile_s:.1f} s of compilation on the first call")  # fmt: skip
+            key = f"{result.name_b} model {mode}"
+        else:
+            cost = (f"; it compiles in {compile_s:.1f} s against "
+                    f"{default_s[(mode, 'compiled')]:.1f} s for the default mode")  # fmt: skip
+            key = f"{result.name_b} against default {mode}"
+        findings.append(Finding(key, f"{mode}: {result.sentence()}{cost}", result))
+    return findings
 
 
 _MATMULS = {"mm", "addmm", "bmm", "baddbmm"}
