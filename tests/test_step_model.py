@@ -196,3 +196,19 @@ def test_communication_counts_only_what_compute_cannot_hide():
 def test_bad_input_is_named(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
+    from perflab.hardware import HANDOUT_B200
+    from perflab.training.step_model import price_rungs_at, rung_findings
+
+    wide = dataclasses.replace(CONFIG, d_model=2048, d_ff=8192, num_heads=16)  # compute-bound
+    table = price_rungs_at(wide, 4, 1024, 2, [B200, HANDOUT_B200])
+    assert list(dict.fromkeys(table["gpu"])) == [B200.name, HANDOUT_B200.name]
+    datasheet, handout = (table[table["gpu"] == g.name]["step_s"].to_numpy()
+                          for g in (B200, HANDOUT_B200))  # fmt: skip
+    assert (handout <= datasheet).all() and (handout < datasheet).any()  # a higher peak
+    first, second = rung_findings(table, wide)
+    naive = datasheet[0]
+    assert first.sentence.startswith(f"{B200.name}: the naive eager step {naive:.1f} s")
+    assert first.comparison is None and second.key.endswith(HANDOUT_B200.name)

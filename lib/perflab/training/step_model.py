@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from perflab.attention import naive_attention
+from perflab.bench.conclusions import Finding
 from perflab.device import parse_dtype
 from perflab.fused_cross_entropy import (
     IGNORE_INDEX,
@@ -360,3 +361,38 @@ def time_by_part(ops: pd.DataFrame) -> pd.DataFrame:
     """``step_ops``'s rows summed per part: seconds, share of the step, FLOPs and bytes."""
     parts = ops.groupby("part", sort=False)[["time_s", "flops", "bytes"]].sum()
     return parts.assign(share=parts["time_s"] / parts["time_s"].sum()).reset_index()
+
+
+def price_rungs_at(config: ModelConfig, batch_size: int, seq_len: int, world_size: int,
+                   gpus: list[GPUSpec], eff: Efficiency = Efficiency(),
+                   dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+    """``price_rungs`` on each GPU of ``gpus`` (the datasheet's B200 and the handout's figure,
+    say), one block of rows per GPU with its name in ``gpu``."""
+    return pd.concat([price_rungs(config, batch_size, seq_len, world_size, gpu, eff, dtype)
+                      .assign(gpu=gpu.name) for gpu in gpus], ignore_index=True)  # fmt: skip
+
+
+def rung_findings(table: pd.DataFrame, config: ModelConfig) -> list[Finding]:
+    """Per GPU of ``price_rungs_at``'s table: the naive step and its share of memory-bound
+    operators (and whether its score matrices alone could be held), every rung's step and its
+    speed-up, the largest saving and the rungs that cost time. Sentences of a model, not of
+    measurements: no interval."""
+    findings = []
+    scores_gb = config.num_heads * config.context_length**2 * 2 / 1e9
+    for gpu, rows in table.groupby("gpu", sort=False):
+        rows = rows.set_index("rung")
+        saved = -rows["step_s"].diff().fillna(0.0)
+        naive_s, best_s = rows["step_s"].iloc[0], rows["step_s"].iloc[-1]
+        costly = ", ".join(f"{name} ({-saved[name]:.2f} s)" for name in saved.index[saved < 0])
+        findings.append(Finding(
+            f"leaderboard step model on {gpu}",
+            f"{gpu}: the naive eager step {naive_s:.1f} s by this model, "
+            f"{rows['memory_bound_share'].iloc[0]:.0%} of it in memory-bound operators (its score "
+            f"matrix alone is {scores_gb:.0f} GB per sequence and layer in bf16: it could not hold "
+            f"its saved activations); every rung {best_s:.2f} s ({naive_s / best_s:.1f}x faster); "
+            f"the largest saving {saved.idxmax()} ({saved.max():.2f} s)"
+            + (f"; costing time: {costly}" if costly else "")
+            + f"; FSDP's collectives ({rows['comm_hidden_s'].iloc[-1] * 1e3:.0f} ms a step) "
+            "hide behind compute",
+        ))  # fmt: skip
+    return findings
