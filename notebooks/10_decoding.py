@@ -35,7 +35,12 @@
 #    `mode="reduce-overhead"` replays it as a CUDA graph), what a step with growing shapes
 #    costs the compiler, and where the compiled step's time goes (a profile);
 # 6. rotary tables computed once against every step; sampling on the device (how many bytes
-#    cross to the host per token).
+#    cross to the host per token);
+# 7. int8 weight-only quantisation: a quarter of float32's bytes, the logits' error and the
+#    tokens that change;
+# 8. tensor parallelism: the model split over ranks, each reading its share of the weights and
+#    cache, two all-reduces per layer;
+# 9. grouped-query attention: fewer key and value heads, a smaller cache and fewer bytes a step.
 #
 # The library is `perflab.decode`: `generate(model, prompts, max_new_tokens, cache=...)`, the
 # caches, the fixed-shape `StaticDecoder`, the cost formulas (`costs`) and the measurements
@@ -82,6 +87,7 @@ import pandas as pd
 import torch
 
 from perflab.bench.checks import check_results
+from perflab.bench.conclusions import Finding, conclude, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.bench.stats import level_text
 from perflab.decode import CACHES, generate
@@ -102,9 +108,9 @@ from perflab.decode.costs import kv_bytes_per_token, matmul_weights
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
 from perflab.decode.quantize import compare_int8
-from perflab.decode.tensor_parallel import tensor_parallel_decode
+from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
 from perflab.distributed.launch import max_world_size
-from perflab.decode.roofline import decode_step
+from perflab.decode.roofline import compiled_graphs, decode_step
 from perflab.device import parse_dtype, resolve_device
 from perflab.model import get_preset
 from perflab.paths import display_path, results_dir, save_figure, save_table
@@ -286,8 +292,8 @@ caches[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low"
         "verdict"]].round(3)
 
 # %%
-for row in caches.itertuples():
-    print(row.sentence)
+for row in caches.to_dict("records"):
+    print(conclude_all(out, [Finding.from_row(f"cache {row['b']} vs {row['a']}", row)])[0])
 print("tokens/s per mode, the median of its rounds in each comparison: "
       + "; ".join(f"{row.a} {row.tokens_per_s_a:.0f} and {row.b} {row.tokens_per_s_b:.0f}"
                   for row in caches.itertuples()))
@@ -392,7 +398,9 @@ print(f"mode {compiled['mode']}: first call {compiled['compile_s']:.1f} s (compi
       "less where inductor finds the kernels in its on-disk cache from an earlier run), then "
       f"{compiled['median_b_s'] * 1e3:.2f} ms a step against {compiled['median_a_s'] * 1e3:.2f} ms "
       f"eager: {compiled['tokens_per_s_compiled']:.0f} against "
-      f"{compiled['tokens_per_s_eager']:.0f} tokens/s; {compiled['sentence']}")
+      f"{compiled['tokens_per_s_eager']:.0f} tokens/s; "
+      + conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]
+      + f" ({compiled['graphs_compiled']} graph compiled by this call)")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -488,8 +496,9 @@ for name in timed_ms.index:
 rotary = compare_rotary_tables(model, batch_sizes[-1], context, rounds=rounds)
 sampling = compare_sampling_place(model, batch_sizes[-1], context, rounds=rounds)
 save_table(pd.DataFrame([rotary, sampling]), out / "rotary_and_sampling.csv", provenance)
-print(rotary["sentence"])
-print(sampling["sentence"])
+for sentence in conclude_all(out, [Finding.from_row("rotary tables once", rotary),
+                                   Finding.from_row("sampling on the device", sampling)]):
+    print(sentence)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -523,7 +532,7 @@ print(f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (o
 int8_row, int8_result = compare_int8(model, int8_batch, context, rounds=rounds,
                                      new_tokens=int8_new_tokens)  # fmt: skip
 save_table(pd.DataFrame([int8_row]), out / "int8_weights.csv", provenance)
-print(int8_result.sentence())
+print(conclude(out, "int8 weights", int8_result))
 pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
                      "first_call_s_int8", "tokens_per_s_original", "tokens_per_s_int8",
                      "logits_max_abs_error", "logits_relative_error", "same_next_tokens",
@@ -595,29 +604,11 @@ if tp is not None:
 
 # %%
 if tp is not None:
-    own = tp[tp["dtype"] == "float32"]
-    tp_s = own["step_median_s"].max()
-    print(f"in float32: the same tokens as one process on every rank: "
-          f"{bool(own['same_tokens'].all())}; a decode step took {tp_s * 1e3:.1f} ms (median, "
-          f"the slower rank), with {own['all_reduces_per_token'].iloc[0]} all-reduces of "
-          f"{tp_batch} x {tp_config.d_model} values per token.")
     alone = throughput[(throughput["batch"] == tp_batch) & (throughput["step"] == "eager")]
-    tp_unstable = bool(own["unstable"].any())
-    if tp_preset == preset and dtype == "float32" and dev.type == "cpu" and len(alone):
-        ratio = tp_s / alone["median_s"].iloc[0]
-        print(f"For scale, one process's eager step at batch {tp_batch} took "
-              f"{alone['median_s'].iloc[0] * 1e3:.1f} ms in section 2 (measured apart, not "
-              f"interleaved): {ratio:.1f}x. "
-              + ("The tensor-parallel medians are flagged unstable (few steps, widely spread): "
-                 "no conclusion is drawn from them." if tp_unstable else
-                 "More than twice as long split: whatever each rank saves by reading half "
-                 "the weights, the all-reduces (each a round trip between processes) cost more "
-                 "here; the two are not timed apart."
-                 if ratio > 2 else
-                 "Less than half the time split: the split more than pays for its all-reduces "
-                 "here."
-                 if ratio < 0.5 else
-                 "Within 2x of each other, measured apart: no conclusion is drawn."))
+    comparable = tp_preset == preset and dtype == "float32" and dev.type == "cpu" and len(alone)
+    for sentence in conclude_all(out, tensor_parallel_findings(
+            tp, alone["median_s"].iloc[0] if comparable else None)):
+        print(sentence)
 
 # %% [markdown]
 # ## 9. Grouped-query attention: a smaller KV cache
@@ -646,7 +637,8 @@ pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
 print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads, batch {gqa_batch} "
       f"at context {gqa_context}: the cache holds {gqa_row['kv_cache_bytes_grouped'] / 1e6:.1f} "
       f"MB instead of {gqa_row['kv_cache_bytes_mha'] / 1e6:.1f} MB, and a step must move "
-      f"{gqa_row['step_bytes_ratio']:.2f}x the bytes. Measured: " + gqa_result.sentence()
+      f"{gqa_row['step_bytes_ratio']:.2f}x the bytes. Measured: "
+      + conclude(out, "grouped-query decode step", gqa_result)
       + f". A step bound by memory would take {gqa_row['step_bytes_ratio']:.2f}x the time; the "
       f"measured median ratio is {gqa_row['ratio_b_over_a']:.2f}.")
 at_batch = throughput[throughput["batch"] == gqa_batch]
@@ -674,6 +666,9 @@ print(f"{eight_b.name} in bfloat16: {matmul_weights(eight_b) * 2 / 1e9:.1f} GB o
 # ## Where the results are
 
 # %%
+print(f"graphs torch.compile built in this run: {compiled_graphs()} (the fixed-shape step once "
+      "per model shape, batch and context, reused across sections; section 5's traced graphs "
+      "of the growing-shape study among them)")
 for path in sorted(out.iterdir()):
     print(display_path(path))
 

@@ -66,3 +66,19 @@ def test_what_cannot_be_split_or_decoded_is_one_clear_error():
         tensor_parallel_decode(TINY, [[1, 2], [3]], 3)
     with pytest.raises(ValueError, match="the model's context is 64"):
         tensor_parallel_decode(TINY, [[1] * 60], 8)
+
+
+def test_the_findings_read_the_ranks_rows():
+    from perflab.decode.tensor_parallel import tensor_parallel_findings
+
+    prompts = random_prompts(TINY.vocab_size, [9, 9], seed=3)
+    table = tensor_parallel_decode(TINY, prompts, 4, world_size=2, dtype=torch.float32)
+    step = table["step_median_s"].max()
+    (only,) = tensor_parallel_findings(table, None)
+    share = table["share_of_one_process"].max()
+    assert f"each rank reading {share:.0%} of the bytes" in only.sentence
+    steady = table.assign(unstable=False)
+    _, slow = tensor_parallel_findings(steady, step / 3)  # planted: one process 3x faster
+    assert "3.0x; more than twice as long split" in slow.sentence
+    _, close = tensor_parallel_findings(steady, step)
+    assert "no conclusion is drawn" in close.sentence

@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
+from perflab.bench.conclusions import Finding
 from perflab.bench.stats import is_unstable
 from perflab.decode import generate
 from perflab.decode.inputs import build_model
@@ -187,3 +188,38 @@ def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_to
         "one_process_bytes_read_per_step": one_process,
         "share_of_one_process": r["bytes_read"] / one_process,
     } for r in ranks])  # fmt: skip
+
+
+def tensor_parallel_findings(table: pd.DataFrame, one_process_s: float | None) -> list[Finding]:
+    """Notebook 10's reading of ``tensor_parallel_decode``'s float32 rows: whether every rank
+    decoded one process's tokens, the step's median (the slower rank's), its all-reduces and the
+    share of one process's bytes a rank reads; then, given one process's eager step at the same
+    batch (``one_process_s``, measured apart), how the two compare (no conclusion when the
+    medians are unstable or within 2x of each other: they were not interleaved)."""
+    own = table[table["dtype"] == "float32"]
+    step_s = own["step_median_s"].max()
+    share = own["share_of_one_process"].max()
+    findings = [Finding("tensor-parallel decode step", (
+        f"{int(own['world_size'].iloc[0])} ranks in float32: the same tokens as one process on "
+        f"every rank: {bool(own['same_tokens'].all())}; a decode step took {step_s * 1e3:.1f} ms "
+        f"(median, the slower rank) with {own['all_reduces_per_token'].iloc[0]:.0f} all-reduces "
+        f"per token, each rank reading {share:.0%} of the bytes one process reads a step (its "
+        "share of the blocks' weights and cache, and all of the replicated embedding, norms and "
+        "LM head)"))]  # fmt: skip
+    if one_process_s is None:
+        return findings
+    ratio = step_s / one_process_s
+    if own["unstable"].any():
+        reading = "the tensor-parallel medians are unstable: no conclusion is drawn from them"
+    elif ratio > 2:
+        reading = (f"more than twice as long split: reading {share:.0%} of the bytes saves "
+                   "less than the all-reduces (each a round trip between processes) cost here; "
+                   "the two are not timed apart")  # fmt: skip
+    elif ratio < 0.5:
+        reading = "less than half the time split: the split more than pays for its all-reduces"
+    else:
+        reading = "within 2x of each other, measured apart: no conclusion is drawn"
+    findings.append(Finding("tensor-parallel against one process", (
+        f"one process's eager step at the same batch took {one_process_s * 1e3:.1f} ms (measured "
+        f"apart, not interleaved): {ratio:.1f}x; {reading}")))  # fmt: skip
+    return findings
