@@ -76,7 +76,7 @@ from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure, sav
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.profiling.capture import profiling, record_step_trace
 from perflab.profiling.copies import copy_sites
-from perflab.profiling.grid import profile_grid
+from perflab.profiling.grid import grid_answers, profile_grid
 from perflab.training.ladder import BASELINE, TrainingStep
 from perflab.training.step_profile import compare_mask_copy
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
@@ -258,46 +258,16 @@ print(f"{len(grid)} configurations profiled: {len(grid_presets)} presets x "
       f"{len(grid_seq_lens)} contexts")
 
 # %%
-inside = grid["forward_profiler_ms"].between(grid["forward_timer_ci_low_ms"],
-                                             grid["forward_timer_ci_high_ms"])
-stable = ~grid["forward_timer_unstable"]
-profiler_over_timer = grid["forward_profiler_ms"] / grid["forward_timer_ms"]
-per_flop = grid["softmax_over_matmul_time"] / grid["softmax_over_matmul_flops"]
-tops = grid.groupby("top_forward").size().sort_values(ascending=False)
-falls = grid["matmul_share_step"] < grid["matmul_share_forward"]
-print(f"(a) the profiler's forward time lies inside the timer's interval in {inside.sum()} of "
-      f"{len(grid)} configurations ({(inside & stable).sum()} of the {stable.sum()} whose timing "
-      f"is stable); it is {profiler_over_timer.min():.2f}x to {profiler_over_timer.max():.2f}x "
-      "the timer's median")
-print("(b) the forward pass's top operator: " + ", ".join(
-    f"{name} in {count}" for name, count in tops.items())
-    + f" of {len(grid)}; the same one tops the training step in {grid['same_top'].sum()}")
-common = pd.Series([name.rsplit(" ", 1)[0] for names in grid["others_forward"]
-                    for name in names.split("; ") if name]).value_counts()
-print(f"(c) besides matmuls, {grid['others_count'].min()} to {grid['others_count'].max()} "
-      "operators take 1% or more of the forward pass per configuration; the most common: "
-      + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items())
-         or "none"))
-print(f"(d) the matmul share falls from the forward pass to the training step in {falls.sum()} "
-      f"of {len(grid)}; across configurations it is "
-      f"{grid['matmul_share_forward'].min():.0%}-{grid['matmul_share_forward'].max():.0%} of the "
-      f"forward pass and {grid['matmul_share_step'].min():.0%}-"
-      f"{grid['matmul_share_step'].max():.0%} of the training step")
-def span(values, digits=2):
-    low, high = f"{values.min():.{digits}f}", f"{values.max():.{digits}f}"
-    return f"{low}x" if low == high else f"{low}x to {high}x"
-
-
-print(f"(e) softmax takes {span(grid['softmax_over_matmul_time'])} the attention matmuls' time "
-      f"for {span(grid['softmax_over_matmul_flops'], 3)} their FLOPs (5 / 4d, d the head "
-      f"dimension): per FLOP it is {span(per_flop, 0)} slower")
+for answer in grid_answers(grid):
+    print(answer)
 
 # %% [markdown]
-# These are few steps each, on a shared machine. Where the profile's forward time lies above
-# the timer's interval, the profiler's own cost (it records every operator, and more operators
-# at larger sizes) is the first suspect, the noise of the moment the second; a timing flagged
-# unstable says little either way. The answers that hold in every configuration are the ones
-# to trust.
+# These are few steps each, on a shared machine. A profiled forward slower than the timer's
+# interval points first at the profiler's own cost (it records every operator, and more
+# operators at larger sizes); a profiled forward faster than the interval cannot be that cost,
+# and says the timed steps met a slower moment of the machine (answer (a) counts the two
+# apart). A timing flagged unstable says little either way. The answers that hold in every
+# configuration are the ones to trust.
 #
 # ## 4. The same table from Nsight Systems (GPU-only, not yet run)
 #

@@ -449,3 +449,21 @@ def test_record_step_trace_rejects_bad_arguments(tmp_path):
         ValueError, match="unknown attention 'flash'; valid: naive, annotated, sdpa"
     ):
         record_step_trace(tmp_path / "t.json", config, attention="flash")
+
+
+def test_grid_answers_tell_misses_above_the_interval_from_those_below():
+    """Planted: one profiled forward inside the timer's interval, one above it (profiler
+    overhead is a suspect), one below it (it cannot be)."""
+    from perflab.profiling.grid import grid_answers
+
+    base = {"forward_timer_ms": 10.0, "forward_timer_ci_low_ms": 9.0,
+            "forward_timer_ci_high_ms": 11.0, "forward_timer_unstable": False,
+            "top_forward": "aten::mm", "same_top": True, "others_forward": "aten::add 2.0%",
+            "others_count": 1, "matmul_share_forward": 0.6, "matmul_share_step": 0.5,
+            "softmax_over_matmul_time": 0.2, "softmax_over_matmul_flops": 0.02}  # fmt: skip
+    grid = pd.DataFrame([{**base, "forward_profiler_ms": ms} for ms in (10.0, 12.0, 8.0)])
+    first = grid_answers(grid)[0]
+    assert first.startswith("(a) the profiler's forward time lies inside the timer's interval "
+                            "in 1 of 3 configurations")  # fmt: skip
+    assert "above it in 1 (1.20x the timer's median" in first
+    assert "below it in 1 (0.80x" in first and "cannot explain" in first

@@ -96,3 +96,62 @@ def profile_grid(
                 "forward_timer_unstable": timer["unstable"],
             })  # fmt: skip
     return pd.DataFrame(rows)
+
+
+def _span(values: pd.Series, digits: int = 2) -> str:
+    low, high = f"{values.min():.{digits}f}", f"{values.max():.{digits}f}"
+    return f"{low}x" if low == high else f"{low}x to {high}x"
+
+
+def grid_answers(grid: pd.DataFrame) -> list[str]:
+    """Notebook 02's answers (a) to (e), read from ``profile_grid``'s rows: (a) where the
+    profiler's forward time lies against the timer's interval, above it and below it apart
+    (above: the profiler's own cost is the first suspect; below: it cannot be, so the noise of
+    the moment is), (b) the top operator and whether it also tops the step, (c) the other
+    operators above 1%, (d) the matmul share from forward to step, (e) softmax's time against
+    its FLOPs."""
+    low, high = grid["forward_timer_ci_low_ms"], grid["forward_timer_ci_high_ms"]
+    profiled = grid["forward_profiler_ms"]
+    above, below = profiled > high, profiled < low
+    inside = ~(above | below)
+    stable = ~grid["forward_timer_unstable"].astype(bool)
+    ratio = profiled / grid["forward_timer_ms"]
+    misses = []
+    if above.any():
+        misses.append(f"above it in {above.sum()} ({_span(ratio[above])} the timer's median: "
+                      "the profiler's own cost, recording every operator, is the first "
+                      "suspect)")  # fmt: skip
+    if below.any():
+        misses.append(f"below it in {below.sum()} ({_span(ratio[below])}: faster under the "
+                      "profiler, which its cost cannot explain; the timed steps met a slower "
+                      "moment of the machine, noise beyond the interval's level)")  # fmt: skip
+    answers = [
+        f"(a) the profiler's forward time lies inside the timer's interval in {inside.sum()} of "
+        f"{len(grid)} configurations ({(inside & stable).sum()} of the {stable.sum()} whose "
+        "timing is stable)" + ("; " + "; ".join(misses) if misses else "")
+    ]
+    tops = grid.groupby("top_forward").size().sort_values(ascending=False)
+    answers.append("(b) the forward pass's top operator: "
+                   + ", ".join(f"{name} in {count}" for name, count in tops.items())
+                   + f" of {len(grid)}; the same one tops the training step in "
+                   f"{grid['same_top'].sum()}")  # fmt: skip
+    common = pd.Series([name.rsplit(" ", 1)[0] for names in grid["others_forward"]
+                        for name in names.split("; ") if name]).value_counts()  # fmt: skip
+    answers.append(f"(c) besides matmuls, {grid['others_count'].min()} to "
+                   f"{grid['others_count'].max()} operators take 1% or more of the forward pass "
+                   "per configuration; the most common: "
+                   + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items())
+                      or "none"))  # fmt: skip
+    falls = grid["matmul_share_step"] < grid["matmul_share_forward"]
+    answers.append(f"(d) the matmul share falls from the forward pass to the training step in "
+                   f"{falls.sum()} of {len(grid)}; across configurations it is "
+                   f"{grid['matmul_share_forward'].min():.0%}-"
+                   f"{grid['matmul_share_forward'].max():.0%} of the forward pass and "
+                   f"{grid['matmul_share_step'].min():.0%}-{grid['matmul_share_step'].max():.0%} "
+                   "of the training step")  # fmt: skip
+    per_flop = grid["softmax_over_matmul_time"] / grid["softmax_over_matmul_flops"]
+    answers.append(f"(e) softmax takes {_span(grid['softmax_over_matmul_time'])} the attention "
+                   f"matmuls' time for {_span(grid['softmax_over_matmul_flops'], 3)} their FLOPs "
+                   f"(5 / 4d, d the head dimension): per FLOP it is {_span(per_flop, 0)} "
+                   "slower")  # fmt: skip
+    return answers
