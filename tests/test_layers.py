@@ -1,4 +1,4 @@
-"""The library's layers (README, "Layout"): a module imports only from its own layer or the ones
+"""The library's layers (docs/layout.md): a module imports only from its own layer or the ones
 below it, and no modules import each other in a circle. Read from the source with ``ast``
 (imports inside functions included), so a late import cannot hide an upward one."""
 
@@ -6,10 +6,10 @@ import ast
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
-#: Layer of each top-level part of ``perflab``, from the ground up (README, "Layout").
+#: Layer of each top-level part of ``perflab``, from the ground up (docs/layout.md).
 LAYERS = {
     "device": 0, "ranges": 0, "checkpointing": 0, "paths": 0, "settings": 0, "progress": 0,
-    "handout": 0,
+    "handout": 0, "hardware": 0, "lease": 0,
     "attention": 1, "precision": 1, "fused_cross_entropy": 1,
     "model": 2,
     "bench": 3, "profiling": 3, "memory": 3, "report": 3, "writeup": 3, "layer_norm": 3,
@@ -44,7 +44,7 @@ def _imports() -> dict[str, set[str]]:
 
 def _layer(module: str) -> int:
     part = module.split(".")[1] if "." in module else "__init__"
-    assert part in LAYERS, f"{module} is in no layer: add {part!r} to LAYERS and the README"
+    assert part in LAYERS, f"{module} is in no layer: add {part!r} to LAYERS and docs/layout.md"
     return LAYERS[part]
 
 

@@ -1,7 +1,7 @@
 """perflab report's typeset write-up: one section per handout problem, compiled to a PDF whose
 text holds every problem's heading, the results' sentences, tables and vector figures, each
 cited in the provenance appendix; tricky cells render as text; two results folders side by
-side; the README's map is the one the write-up reads."""
+side; docs/handout.md's map is the one the write-up reads."""
 
 import json
 import re
@@ -19,7 +19,7 @@ from perflab.paths import save_figure, save_table  # noqa: E402
 from perflab.report import Source  # noqa: E402
 from perflab.writeup import build_writeup, readable, writeup_source  # noqa: E402
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+HANDOUT_MAP = Path(__file__).resolve().parents[1] / "docs" / "handout.md"
 TRICKY = "_x_ 50% a&b #1 $5 <lambda> = head - item ~3"
 
 
@@ -142,8 +142,8 @@ def test_without_typst_the_source_is_written_and_the_pdf_is_not(two_sources, tmp
 
 
 def test_the_readme_map_is_the_one_the_writeup_reads():
-    assert markdown_table() in README.read_text(), (
-        "README's 'Where each handout problem is answered' differs from perflab.handout.ANSWERS: "
+    assert markdown_table() in HANDOUT_MAP.read_text(), (
+        "docs/handout.md differs from perflab.handout.ANSWERS: "
         "render it again with perflab.handout.markdown_table()"
     )
     names = {p.name for p in PROBLEMS}

@@ -2,8 +2,8 @@
 
 ``PROBLEMS`` lists every problem in the handouts' order, with its years and points
 (``../shared/HANDOUT.md`` summarises both handouts). ``ANSWERS`` is the map from problems to
-notebook sections: the README's table "Where each handout problem is answered" is rendered from
-it (``markdown_table``, and a test holds the README to it), and ``perflab report`` reads it to
+notebook sections: the table of ``docs/handout.md`` is rendered from it (``markdown_table``,
+and a test holds the file to it), and ``perflab report`` reads it to
 put each problem's tables, figures and concluding sentences in that problem's section.
 """
 
@@ -236,7 +236,7 @@ def answers_for(problem: str) -> list[Answer]:
 
 
 def markdown_table() -> str:
-    """The README's table "Where each handout problem is answered", rendered from ANSWERS."""
+    """The table of ``docs/handout.md``, rendered from ANSWERS."""
     lines = ["| problem | year | where | how |", "|---|---|---|---|"]
     lines += [f"| {a.label} | {a.year} | {a.where} | {a.how} |" for a in ANSWERS]
     return "\n".join(lines) + "\n"
