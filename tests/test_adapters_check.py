@@ -24,8 +24,7 @@ NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not install
 
 
 def perflab_cli(*args):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True,
-                          text=True)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +56,15 @@ def test_perflab_own_adapters_pass_everything(own_table):
     assert failing.empty, failing.to_string()
     assert passed(own_table)
     checked = set(own_table.adapter)
-    for getter in ("get_ddp", "get_ddp_individual_parameters", "get_ddp_bucketed", "get_fsdp",
-                   "get_sharded_optimizer", "get_flashattention_autograd_function_pytorch",
-                   "get_flashattention_autograd_function_triton"):  # fmt: skip
+    for getter in (
+        "get_ddp",
+        "get_ddp_individual_parameters",
+        "get_ddp_bucketed",
+        "get_fsdp",
+        "get_sharded_optimizer",
+        "get_flashattention_autograd_function_pytorch",
+        "get_flashattention_autograd_function_triton",
+    ):
         assert getter in checked
     compiled = own_table[own_table.check.str.startswith("compiles for")]
     if not HAVE_TRITON:
@@ -94,11 +99,13 @@ def test_an_adapter_that_raises_is_an_error_not_a_pass(buggy_table):
 
 
 def test_correct_parts_of_a_buggy_file_still_pass(buggy_table):
-    assert status_of(buggy_table, "get_flashattention_autograd_function_pytorch",
-                     "output") == {"pass"}  # fmt: skip
+    assert status_of(buggy_table, "get_flashattention_autograd_function_pytorch", "output") == {
+        "pass"
+    }
     if HAVE_TRITON:
-        assert status_of(buggy_table, "get_flashattention_autograd_function_triton",
-                         "dQ") == {"pass"}  # fmt: skip
+        assert status_of(buggy_table, "get_flashattention_autograd_function_triton", "dQ") == {
+            "pass"
+        }
     assert not passed(buggy_table)
 
 
@@ -185,8 +192,10 @@ def test_results_name_and_added_implementations():
     add_implementation("yours_test_only", FlashAttentionTorch)
     assert not interpreted("yours_test_only")
     q = torch.randn(1, 5, 16)
-    torch.testing.assert_close(get_implementation("yours_test_only")(q, q, q, True),
-                               FlashAttentionTorch.apply(q, q, q, True))  # fmt: skip
+    torch.testing.assert_close(
+        get_implementation("yours_test_only")(q, q, q, True),
+        FlashAttentionTorch.apply(q, q, q, True),
+    )
 
 
 def test_notebook_06_checks_and_times_adapters_outside_the_repository(tmp_path):
@@ -198,11 +207,25 @@ def test_notebook_06_checks_and_times_adapters_outside_the_repository(tmp_path):
         "from perflab.cs336 import get_flashattention_autograd_function_pytorch  # noqa\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "perflab", "run", "06", "-p", "adapters",
-         str(student / "adapters.py"), "-p", "seq_lens", "[128]", "--output",
-         str(tmp_path / "out")],
-        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "run",
+            "06",
+            "-p",
+            "adapters",
+            str(student / "adapters.py"),
+            "-p",
+            "seq_lens",
+            "[128]",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (folder,) = (tmp_path / "results" / "06_flash_attention" / "yours-tests-adapters").iterdir()
     flash = pd.read_csv(folder / "flash.csv")
@@ -307,12 +330,20 @@ def student_distributed(tmp_path):
 def test_only_adapters_whose_every_check_passed_are_timed():
     from perflab.adapters import passing_adapters
 
-    table = pd.DataFrame({
-        "adapter": ["get_ddp", "get_ddp", "get_fsdp", "get_fsdp", "get_fsdp",
-                    "get_sharded_optimizer"],
-        "scope": ["handout", "handout", "handout", "handout", "beyond the handout", "handout"],
-        "status": ["pass", "fail", "pass", "not provided", "fail", "not provided"],
-    })  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "adapter": [
+                "get_ddp",
+                "get_ddp",
+                "get_fsdp",
+                "get_fsdp",
+                "get_fsdp",
+                "get_sharded_optimizer",
+            ],
+            "scope": ["handout", "handout", "handout", "handout", "beyond the handout", "handout"],
+            "status": ["pass", "fail", "pass", "not provided", "fail", "not provided"],
+        }
+    )
     # a finding beyond the handout does not keep an adapter from being timed
     assert passing_adapters(table) == {"get_fsdp"}
 
@@ -333,47 +364,124 @@ def test_your_wrappers_take_turns_with_perflabs_in_one_launch(tmp_path, student_
     )
 
     passing = {"get_ddp_bucketed", "get_fsdp", "get_sharded_optimizer"}
-    configs = ddp_configs(2, "toy", [1]) + yours_ddp_configs(student_distributed, passing, 2,
-                                                             "toy", 1)  # fmt: skip
+    configs = ddp_configs(2, "toy", [1]) + yours_ddp_configs(
+        student_distributed, passing, 2, "toy", 1
+    )
     assert [c["variant"] for c in configs[-1:]] == ["yours bucketed"]  # get_ddp did not pass
-    frame = ddp_sweep(tmp_path / "ddp.csv", configs, batch_size=2, seq_len=8, warmup=0,
-                      rounds=2, setup=adapters_setup)  # fmt: skip
+    frame = ddp_sweep(
+        tmp_path / "ddp.csv",
+        configs,
+        batch_size=2,
+        seq_len=8,
+        warmup=0,
+        rounds=2,
+        setup=adapters_setup,
+    )
     assert (frame["status"] == "ok").all(), frame["error"].tolist()
     yours = frame[frame["variant"] == "yours bucketed"].iloc[0]
     assert yours.held_fraction == 1  # data parallel: every parameter
     assert "yours bucketed 1 MB" in set(ddp_comparisons(frame)["b"])
-    zero = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy")
-                     + yours_zero_configs(student_distributed, passing, 2, "toy"),
-                     batch_size=2, seq_len=8, warmup=0, rounds=2, key=ZERO_KEY,
-                     setup=adapters_setup)  # fmt: skip
+    zero = ddp_sweep(
+        tmp_path / "zero.csv",
+        zero_configs(2, "toy") + yours_zero_configs(student_distributed, passing, 2, "toy"),
+        batch_size=2,
+        seq_len=8,
+        warmup=0,
+        rounds=2,
+        key=ZERO_KEY,
+        setup=adapters_setup,
+    )
     assert (zero["status"] == "ok").all(), zero["error"].tolist()
     named = [f"{row.variant} + {row.optimizer}" for row in zero.itertuples()]
     assert named[2:] == ["fsdp + adamw", "yours fsdp + adamw", "flat + yours sharded-adamw"]
     held = zero.set_index("variant")["held_fraction"]
     assert held["yours fsdp"] < 0.75 and held["fsdp"] < 0.75  # sharded over 2 ranks
     pairs = [(c.name_a, c.name_b) for c in yours_zero_comparisons(zero)]
-    assert pairs == [("fsdp + adamw", "yours fsdp + adamw"),
-                     ("flat + sharded-adamw", "flat + yours sharded-adamw")]  # fmt: skip
+    assert pairs == [
+        ("fsdp + adamw", "yours fsdp + adamw"),
+        ("flat + sharded-adamw", "flat + yours sharded-adamw"),
+    ]
 
 
-@pytest.mark.parametrize("notebook, params, timed", [
-    ("07", ["-p", "sizes_mb", "[1, 4]", "-p", "world_sizes", "[2]", "-p", "parity_models",
-            '["toy"]', "-p", "ddp_model", "lm:64:2", "-p", "bucket_sizes_mb", "[1]",
-            "-p", "ring_sizes_mb", "[1, 2]", "-p", "ring_world_sizes", "[2]", "-p", "rounds",
-            "2", "-p", "warmup", "0"], ("ddp_steps.csv", {"yours bucketed"})),
-    ("08", ["-p", "zero_rounds", "2", "-p", "zero_warmup", "0", "-p", "memory_model", "lm:64:2",
-            "-p", "zero_time_model", "lm:64:2"], ("yours_step.csv", {"yours fsdp", "flat"})),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "notebook, params, timed",
+    [
+        (
+            "07",
+            [
+                "-p",
+                "sizes_mb",
+                "[1, 4]",
+                "-p",
+                "world_sizes",
+                "[2]",
+                "-p",
+                "parity_models",
+                '["toy"]',
+                "-p",
+                "ddp_model",
+                "lm:64:2",
+                "-p",
+                "bucket_sizes_mb",
+                "[1]",
+                "-p",
+                "ring_sizes_mb",
+                "[1, 2]",
+                "-p",
+                "ring_world_sizes",
+                "[2]",
+                "-p",
+                "rounds",
+                "2",
+                "-p",
+                "warmup",
+                "0",
+            ],
+            ("ddp_steps.csv", {"yours bucketed"}),
+        ),
+        (
+            "08",
+            [
+                "-p",
+                "zero_rounds",
+                "2",
+                "-p",
+                "zero_warmup",
+                "0",
+                "-p",
+                "memory_model",
+                "lm:64:2",
+                "-p",
+                "zero_time_model",
+                "lm:64:2",
+            ],
+            ("yours_step.csv", {"yours fsdp", "flat"}),
+        ),
+    ],
+)
 def test_notebooks_07_and_08_check_then_time_your_distributed_code(
     tmp_path, student_distributed, notebook, params, timed
 ):
     """``perflab run 07|08 -p adapters FILE``: the check table in the notebook, and only the
     adapters that passed it timed, in a results folder of their own."""
     done = subprocess.run(
-        [sys.executable, "-m", "perflab", "run", notebook, "-p", "adapters", student_distributed,
-         *params, "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "run",
+            notebook,
+            "-p",
+            "adapters",
+            student_distributed,
+            *params,
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     name = {"07": "07_distributed_ddp", "08": "08_sharding"}[notebook]
     (folder,) = (tmp_path / "results" / name / "yours-tests-adapters").iterdir()
@@ -400,12 +508,35 @@ def test_notebook_05_checks_then_times_your_flashattention(tmp_path):
         "from perflab.cs336 import get_flashattention_autograd_function_pytorch  # noqa\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "perflab", "run", "05", "-p", "adapters",
-         "my-repo/tests/adapters.py", "-p", "head_dims", "[16]", "-p", "seq_lens", "[64]",
-         "-p", "steps", "2", "-p", "model_batch_size", "1", "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "run",
+            "05",
+            "-p",
+            "adapters",
+            "my-repo/tests/adapters.py",
+            "-p",
+            "head_dims",
+            "[16]",
+            "-p",
+            "seq_lens",
+            "[64]",
+            "-p",
+            "steps",
+            "2",
+            "-p",
+            "model_batch_size",
+            "1",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
         cwd=tmp_path,  # the path is relative to where perflab run starts, not to notebooks/
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     (folder,) = (tmp_path / "results" / "05_attention_compile" / "yours-tests-adapters").iterdir()
     check = pd.read_csv(folder / "yours_check.csv").set_index("adapter")["status"]
@@ -422,12 +553,35 @@ def test_notebook_01_times_your_model_class_against_perflabs(tmp_path):
     timed in every mode, in the fresh-process warm-up study, and against perflab's model."""
     spec = "course_model:CourseShapedLM"
     done = subprocess.run(
-        [sys.executable, "-m", "perflab", "run", "01", "-p", "model", spec, "-p", "presets",
-         '["cpu-tiny"]', "-p", "steps", "2", "-p", "warmup", "1", "-p", "warmup_study_steps",
-         "2", "--output", str(tmp_path / "out")],
-        capture_output=True, text=True, env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "run",
+            "01",
+            "-p",
+            "model",
+            spec,
+            "-p",
+            "presets",
+            '["cpu-tiny"]',
+            "-p",
+            "steps",
+            "2",
+            "-p",
+            "warmup",
+            "1",
+            "-p",
+            "warmup_study_steps",
+            "2",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
         cwd=FIXTURES,  # the model's module imports from where perflab run starts
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = tmp_path / "results" / "01_benchmarking" / "yours-course-model-courseshapedlm"
     (folder,) = results.iterdir()
@@ -458,8 +612,13 @@ def test_each_implementation_and_version_gets_its_own_results_folder(tmp_path):
     assert alice.startswith("yours-alice-a2-") and bob.startswith("yours-bob-a2-")
     assert alice.rsplit("-", 1)[1] == bob.rsplit("-", 1)[1]  # the same file, hashed alike
     assert len({alice, bob, bob_later}) == 3
-    done = perflab_cli("check", "--adapters", str(tmp_path / "alice-a2" / "tests" / "adapters.py"),
-                       "--parts", "optimizer")  # fmt: skip
+    done = perflab_cli(
+        "check",
+        "--adapters",
+        str(tmp_path / "alice-a2" / "tests" / "adapters.py"),
+        "--parts",
+        "optimizer",
+    )
     assert f"data/results/<notebook>/{alice}/" in done.stderr.splitlines()[0]
 
 
@@ -554,12 +713,24 @@ def test_numbers_keep_their_format_and_units():
     parsed '1.7e+05' back into 170000 under "tolerance")."""
     from perflab.adapters import format_table
 
-    table = pd.DataFrame([
-        {"adapter": "k", "check": "compiles for sm_90 (H100)", "error": 166912.0,
-         "tolerance": 232448.0, "status": "pass"},
-        {"adapter": "a", "check": "forward: output vs float64", "error": 2e35,
-         "tolerance": 2e-5, "status": "fail"},
-    ])  # fmt: skip
+    table = pd.DataFrame(
+        [
+            {
+                "adapter": "k",
+                "check": "compiles for sm_90 (H100)",
+                "error": 166912.0,
+                "tolerance": 232448.0,
+                "status": "pass",
+            },
+            {
+                "adapter": "a",
+                "check": "forward: output vs float64",
+                "error": 2e35,
+                "tolerance": 2e-5,
+                "status": "fail",
+            },
+        ]
+    )
     text = format_table(table)
     assert "163.0 KiB" in text and "227.0 KiB" in text
     assert "2.0e+35" in text and "2.0e-05" in text and "170000" not in text

@@ -22,8 +22,9 @@ from perflab.training.batching import (
     speeches,
 )
 
-BYTES = dataclasses.replace(get_preset("cpu-tiny"), d_model=32, d_ff=64, num_heads=2,
-                            vocab_size=256, context_length=64)  # fmt: skip
+BYTES = dataclasses.replace(
+    get_preset("cpu-tiny"), d_model=32, d_ff=64, num_heads=2, vocab_size=256, context_length=64
+)
 
 
 def _sequences(lengths, seed=0):
@@ -36,7 +37,7 @@ def test_the_loss_in_one_call_equals_the_loop_and_a_summing_loop_is_caught(monke
     assert check["matches"] and check["dtype"] == "float64" and check["loss_diff"] <= 1e-12
     summing = lambda logits, targets: torch.stack(  # noqa: E731
         [torch.nn.functional.cross_entropy(logits[i], targets[i]) for i in range(len(logits))]
-    ).sum()  # fmt: skip
+    ).sum()
     monkeypatch.setattr(batching, "loss_loop", summing)
     assert not check_loss_batching(5, 7, 11)["matches"]
 

@@ -108,7 +108,7 @@ def _results(forward, forward_backward, train_step):
                     if m == "train-step"
                     else {}
                 ),
-            }  # fmt: skip
+            }
             for m, s in means.items()
         ]
         + [{"preset": "q", "mode": "forward", "status": "oom"}]
@@ -132,8 +132,15 @@ def test_phase_breakdown_from_inside_the_step_with_subtraction_beside_it():
 
 
 def test_phases_are_measured_inside_each_step_and_add_up():
-    config = BenchConfig(preset="cpu-tiny", context_length=16, mode="train-step", batch_size=2,
-                         warmup=1, steps=3, device="cpu")  # fmt: skip
+    config = BenchConfig(
+        preset="cpu-tiny",
+        context_length=16,
+        mode="train-step",
+        batch_size=2,
+        warmup=1,
+        steps=3,
+        device="cpu",
+    )
     row, timing = run_benchmark(config)
     phases = json.loads(row["phase_samples_s"])
     assert list(phases) == ["forward", "backward", "optimizer"]
@@ -211,15 +218,22 @@ def test_warmup_conclusion_claims_only_what_the_intervals_show():
 def test_a_middle_warmup_setting_says_whether_it_paid_the_one_off_costs():
     from perflab.bench.warmup import between_settings, warmup_effect
 
-    study = pd.DataFrame({"warmup": [0, 1, 2], "samples_s": [
-        "[0.5, 0.1, 0.1, 0.1, 0.1, 0.1]",
-        "[0.3, 0.1, 0.1, 0.1, 0.1, 0.1]",  # one warm-up step left a slow first timed step
-        "[0.1, 0.1, 0.1, 0.1, 0.1, 0.11]"]})  # fmt: skip
+    study = pd.DataFrame(
+        {
+            "warmup": [0, 1, 2],
+            "samples_s": [
+                "[0.5, 0.1, 0.1, 0.1, 0.1, 0.1]",
+                "[0.3, 0.1, 0.1, 0.1, 0.1, 0.1]",  # one warm-up step left a slow first timed step
+                "[0.1, 0.1, 0.1, 0.1, 0.1, 0.11]",
+            ],
+        }
+    )
     text = between_settings(warmup_effect(study))
     assert text.startswith(" After 1 warm-up step the first timed step took 3.00x")
     assert "above its interval" in text and "did not pay every one-off cost" in text
-    settled = study.assign(samples_s=[study.samples_s[0], "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]",
-                                      study.samples_s[2]])  # fmt: skip
+    settled = study.assign(
+        samples_s=[study.samples_s[0], "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]", study.samples_s[2]]
+    )
     text = between_settings(warmup_effect(settled))
     assert "within or below its interval" in text and "overlapping the settled" in text
     assert "1 warm-up step paid the one-off costs here" in text and "noise" in text
@@ -233,10 +247,12 @@ def test_configurations_compared_interleaved_are_named_by_their_difference():
 
     from perflab.bench.steps import compare_configs
 
-    a = BenchConfig(preset="cpu-tiny", context_length=8, mode="train-step", batch_size=1,
-                    device="cpu")  # fmt: skip
-    result = compare_configs(a, replace(a, dtype="bfloat16"), torch.device("cpu"), rounds=3,
-                             warmup=1)  # fmt: skip
+    a = BenchConfig(
+        preset="cpu-tiny", context_length=8, mode="train-step", batch_size=1, device="cpu"
+    )
+    result = compare_configs(
+        a, replace(a, dtype="bfloat16"), torch.device("cpu"), rounds=3, warmup=1
+    )
     assert (result.name_a, result.name_b) == ("float32", "bfloat16")
     assert len(result.times_a) == len(result.times_b) == 3
     # 3 rounds give [min, max] at 75%: too few for any verdict at 95%.
@@ -251,8 +267,9 @@ def test_context_length_must_be_an_integer():
 
 
 def test_the_model_shape_comes_from_the_preset_unless_given():
-    config = BenchConfig("cpu-tiny", context_length=1024, mode="forward", d_model=192,
-                         num_heads=3, vocab_size=512)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny", context_length=1024, mode="forward", d_model=192, num_heads=3, vocab_size=512
+    )
     shape = config.model_config()
     tiny = PRESETS["cpu-tiny"]
     assert (shape.d_model, shape.num_heads, shape.vocab_size) == (192, 3, 512)
@@ -282,9 +299,19 @@ def test_shape_and_recipe_errors(changes, message):
 def test_command_line_parses_back_to_the_same_configuration():
     from perflab.cli import build_parser
 
-    config = BenchConfig("cpu-tiny", context_length=24, mode="train-step", batch_size=3,
-                         d_model=96, num_heads=3, attention="sdpa", head="fused",
-                         optimizer="foreach", compile=True, checkpoint_group=2)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny",
+        context_length=24,
+        mode="train-step",
+        batch_size=3,
+        d_model=96,
+        num_heads=3,
+        attention="sdpa",
+        head="fused",
+        optimizer="foreach",
+        compile=True,
+        checkpoint_group=2,
+    )
     args = build_parser().parse_args(["bench", *config.command_line()])
     assert BenchConfig.from_arguments(args) == config
     plain = BenchConfig("cpu-tiny", context_length=24, mode="forward")
@@ -298,8 +325,15 @@ def test_a_recipe_round_trips_through_a_configuration():
 
     from perflab.bench.recipe import Recipe
 
-    recipe = Recipe("fused AdamW", dtype="bfloat16", head="fused", attention="flash",
-                    optimizer="fused", compiled=True, checkpoint_group=1)  # fmt: skip
+    recipe = Recipe(
+        "fused AdamW",
+        dtype="bfloat16",
+        head="fused",
+        attention="flash",
+        optimizer="fused",
+        compiled=True,
+        checkpoint_group=1,
+    )
     config = BenchConfig.from_recipe(recipe, "cpu-tiny", 32, "train-step", batch_size=2)
     assert replace(config.recipe, name=recipe.name) == recipe and config.batch_size == 2
 
@@ -309,8 +343,15 @@ def test_the_recipe_flags_reach_the_model_the_optimizer_and_the_loss():
     from perflab.bench.recipe import make_loss, make_optimizer, prepare_model
     from perflab.model import cross_entropy
 
-    config = BenchConfig("cpu-tiny", context_length=16, mode="train-step", attention="flash",
-                         head="fused", optimizer="foreach", checkpoint_group=1)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny",
+        context_length=16,
+        mode="train-step",
+        attention="flash",
+        head="fused",
+        optimizer="foreach",
+        checkpoint_group=1,
+    )
     recipe = config.recipe
     torch.manual_seed(0)
     model = TransformerLM(config.model_config()).double()
@@ -324,8 +365,17 @@ def test_the_recipe_flags_reach_the_model_the_optimizer_and_the_loss():
 
 
 def test_run_benchmark_counts_the_given_shape():
-    config = BenchConfig("cpu-tiny", context_length=8, mode="forward", batch_size=1, warmup=0,
-                         steps=1, device="cpu", num_layers=1, vocab_size=300)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny",
+        context_length=8,
+        mode="forward",
+        batch_size=1,
+        warmup=0,
+        steps=1,
+        device="cpu",
+        num_layers=1,
+        vocab_size=300,
+    )
     row, _ = run_benchmark(config)
     shape = config.model_config()
     assert (row["num_layers"], row["vocab_size"]) == (1, 300)
@@ -334,8 +384,16 @@ def test_run_benchmark_counts_the_given_shape():
 
 
 def test_rows_of_an_older_sweep_file_get_the_fields_added_since():
-    old = {"preset": "cpu-small", "context_length": "8", "mode": "forward", "batch_size": "4",
-           "warmup": "5", "steps": "10", "dtype": "float32", "device": "cpu"}  # fmt: skip
+    old = {
+        "preset": "cpu-small",
+        "context_length": "8",
+        "mode": "forward",
+        "batch_size": "4",
+        "warmup": "5",
+        "steps": "10",
+        "dtype": "float32",
+        "device": "cpu",
+    }
     filled = BenchConfig.filled_key(old)
     small = PRESETS["cpu-small"]
     assert (filled["d_model"], filled["vocab_size"]) == (small.d_model, small.vocab_size)
@@ -355,13 +413,28 @@ def course_model(monkeypatch):
 
 
 def test_your_model_class_is_timed_in_the_presets_shape(course_model):
-    config = BenchConfig("cpu-tiny", context_length=8, mode="train-step", batch_size=1, warmup=0,
-                         steps=1, device="cpu", model=course_model)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny",
+        context_length=8,
+        mode="train-step",
+        batch_size=1,
+        warmup=0,
+        steps=1,
+        device="cpu",
+        model=course_model,
+    )
     row, timing = run_benchmark(config)
     assert row["model"] == course_model and len(timing.samples) == 1
     assert row["num_parameters"] == config.model_config().num_parameters()
-    smaller = BenchConfig("cpu-tiny", context_length=8, mode="forward", warmup=0, steps=1,
-                          device="cpu", model="course_model:WithoutLMHead")  # fmt: skip
+    smaller = BenchConfig(
+        "cpu-tiny",
+        context_length=8,
+        mode="forward",
+        warmup=0,
+        steps=1,
+        device="cpu",
+        model="course_model:WithoutLMHead",
+    )
     shape = smaller.model_config()
     counted = run_benchmark(smaller)[0]["num_parameters"]
     assert counted == shape.num_parameters() - shape.d_model * shape.vocab_size
@@ -377,16 +450,26 @@ def test_your_model_class_on_the_command_line(course_model):
     assert "--model" not in BenchConfig("cpu-tiny", context_length=8, mode="forward").command_line()
 
 
-@pytest.mark.parametrize("model, changes, message", [
-    ("course_model", {}, "model must be 'package.module:Class', got 'course_model'"),
-    ("no_such_module_here:LM", {}, "cannot import 'no_such_module_here' for model"),
-    ("course_model:Missing", {}, "course_model has no nn.Module class 'Missing'"),
-    ("course_model:NOT_A_MODULE", {}, "has no nn.Module class 'NOT_A_MODULE'"),
-    ("course_model:WrongArguments", {}, r"cannot build course_model:WrongArguments with the "
-     r"course's arguments \(vocab_size, context_length"),
-    ("course_model:CourseShapedLM", {"attention": "sdpa"},
-     r"timed as it is: attention='sdpa' apply to perflab's TransformerLM only"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "model, changes, message",
+    [
+        ("course_model", {}, "model must be 'package.module:Class', got 'course_model'"),
+        ("no_such_module_here:LM", {}, "cannot import 'no_such_module_here' for model"),
+        ("course_model:Missing", {}, "course_model has no nn.Module class 'Missing'"),
+        ("course_model:NOT_A_MODULE", {}, "has no nn.Module class 'NOT_A_MODULE'"),
+        (
+            "course_model:WrongArguments",
+            {},
+            r"cannot build course_model:WrongArguments with the "
+            r"course's arguments \(vocab_size, context_length",
+        ),
+        (
+            "course_model:CourseShapedLM",
+            {"attention": "sdpa"},
+            r"timed as it is: attention='sdpa' apply to perflab's TransformerLM only",
+        ),
+    ],
+)
 def test_your_model_class_errors_are_one_line(course_model, model, changes, message):
     with pytest.raises(ValueError, match=message) as raised:
         config = BenchConfig("cpu-tiny", context_length=8, mode="forward", model=model, **changes)

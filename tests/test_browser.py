@@ -69,8 +69,9 @@ def _free_port() -> int:
 def _wait_for(condition, timeout: float, what: str, every: float = 0.5):
     """Poll ``condition()`` with selenium's ``WebDriverWait`` until it returns something true
     (an element re-rendered while it was read counts as not yet); fail naming ``what``."""
-    wait = WebDriverWait(None, timeout, poll_frequency=every,
-                         ignored_exceptions=(StaleElementReferenceException,))  # fmt: skip
+    wait = WebDriverWait(
+        None, timeout, poll_frequency=every, ignored_exceptions=(StaleElementReferenceException,)
+    )
     return wait.until(lambda _: condition(), message=f"{timeout:.0f} s waiting for {what}")
 
 
@@ -95,8 +96,12 @@ def jupyter_lab(tmp_path):
     # Every cell stays in the page (no windowing), so the checks below see all outputs; no
     # toast asking about Jupyter news covers the page.
     _write_settings(tmp_path / "settings", "notebook-extension/tracker", windowingMode="none")
-    _write_settings(tmp_path / "settings", "apputils-extension/notification",
-                    fetchNews="false", checkForUpdates=False)  # fmt: skip
+    _write_settings(
+        tmp_path / "settings",
+        "apputils-extension/notification",
+        fetchNews="false",
+        checkForUpdates=False,
+    )
     port = _free_port()
     # The kernel as a user gets it: the test session's MPLBACKEND=Agg would hide the figures.
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
@@ -108,14 +113,26 @@ def jupyter_lab(tmp_path):
     as_root = ["--allow-root"] if os.geteuid() == 0 else []  # CI's containers run as root
     log = open(tmp_path / "jupyter.log", "w")  # noqa: SIM115 (closed below)
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-         "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-         f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
-         f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}", *as_root],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            f"--LabApp.user_settings_dir={tmp_path / 'settings'}",
+            f"--LabApp.workspaces_dir={tmp_path / 'workspaces'}",
+            *as_root,
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
 
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy
@@ -146,8 +163,12 @@ def jupyter_lab(tmp_path):
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                 "--window-size=1400,1000"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(flag)
     try:
         driver = webdriver.Chrome(service=webdriver.ChromeService(CHROMEDRIVER), options=options)
@@ -179,7 +200,9 @@ def _shown(driver, box) -> list[str]:
     step in the page, so that a table re-rendered meanwhile cannot be half read."""
     return driver.execute_script(
         "return Array.from(arguments[0].querySelectorAll('.widget-output table'))"
-        ".map(t => t.innerText).join(' ');", box).split()  # fmt: skip
+        ".map(t => t.innerText).join(' ');",
+        box,
+    ).split()
 
 
 def _dropdown(box, label: str) -> Select:
@@ -192,13 +215,21 @@ def _dropdown(box, label: str) -> Select:
 def test_notebook_01_runs_in_jupyterlab_and_its_widgets_respond(jupyter_lab, browser):
     url, data = jupyter_lab
     browser.get(f"{url}/lab/tree/{NOTEBOOK}?token={TOKEN}")
-    _wait_for(lambda: (s := browser.execute_script(NOTEBOOK_STATE_JS)) and s["status"] == "idle",
-              180, "the notebook to open with an idle kernel")  # fmt: skip
+    _wait_for(
+        lambda: (s := browser.execute_script(NOTEBOOK_STATE_JS)) and s["status"] == "idle",
+        180,
+        "the notebook to open with an idle kernel",
+    )
     # Clear the committed outputs first, so that every execution count seen below is new.
     browser.execute_script("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs');")
-    _wait_for(lambda: all(c["count"] is None and not c["outputs"]
-                          for c in browser.execute_script(NOTEBOOK_STATE_JS)["cells"]),
-              30, "the committed outputs to be cleared")  # fmt: skip
+    _wait_for(
+        lambda: all(
+            c["count"] is None and not c["outputs"]
+            for c in browser.execute_script(NOTEBOOK_STATE_JS)["cells"]
+        ),
+        30,
+        "the committed outputs to be cleared",
+    )
     browser.execute_script("window.jupyterapp.commands.execute('notebook:run-all-cells');")
 
     def finished():  # every cell ran, or one failed (run-all then drops the cells after it)
@@ -221,8 +252,11 @@ def test_notebook_01_runs_in_jupyterlab_and_its_widgets_respond(jupyter_lab, bro
     explorer = _widget(browser, "num_parameters")
     assert {"cpu-tiny", "cpu-small"} <= set(_shown(browser, explorer))
     _dropdown(explorer, "preset").select_by_visible_text("cpu-small")
-    _wait_for(lambda: (s := _shown(browser, explorer)) and "cpu-tiny" not in s and "cpu-small" in s,
-              60, "the explorer's table to follow the preset menu")  # fmt: skip
+    _wait_for(
+        lambda: (s := _shown(browser, explorer)) and "cpu-tiny" not in s and "cpu-small" in s,
+        60,
+        "the explorer's table to follow the preset menu",
+    )
     assert explorer.find_elements(By.CSS_SELECTOR, "img"), "the explorer draws no figure"
     _shot(browser, explorer, "01_explorer_cpu_small.png")
 

@@ -16,8 +16,15 @@ from perflab.model import get_preset
 
 # N = 1e9 parameters, 10 layers of width 1000, 16 heads; 64 sequences of 100 tokens; bf16 on
 # the wire; 1 TFLOP/s devices, 1 GB/s between ranks, 10 GB/s within a TP group.
-WORK = Workload(n_params=1e9, num_layers=10, d_model=1000, num_heads=16, batch_size=64,
-                seq_len=100, bytes_per_element=2)  # fmt: skip
+WORK = Workload(
+    n_params=1e9,
+    num_layers=10,
+    d_model=1000,
+    num_heads=16,
+    batch_size=64,
+    seq_len=100,
+    bytes_per_element=2,
+)
 HW = Hardware("worked example", flops_per_s=1e12, bandwidth=1e9, tp_bandwidth=1e10)
 
 
@@ -130,8 +137,9 @@ def test_data_parallel_matches_the_ffn_derivation():
     for tokens in (1024, 262144, 2**20):
         work = Workload(3 * 2560 * 10240, 1, 2560, 32, tokens, 1, bytes_per_element=2)
         ffn = fc.largest_count(fc.strategies()["DP"]["backward"], fc.N_DP)
-        bound = float(ffn.subs({fc.B: tokens, fc.W: H100_NODE.bandwidth,
-                                fc.C: H100_NODE.flops_per_s}))  # fmt: skip
+        bound = float(
+            ffn.subs({fc.B: tokens, fc.W: H100_NODE.bandwidth, fc.C: H100_NODE.flops_per_s})
+        )
         assert max_compute_bound_devices("dp", work, H100_NODE) == min(tokens, int(bound))
 
 

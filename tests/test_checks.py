@@ -10,14 +10,30 @@ from perflab.cli import main
 
 
 def _timings(low_small, high_small, low_large, high_large):
-    common = {"mode": "train-step", "dtype": "float32", "context_length": 64, "batch_size": 4,
-              "device": "cpu", "status": "ok"}  # fmt: skip
-    return pd.DataFrame([
-        {"preset": "cpu-tiny", "median_ci_low_s": low_small, "median_ci_high_s": high_small,
-         **common},
-        {"preset": "cpu-small", "median_ci_low_s": low_large, "median_ci_high_s": high_large,
-         **common},
-    ])  # fmt: skip
+    common = {
+        "mode": "train-step",
+        "dtype": "float32",
+        "context_length": 64,
+        "batch_size": 4,
+        "device": "cpu",
+        "status": "ok",
+    }
+    return pd.DataFrame(
+        [
+            {
+                "preset": "cpu-tiny",
+                "median_ci_low_s": low_small,
+                "median_ci_high_s": high_small,
+                **common,
+            },
+            {
+                "preset": "cpu-small",
+                "median_ci_low_s": low_large,
+                "median_ci_high_s": high_large,
+                **common,
+            },
+        ]
+    )
 
 
 def test_clean_results_pass(tmp_path):
@@ -31,19 +47,30 @@ def test_clean_results_pass(tmp_path):
 
 def test_each_rule_finds_its_contradiction(tmp_path, capsys):
     _timings(0.20, 0.22, 0.10, 0.12).to_csv(tmp_path / "timings.csv", index=False)
-    pd.DataFrame({"optimizer_phase_s": [-0.01], "mfu": [1.3], "compiled_over_eager": [0.0],
-                  "status": ["ok"]}).to_csv(tmp_path / "phases.csv", index=False)  # fmt: skip
+    pd.DataFrame(
+        {"optimizer_phase_s": [-0.01], "mfu": [1.3], "compiled_over_eager": [0.0], "status": ["ok"]}
+    ).to_csv(tmp_path / "phases.csv", index=False)
     pd.DataFrame({"x_s": [-5.0], "status": ["oom"]}).to_csv(tmp_path / "oom.csv", index=False)
     concluded = {"key": "k", "sentence": "b is 2x faster", "verdict": "faster", "unstable": True}
     pd.DataFrame([concluded]).to_csv(tmp_path / "conclusions.csv", index=False)
-    pd.DataFrame({"batch": [1, 2], "tokens_per_s_low": [90.0, 300.0],
-                  "roofline_tokens_per_s": [100.0, 200.0]}).to_csv(tmp_path / "decode.csv",
-                                                                    index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "batch": [1, 2],
+            "tokens_per_s_low": [90.0, 300.0],
+            "roofline_tokens_per_s": [100.0, 200.0],
+        }
+    ).to_csv(tmp_path / "decode.csv", index=False)
     found = check_results(tmp_path, library=None)
-    assert sorted(found["rule"]) == sorted([
-        "larger preset faster", "negative time", "share out of bounds", "ratio not positive",
-        "conclusion from an unstable measurement", "above the roofline",
-    ])  # fmt: skip
+    assert sorted(found["rule"]) == sorted(
+        [
+            "larger preset faster",
+            "negative time",
+            "share out of bounds",
+            "ratio not positive",
+            "conclusion from an unstable measurement",
+            "above the roofline",
+        ]
+    )
     assert "row 1: measured at least 300 tokens/s, bound 200" in " ".join(found["detail"])
     assert main(["check-results", str(tmp_path)]) == 1
     assert "7 contradictions" in capsys.readouterr().out  # and the conclusion's missing tree
@@ -115,11 +142,13 @@ def test_a_sweep_row_contradicting_an_interleaved_verdict_is_found(tmp_path):
     assert _rules(tmp_path, library=None) == []
     # The end-to-end time's own interval counts the same way (notebooks 05 and 06 save it).
     flash_faster = sweep.assign(end_to_end_s=[0.010, 0.009])
-    flash_faster.assign(end_to_end_ci_low_s=[0.008, 0.007], end_to_end_ci_high_s=[0.012, 0.011]
-                        ).to_csv(tmp_path / "flash.csv", index=False)  # fmt: skip
+    flash_faster.assign(
+        end_to_end_ci_low_s=[0.008, 0.007], end_to_end_ci_high_s=[0.012, 0.011]
+    ).to_csv(tmp_path / "flash.csv", index=False)
     assert _rules(tmp_path, library=None) == []
-    flash_faster.assign(end_to_end_ci_low_s=[0.0095, 0.0085], end_to_end_ci_high_s=[0.0105, 0.009]
-                        ).to_csv(tmp_path / "flash.csv", index=False)  # fmt: skip
+    flash_faster.assign(
+        end_to_end_ci_low_s=[0.0095, 0.0085], end_to_end_ci_high_s=[0.0105, 0.009]
+    ).to_csv(tmp_path / "flash.csv", index=False)
     assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]
 
 
@@ -128,23 +157,48 @@ def test_overstated_confidence_and_same_outside_the_band_are_found(tmp_path):
     conclude(tmp_path, "few", "b is 2.00x slower than a (95% CI 1.90–2.10x)", comparison=few)
     assert _rules(tmp_path) == ["confidence overstated"]
     (tmp_path / "conclusions.csv").unlink()
-    pd.DataFrame([{"a": "x", "b": "y", "ci_low": 1.01, "ci_high": 1.22, "confidence": 0.97,
-                   "noise_band": 0.03, "verdict": "same"},
-                  {"a": "x", "b": "z", "ci_low": 0.5, "ci_high": 0.6, "confidence": 0.75,
-                   "noise_band": 0.03, "verdict": "faster"}]).to_csv(tmp_path / "t.csv",
-                                                                      index=False)  # fmt: skip
+    pd.DataFrame(
+        [
+            {
+                "a": "x",
+                "b": "y",
+                "ci_low": 1.01,
+                "ci_high": 1.22,
+                "confidence": 0.97,
+                "noise_band": 0.03,
+                "verdict": "same",
+            },
+            {
+                "a": "x",
+                "b": "z",
+                "ci_low": 0.5,
+                "ci_high": 0.6,
+                "confidence": 0.75,
+                "noise_band": 0.03,
+                "verdict": "faster",
+            },
+        ]
+    ).to_csv(tmp_path / "t.csv", index=False)
     assert _rules(tmp_path) == ['"same" outside the band', "confidence overstated"]
     (tmp_path / "t.csv").unlink()
-    pd.DataFrame([{"key": "k", "sentence": "no difference beyond the noise (1.05x, 96.8% CI "
-                   "1.02–1.06)", "verdict": "", "ci_low": 1.02, "ci_high": 1.06,
-                   "confidence": 0.968, "library_tree": "t"}]).to_csv(
-        tmp_path / "conclusions.csv", index=False)  # fmt: skip
+    pd.DataFrame(
+        [
+            {
+                "key": "k",
+                "sentence": "no difference beyond the noise (1.05x, 96.8% CI 1.02–1.06)",
+                "verdict": "",
+                "ci_low": 1.02,
+                "ci_high": 1.06,
+                "confidence": 0.968,
+                "library_tree": "t",
+            }
+        ]
+    ).to_csv(tmp_path / "conclusions.csv", index=False)
     assert _rules(tmp_path, library="t") == ['"same" outside the band']
 
 
 def test_unstable_flags_yardsticks_and_the_library_are_checked(tmp_path):
-    pd.DataFrame({"phase": ["forward"], "median_ms": [3.0]}).to_csv(tmp_path / "p.csv",
-                                                                   index=False)  # fmt: skip
+    pd.DataFrame({"phase": ["forward"], "median_ms": [3.0]}).to_csv(tmp_path / "p.csv", index=False)
     pd.DataFrame({"achieved_flops_per_s": [2e11], "peak_flops_per_s": [1.3e11]}).to_csv(
         tmp_path / "mfu.csv", index=False
     )
@@ -214,12 +268,29 @@ def test_a_stated_level_without_a_recorded_interval_is_found(tmp_path):
 
 def test_sweeps_timed_in_milliseconds_are_held_to_the_verdicts(tmp_path):
     """A DDP sweep's step_ms (notebooks 07 and 08) counts like a median in seconds."""
-    pd.DataFrame([{"a": "naive", "b": "flat", "ratio_b_over_a": 0.5, "ci_low": 0.45,
-                   "ci_high": 0.55, "confidence": 0.97, "noise_band": 0.03,
-                   "verdict": "faster", "world_size": 2}]).to_csv(tmp_path / "vs.csv",
-                                                                  index=False)  # fmt: skip
-    sweep = pd.DataFrame({"variant": ["naive", "flat"], "world_size": [2, 2],
-                          "step_ms": [10.0, 20.0], "unstable": [False, False]})  # fmt: skip
+    pd.DataFrame(
+        [
+            {
+                "a": "naive",
+                "b": "flat",
+                "ratio_b_over_a": 0.5,
+                "ci_low": 0.45,
+                "ci_high": 0.55,
+                "confidence": 0.97,
+                "noise_band": 0.03,
+                "verdict": "faster",
+                "world_size": 2,
+            }
+        ]
+    ).to_csv(tmp_path / "vs.csv", index=False)
+    sweep = pd.DataFrame(
+        {
+            "variant": ["naive", "flat"],
+            "world_size": [2, 2],
+            "step_ms": [10.0, 20.0],
+            "unstable": [False, False],
+        }
+    )
     sweep.to_csv(tmp_path / "steps.csv", index=False)
     assert _rules(tmp_path, library=None) == ["sweep row contradicts a verdict"]
 
@@ -231,14 +302,32 @@ def test_phase_findings_state_their_interval_and_record_it(tmp_path):
     from perflab.bench.conclusions import conclude_all
     from perflab.bench.tables import phase_findings
 
-    breakdown = pd.DataFrame([
-        {"preset": "a", "backward_over_forward": 2.1, "backward_over_forward_ci_low": 1.9,
-         "backward_over_forward_ci_high": 2.3, "backward_over_forward_ci_level": 0.96875,
-         "forward_share": 0.3, "backward_share": 0.6, "optimizer_share": 0.1, "unstable": False},
-        {"preset": "b", "backward_over_forward": 2.6, "backward_over_forward_ci_low": 2.2,
-         "backward_over_forward_ci_high": 2.9, "backward_over_forward_ci_level": 0.75,
-         "forward_share": 0.3, "backward_share": 0.6, "optimizer_share": 0.1, "unstable": False},
-    ])  # fmt: skip
+    breakdown = pd.DataFrame(
+        [
+            {
+                "preset": "a",
+                "backward_over_forward": 2.1,
+                "backward_over_forward_ci_low": 1.9,
+                "backward_over_forward_ci_high": 2.3,
+                "backward_over_forward_ci_level": 0.96875,
+                "forward_share": 0.3,
+                "backward_share": 0.6,
+                "optimizer_share": 0.1,
+                "unstable": False,
+            },
+            {
+                "preset": "b",
+                "backward_over_forward": 2.6,
+                "backward_over_forward_ci_low": 2.2,
+                "backward_over_forward_ci_high": 2.9,
+                "backward_over_forward_ci_level": 0.75,
+                "forward_share": 0.3,
+                "backward_share": 0.6,
+                "optimizer_share": 0.1,
+                "unstable": False,
+            },
+        ]
+    )
     a, b = phase_findings(breakdown)
     assert "consistent with the FLOP model's 2x" in a.sentence and a.verdict == "consistent with"
     assert b.verdict == "too few steps to compare with"

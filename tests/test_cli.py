@@ -113,13 +113,31 @@ def test_bench_with_a_shape_the_recipe_flags_and_memory():
 
     shape = ["--d-model", "64", "--num-heads", "2", "--num-layers", "1", "--vocab-size", "256"]
     recipe = ["--attention", "flash", "--head", "fused", "--optimizer", "foreach"]
-    done = perflab("bench", "--preset", "cpu-tiny", "--context-length", "16", "--mode",
-                   "train-step", "--warmup", "1", "--steps", "2", "--checkpoint-group", "1",
-                   *shape, *recipe, "--memory", "--format", "json")  # fmt: skip
+    done = perflab(
+        "bench",
+        "--preset",
+        "cpu-tiny",
+        "--context-length",
+        "16",
+        "--mode",
+        "train-step",
+        "--warmup",
+        "1",
+        "--steps",
+        "2",
+        "--checkpoint-group",
+        "1",
+        *shape,
+        *recipe,
+        "--memory",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
-    config = BenchConfig("cpu-tiny", 16, "train-step", d_model=64, num_heads=2, num_layers=1,
-                         vocab_size=256)  # fmt: skip
+    config = BenchConfig(
+        "cpu-tiny", 16, "train-step", d_model=64, num_heads=2, num_layers=1, vocab_size=256
+    )
     assert row["num_parameters"] == config.model_config().num_parameters()
     assert (row["attention"], row["head"], row["optimizer"]) == ("flash", "fused", "foreach")
     assert row["checkpoint_group"] == 1 and row["compile"] is False
@@ -152,8 +170,17 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
     assert "papermill" not in executed.metadata  # no times: a re-run leaves the same metadata
     assert not any({"papermill", "execution"} & set(c.metadata) for c in executed.cells)
     assert "1 notebooks" in done.stdout and "0 failed" in done.stdout
-    done = perflab("run", str(path), "-p", "x", "1", "--keep-timings", "--output",
-                   str(tmp_path / "timed"), cwd=tmp_path)  # fmt: skip
+    done = perflab(
+        "run",
+        str(path),
+        "-p",
+        "x",
+        "1",
+        "--keep-timings",
+        "--output",
+        str(tmp_path / "timed"),
+        cwd=tmp_path,
+    )
     timed = nbformat.read(tmp_path / "timed" / "07_tiny.ipynb", 4)
     assert timed.metadata["papermill"]["input_path"] == "07_tiny.ipynb"  # no machine path
     assert all("duration" in c.metadata["papermill"] for c in timed.cells)
@@ -163,13 +190,28 @@ def test_run_passes_each_notebook_only_its_own_parameters(tmp_path):
     first, second = tmp_path / "05_first.ipynb", tmp_path / "06_second.ipynb"
     _notebook(first, "open('first.txt', 'w').write(str(x))")
     _notebook(second, "open('second.txt', 'w').write(str(z))", parameters="z = 2")
-    done = perflab("run", str(first), str(second), "-p", "x", "7", "-p", "z", "9", "--output",
-                   str(tmp_path / "out"), cwd=tmp_path)  # fmt: skip
+    done = perflab(
+        "run",
+        str(first),
+        str(second),
+        "-p",
+        "x",
+        "7",
+        "-p",
+        "z",
+        "9",
+        "--output",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "first.txt").read_text() == "7"
     assert (tmp_path / "second.txt").read_text() == "9"
-    injected = [c.source for c in nbformat.read(tmp_path / "out" / "06_second.ipynb", 4).cells
-                if "injected-parameters" in c.metadata.get("tags", [])]  # fmt: skip
+    injected = [
+        c.source
+        for c in nbformat.read(tmp_path / "out" / "06_second.ipynb", 4).cells
+        if "injected-parameters" in c.metadata.get("tags", [])
+    ]
     assert len(injected) == 1 and "z = 9" in injected[0] and "x" not in injected[0]
 
 
@@ -204,8 +246,17 @@ def test_parameter_values(text, value):
 
 @pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
 def test_kernels_compiles_for_a_target_and_prints_the_table():
-    done = perflab("kernels", "--kernel", "weighted_sum_forward", "flash_forward",
-                   "--target", "sm_90", "--head-dim", "64", "--summary")  # fmt: skip
+    done = perflab(
+        "kernels",
+        "--kernel",
+        "weighted_sum_forward",
+        "flash_forward",
+        "--target",
+        "sm_90",
+        "--head-dim",
+        "64",
+        "--summary",
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split()[:4] == ["kernel", "target", "compiles", "failed"]

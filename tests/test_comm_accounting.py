@@ -51,8 +51,9 @@ def test_min_fsdp_devices_is_the_first_count_that_fits(tokens):
     per_device = ca.fsdp_memory_per_device()
     values = {ca.P: ca.XXL.parameters, ca.A: ca.XXL.saved_bytes_per_token() * tokens}
     n = ca.min_fsdp_devices(ca.XXL, ca.TPU_V5P, tokens)
-    fits = [float(per_device.subs(values | {ca.N: k})) <= ca.TPU_V5P.memory_bytes
-            for k in (n - 1, n)]  # fmt: skip
+    fits = [
+        float(per_device.subs(values | {ca.N: k})) <= ca.TPU_V5P.memory_bytes for k in (n - 1, n)
+    ]
     assert fits == [False, True]
     assert float(per_device.subs(values | {ca.N: 1})) == 16 * ca.XXL.parameters + values[ca.A]
 
@@ -75,10 +76,19 @@ def test_forward_compute_is_the_blocks_flops_split_over_the_mesh():
 
 @pytest.mark.parametrize("ring", [False, True])
 def test_the_batch_bound_is_where_the_gathers_stop_hiding(ring):
-    values = {ca.D: 16384, ca.F: 53248, ca.C: 4.6e14, ca.W: 1.8e11, ca.X: 16, ca.Y: 4,
-              ca.M_X: 2, ca.M_Y: 1}  # fmt: skip
-    times = {k: sp.lambdify(ca.B_X, v.subs(values)) for k, v in
-             ca.forward_block_times(ring).items()}  # fmt: skip
+    values = {
+        ca.D: 16384,
+        ca.F: 53248,
+        ca.C: 4.6e14,
+        ca.W: 1.8e11,
+        ca.X: 16,
+        ca.Y: 4,
+        ca.M_X: 2,
+        ca.M_Y: 1,
+    }
+    times = {
+        k: sp.lambdify(ca.B_X, v.subs(values)) for k, v in ca.forward_block_times(ring).items()
+    }
     bound = float(ca.compute_bound_conditions(ring)["min B/X"].subs(values))
     assert times["fsdp_gathers"](bound * 0.99) > times["compute"](bound * 0.99)
     assert times["fsdp_gathers"](bound * 1.01) < times["compute"](bound * 1.01)

@@ -129,8 +129,11 @@ def test_least_squares_recovers_a_plane_and_its_r2():
 def test_paired_table_against_a_reference():
     from perflab.bench.comparison import paired_table
 
-    times = {"ref": [1.0, 1.1, 0.9, 1.0, 1.05, 1.0], "double": [2.0, 2.2, 1.8, 2.0, 2.1, 2.0],
-             "same": [1.0, 1.1, 0.9, 1.0, 1.05, 1.0]}  # fmt: skip
+    times = {
+        "ref": [1.0, 1.1, 0.9, 1.0, 1.05, 1.0],
+        "double": [2.0, 2.2, 1.8, 2.0, 2.1, 2.0],
+        "same": [1.0, 1.1, 0.9, 1.0, 1.05, 1.0],
+    }
     table = paired_table(times, "ref", label="path").set_index("path")
     assert table.loc["ref", "median_ms"] == pytest.approx(1000.0)
     assert table.loc["ref", "verdict"] != table.loc["ref", "verdict"]  # NaN: no comparison
@@ -199,16 +202,23 @@ def test_the_looks_are_planned_from_the_budget():
     "rounds, max_rounds, budget_s, warmup",
     [(4, 48, 1e-6, 1), (4, 4, 10.0, 0), (5, 5, 10.0, 1), (2, 2, 10.0, 0)],
 )
-def test_adaptive_rounds_from_fewer_rounds_than_the_first_look(rounds, max_rounds, budget_s,
-                                                               warmup):  # fmt: skip
+def test_adaptive_rounds_from_fewer_rounds_than_the_first_look(
+    rounds, max_rounds, budget_s, warmup
+):
     """Adaptive rounds start at first_look_rounds (6 or more) whatever ``rounds`` says; the
     round order once held only max(rounds, max_rounds) entries, and the sixth round raised
     IndexError."""
     from perflab.bench.stats import max_level
 
     calls = []
-    result = compare(lambda: calls.append("a"), lambda: calls.append("b"), rounds=rounds,
-                     max_rounds=max_rounds, budget_s=budget_s, warmup=warmup)  # fmt: skip
+    result = compare(
+        lambda: calls.append("a"),
+        lambda: calls.append("b"),
+        rounds=rounds,
+        max_rounds=max_rounds,
+        budget_s=budget_s,
+        warmup=warmup,
+    )
     fewest = next(n for n in range(2, 50) if max_level(n) >= 0.95)  # 6: a 95% interval at all
     assert result.rounds >= fewest > rounds
     assert calls.count("a") == calls.count("b") == 2 * (warmup + result.rounds) - warmup
@@ -221,8 +231,9 @@ def test_each_comparison_draws_its_own_round_order_and_records_it():
 
     def order_of(**kwargs):
         calls = []
-        result = compare(lambda: calls.append("a"), lambda: calls.append("b"), rounds=40,
-                         warmup=0, **kwargs)  # fmt: skip
+        result = compare(
+            lambda: calls.append("a"), lambda: calls.append("b"), rounds=40, warmup=0, **kwargs
+        )
         return "".join(calls), result
 
     first, result = order_of()

@@ -69,8 +69,11 @@ def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
     assert all(labels["matmul_shapes"] > 0 for labels, _ in pairs)
     # eager against each mode, then the other mode against the default, each with its cost
     findings = compiled.compile_findings(pairs)
-    assert [f.key for f in findings] == ["compiled model forward", "other model forward",
-                                         "other against default forward"]  # fmt: skip
+    assert [f.key for f in findings] == [
+        "compiled model forward",
+        "other model forward",
+        "other against default forward",
+    ]
     assert "compiles in" in findings[-1].sentence and findings[-1].comparison is pairs[-1][1]
 
 

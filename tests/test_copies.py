@@ -76,8 +76,10 @@ def test_no_copy_is_an_empty_table():
 
 def test_masking_in_place_is_the_reference_bit_for_bit():
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 17, 8, dtype=torch.float64, generator=generator,
-                           requires_grad=True) for _ in range(3))  # fmt: skip
+    q, k, v = (
+        torch.randn(2, 3, 17, 8, dtype=torch.float64, generator=generator, requires_grad=True)
+        for _ in range(3)
+    )
     for causal in (True, False):
         outputs, grads = [], []
         for attention in (naive_attention, attention_masking_in_place):
@@ -89,8 +91,15 @@ def test_masking_in_place_is_the_reference_bit_for_bit():
 
 
 def test_the_step_comparison_checks_the_gradients_first():
-    config = ModelConfig("copies-test", d_model=32, d_ff=64, num_layers=1, num_heads=2,
-                         vocab_size=50, context_length=32)  # fmt: skip
+    config = ModelConfig(
+        "copies-test",
+        d_model=32,
+        d_ff=64,
+        num_layers=1,
+        num_heads=2,
+        vocab_size=50,
+        context_length=32,
+    )
     row, result = compare_mask_copy(config, 2, 16, torch.device("cpu"), rounds=2, warmup=0)
     assert row["same_loss_and_gradients"] is True
     assert result.rounds == 2 and row["b"] == "masked_fill_ (in place)"

@@ -21,11 +21,13 @@ def round_counts_in_use() -> set[int]:
     """Every ``rounds``, ``*_rounds``, ``steps`` and ``*_steps`` of the notebooks' parameters
     and of their full profiles: the sample counts from which intervals are computed."""
     pattern = re.compile(r"^(\w*(?:rounds|steps))\s*=\s*(\d+)\b", re.MULTILINE)
-    counts = {int(n) for path in NOTEBOOKS.glob("*.py") for _, n in pattern.findall(
-        path.read_text())}  # fmt: skip
+    counts = {
+        int(n) for path in NOTEBOOKS.glob("*.py") for _, n in pattern.findall(path.read_text())
+    }
     for sizes in FULL_SIZES.values():
-        counts |= {v for k, v in sizes.items() if k.endswith(("rounds", "steps"))
-                   and isinstance(v, int)}  # fmt: skip
+        counts |= {
+            v for k, v in sizes.items() if k.endswith(("rounds", "steps")) and isinstance(v, int)
+        }
     return counts
 
 
@@ -53,8 +55,7 @@ def test_every_cap_a_plan_can_pick_keeps_its_confidence(max_rounds):
     warm-up's time, before any timed round: with fewer looks, less Bonferroni widening. 6 is a
     fixed count and 48 the default, both tested above; a plan independent of the timed rounds
     makes the coverage a mixture of these, so each must keep 95% as a lower bound."""
-    table = coverage_table((), runs=RUNS, noise="bursty", adaptive_from=(6,),
-                           max_rounds=max_rounds)  # fmt: skip
+    table = coverage_table((), runs=RUNS, noise="bursty", adaptive_from=(6,), max_rounds=max_rounds)
     assert (table["coverage"] >= table["stated_confidence"] - 0.02).all(), table
     assert (table["aa_false_alarms"] <= 0.05).all(), table
     assert (table["stated_confidence"] == 0.95).all(), table

@@ -18,8 +18,9 @@ from perflab.decode import (
 )
 from perflab.model import ModelConfig, TransformerLM
 
-TINY = ModelConfig("decode-test", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97,
-                   context_length=48)  # fmt: skip
+TINY = ModelConfig(
+    "decode-test", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=48
+)
 
 
 def _model(seed: int) -> TransformerLM:
@@ -57,8 +58,15 @@ def test_sampling_draws_alike_in_every_mode_and_follows_the_seed():
     model, prompts = _model(4), _prompts(4)
 
     def sample(cache, seed):
-        return generate(model, prompts, 6, cache=cache, temperature=1.5, top_k=5,
-                        generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        return generate(
+            model,
+            prompts,
+            6,
+            cache=cache,
+            temperature=1.5,
+            top_k=5,
+            generator=torch.Generator().manual_seed(seed),
+        )
 
     reference = sample("none", 0)
     assert all(sample(cache, 0) == reference for cache in CACHES)
@@ -68,8 +76,15 @@ def test_sampling_draws_alike_in_every_mode_and_follows_the_seed():
 
 def test_top_1_sampling_is_greedy():
     model, prompts = _model(5), _prompts(5)
-    drawn = generate(model, prompts, 5, cache="paged", temperature=0.7, top_k=1,
-                     generator=torch.Generator().manual_seed(0))  # fmt: skip
+    drawn = generate(
+        model,
+        prompts,
+        5,
+        cache="paged",
+        temperature=0.7,
+        top_k=1,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert drawn == generate(model, prompts, 5, cache="paged")
 
 
@@ -209,8 +224,11 @@ def test_bad_prompts_budgets_and_caches_are_one_clear_error():
     from perflab.decode import ContiguousKVCache, generate, make_cache
 
     torch.manual_seed(0)
-    model = TransformerLM(ModelConfig("d", d_model=16, d_ff=32, num_layers=1, num_heads=2,
-                                      vocab_size=20, context_length=12)).double()  # fmt: skip
+    model = TransformerLM(
+        ModelConfig(
+            "d", d_model=16, d_ff=32, num_layers=1, num_heads=2, vocab_size=20, context_length=12
+        )
+    ).double()
     with pytest.raises(ValueError, match="prompts must be a non-empty list of non-empty lists"):
         generate(model, torch.tensor([[1, 2]]), 2)
     with pytest.raises(ValueError, match="max_new_tokens must be an integer"):

@@ -28,8 +28,15 @@ from perflab.decode.inputs import build_model
 from perflab.decode.plots import plot_decode_roofline
 from perflab.model import PRESETS, ModelConfig
 
-TINY = ModelConfig("decode-bench-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
-                   vocab_size=101, context_length=64)  # fmt: skip
+TINY = ModelConfig(
+    "decode-bench-test",
+    d_model=32,
+    d_ff=64,
+    num_layers=2,
+    num_heads=2,
+    vocab_size=101,
+    context_length=64,
+)
 
 
 @pytest.mark.parametrize("name", ["cpu-tiny", "small", "leaderboard-8B"])
@@ -71,8 +78,9 @@ def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
     # is the one its samples give (2 samples: 50%), never a typed 95%.
     model = build_model(TINY, torch.device("cpu"), torch.float32)
     phases = prefill_vs_decode(model, 16, warmup=0, steps=2)
-    throughput = throughput_by_batch(model, [1, 2], 8, bandwidth=1e10, peak_flops=1e11,
-                                     warmup=0, steps=2)  # fmt: skip
+    throughput = throughput_by_batch(
+        model, [1, 2], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=2
+    )
     for table in (phases, throughput):
         assert table["unstable"].dtype == bool
         assert table["median_ci_level"].tolist() == pytest.approx([max_level(2)] * len(table))
@@ -86,8 +94,9 @@ def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
 
 def test_throughput_table_has_a_row_per_batch_and_step_with_its_bounds():
     model = build_model(TINY, torch.device("cpu"), torch.float32)
-    table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,
-                                steps=2, compiled=(False, True))  # fmt: skip
+    table = throughput_by_batch(
+        model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=2, compiled=(False, True)
+    )
     assert list(table["batch"]) == [1, 1, 3, 3]
     assert list(table["step"]) == ["eager", "compiled"] * 2
     # The first call of a compiled step is its compilation: far longer than its median step.
@@ -176,11 +185,13 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
     import perflab.decode.roofline as roofline
     from perflab.bench.timer import Timing
 
-    monkeypatch.setattr(roofline, "time_fn", lambda fn, warmup, steps, device: Timing(
-        (0.02,) * steps, warmup))  # fmt: skip
+    monkeypatch.setattr(
+        roofline, "time_fn", lambda fn, warmup, steps, device: Timing((0.02,) * steps, warmup)
+    )
     model = build_model(TINY, torch.device("cpu"), torch.float32)
-    table = throughput_by_batch(model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0,
-                                steps=3).set_index("batch")  # fmt: skip
+    table = throughput_by_batch(
+        model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=3
+    ).set_index("batch")
     embedding = TINY.vocab_size * TINY.d_model
     weights = sum(p.numel() for p in model.parameters() if p.ndim == 2) - embedding
     if model.lm_head.weight is model.embedding.weight:  # tied: the head reads it once more

@@ -12,8 +12,15 @@ from perflab.decode.inputs import build_model
 from perflab.decode.quantize import Int8Linear, compare_int8, quantize_int8, weight_bytes
 from perflab.model import ModelConfig, QKVProjection
 
-TINY = ModelConfig("quantize-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
-                   vocab_size=101, context_length=64)  # fmt: skip
+TINY = ModelConfig(
+    "quantize-test",
+    d_model=32,
+    d_ff=64,
+    num_layers=2,
+    num_heads=2,
+    vocab_size=101,
+    context_length=64,
+)
 
 
 def _linear(out_features: int, in_features: int, dtype=torch.float64) -> nn.Linear:
@@ -79,8 +86,16 @@ def test_grouped_query_models_quantise_and_decode():
     int8 model splits it so, and decodes the tokens the float model decodes when its weights
     are exactly int8 values times a per-row scale (planted: quantisation then changes
     nothing)."""
-    config = ModelConfig("quantize-gqa", d_model=16, d_ff=32, num_layers=2, num_heads=4,
-                         num_kv_heads=2, vocab_size=53, context_length=32)  # fmt: skip
+    config = ModelConfig(
+        "quantize-gqa",
+        d_model=16,
+        d_ff=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=53,
+        context_length=32,
+    )
     model = build_model(config, torch.device("cpu"), torch.float64)
     generator = torch.Generator().manual_seed(4)
     with torch.no_grad():

@@ -26,8 +26,15 @@ from perflab.decode.roofline import (
 )
 from perflab.model import ModelConfig, get_preset
 
-TINY = ModelConfig("decode-roofline-test", d_model=32, d_ff=64, num_layers=2, num_heads=2,
-                   vocab_size=101, context_length=64)  # fmt: skip
+TINY = ModelConfig(
+    "decode-roofline-test",
+    d_model=32,
+    d_ff=64,
+    num_layers=2,
+    num_heads=2,
+    vocab_size=101,
+    context_length=64,
+)
 
 
 def _full_sequence_logits(model, batch, context):
@@ -89,15 +96,18 @@ def test_only_the_fixed_shape_step_is_compiled():
         decode_step(model, "paged", 0, 4)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"preset": "huge"}, "unknown preset 'huge'; valid: cpu-tiny"),
-    ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
-    ({"context_length": 512}, r"context_length must be in 1 \.\. 511 for cpu-small"),
-    ({"cache": "ring"}, "unknown cache 'ring'"),
-    ({"cache": "paged", "compile": True}, "compile needs the fixed-shape step"),
-    ({"dtype": "int8"}, "unknown dtype 'int8'"),
-    ({"steps": True}, "steps must be an integer >= 1, got True"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"preset": "huge"}, "unknown preset 'huge'; valid: cpu-tiny"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+        ({"context_length": 512}, r"context_length must be in 1 \.\. 511 for cpu-small"),
+        ({"cache": "ring"}, "unknown cache 'ring'"),
+        ({"cache": "paged", "compile": True}, "compile needs the fixed-shape step"),
+        ({"dtype": "int8"}, "unknown dtype 'int8'"),
+        ({"steps": True}, "steps must be an integer >= 1, got True"),
+    ],
+)
 def test_a_bad_decode_configuration_is_one_clear_error(kwargs, message):
     with pytest.raises(ValueError, match=message):
         DecodeConfig(**kwargs)
@@ -148,11 +158,32 @@ def test_tokens_per_second_and_the_fraction_from_a_planted_timing():
 
 def test_perflab_bench_mode_decode_prints_the_roofline_as_json():
     done = subprocess.run(
-        [sys.executable, "-m", "perflab", "bench", "--mode", "decode", "--preset", "cpu-tiny",
-         "--batch-size", "2", "--context-length", "16", "--cache", "paged", "--warmup", "0",
-         "--steps", "2", "--format", "json"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "perflab",
+            "bench",
+            "--mode",
+            "decode",
+            "--preset",
+            "cpu-tiny",
+            "--batch-size",
+            "2",
+            "--context-length",
+            "16",
+            "--cache",
+            "paged",
+            "--warmup",
+            "0",
+            "--steps",
+            "2",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     row = json.loads(done.stdout)
     assert row["cache"] == "paged" and row["batch_size"] == 2 and len(row["samples_s"]) == 2
@@ -169,8 +200,9 @@ def test_perflab_bench_mode_decode_prints_the_roofline_as_json():
 
 def test_a_step_profile_accounts_for_matmuls_and_the_rest():
     model = build_model(TINY, torch.device("cpu"), torch.float32)
-    table = profile_step(decode_step(model, "contiguous", 1, 8), torch.device("cpu"), warmup=1,
-                         steps=3).set_index("part")  # fmt: skip
+    table = profile_step(
+        decode_step(model, "contiguous", 1, 8), torch.device("cpu"), warmup=1, steps=3
+    ).set_index("part")
     assert list(table.index) == list(PARTS)
     # eager: 2 layers x (QKV, output, 3 SwiGLU) + the LM head call a matmul each, at least
     assert table.loc["matmuls", "calls_per_step"] >= 2 * 5 + 1

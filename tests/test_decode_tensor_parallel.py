@@ -10,8 +10,15 @@ from perflab.decode.inputs import random_prompts
 from perflab.decode.tensor_parallel import tensor_parallel_decode
 from perflab.model import ModelConfig
 
-TINY = ModelConfig("tensor-parallel-test", d_model=32, d_ff=64, num_layers=2, num_heads=4,
-                   vocab_size=101, context_length=64)  # fmt: skip
+TINY = ModelConfig(
+    "tensor-parallel-test",
+    d_model=32,
+    d_ff=64,
+    num_layers=2,
+    num_heads=4,
+    vocab_size=101,
+    context_length=64,
+)
 
 
 def test_two_ranks_decode_the_tokens_of_one_process():
@@ -56,8 +63,15 @@ def test_grouped_query_attention_splits_its_key_and_value_heads():
 
 
 def test_what_cannot_be_split_or_decoded_is_one_clear_error():
-    odd = ModelConfig("odd-heads", d_model=24, d_ff=64, num_layers=1, num_heads=3,
-                      vocab_size=11, context_length=16)  # fmt: skip
+    odd = ModelConfig(
+        "odd-heads",
+        d_model=24,
+        d_ff=64,
+        num_layers=1,
+        num_heads=3,
+        vocab_size=11,
+        context_length=16,
+    )
     with pytest.raises(
         ValueError, match=r"key and value heads \(3; .*\) and d_ff \(64\) divisible by 2"
     ):

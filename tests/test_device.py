@@ -97,8 +97,11 @@ def test_gpu_memory_is_read_from_the_device_or_the_reference_h100(monkeypatch):
 
     assert gpu_memory_gib("auto", torch.device("cpu")) == REFERENCE_GPU_MEMORY_GIB
     assert gpu_memory_gib(40, torch.device("cpu")) == 40.0
-    monkeypatch.setattr(torch.cuda, "get_device_properties",
-                        lambda device: SimpleNamespace(total_memory=141 * 2**30))  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda device: SimpleNamespace(total_memory=141 * 2**30),
+    )
     assert gpu_memory_gib("auto", torch.device("cuda", 0)) == 141.0  # an H200, read
     with pytest.raises(ValueError, match="gpu_memory_gib must be 'auto' or a positive number"):
         gpu_memory_gib("80GB", torch.device("cpu"))

@@ -200,11 +200,20 @@ def test_allreduce_sweep_keeps_going_past_bad_configurations(tmp_path):
 
 def test_torchrun_runs_the_same_functions():
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "-m", "perflab.distributed",
-         "perflab.distributed.allreduce_benchmark:check_allreduce_rank"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "perflab.distributed",
+            "perflab.distributed.allreduce_benchmark:check_allreduce_rank",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[1.0, 2.0]"
 
@@ -329,8 +338,9 @@ def test_a_row_finished_before_a_failing_configuration_is_kept(tmp_path):
         (8, 2, None, ("nccl", "cuda")),
     ],
 )
-def test_ranks_are_placed_per_launch_by_the_gpus_there_are(monkeypatch, gpus, world_size,
-                                                            collectives, expected):  # fmt: skip
+def test_ranks_are_placed_per_launch_by_the_gpus_there_are(
+    monkeypatch, gpus, world_size, collectives, expected
+):
     """One-, two- and eight-GPU boxes simulated on this CPU: NCCL where every rank has a GPU,
     else Gloo, with CUDA tensors only where Gloo runs every collective on them."""
     launcher = importlib.import_module("perflab.distributed.launch")
@@ -406,8 +416,9 @@ def test_the_ring_fit_never_reports_a_negative_latency():
     from perflab.distributed.ring import fit_ring_model
 
     def rows(ms):
-        return pd.DataFrame({"world_size": 2, "status": "ok", "bytes": [1e6, 2e6, 4e6],
-                             "ring_ms": ms})  # fmt: skip
+        return pd.DataFrame(
+            {"world_size": 2, "status": "ok", "bytes": [1e6, 2e6, 4e6], "ring_ms": ms}
+        )
 
     free = fit_ring_model(rows([1.5, 2.5, 4.5])).iloc[0]  # 0.5 ms + 1 ms per MB
     assert free["latency_ms"] == pytest.approx(0.5) and not free["latency_at_bound"]
@@ -421,8 +432,15 @@ def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
     from perflab.bench.comparison import paired_comparison
     from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
 
-    frame = ddp_sweep(tmp_path / "zero.csv", zero_configs(2, "toy"), batch_size=2, seq_len=8,
-                      warmup=1, rounds=3, key=ZERO_KEY)  # fmt: skip
+    frame = ddp_sweep(
+        tmp_path / "zero.csv",
+        zero_configs(2, "toy"),
+        batch_size=2,
+        seq_len=8,
+        warmup=1,
+        rounds=3,
+        key=ZERO_KEY,
+    )
     assert list(frame["optimizer"]) == ["adamw", "sharded-adamw"]
     assert (frame["status"] == "ok").all()
     rounds = [json.loads(text) for text in frame["round_ms"]]
@@ -448,10 +466,19 @@ def test_bucket_overhead_fit_recovers_the_model_and_its_optimum():
     from perflab.distributed.ddp_benchmark import fit_bucket_overhead
 
     s, w, o = 100e6, 10e9, 2e-3  # 100 MB of gradients, 10 GB/s, 2 ms per call
-    rows = [{"variant": "bucketed", "status": "ok", "buckets": n, "gradient_mb": s / 1e6,
-             "sync_ms": (n * o + s / (n * w)) * 1e3} for n in (1, 2, 4, 10, 40)]  # fmt: skip
-    rows.append({"variant": "flat", "status": "ok", "buckets": "", "gradient_mb": s / 1e6,
-                 "sync_ms": 999.0})  # not part of the bucketed model  # fmt: skip
+    rows = [
+        {
+            "variant": "bucketed",
+            "status": "ok",
+            "buckets": n,
+            "gradient_mb": s / 1e6,
+            "sync_ms": (n * o + s / (n * w)) * 1e3,
+        }
+        for n in (1, 2, 4, 10, 40)
+    ]
+    rows.append(
+        {"variant": "flat", "status": "ok", "buckets": "", "gradient_mb": s / 1e6, "sync_ms": 999.0}
+    )  # not part of the bucketed model
     fit = fit_bucket_overhead(pd.DataFrame(rows))
     assert fit["valid"] and fit["points"] == 5 and fit["r2"] == pytest.approx(1.0)
     assert fit["per_call_ms"] == pytest.approx(2.0) and fit["w_gbps"] == pytest.approx(10.0)
@@ -481,10 +508,15 @@ def test_overlap_counts_simultaneous_collectives_once():
 
     from perflab.distributed.ddp_timeline import overlap_table
 
-    rows = [("backward", 0, 10), ("communication", 5, 15), ("communication", 8, 12),
-            ("communication", 20, 22)]  # fmt: skip
-    frame = pd.DataFrame([{"variant": "v", "lane": lane, "start_ms": a, "end_ms": b}
-                          for lane, a, b in rows])  # fmt: skip
+    rows = [
+        ("backward", 0, 10),
+        ("communication", 5, 15),
+        ("communication", 8, 12),
+        ("communication", 20, 22),
+    ]
+    frame = pd.DataFrame(
+        [{"variant": "v", "lane": lane, "start_ms": a, "end_ms": b} for lane, a, b in rows]
+    )
     row = overlap_table(frame).iloc[0]
     assert row["communicating_ms"] == 12 and row["during_backward_ms"] == 5
     assert row["share_during_backward"] == pytest.approx(5 / 12)
@@ -509,8 +541,9 @@ def test_zero_memory_points_break_down_into_params_grads_and_state():
     sharded = after.loc["sharded AdamW", "optimizer_state_bytes"]
     assert sharded.sum() == after.loc[("AdamW", 0), "optimizer_state_bytes"]  # the shares
     assert (sharded < after.loc["AdamW", "optimizer_state_bytes"]).all()
-    assert (after.loc["sharded AdamW", "peak_bytes_so_far"]
-            < after.loc["AdamW", "peak_bytes_so_far"]).all()  # fmt: skip
+    assert (
+        after.loc["sharded AdamW", "peak_bytes_so_far"] < after.loc["AdamW", "peak_bytes_so_far"]
+    ).all()
     assert (rows["peak_bytes_so_far"] >= rows["allocated_bytes"]).all()
 
 
@@ -585,8 +618,12 @@ def test_overlap_counts_overlapping_collectives_once_and_what_backward_hides():
     (2-8 once, then 12-14), 6 of them inside backward."""
     from perflab.distributed.ddp_timeline import overlap_table
 
-    spans = [("backward", 0, 10), ("communication", 2, 6), ("communication", 4, 8),
-             ("communication", 12, 14)]  # fmt: skip
+    spans = [
+        ("backward", 0, 10),
+        ("communication", 2, 6),
+        ("communication", 4, 8),
+        ("communication", 12, 14),
+    ]
     timelines = pd.DataFrame(
         [{"variant": "planted", "lane": lane, "start_ms": a, "end_ms": b} for lane, a, b in spans]
     )
@@ -602,15 +639,35 @@ def test_ddp_findings_are_comparisons_paired_by_round():
     from perflab.distributed.ddp_benchmark import ddp_findings
 
     rounds = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]
-    rows = [("naive", 0, 1.0, 0), ("none", 0, 0.5, 0), ("bucketed", 1, 0.8, 3),
-            ("bucketed", 10, 0.9, 1), ("bucketed", 100, 0.9, 1), ("torch", 25, 0.8, 2)]  # fmt: skip
-    frame = pd.DataFrame([{"variant": v, "bucket_size_mb": size, "status": "ok",
-                           "step_ms": factor * 1.0, "buckets": buckets,
-                           "round_ms": json.dumps([factor * r for r in rounds])}
-                          for v, size, factor, buckets in rows])  # fmt: skip
+    rows = [
+        ("naive", 0, 1.0, 0),
+        ("none", 0, 0.5, 0),
+        ("bucketed", 1, 0.8, 3),
+        ("bucketed", 10, 0.9, 1),
+        ("bucketed", 100, 0.9, 1),
+        ("torch", 25, 0.8, 2),
+    ]
+    frame = pd.DataFrame(
+        [
+            {
+                "variant": v,
+                "bucket_size_mb": size,
+                "status": "ok",
+                "step_ms": factor * 1.0,
+                "buckets": buckets,
+                "round_ms": json.dumps([factor * r for r in rounds]),
+            }
+            for v, size, factor, buckets in rows
+        ]
+    )
     found = {f.key: f for f in ddp_findings(frame)}
-    assert list(found) == ["none vs naive", "bucketed vs naive", "bucketed vs torch DDP",
-                           "fastest bucket size", "noise yardstick (A/A)"]  # fmt: skip
+    assert list(found) == [
+        "none vs naive",
+        "bucketed vs naive",
+        "bucketed vs torch DDP",
+        "fastest bucket size",
+        "noise yardstick (A/A)",
+    ]
     assert found["none vs naive"].comparison.ratio == pytest.approx(0.5)
     assert found["bucketed vs naive"].comparison.name_b == "bucketed 1 MB"
     assert found["bucketed vs torch DDP"].verdict == "same"

@@ -35,11 +35,14 @@ def _value(expression, **counts):
     return int(expression.subs(values))
 
 
-@pytest.mark.parametrize("strategy, counts, local", [
-    ("DP", {"N_DP": 4}, (6, 8, 12)),        # a quarter of the batch, whole weights
-    ("FSDP", {"N_FSDP": 3}, (8, 8, 12)),    # a third of the batch, weights gathered
-    ("TP", {"N_TP": 2}, (24, 8, 6)),        # the whole batch, half the hidden width
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "strategy, counts, local",
+    [
+        ("DP", {"N_DP": 4}, (6, 8, 12)),  # a quarter of the batch, whole weights
+        ("FSDP", {"N_FSDP": 3}, (8, 8, 12)),  # a third of the batch, weights gathered
+        ("TP", {"N_TP": 2}, (24, 8, 6)),  # the whole batch, half the hidden width
+    ],
+)
 def test_flops_match_what_one_device_computes(strategy, counts, local):
     plans = fc.strategies()[strategy]
     forward, backward = _counted_flops(*local)
@@ -76,8 +79,12 @@ def test_largest_counts_sit_where_communication_meets_compute():
             more = (passage.comm_time() - passage.compute_time()).subs(devices, 2 * n)
             example = {fc.B: 64, fc.D: 1024, fc.F: 4096, fc.W: 10**11, fc.C: 10**15}
             assert more.subs(example) > 0  # beyond it, communication-bound
-    assert sp.simplify(fc.largest_count(fc.strategies()["DP"]["backward"], fc.N_DP)
-                       - (1 + fc.B * fc.W / fc.C)) == 0  # fmt: skip
+    assert (
+        sp.simplify(
+            fc.largest_count(fc.strategies()["DP"]["backward"], fc.N_DP) - (1 + fc.B * fc.W / fc.C)
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize("batch", [256, 4096, 2**20])  # optimum on each piece of the answer
@@ -87,15 +94,18 @@ def test_shared_network_allows_fewer_devices_than_overlapping_axes(batch):
     assert 1 <= shared <= overlap
     # brute force on a grid of admissible (N_FSDP, N_TP), each at least 1: none beats it
     forward = fc.strategies()["FSDP x TP"]["forward"]
-    slack = sp.lambdify((fc.N_FSDP, fc.N_TP), (forward.compute_time()
-                        - forward.comm_time(overlap=False)).subs(example | {fc.D: 1}))  # fmt: skip
+    slack = sp.lambdify(
+        (fc.N_FSDP, fc.N_TP),
+        (forward.compute_time() - forward.comm_time(overlap=False)).subs(example | {fc.D: 1}),
+    )
     alone = {
         n: float(fc.largest_count(fc.strategies()[k][d], n).subs(example))
         for k, d, n in (("FSDP", "forward", fc.N_FSDP), ("TP", "forward", fc.N_TP))
     }
     # no axis can go past its bound alone
-    n_fsdp, n_tp = np.meshgrid(np.linspace(1, alone[fc.N_FSDP], 2001),
-                               np.linspace(1, alone[fc.N_TP], 2001))  # fmt: skip
+    n_fsdp, n_tp = np.meshgrid(
+        np.linspace(1, alone[fc.N_FSDP], 2001), np.linspace(1, alone[fc.N_TP], 2001)
+    )
     feasible = slack(n_fsdp, n_tp) >= 0
     best = (n_fsdp * n_tp)[feasible].max()
     assert best <= float(shared) * (1 + 1e-9)

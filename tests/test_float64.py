@@ -7,8 +7,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from perflab.model import ModelConfig, RMSNorm, RotaryEmbedding, TransformerLM
 
-CONFIG = ModelConfig("f64", d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=50,
-                     context_length=16)  # fmt: skip
+CONFIG = ModelConfig(
+    "f64", d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=50, context_length=16
+)
 
 
 class FloatDtypes(TorchDispatchMode):
@@ -62,8 +63,9 @@ def test_rotary_tables_follow_a_float64_input():
     inv_freq = 10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8)
     angles = positions[:, None] * inv_freq
     even, odd = x[..., 0::2], x[..., 1::2]
-    exact = torch.stack((even * angles.cos() - odd * angles.sin(),
-                         even * angles.sin() + odd * angles.cos()), dim=-1).flatten(-2)  # fmt: skip
+    exact = torch.stack(
+        (even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()), dim=-1
+    ).flatten(-2)
     assert torch.allclose(rotary(x), exact, rtol=0, atol=1e-14)  # float32 tables: ~1e-6
     decoded = rotary(x, torch.arange(16)[None].expand(1, 16))
     assert torch.allclose(decoded, exact, rtol=0, atol=1e-14)

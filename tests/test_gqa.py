@@ -14,8 +14,9 @@ from perflab.decode.costs import kv_bytes_per_token, matmul_weights
 from perflab.model import ModelConfig, TransformerLM
 from perflab.training.ladder import BASELINE, kv_heads_against_mha
 
-MHA = ModelConfig("gqa-test", d_model=48, d_ff=80, num_layers=2, num_heads=6, vocab_size=53,
-                  context_length=40)  # fmt: skip
+MHA = ModelConfig(
+    "gqa-test", d_model=48, d_ff=80, num_layers=2, num_heads=6, vocab_size=53, context_length=40
+)
 
 
 def _model(config: ModelConfig, seed: int = 0) -> TransformerLM:
@@ -43,8 +44,12 @@ def test_grouped_query_attention_is_mha_with_repeated_key_and_value_heads(kv_hea
     for name, weight in list(state.items()):
         if name.endswith("qkv.weight"):
             q, k, v = weight.split([d, kv_heads * head_dim, kv_heads * head_dim])
-            k, v = (t.reshape(kv_heads, 1, head_dim, d).expand(kv_heads, groups, head_dim, d)
-                    .reshape(d, d) for t in (k, v))  # fmt: skip
+            k, v = (
+                t.reshape(kv_heads, 1, head_dim, d)
+                .expand(kv_heads, groups, head_dim, d)
+                .reshape(d, d)
+                for t in (k, v)
+            )
             state[name] = torch.cat([q, k, v])
     full.load_state_dict(state)
     for seed in range(3):
@@ -71,8 +76,9 @@ def test_counts_follow_the_narrower_keys_and_values(kv_heads):
 def test_every_cache_decodes_grouped_query_attention_like_full_recomputation(kv_heads):
     model = _model(replace(MHA, num_kv_heads=kv_heads), seed=7)
     generator = torch.Generator().manual_seed(kv_heads)
-    prompts = [torch.randint(0, MHA.vocab_size, (n,), generator=generator).tolist()
-               for n in (1, 6, 11)]  # fmt: skip
+    prompts = [
+        torch.randint(0, MHA.vocab_size, (n,), generator=generator).tolist() for n in (1, 6, 11)
+    ]
     reference = generate(model, prompts, 7, cache="none")
     assert generate(model, prompts, 7, cache="contiguous") == reference
     assert generate(model, prompts, 7, cache="paged", block_size=4) == reference
@@ -81,14 +87,18 @@ def test_every_cache_decodes_grouped_query_attention_like_full_recomputation(kv_
 
 @pytest.mark.parametrize("kv_heads", [0, 4, 7, 2.0, True])
 def test_kv_heads_must_divide_the_heads(kv_heads):
-    with pytest.raises(ValueError, match=r"num_kv_heads must be a positive divisor of "
-                                         r"num_heads \(6\) or None"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"num_kv_heads must be a positive divisor of "
+        r"num_heads \(6\) or None",
+    ):
         replace(MHA, num_kv_heads=kv_heads)
 
 
 def test_the_decode_comparison_counts_the_bytes_grouping_saves():
-    row, result = compare_kv_heads(MHA, 2, 3, 12, torch.device("cpu"), torch.float32, rounds=2,
-                                   warmup=0, compiled=False)  # fmt: skip
+    row, result = compare_kv_heads(
+        MHA, 2, 3, 12, torch.device("cpu"), torch.float32, rounds=2, warmup=0, compiled=False
+    )
     assert row["decodes_like_recomputation"] is True
     assert row["kv_bytes_per_token_grouped"] * 3 == row["kv_bytes_per_token_mha"]
     assert row["kv_cache_bytes_mha"] == 3 * 12 * row["kv_bytes_per_token_mha"]
@@ -100,8 +110,9 @@ def test_the_decode_comparison_counts_the_bytes_grouping_saves():
 
 
 def test_the_training_comparison_names_both_models_and_their_sizes():
-    row, result = kv_heads_against_mha(MHA, 3, BASELINE, 2, 16, torch.device("cpu"), rounds=2,
-                                       warmup=0)  # fmt: skip
+    row, result = kv_heads_against_mha(
+        MHA, 3, BASELINE, 2, 16, torch.device("cpu"), rounds=2, warmup=0
+    )
     assert row["parameters_mha"] - row["parameters_grouped"] == (
         MHA.num_layers * 2 * MHA.d_model * (MHA.d_model - 3 * MHA.head_dim)
     )

@@ -10,8 +10,9 @@ from perflab.hardware import GPUS, HANDOUT_B200, datasheet_for, gpu
 @pytest.mark.parametrize("spec", GPUS.values(), ids=lambda spec: spec.name)
 def test_each_dense_peak_is_half_the_sparse_figure_its_source_quotes(spec):
     """Datasheets print tensor-core peaks with 2:4 sparsity; training runs dense, at half."""
-    found = re.search(r"([\d,.]+) (TFLOPS|PFLOPS) with sparsity( over (\d) GPUs| over (\d+))?",
-                      spec.source)  # fmt: skip
+    found = re.search(
+        r"([\d,.]+) (TFLOPS|PFLOPS) with sparsity( over (\d) GPUs| over (\d+))?", spec.source
+    )
     assert found, spec.source
     value = float(found.group(1).replace(",", "")) * (1e12 if found.group(2) == "TFLOPS" else 1e15)
     gpus = int(found.group(4) or found.group(5) or 1)

@@ -20,8 +20,9 @@ def _trace(path, durations):
     """A trace of CPU operators run one after another on one thread, ``name: microseconds``."""
     events, ts = [], 0
     for name, dur in durations.items():
-        events.append({"name": name, "cat": "cpu_op", "ph": "X", "ts": ts, "dur": dur, "pid": 1,
-                       "tid": 1})  # fmt: skip
+        events.append(
+            {"name": name, "cat": "cpu_op", "ph": "X", "ts": ts, "dur": dur, "pid": 1, "tid": 1}
+        )
         ts += dur + 1
     path.write_text(json.dumps({"traceEvents": events}))
     return path
@@ -32,10 +33,18 @@ def _table(tmp_path, vs_previous=None, verdict="faster", ci=None):
     a = _trace(tmp_path / "a.json", {"aten::mm": 600, "aten::add": 400})
     b = _trace(tmp_path / "b.json", {"aten::mm": 200, "aten::add": 400})
     low, high = ci or ((0.98 * vs_previous, 1.02 * vs_previous) if vs_previous else (None, None))
-    greedy = pd.DataFrame({"rung": ["baseline", "faster matmul"], "trace": [str(a), str(b)],
-                           "trace_base": [None, str(a)], "vs_best": [None, vs_previous],
-                           "ci_low": [None, low], "ci_high": [None, high],
-                           "confidence": [None, 0.96875], "verdict": [None, verdict]})  # fmt: skip
+    greedy = pd.DataFrame(
+        {
+            "rung": ["baseline", "faster matmul"],
+            "trace": [str(a), str(b)],
+            "trace_base": [None, str(a)],
+            "vs_best": [None, vs_previous],
+            "ci_low": [None, low],
+            "ci_high": [None, high],
+            "confidence": [None, 0.96875],
+            "verdict": [None, verdict],
+        }
+    )
     return greedy_bound_table(greedy, steps=2)
 
 
@@ -103,10 +112,20 @@ def test_a_sentence_without_a_usable_measurement_states_only_the_trace(tmp_path)
 
 
 def test_a_real_trace_of_each_rung_tried_against_its_stack(tmp_path):
-    config = ModelConfig("t", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=97,
-                         context_length=16)  # fmt: skip
-    greedy, _ = greedy_ladder(config, ["fused AdamW"], 2, 8, torch.device("cpu"), rounds=2,
-                              warmup=0, trace_dir=tmp_path, trace_steps=1)  # fmt: skip
+    config = ModelConfig(
+        "t", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=97, context_length=16
+    )
+    greedy, _ = greedy_ladder(
+        config,
+        ["fused AdamW"],
+        2,
+        8,
+        torch.device("cpu"),
+        rounds=2,
+        warmup=0,
+        trace_dir=tmp_path,
+        trace_steps=1,
+    )
     names = [Path(p).name for p in greedy["trace"]]
     assert names == ["greedy_00_baseline.json.gz", "greedy_01_fused_adamw.json.gz"]
     assert greedy["trace_base"].iloc[1] == greedy["trace"].iloc[0]  # tried on the baseline

@@ -27,8 +27,10 @@ def test_every_way_equals_torch_in_float64(tokens, width):
 def test_the_hand_written_backward_passes_gradcheck():
     generator = torch.Generator().manual_seed(0)
     shapes = ((3, 4, 7), (7,), (7,))
-    x, weight, bias = (torch.randn(*shape, generator=generator, dtype=torch.float64,
-                                   requires_grad=True) for shape in shapes)  # fmt: skip
+    x, weight, bias = (
+        torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
+        for shape in shapes
+    )
     assert torch.autograd.gradcheck(own_backward, (x, weight, bias))
 
 
@@ -47,8 +49,10 @@ def test_one_pass_removes_a_reduction_and_the_fused_kernel_does_its_own():
     assert calls["var_mean"] == calls["mean, then var"] - 1
     assert "var_mean x1" in counts.loc["var_mean", "which"]
     assert calls["F.layer_norm"] == 2  # native_layer_norm and its backward
-    assert (counts.loc["var_mean, own backward", "operator_calls"]
-            < counts.loc["var_mean", "operator_calls"])  # fmt: skip
+    assert (
+        counts.loc["var_mean, own backward", "operator_calls"]
+        < counts.loc["var_mean", "operator_calls"]
+    )
 
 
 def test_the_comparisons_chain_the_ways_and_the_statistics_are_timed():

@@ -8,15 +8,36 @@ from pathlib import Path
 LIB = Path(__file__).resolve().parents[1] / "lib"
 #: Layer of each top-level part of ``perflab``, from the ground up (docs/layout.md).
 LAYERS = {
-    "device": 0, "ranges": 0, "checkpointing": 0, "paths": 0, "settings": 0, "progress": 0,
-    "handout": 0, "hardware": 0, "lease": 0,
-    "attention": 1, "precision": 1, "fused_cross_entropy": 1,
+    "device": 0,
+    "ranges": 0,
+    "checkpointing": 0,
+    "paths": 0,
+    "settings": 0,
+    "progress": 0,
+    "handout": 0,
+    "hardware": 0,
+    "lease": 0,
+    "attention": 1,
+    "precision": 1,
+    "fused_cross_entropy": 1,
     "model": 2,
-    "bench": 3, "profiling": 3, "memory": 3, "report": 3, "writeup": 3, "layer_norm": 3,
+    "bench": 3,
+    "profiling": 3,
+    "memory": 3,
+    "report": 3,
+    "writeup": 3,
+    "layer_norm": 3,
     "loss_scaling": 3,
-    "distributed": 4, "training": 4, "decode": 4,
-    "cli": 5, "__main__": 5, "__init__": 5, "widgets": 5, "adapters": 5, "cs336": 5,
-}  # fmt: skip
+    "distributed": 4,
+    "training": 4,
+    "decode": 4,
+    "cli": 5,
+    "__main__": 5,
+    "__init__": 5,
+    "widgets": 5,
+    "adapters": 5,
+    "cs336": 5,
+}
 
 
 def _module(path: Path) -> str:

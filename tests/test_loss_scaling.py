@@ -7,8 +7,15 @@ import pytest
 from perflab.loss_scaling import byte_vocabulary, gradient_underflow, train_with_scaler
 from perflab.model import ModelConfig, get_preset
 
-SMALL = ModelConfig("loss-scaling-test", d_model=32, d_ff=64, num_layers=1, num_heads=2,
-                    vocab_size=64, context_length=64)  # fmt: skip
+SMALL = ModelConfig(
+    "loss-scaling-test",
+    d_model=32,
+    d_ff=64,
+    num_layers=1,
+    num_heads=2,
+    vocab_size=64,
+    context_length=64,
+)
 
 
 def test_float16_flushes_gradients_that_a_loss_scale_keeps():
@@ -22,8 +29,9 @@ def test_float16_flushes_gradients_that_a_loss_scale_keeps():
 
 
 def test_the_unscaled_float16_error_grows_with_the_tokens_a_mean_divides_by():
-    few, many = (gradient_underflow(SMALL, batch, 64).set_index(["dtype", "loss_scale"])
-                 for batch in (1, 64))  # fmt: skip
+    few, many = (
+        gradient_underflow(SMALL, batch, 64).set_index(["dtype", "loss_scale"]) for batch in (1, 64)
+    )
     error = "max_relative_error"
     assert many.loc[("float16", 1.0), error] > 2 * few.loc[("float16", 1.0), error]
     assert many.loc[("float16", 2.0**16), error] < many.loc[("float16", 1.0), error] / 2

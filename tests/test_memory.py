@@ -79,10 +79,12 @@ def test_bad_checkpointing_arguments():
 
 
 def test_checkpointing_lowers_the_measured_peak():
-    plain = [checkpoint_peak("cpu-tiny", n, 2, 32, "none", device=CPU)["peak_bytes"]
-             for n in (4, 8)]  # fmt: skip
-    nested = [checkpoint_peak("cpu-tiny", n, 2, 32, "nested", device=CPU)["peak_bytes"]
-              for n in (4, 8)]  # fmt: skip
+    plain = [
+        checkpoint_peak("cpu-tiny", n, 2, 32, "none", device=CPU)["peak_bytes"] for n in (4, 8)
+    ]
+    nested = [
+        checkpoint_peak("cpu-tiny", n, 2, 32, "nested", device=CPU)["peak_bytes"] for n in (4, 8)
+    ]
     assert plain[1] > 1.8 * plain[0]  # linear in depth without checkpointing
     assert nested[1] < 1.2 * nested[0] and nested[1] < plain[1] / 3
 
@@ -94,8 +96,7 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
 
     synced = []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
-    checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU,
-                    repeats=3)  # fmt: skip
+    checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU, repeats=3)
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
 
 
@@ -144,14 +145,24 @@ def test_largest_allocations_name_the_python_code_that_made_them():
 
 
 def test_timeline_from_a_cuda_snapshot():
-    snapshot = {"device_traces": [[
-        {"action": "alloc", "size": 100, "time_us": 10, "frames": [
-            {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"},
-            {"filename": "/home/me/train.py", "line": 42, "name": "step"}]},
-        {"action": "alloc", "size": 50, "time_us": 20, "frames": []},
-        {"action": "free_requested", "size": 100, "time_us": 25, "frames": []},
-        {"action": "free_completed", "size": 100, "time_us": 30, "frames": []},
-    ]]}  # fmt: skip
+    snapshot = {
+        "device_traces": [
+            [
+                {
+                    "action": "alloc",
+                    "size": 100,
+                    "time_us": 10,
+                    "frames": [
+                        {"filename": "/x/torch/nn/functional.py", "line": 1, "name": "linear"},
+                        {"filename": "/home/me/train.py", "line": 42, "name": "step"},
+                    ],
+                },
+                {"action": "alloc", "size": 50, "time_us": 20, "frames": []},
+                {"action": "free_requested", "size": 100, "time_us": 25, "frames": []},
+                {"action": "free_completed", "size": 100, "time_us": 30, "frames": []},
+            ]
+        ]
+    }
     frame = timeline_from_snapshot(snapshot)
     assert list(frame["allocated_bytes"]) == [100, 150, 50]
     assert frame["origin"].iloc[0] == "train.py:42 step"
@@ -175,10 +186,14 @@ def test_log_fit_and_grid():
 
 
 def test_timeline_from_a_snapshot_without_times_keeps_the_order():
-    snapshot = {"device_traces": [[
-        {"action": "alloc", "size": 8, "frames": []},
-        {"action": "free_completed", "size": 8, "frames": []},
-    ]]}  # fmt: skip
+    snapshot = {
+        "device_traces": [
+            [
+                {"action": "alloc", "size": 8, "frames": []},
+                {"action": "free_completed", "size": 8, "frames": []},
+            ]
+        ]
+    }
     frame = timeline_from_snapshot(snapshot)
     assert list(frame["allocated_bytes"]) == [8, 0] and list(frame["time_ms"]) == [0.0, 1.0]
 
@@ -263,8 +278,15 @@ def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_siz
     assert model["logits_bytes"] == batch_size * seq_len * config.vocab_size * 4
     assert model["step_peak_in"] == ("optimizer" if seq_len == 32 else "backward")
     for mode, key in (("forward", "forward"), ("train-step", "step")):
-        run = BenchConfig(preset="cpu-tiny", context_length=seq_len, batch_size=batch_size,
-                          mode=mode, warmup=1, steps=1, device="cpu")  # fmt: skip
+        run = BenchConfig(
+            preset="cpu-tiny",
+            context_length=seq_len,
+            batch_size=batch_size,
+            mode=mode,
+            warmup=1,
+            steps=1,
+            device="cpu",
+        )
         measured = step_peak_memory(run.as_dict())["peak_bytes"]
         assert measured == pytest.approx(model[f"{key}_activation_peak_bytes"], rel=0.05), mode
 
@@ -281,8 +303,9 @@ def test_modelled_step_peaks_follow_each_devices_counter():
     memory = whole_step_memory(config, 4, 128)
     backward = memory["saved_activations_bytes"] + 2 * memory["logits_bytes"]
     assert cpu["train-step"] == memory["step_activation_peak_bytes"] == backward
-    assert cuda["train-step"] == max(backward - memory["gradients_bytes"],
-                                     memory["parameters_bytes"])  # fmt: skip
+    assert cuda["train-step"] == max(
+        backward - memory["gradients_bytes"], memory["parameters_bytes"]
+    )
     assert cpu["forward"] == cuda["forward"] == memory["forward_activation_peak_bytes"]
 
 
@@ -300,8 +323,9 @@ def test_the_cuda_memory_history_records_python_stacks_only(monkeypatch):
     def snapshot():
         raise Stop
 
-    monkeypatch.setattr(torch.cuda.memory, "_record_memory_history",
-                        lambda *args, **kwargs: calls.append(kwargs))  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda.memory, "_record_memory_history", lambda *args, **kwargs: calls.append(kwargs)
+    )
     monkeypatch.setattr(torch.cuda.memory, "_snapshot", snapshot)
     monkeypatch.setattr(timeline, "synchronize", lambda device: None)
     with pytest.raises(Stop):

@@ -143,8 +143,15 @@ def test_presets_follow_the_workbook_table():
 
 def test_any_context_length_runs():
     """Longer than the preset's 512: the rotary table is sized by the configuration."""
-    config = BenchConfig(preset="cpu-tiny", context_length=1024, mode="forward", batch_size=1,
-                         warmup=0, steps=1, device="cpu")  # fmt: skip
+    config = BenchConfig(
+        preset="cpu-tiny",
+        context_length=1024,
+        mode="forward",
+        batch_size=1,
+        warmup=0,
+        steps=1,
+        device="cpu",
+    )
     row, _ = run_benchmark(config)
     assert row["context_length"] == 1024 and row["steps"] == 1
     assert sized_for(get_preset("cpu-tiny"), 1024).context_length == 1024

@@ -50,8 +50,12 @@ def test_there_are_checked_cells():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_checked_cells_print_nothing_that_depends_on_the_device(path):
     for index, source, text in _checked_cells(path):
-        calls = [m.group(0) for line in source.splitlines()
-                 for m in [DEVICE_DEPENDENT_CALLS.search(line)] if m]  # fmt: skip
+        calls = [
+            m.group(0)
+            for line in source.splitlines()
+            for m in [DEVICE_DEPENDENT_CALLS.search(line)]
+            if m
+        ]
         assert not calls, f"{path.name} cell {index} calls {calls}: move it to an unchecked cell"
         words = DEVICE_WORDS.findall(text)
         assert not words, f"{path.name} cell {index} prints {words}: device-dependent output"

@@ -51,8 +51,9 @@ def _kernel(name, ts, dur):
 @pytest.fixture(scope="module")
 def cpu_trace(tmp_path_factory):
     path = tmp_path_factory.mktemp("traces") / "step.json.gz"
-    config = BenchConfig(preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2,
-                         warmup=1, steps=1)  # fmt: skip
+    config = BenchConfig(
+        preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2, warmup=1, steps=1
+    )
     return load_trace(record_step_trace(path, config))
 
 
@@ -108,47 +109,87 @@ A100_TRACE = "data/traces/a100_ddp_rank0.pt.trace.json.gz (HolisticTraceAnalysis
 #: Kernel and operator names as they appear in real traces and reports, with where each was
 #: seen, and the category each must get.
 PUBLIC_KERNEL_NAMES = [
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
-     "communication", A100_TRACE),
-    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
-     "communication", A100_TRACE),
-    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(...)",
-     "compute-bound", A100_TRACE),
-    ("_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolution",
-     "compute-bound", A100_TRACE),
+    (
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+        "communication",
+        A100_TRACE,
+    ),
+    (
+        "ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+        "communication",
+        A100_TRACE,
+    ),
+    (
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(...)",
+        "compute-bound",
+        A100_TRACE,
+    ),
+    (
+        "_ZN19cutlass_cudnn_train6KernelINS_4conv6kernel23ImplicitGemmConvolution",
+        "compute-bound",
+        A100_TRACE,
+    ),
     ("ampere_sgemm_32x128_nt", "compute-bound", A100_TRACE),
     ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", "compute-bound", A100_TRACE),
     ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32", "compute-bound", A100_TRACE),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
-     "memory-bound", A100_TRACE),
-    ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>", "memory-bound",
-     A100_TRACE),
-    ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>", "memory-bound",
-     A100_TRACE),
-    ("(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>",
-     "memory-bound", A100_TRACE),
-    ("void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, true, true, "
-     "false>", "memory-bound", A100_TRACE),
+    (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+        "memory-bound",
+        A100_TRACE,
+    ),
+    (
+        "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>",
+        "memory-bound",
+        A100_TRACE,
+    ),
+    (
+        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>",
+        "memory-bound",
+        A100_TRACE,
+    ),
+    (
+        "(anonymous namespace)::softmax_warp_forward<float, float, float, 10, true, false>",
+        "memory-bound",
+        A100_TRACE,
+    ),
+    (
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, float, true, true, "
+        "false>",
+        "memory-bound",
+        A100_TRACE,
+    ),
     ("cask_cudnn_infer::computeOffsetsKernel<false, false>", "other", A100_TRACE),
     # Inductor's generated kernels: the kind prefix decides, not the fused op names.
     ("triton_poi_fused_addmm_gelu_0", "memory-bound", "issue 10 of this project (a trace)"),
     ("triton_red_fused_mm_sum_2", "memory-bound", "issue 10 of this project (a trace)"),
     ("triton_poi_fused_add_cos_sin_0", "memory-bound", "pytorch/pytorch#106351 (trace screenshot)"),
     ("triton_poi_fused_embedding_1", "memory-bound", "pytorch/pytorch#138645 (output_code.py)"),
-    ("triton_per_fused__softmax_0", "memory-bound",
-     "torch/_inductor naming: triton_<kind>_fused_<ops>_<n>, kind 'per' (persistent reduction)"),
+    (
+        "triton_per_fused__softmax_0",
+        "memory-bound",
+        "torch/_inductor naming: triton_<kind>_fused_<ops>_<n>, kind 'per' (persistent reduction)",
+    ),
     ("triton_for_fused_0", "memory-bound", "pytorch/pytorch#108449 (foreach kernels: triton_for_)"),
     ("triton_tem_fused_mm_1", "compute-bound", "pytorch/pytorch#108449 (templates: triton_tem_)"),
     # Hopper cuBLAS GEMMs.
-    ("nvjet_hsh_192x192_64x3_2x1_v_bz_coopB_NTN", "compute-bound",
-     "NVIDIA/Fuser#3137 (nsys kernel summary, H100)"),
-    ("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT", "compute-bound",
-     "NVIDIA/Fuser#3279 (nsys kernel summary, H100)"),
+    (
+        "nvjet_hsh_192x192_64x3_2x1_v_bz_coopB_NTN",
+        "compute-bound",
+        "NVIDIA/Fuser#3137 (nsys kernel summary, H100)",
+    ),
+    (
+        "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT",
+        "compute-bound",
+        "NVIDIA/Fuser#3279 (nsys kernel summary, H100)",
+    ),
     ("nvjet_sm90_hss_320x128", "compute-bound", "GindaChen/nsys-ai#582 (H100 capture)"),
     # FlashAttention, the library's and the workbook's own Triton kernels.
-    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<(int)32, (int)128, (int)128, (int)4, "
-     "(bool)0, (bool)0, cutlass::half_t>>(Flash_fwd_params)", "compute-bound",
-     "Dao-AILab/flash-attention#1202 (nsys)"),
+    (
+        "void flash_fwd_kernel<Flash_fwd_kernel_traits<(int)32, (int)128, (int)128, (int)4, "
+        "(bool)0, (bool)0, cutlass::half_t>>(Flash_fwd_params)",
+        "compute-bound",
+        "Dao-AILab/flash-attention#1202 (nsys)",
+    ),
     ("_flash_forward_kernel", "compute-bound", "perflab.attention.flash_triton"),
     ("_flash_backward_kv_kernel", "compute-bound", "perflab.attention.flash_triton"),
     ("_flash_backward_q_kernel", "compute-bound", "perflab.attention.flash_triton"),
@@ -167,7 +208,7 @@ PUBLIC_KERNEL_NAMES = [
     ("aten::_log_softmax", "memory-bound", "torch.profiler on CPU"),
     ("aten::copy_", "memory-bound", "torch.profiler on CPU"),
     ("aten::commit_something", "other", "negative control: no rule matches"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("name, category, source", PUBLIC_KERNEL_NAMES)
@@ -211,19 +252,30 @@ def test_bad_traces_give_clear_errors(tmp_path):
 
 def test_self_time_subtracts_directly_nested_events():
     events = pd.DataFrame(
-        {"name": ["parent", "child", "child2", "grandchild", "other_thread"],
-         "cat": "cpu_op", "ts": [0.0, 1.0, 5.0, 5.0, 2.0], "dur": [10.0, 3.0, 2.0, 1.0, 4.0],
-         "pid": "1", "tid": ["a", "a", "a", "a", "b"]}
-    )  # fmt: skip
+        {
+            "name": ["parent", "child", "child2", "grandchild", "other_thread"],
+            "cat": "cpu_op",
+            "ts": [0.0, 1.0, 5.0, 5.0, 2.0],
+            "dur": [10.0, 3.0, 2.0, 1.0, 4.0],
+            "pid": "1",
+            "tid": ["a", "a", "a", "a", "b"],
+        }
+    )
     result = self_times(events).set_index("name")["self_us"]
-    assert result.to_dict() == {"parent": 5.0, "child": 3.0, "child2": 1.0, "grandchild": 1.0,
-                                "other_thread": 4.0}  # fmt: skip
+    assert result.to_dict() == {
+        "parent": 5.0,
+        "child": 3.0,
+        "child2": 1.0,
+        "grandchild": 1.0,
+        "other_thread": 4.0,
+    }
 
 
 def test_within_keeps_events_entirely_inside_a_range():
     ranges = pd.DataFrame({"ts": [0.0, 100.0], "dur": [10.0, 10.0]})
-    events = pd.DataFrame({"name": list("abcd"), "ts": [1.0, 8.0, 50.0, 101.0],
-                           "dur": [2.0, 5.0, 1.0, 9.0]})  # fmt: skip
+    events = pd.DataFrame(
+        {"name": list("abcd"), "ts": [1.0, 8.0, 50.0, 101.0], "dur": [2.0, 5.0, 1.0, 9.0]}
+    )
     assert within(events, ranges)["name"].tolist() == ["a", "d"]
 
 
@@ -246,14 +298,22 @@ def test_summary_statistics_on_known_durations(tmp_path):
 
 
 def test_compare_synthetic_traces(tmp_path):
-    baseline = _write_trace(tmp_path / "base.json", [
-        _kernel("sgemm_big", 0, 100), _kernel("ncclKernel_AllReduce", 100, 50),
-        _kernel("vectorized_elementwise_add", 150, 10),
-    ])  # fmt: skip
-    optimized = _write_trace(tmp_path / "opt.json", [
-        _kernel("sgemm_big", 0, 40), _kernel("ncclKernel_AllReduce", 40, 50),
-        _kernel("triton_poi_fused", 90, 10),
-    ])  # fmt: skip
+    baseline = _write_trace(
+        tmp_path / "base.json",
+        [
+            _kernel("sgemm_big", 0, 100),
+            _kernel("ncclKernel_AllReduce", 100, 50),
+            _kernel("vectorized_elementwise_add", 150, 10),
+        ],
+    )
+    optimized = _write_trace(
+        tmp_path / "opt.json",
+        [
+            _kernel("sgemm_big", 0, 40),
+            _kernel("ncclKernel_AllReduce", 40, 50),
+            _kernel("triton_poi_fused", 90, 10),
+        ],
+    )
     result = compare_traces(baseline, optimized)
     kernels = result.kernels.set_index("name")
     assert kernels.loc["sgemm_big", "delta_us"] == -60
@@ -270,9 +330,16 @@ def test_compare_synthetic_traces(tmp_path):
 
 
 def test_busy_fraction_counts_overlaps_once(tmp_path):
-    trace = load_trace(_write_trace(tmp_path / "t.json", [
-        _kernel("a", 0, 10), _kernel("b", 5, 10), _kernel("c", 30, 10),
-    ]))  # fmt: skip
+    trace = load_trace(
+        _write_trace(
+            tmp_path / "t.json",
+            [
+                _kernel("a", 0, 10),
+                _kernel("b", 5, 10),
+                _kernel("c", 30, 10),
+            ],
+        )
+    )
     assert busy_fraction(trace) == pytest.approx(25 / 40)  # busy 0-15 and 30-40 of 0-40
 
 
@@ -327,8 +394,9 @@ def test_attention_parts_time_against_flops(cpu_trace):
 def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
     from perflab.profiling.grid import profile_answers
 
-    config = BenchConfig(preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2,
-                         warmup=1, steps=1)  # fmt: skip
+    config = BenchConfig(
+        preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2, warmup=1, steps=1
+    )
     answers = profile_answers(cpu_trace, config)
     forward = kernel_summary(cpu_trace, "forward").table
     assert answers["top_forward"] == forward.iloc[0]["Name"]
@@ -456,14 +524,24 @@ def test_grid_answers_tell_misses_above_the_interval_from_those_below():
     overhead is a suspect), one below it (it cannot be)."""
     from perflab.profiling.grid import grid_answers
 
-    base = {"forward_timer_ms": 10.0, "forward_timer_ci_low_ms": 9.0,
-            "forward_timer_ci_high_ms": 11.0, "forward_timer_unstable": False,
-            "top_forward": "aten::mm", "same_top": True, "others_forward": "aten::add 2.0%",
-            "others_count": 1, "matmul_share_forward": 0.6, "matmul_share_step": 0.5,
-            "softmax_over_matmul_time": 0.2, "softmax_over_matmul_flops": 0.02}  # fmt: skip
+    base = {
+        "forward_timer_ms": 10.0,
+        "forward_timer_ci_low_ms": 9.0,
+        "forward_timer_ci_high_ms": 11.0,
+        "forward_timer_unstable": False,
+        "top_forward": "aten::mm",
+        "same_top": True,
+        "others_forward": "aten::add 2.0%",
+        "others_count": 1,
+        "matmul_share_forward": 0.6,
+        "matmul_share_step": 0.5,
+        "softmax_over_matmul_time": 0.2,
+        "softmax_over_matmul_flops": 0.02,
+    }
     grid = pd.DataFrame([{**base, "forward_profiler_ms": ms} for ms in (10.0, 12.0, 8.0)])
     first = grid_answers(grid)[0]
-    assert first.startswith("(a) the profiler's forward time lies inside the timer's interval "
-                            "in 1 of 3 configurations")  # fmt: skip
+    assert first.startswith(
+        "(a) the profiler's forward time lies inside the timer's interval in 1 of 3 configurations"
+    )
     assert "above it in 1 (1.20x the timer's median" in first
     assert "below it in 1 (0.80x" in first and "cannot explain" in first

@@ -19,8 +19,13 @@ from perflab.report import MAX_ROWS, build_report  # noqa: E402
 def results(tmp_path):
     folder = tmp_path / "results" / "10_decoding" / "amd-epyc"
     folder.mkdir(parents=True)
-    table = pd.DataFrame({"batch": [1, 2], "tokens_per_s": [113.4061, 166.2853],
-                          "samples_s": ["[0.1, 0.2]", "[0.3]"]})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "batch": [1, 2],
+            "tokens_per_s": [113.4061, 166.2853],
+            "samples_s": ["[0.1, 0.2]", "[0.3]"],
+        }
+    )
     save_table(table, folder / "decode_throughput.csv", {"settings": {"preset": "cpu-small"}})
     pd.DataFrame({"i": range(MAX_ROWS + 5)}).to_csv(folder / "long.csv", index=False)
     fig, ax = plt.subplots()
@@ -55,8 +60,10 @@ def test_report_command_and_its_errors(results, tmp_path, capsys):
     assert main(["report", "--results", str(results), "--output", str(tmp_path / "r")]) == 0
     assert "report.md" in capsys.readouterr().out
     (tmp_path / "empty").mkdir()
-    for folder, message in ((tmp_path / "nowhere", "no results folder"),
-                            (tmp_path / "empty", "no tables")):  # fmt: skip
+    for folder, message in (
+        (tmp_path / "nowhere", "no results folder"),
+        (tmp_path / "empty", "no tables"),
+    ):
         with pytest.raises(SystemExit) as done:
             main(["report", "--results", str(folder), "--output", str(tmp_path / "r")])
         assert done.value.code == 2 and message in capsys.readouterr().err
@@ -84,8 +91,9 @@ TRICKY = [
 def _tricky_folder(tmp_path):
     folder = tmp_path / "results" / "99_tricky" / "cpu"
     folder.mkdir(parents=True)
-    save_table(pd.DataFrame({"cell_#%": TRICKY, "n_&": range(len(TRICKY))}),
-               folder / "tricky_cells.csv")  # fmt: skip
+    save_table(
+        pd.DataFrame({"cell_#%": TRICKY, "n_&": range(len(TRICKY))}), folder / "tricky_cells.csv"
+    )
     return tmp_path / "results"
 
 
@@ -122,8 +130,16 @@ def test_latex_tables_escape_special_characters(tmp_path):
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex is not installed: the escaped table was checked, not compiled")
     document = tmp_path / "doc.tex"
-    document.write_text("\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n"
-                        + latex + "\n\\end{document}\n")  # fmt: skip
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", document.name],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    document.write_text(
+        "\\documentclass{article}\\usepackage{booktabs}\\begin{document}\n"
+        + latex
+        + "\n\\end{document}\n"
+    )
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", document.name],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-2000:]

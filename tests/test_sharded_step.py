@@ -16,8 +16,9 @@ from perflab.training.sharded_step import (
     sharded_training_step,
 )
 
-TINY = ModelConfig("t", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97,
-                   context_length=16)  # fmt: skip
+TINY = ModelConfig(
+    "t", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=16
+)
 #: Everything the leaderboard's step uses but bf16: fused head, FlashAttention (the tiled
 #: PyTorch one here), foreach AdamW, checkpointing at every block.
 FAST = Recipe("fast", head="fused", attention="flash", optimizer="foreach", checkpoint_group=1)
@@ -32,8 +33,7 @@ def test_the_sharded_step_equals_one_process_in_float64():
 def test_the_check_fails_when_the_step_differs():
     # FSDP computes in bf16 (weights gathered in it) where the single process autocasts: the
     # same recipe, different arithmetic, which a tight tolerance must notice.
-    result = check_sharded_step(TINY, Recipe("bf16", dtype="bfloat16"), 4, 16, 2,
-                                tolerance=1e-6)  # fmt: skip
+    result = check_sharded_step(TINY, Recipe("bf16", dtype="bfloat16"), 4, 16, 2, tolerance=1e-6)
     assert not result["matches_single_process"] and result["grad_error"] > 1e-4
 
 
@@ -58,8 +58,12 @@ def test_memory_per_rank_from_the_shapes():
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()
-    moments = sum(s.numel() * s.element_size() for state in optimizer.state.values()
-                  for name, s in state.items() if name in ("exp_avg", "exp_avg_sq"))  # fmt: skip
+    moments = sum(
+        s.numel() * s.element_size()
+        for state in optimizer.state.values()
+        for name, s in state.items()
+        if name in ("exp_avg", "exp_avg_sq")
+    )
     for world in (1, 2):
         assert table.loc[world, "parameters"] == pytest.approx(tensors / world / 1e9)
         assert table.loc[world, "gradients"] == pytest.approx(tensors / world / 1e9)

@@ -23,8 +23,9 @@ from perflab.training.step_model import (
     time_by_part,
 )
 
-CONFIG = ModelConfig("odd", d_model=96, d_ff=200, num_layers=3, num_heads=3, vocab_size=1000,
-                     context_length=512)  # fmt: skip
+CONFIG = ModelConfig(
+    "odd", d_model=96, d_ff=200, num_layers=3, num_heads=3, vocab_size=1000, context_length=512
+)
 BF16 = torch.bfloat16
 
 
@@ -68,8 +69,9 @@ def test_flash_forward_is_the_causal_share_of_naive_matmuls(seq_len):
 
 def test_naive_attention_traffic_grows_with_the_square_of_the_sequence():
     short, long = (naive_attention_ops(CONFIG, 1, n, BF16)["bytes"].sum() for n in (128, 512))
-    flash_short, flash_long = (flash_attention_work(CONFIG, 1, n, BF16)["bytes"].sum()
-                               for n in (128, 512))  # fmt: skip
+    flash_short, flash_long = (
+        flash_attention_work(CONFIG, 1, n, BF16)["bytes"].sum() for n in (128, 512)
+    )
     assert long / short > 10  # ~16 for the score matrices, a little less with Q, K, V
     assert flash_long / flash_short == pytest.approx(4)
 
@@ -149,8 +151,9 @@ def test_the_step_is_priced_at_the_hgx_b200_datasheet_and_the_handouts_figure_ap
 def test_checkpointing_adds_one_forward_of_the_blocks_and_attention():
     plan = StepPlan(attention="flash", head="fused", optimizer="fused")
     plain = step_ops(CONFIG, plan, 2, 64, 1)
-    checkpointed = step_ops(CONFIG, StepPlan("flash", "fused", "fused", checkpointing=True),
-                            2, 64, 1)  # fmt: skip
+    checkpointed = step_ops(
+        CONFIG, StepPlan("flash", "fused", "fused", checkpointing=True), 2, 64, 1
+    )
     per_block = 4 * CONFIG.d_model**2 + 3 * CONFIG.d_model * CONFIG.d_ff
     attention = flash_attention_work(CONFIG, 2, 64, BF16, forward_only=True)["flops"].sum()
     added = checkpointed["flops"].sum() - plain["flops"].sum()
@@ -205,8 +208,9 @@ def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
     wide = dataclasses.replace(CONFIG, d_model=2048, d_ff=8192, num_heads=16)  # compute-bound
     table = price_rungs_at(wide, 4, 1024, 2, [B200, HANDOUT_B200])
     assert list(dict.fromkeys(table["gpu"])) == [B200.name, HANDOUT_B200.name]
-    datasheet, handout = (table[table["gpu"] == g.name]["step_s"].to_numpy()
-                          for g in (B200, HANDOUT_B200))  # fmt: skip
+    datasheet, handout = (
+        table[table["gpu"] == g.name]["step_s"].to_numpy() for g in (B200, HANDOUT_B200)
+    )
     assert (handout <= datasheet).all() and (handout < datasheet).any()  # a higher peak
     first, second = rung_findings(table, wide)
     naive = datasheet[0]

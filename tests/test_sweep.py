@@ -198,8 +198,9 @@ def test_library_tree_is_the_committed_tree_of_a_clean_library():
     from perflab.paths import REPO_ROOT, library_tree
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()  # fmt: skip
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     tree = library_tree()
     assert tree and len(tree) == 40

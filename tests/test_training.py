@@ -41,8 +41,10 @@ def test_equal_to_the_plain_head_in_float64(chunk_size, seed):
     hidden, weight, targets = _inputs(37, 53, 11, seed=seed)  # odd sizes, 37 % 7 != 0
     fused = _loss_and_grads(
         lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=chunk_size),
-        hidden, weight, targets,
-    )  # fmt: skip
+        hidden,
+        weight,
+        targets,
+    )
     plain = _loss_and_grads(_plain, hidden, weight, targets)
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
@@ -77,12 +79,19 @@ def test_an_ignore_index_outside_the_vocabulary_is_accepted(ignore_index):
     hidden, weight, targets = _inputs(21, 13, 5)
     targets[::4] = ignore_index
     fused = _loss_and_grads(
-        lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=8,
-                                                   ignore_index=ignore_index),
-        hidden, weight, targets,
-    )  # fmt: skip
-    plain = _loss_and_grads(lambda h, w, t: F.cross_entropy(h @ w.T, t, ignore_index=ignore_index),
-                            hidden, weight, targets)  # fmt: skip
+        lambda h, w, t: fused_linear_cross_entropy(
+            h, w, t, chunk_size=8, ignore_index=ignore_index
+        ),
+        hidden,
+        weight,
+        targets,
+    )
+    plain = _loss_and_grads(
+        lambda h, w, t: F.cross_entropy(h @ w.T, t, ignore_index=ignore_index),
+        hidden,
+        weight,
+        targets,
+    )
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
@@ -116,11 +125,16 @@ def test_wrong_argument_types_are_one_clear_error():
     import numpy as np
 
     with pytest.raises(ValueError, match="hidden must be a torch.Tensor, got ndarray"):
-        fused_linear_cross_entropy(np.zeros((4, 8)), torch.randn(10, 8),
-                                   torch.zeros(4, dtype=torch.long))  # fmt: skip
+        fused_linear_cross_entropy(
+            np.zeros((4, 8)), torch.randn(10, 8), torch.zeros(4, dtype=torch.long)
+        )
     with pytest.raises(ValueError, match="ignore_index must be an integer"):
-        fused_linear_cross_entropy(torch.randn(4, 8), torch.randn(10, 8),
-                                   torch.zeros(4, dtype=torch.long), ignore_index=1.5)  # fmt: skip
+        fused_linear_cross_entropy(
+            torch.randn(4, 8),
+            torch.randn(10, 8),
+            torch.zeros(4, dtype=torch.long),
+            ignore_index=1.5,
+        )
 
 
 def test_bfloat16_stays_close_to_float32():
@@ -129,8 +143,10 @@ def test_bfloat16_stays_close_to_float32():
     reference = _loss_and_grads(_plain, hidden, weight, targets)
     low = _loss_and_grads(
         lambda h, w, t: fused_linear_cross_entropy(h.bfloat16(), w.bfloat16(), t, chunk_size=16),
-        hidden, weight, targets,
-    )  # fmt: skip
+        hidden,
+        weight,
+        targets,
+    )
     assert low[0].dtype == torch.bfloat16
     torch.testing.assert_close(low[0].float(), reference[0], rtol=2e-2, atol=2e-2)
     for a, b in zip(low[1:], reference[1:], strict=True):
@@ -145,10 +161,13 @@ def test_default_chunk_never_holds_more_than_its_tokens_logits():
     assert default_chunk_size(10, 100, 512) == 10  # never more than the tokens
 
 
-@pytest.mark.parametrize("args, message", [
-    (((4, 8), (10, 7), (4,)), "same d"),
-    (((4, 8), (10, 8), (5,)), "targets must be integer ids of shape"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (((4, 8), (10, 7), (4,)), "same d"),
+        (((4, 8), (10, 8), (5,)), "targets must be integer ids of shape"),
+    ],
+)
 def test_bad_shapes_raise_one_clear_error(args, message):
     h, w, t = args
     with pytest.raises(ValueError, match=message):
@@ -164,8 +183,9 @@ def test_targets_outside_the_vocabulary_raise_one_clear_error(bad):
 
 def test_bad_chunk_size_raises():
     with pytest.raises(ValueError, match="chunk_size must be a positive integer"):
-        fused_linear_cross_entropy(torch.randn(4, 8), torch.randn(10, 8),
-                                   torch.zeros(4, dtype=torch.long), chunk_size=0)  # fmt: skip
+        fused_linear_cross_entropy(
+            torch.randn(4, 8), torch.randn(10, 8), torch.zeros(4, dtype=torch.long), chunk_size=0
+        )
 
 
 def test_fused_head_peak_is_below_the_plain_heads():
@@ -192,12 +212,16 @@ def test_under_autocast_forward_and_backward_use_the_same_dtype():
 
     fused = _loss_and_grads(
         under_autocast(lambda h, w, t: fused_linear_cross_entropy(h, w, t, chunk_size=8)),
-        hidden, weight, targets,
-    )  # fmt: skip
+        hidden,
+        weight,
+        targets,
+    )
     plain = _loss_and_grads(
         under_autocast(lambda h, w, t: F.cross_entropy((h @ w.T).float(), t)),
-        hidden, weight, targets,
-    )  # fmt: skip
+        hidden,
+        weight,
+        targets,
+    )
     assert fused[1].dtype == fused[2].dtype == torch.float32
     for a, b in zip(fused, plain, strict=True):
         torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-3)
@@ -206,8 +230,9 @@ def test_under_autocast_forward_and_backward_use_the_same_dtype():
 # --- the ladder of notebook 09 ---------------------------------------------------------------
 
 
-TINY = ModelConfig("ladder-test", d_model=32, d_ff=96, num_layers=2, num_heads=2, vocab_size=97,
-                   context_length=64)  # fmt: skip
+TINY = ModelConfig(
+    "ladder-test", d_model=32, d_ff=96, num_layers=2, num_heads=2, vocab_size=97, context_length=64
+)
 CPU = torch.device("cpu")
 
 
@@ -225,7 +250,7 @@ def test_each_rung_adds_exactly_one_change():
                 "optimizer",
                 "compiled",
                 "checkpoint_group",
-            )  # fmt: skip
+            )
             if getattr(before, f) != getattr(after, f)
         ]
         assert len(changed) == 1, (after.name, changed)
@@ -243,15 +268,31 @@ def test_bad_rungs_and_recipes_raise_one_clear_error():
         Recipe("x", attention="fast")
 
 
-@pytest.mark.parametrize("change", [
-    {"qkv": "fused"}, {"head": "fused"}, {"attention": "flash"}, {"attention": "sdpa"},
-    {"optimizer": "foreach"}, {"optimizer": "fused"}, {"checkpoint_group": 1},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"qkv": "fused"},
+        {"head": "fused"},
+        {"attention": "flash"},
+        {"attention": "sdpa"},
+        {"optimizer": "foreach"},
+        {"optimizer": "fused"},
+        {"checkpoint_group": 1},
+    ],
+)
 def test_every_float_rung_is_the_baseline_in_float64(change):
     """Each optimisation alone, float64 parameters, a fresh batch: loss, gradients and the
     parameters after one AdamW step equal the baseline's to 1e-10."""
-    row = check_rung(TINY, Recipe("one change", **{"qkv": "separate", **change}), 2, 16, CPU,
-                     seed=3, param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
+    row = check_rung(
+        TINY,
+        Recipe("one change", **{"qkv": "separate", **change}),
+        2,
+        16,
+        CPU,
+        seed=3,
+        param_dtype=torch.float64,
+        tolerance=1e-10,
+    )
     assert row["matches_baseline"], row
 
 
@@ -268,8 +309,16 @@ def test_the_check_catches_a_rung_that_differs():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(torch.optim, "AdamW", adamw_wrong_when_foreach)
-        row = check_rung(TINY, Recipe("foreach", qkv="separate", optimizer="foreach"), 2, 16,
-                         CPU, seed=3, param_dtype=torch.float64, tolerance=1e-10)  # fmt: skip
+        row = check_rung(
+            TINY,
+            Recipe("foreach", qkv="separate", optimizer="foreach"),
+            2,
+            16,
+            CPU,
+            seed=3,
+            param_dtype=torch.float64,
+            tolerance=1e-10,
+        )
     assert row["grad_error"] == 0 and row["update_error"] > 1  # ten times the update
     assert not row["matches_baseline"]
 
@@ -285,10 +334,17 @@ def test_compiled_rung_matches_the_baseline():
     assert row["matches_baseline"], row
 
 
-@pytest.mark.parametrize("verdict, peak, kept", [
-    ("faster", 2, True), ("same", 1, True), ("same", 2, False), ("same", 3, False),
-    ("slower", 1, False), ("inconclusive", 1, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "verdict, peak, kept",
+    [
+        ("faster", 2, True),
+        ("same", 1, True),
+        ("same", 2, False),
+        ("same", 3, False),
+        ("slower", 1, False),
+        ("inconclusive", 1, False),
+    ],
+)
 def test_a_change_is_kept_when_faster_or_the_same_with_less_memory(verdict, peak, kept):
     from perflab.training.ladder import keep_rung
 
@@ -320,9 +376,13 @@ def test_the_greedy_ladder_tries_each_change_on_the_best_stack_so_far(monkeypatc
     greedy, stack = ladder_module.greedy_ladder(TINY, changes, 2, 16, CPU, rounds=8, warmup=0)
     rows = greedy.set_index("rung")
     assert list(greedy["rung"]) == ["baseline", *changes]
-    assert rows["kept"].to_dict() == {"baseline": True, "fused AdamW": True,
-                                      "foreach AdamW": False, "bf16 autocast": False,
-                                      "fused loss head": True}  # fmt: skip
+    assert rows["kept"].to_dict() == {
+        "baseline": True,
+        "fused AdamW": True,
+        "foreach AdamW": False,
+        "bf16 autocast": False,
+        "fused loss head": True,
+    }
     assert rows.loc["foreach AdamW", "tried_on"] == "fused AdamW"
     assert rows.loc["fused loss head", "tried_on"] == "fused AdamW"  # not on foreach's
     assert pd.isna(rows.loc["bf16 autocast", "verdict"])  # failed its check: not timed
@@ -357,8 +417,11 @@ def test_a_rungs_first_step_is_timed_between_synchronisations(monkeypatch):
 
     monkeypatch.setattr(ladder_module, "synchronize", lambda device: log.append("sync"))
     monkeypatch.setattr(ladder_module.TrainingStep, "step", logged_step)
-    monkeypatch.setattr(ladder_module, "compare", lambda a, b, *, names, **kwargs:
-                        paired_comparison([1.0] * 8, [0.5] * 8, names=names))  # fmt: skip
+    monkeypatch.setattr(
+        ladder_module,
+        "compare",
+        lambda a, b, *, names, **kwargs: paired_comparison([1.0] * 8, [0.5] * 8, names=names),
+    )
     ladder_module.greedy_ladder(TINY, ["fused AdamW"], 2, 16, CPU, rounds=8, warmup=0)
     assert any(log[i : i + 3] == ["sync", "step", "sync"] for i in range(len(log)))
 
@@ -428,11 +491,13 @@ def test_data_path_steps_time_every_mode_in_every_round():
     from perflab.bench.comparison import paired_table
     from perflab.training.data import data_path_steps, read_corpus
 
-    byte_model = ModelConfig("bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2,
-                             vocab_size=256, context_length=32)  # fmt: skip
+    byte_model = ModelConfig(
+        "bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=256, context_length=32
+    )
     run = TrainingStep(byte_model, Recipe("baseline"), 2, 16, CPU)
-    times = data_path_steps(run, read_corpus()[:4000], rounds=3,
-                            modes=("tokenise every step", "pre-tokenised"))  # fmt: skip
+    times = data_path_steps(
+        run, read_corpus()[:4000], rounds=3, modes=("tokenise every step", "pre-tokenised")
+    )
     assert set(times) == {"synthetic", "tokenise every step", "pre-tokenised"}
     assert all(len(t) == 3 for t in times.values())
     table = paired_table(times, "synthetic", label="data_path").set_index("data_path")

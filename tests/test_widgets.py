@@ -20,8 +20,9 @@ def _control(controls, description):
 def test_calculator_controls_start_at_the_notebooks_example_and_follow_the_batch():
     controls = calculator_controls("xl", 256, 1024)
     work = Workload.from_config(get_preset("xl"), 256, 1024)
-    expected = {s: max_compute_bound_devices(s, work, H100_NODE)
-                for s in ("dp", "fsdp", "tp", "fsdp+tp")}  # fmt: skip
+    expected = {
+        s: max_compute_bound_devices(s, work, H100_NODE) for s in ("dp", "fsdp", "tp", "fsdp+tp")
+    }
     shown = controls.result.set_index("strategy")["max_devices"].to_dict()
     assert shown == expected
     _control(controls, "batch").value = 4096  # a larger batch: more data-parallel devices
@@ -42,8 +43,9 @@ def test_calculator_controls_compute_from_the_hardware_given_not_a_clamped_one()
     assert _control(controls, "DP GB/s").value == pytest.approx(0.005)
     work = Workload.from_config(get_preset("xl"), 256, 1024)
     shown = controls.result.set_index("strategy")["max_devices"].to_dict()
-    assert shown == {s: max_compute_bound_devices(s, work, slow)
-                     for s in ("dp", "fsdp", "tp", "fsdp+tp")}  # fmt: skip
+    assert shown == {
+        s: max_compute_bound_devices(s, work, slow) for s in ("dp", "fsdp", "tp", "fsdp+tp")
+    }
     with pytest.raises(ValueError, match="hardware.flops_per_s must be positive, got 0"):
         calculator_controls(hardware=Hardware("none", 0, 1e9, 1e9))
 
@@ -57,11 +59,16 @@ def test_results_explorer_refuses_a_string_for_a_list():
 
 
 def test_results_explorer_filters_saved_rows_without_measuring():
-    table = pd.DataFrame({"preset": ["cpu-tiny", "cpu-tiny", "cpu-small"],
-                          "mode": ["forward", "train-step", "forward"],
-                          "median_s": [0.1, 0.3, 0.2]})  # fmt: skip
-    explorer = results_explorer(table, ["preset", "mode"], ["median_s"],
-                                defaults={"mode": "forward"})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "preset": ["cpu-tiny", "cpu-tiny", "cpu-small"],
+            "mode": ["forward", "train-step", "forward"],
+            "median_s": [0.1, 0.3, 0.2],
+        }
+    )
+    explorer = results_explorer(
+        table, ["preset", "mode"], ["median_s"], defaults={"mode": "forward"}
+    )
     assert explorer.result["median_s"].tolist() == [0.1, 0.2]
     _control(explorer, "preset").value = "cpu-small"
     assert explorer.result["median_s"].tolist() == [0.2]
@@ -72,8 +79,15 @@ def test_results_explorer_filters_saved_rows_without_measuring():
 
 def test_measure_now_measures_the_chosen_configuration_only_when_pressed(tmp_path):
     path = tmp_path / "timings.csv"
-    start = BenchConfig(preset="cpu-tiny", context_length=32, mode="forward", batch_size=1,
-                        warmup=0, steps=2, device="cpu")  # fmt: skip
+    start = BenchConfig(
+        preset="cpu-tiny",
+        context_length=32,
+        mode="forward",
+        batch_size=1,
+        warmup=0,
+        steps=2,
+        device="cpu",
+    )
     control = MeasureNow(path, start, ["cpu-tiny", "cpu-small"])
     planned = control.planned()
     assert planned[["preset", "mode", "context_length", "steps"]].values.tolist() == [
@@ -109,8 +123,15 @@ def test_measure_now_measures_the_chosen_configuration_only_when_pressed(tmp_pat
 
 
 def test_measure_now_shows_the_sweeps_saved_median_until_it_measures_its_own(tmp_path):
-    start = BenchConfig(preset="cpu-tiny", context_length=32, mode="forward", batch_size=1,
-                        warmup=0, steps=2, device="cpu")  # fmt: skip
+    start = BenchConfig(
+        preset="cpu-tiny",
+        context_length=32,
+        mode="forward",
+        batch_size=1,
+        warmup=0,
+        steps=2,
+        device="cpu",
+    )
     sweep = tmp_path / "timings.csv"
     mine = tmp_path / "measure_now.csv"
     MeasureNow(sweep, start, ["cpu-tiny"]).manual_button.click()  # the sweep's own row

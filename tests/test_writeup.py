@@ -26,23 +26,28 @@ TRICKY = "_x_ 50% a&b #1 $5 <lambda> = head - item ~3"
 def _results(root: Path, device: str, median_s: float) -> Path:
     folder = root / "01_benchmarking" / device
     folder.mkdir(parents=True)
-    timings = pd.DataFrame({
-        "preset": ["cpu-tiny", "cpu-tiny", "cpu-small"],
-        "mode": ["forward", "train-step", "forward"],
-        "d_model": [128, 128, 256],  # fixed by the preset: left out, and said so
-        "batch_size": [4, 4, 4],  # one value in every row: a note, not a column
-        "median_s": [median_s, 3 * median_s, 2.123456789 * median_s],
-        "peak_bytes": [2**20, 3 * 2**20, 2**21],
-        "samples_s": ["[0.1, 0.2]"] * 3,  # serialised samples: left out
-        "commit": ["abc1234"] * 3,
-    })  # fmt: skip
+    timings = pd.DataFrame(
+        {
+            "preset": ["cpu-tiny", "cpu-tiny", "cpu-small"],
+            "mode": ["forward", "train-step", "forward"],
+            "d_model": [128, 128, 256],  # fixed by the preset: left out, and said so
+            "batch_size": [4, 4, 4],  # one value in every row: a note, not a column
+            "median_s": [median_s, 3 * median_s, 2.123456789 * median_s],
+            "peak_bytes": [2**20, 3 * 2**20, 2**21],
+            "samples_s": ["[0.1, 0.2]"] * 3,  # serialised samples: left out
+            "commit": ["abc1234"] * 3,
+        }
+    )
     save_table(timings, folder / "timings.csv", {"settings": {"steps": 6}})
     sidecar = folder / "timings.json"
     key = ["preset", "mode", "d_model", "batch_size"]
     sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "key": key}))
-    pd.DataFrame({"key": ["warm-up", "unrelated"],
-                  "sentence": [f"warm-up took {median_s:.3f} s: {TRICKY}", "not this one"]}
-                 ).to_csv(folder / "conclusions.csv", index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "key": ["warm-up", "unrelated"],
+            "sentence": [f"warm-up took {median_s:.3f} s: {TRICKY}", "not this one"],
+        }
+    ).to_csv(folder / "conclusions.csv", index=False)
     save_table(
         pd.DataFrame({"phase": ["forward", "backward"], "median_ms": [1.5, 3.25]}),
         folder / "phases.csv",
@@ -53,21 +58,29 @@ def _results(root: Path, device: str, median_s: float) -> Path:
     plt.close(fig)
     memory = root / "08_sharding" / device
     memory.mkdir(parents=True)
-    save_table(pd.DataFrame({"cell": [TRICKY, "plain"], "n": [1, 2]}),
-               memory / "fsdp_memory.csv")  # fmt: skip
+    save_table(pd.DataFrame({"cell": [TRICKY, "plain"], "n": [1, 2]}), memory / "fsdp_memory.csv")
     return root
 
 
 @pytest.fixture
 def two_sources(tmp_path):
-    return [Source("cpu", _results(tmp_path / "cpu", "amd-epyc", 0.0123)),
-            Source("gpu", _results(tmp_path / "gpu", "nvidia-h100", 0.000456))]  # fmt: skip
+    return [
+        Source("cpu", _results(tmp_path / "cpu", "amd-epyc", 0.0123)),
+        Source("gpu", _results(tmp_path / "gpu", "nvidia-h100", 0.000456)),
+    ]
 
 
 def test_readable_tables_keep_what_varies_with_units_and_four_digits():
-    table = pd.DataFrame({"preset": ["a", "a", "b"], "d_model": [1, 1, 2], "steps": [6, 6, 6],
-                          "median_s": [0.1234567, 2.0, 1 / 3], "peak_bytes": [2**20] * 2 + [0],
-                          "commit": ["x"] * 3})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "preset": ["a", "a", "b"],
+            "d_model": [1, 1, 2],
+            "steps": [6, 6, 6],
+            "median_s": [0.1234567, 2.0, 1 / 3],
+            "peak_bytes": [2**20] * 2 + [0],
+            "commit": ["x"] * 3,
+        }
+    )
     cells, notes = readable(table, key=["preset", "d_model", "steps"])
     assert list(cells.columns) == ["preset", "median (s)", "peak (MiB)"]
     assert list(cells["median (s)"]) == ["0.1235", "2", "0.3333"]
@@ -125,8 +138,7 @@ def test_report_command_writes_the_pdf_for_two_labelled_folders(two_sources, tmp
     assert "## 01_benchmarking (gpu)" in (tmp_path / "r" / "report.md").read_text()
 
 
-def test_without_typst_the_source_is_written_and_the_pdf_is_not(two_sources, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_without_typst_the_source_is_written_and_the_pdf_is_not(two_sources, tmp_path, monkeypatch):
     import builtins
 
     real_import = builtins.__import__

@@ -58,8 +58,9 @@ def run_nested(blocks: Sequence[nn.Module], x: Tensor) -> Tensor:
     return checkpoint(run_nested, blocks[middle:], x, use_reentrant=False)
 
 
-def run_blocks(blocks: Sequence[nn.Module], x: Tensor, strategy: str = "none",
-               group_size: int | None = None) -> Tensor:  # fmt: skip
+def run_blocks(
+    blocks: Sequence[nn.Module], x: Tensor, strategy: str = "none", group_size: int | None = None
+) -> Tensor:
     """The block stack with ``strategy`` "none", "single" (needs ``group_size``) or "nested"."""
     blocks = list(blocks)
     check_strategy(strategy, group_size, len(blocks))

@@ -104,8 +104,9 @@ def _is_widget_repr(output: dict) -> bool:
     if "data" not in output:
         return False
     data = output["data"]
-    return not data or (set(data) == {"text/plain"}
-                        and bool(_WIDGET_REPR.match("".join(data["text/plain"]))))  # fmt: skip
+    return not data or (
+        set(data) == {"text/plain"} and bool(_WIDGET_REPR.match("".join(data["text/plain"])))
+    )
 
 
 def _merge_streams(outputs: list) -> list:
@@ -208,8 +209,13 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         target = output / notebook.name
         print(f"== {notebook.stem} -> {target}", flush=True)
         try:
-            own = (lease_sizes(notebook.stem) if args.lease
-                   else full_sizes(notebook.stem) if args.full else {})  # fmt: skip
+            own = (
+                lease_sizes(notebook.stem)
+                if args.lease
+                else full_sizes(notebook.stem)
+                if args.full
+                else {}
+            )
             own.update({k: v for k, v in parameters.items() if k in declared[notebook]})
             papermill.execute_notebook(
                 str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
@@ -234,24 +240,81 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 _TABLE_FIELDS = (
-    "preset", "d_model", "d_ff", "num_layers", "num_heads", "vocab_size", "num_parameters",
-    "context_length", "batch_size", "mode", "dtype", "attention", "head", "optimizer", "compile",
-    "checkpoint_group", "device", "device_name", "warmup", "steps", "mean_s", "std_s",
-    "median_s", "min_s", "max_s", "p20_s", "p80_s", "tokens_per_s", "achieved_flops_per_s",
+    "preset",
+    "d_model",
+    "d_ff",
+    "num_layers",
+    "num_heads",
+    "vocab_size",
+    "num_parameters",
+    "context_length",
+    "batch_size",
+    "mode",
+    "dtype",
+    "attention",
+    "head",
+    "optimizer",
+    "compile",
+    "checkpoint_group",
+    "device",
+    "device_name",
+    "warmup",
+    "steps",
+    "mean_s",
+    "std_s",
+    "median_s",
+    "min_s",
+    "max_s",
+    "p20_s",
+    "p80_s",
+    "tokens_per_s",
+    "achieved_flops_per_s",
     "peak_MiB",
-)  # fmt: skip
+)
 
 
 _DECODE_FIELDS = (
-    "preset", "num_parameters", "batch_size", "context_length", "cache", "compile", "dtype",
-    "device", "device_name", "warmup", "steps", "first_call_s", "median_s", "median_ci_low_s",
-    "median_ci_high_s", "median_ci_level", "unstable", "tokens_per_s", "bytes_per_token",
-    "flops_per_token", "copy_bytes_per_s", "peak_flops_per_s", "memory_bound_tokens_per_s",
-    "compute_bound_tokens_per_s", "bound", "fraction_of_roofline",
-)  # fmt: skip
+    "preset",
+    "num_parameters",
+    "batch_size",
+    "context_length",
+    "cache",
+    "compile",
+    "dtype",
+    "device",
+    "device_name",
+    "warmup",
+    "steps",
+    "first_call_s",
+    "median_s",
+    "median_ci_low_s",
+    "median_ci_high_s",
+    "median_ci_level",
+    "unstable",
+    "tokens_per_s",
+    "bytes_per_token",
+    "flops_per_token",
+    "copy_bytes_per_s",
+    "peak_flops_per_s",
+    "memory_bound_tokens_per_s",
+    "compute_bound_tokens_per_s",
+    "bound",
+    "fraction_of_roofline",
+)
 # what --mode decode takes from perflab bench's options; the others are the training modes'
-_DECODE_OPTIONS = ("preset", "batch_size", "context_length", "cache", "compile", "dtype",
-                   "device", "warmup", "steps", "format", "mode")  # fmt: skip
+_DECODE_OPTIONS = (
+    "preset",
+    "batch_size",
+    "context_length",
+    "cache",
+    "compile",
+    "dtype",
+    "device",
+    "warmup",
+    "steps",
+    "format",
+    "mode",
+)
 
 
 def _print_row(row: dict, names: tuple[str, ...]) -> None:
@@ -276,15 +339,25 @@ def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     ]
     if ignored:
         verb = "applies" if len(ignored) == 1 else "apply"
-        parser.error(f"{', '.join(ignored)} {verb} to the training modes, not to --mode decode "
-                     "(which takes --preset, --batch-size, --context-length, --cache, --compile, "
-                     "--dtype, --device, --warmup, --steps, --format)")  # fmt: skip
+        parser.error(
+            f"{', '.join(ignored)} {verb} to the training modes, not to --mode decode "
+            "(which takes --preset, --batch-size, --context-length, --cache, --compile, "
+            "--dtype, --device, --warmup, --steps, --format)"
+        )
     try:
         preset = get_preset(args.preset)
         context = preset.context_length - 1 if args.context_length is None else args.context_length
-        config = DecodeConfig(args.preset, args.batch_size, context, args.cache or "contiguous",
-                              args.compile, args.dtype, args.device, args.warmup,
-                              args.steps)  # fmt: skip
+        config = DecodeConfig(
+            args.preset,
+            args.batch_size,
+            context,
+            args.cache or "contiguous",
+            args.compile,
+            args.dtype,
+            args.device,
+            args.warmup,
+            args.steps,
+        )
         row, timing = decode_benchmark(config)
     except ValueError as error:
         parser.error(str(error))
@@ -360,13 +433,20 @@ def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from perflab.device import triton_available
 
     if not triton_available():
-        print("perflab kernels: Triton is not installed (it ships for Linux only); "
-              "pip install triton on Linux", file=sys.stderr)  # fmt: skip
+        print(
+            "perflab kernels: Triton is not installed (it ships for Linux only); "
+            "pip install triton on Linux",
+            file=sys.stderr,
+        )
         return 2
 
     try:
-        job_list = jobs(kernels=args.kernel or KERNEL_NAMES, targets=args.target, dtypes=args.dtype,
-                        head_dims=args.head_dim)  # fmt: skip
+        job_list = jobs(
+            kernels=args.kernel or KERNEL_NAMES,
+            targets=args.target,
+            dtypes=args.dtype,
+            head_dims=args.head_dim,
+        )
     except ValueError as error:
         parser.error(str(error))
     table = compile_table(job_list)
@@ -401,8 +481,9 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
         from perflab.bench.simulate import SIMULATED_ROUNDS, coverage_table
 
         for noise in ("quiet", "bursty"):
-            table = coverage_table(SIMULATED_ROUNDS, runs=args.runs, noise=noise,
-                                   adaptive_from=(8,))  # fmt: skip
+            table = coverage_table(
+                SIMULATED_ROUNDS, runs=args.runs, noise=noise, adaptive_from=(8,)
+            )
             print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         return 0
     from perflab.bench.comparison import noise_check
@@ -421,8 +502,10 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     print(summary.to_string())
     aa, ab = summary.loc["A/A"], summary.loc["A/B 2x"]
     burst = " (under a burst of competing work)" if args.burst else ""
-    print(f"A/A false alarms: {int(aa.faster + aa.slower)} of {int(aa.runs)}; "
-          f"A/B 2x detected: {int(ab.slower)} of {int(ab.runs)}{burst}")  # fmt: skip
+    print(
+        f"A/A false alarms: {int(aa.faster + aa.slower)} of {int(aa.runs)}; "
+        f"A/B 2x detected: {int(ab.slower)} of {int(ab.runs)}{burst}"
+    )
     return 0
 
 
@@ -442,8 +525,11 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
     try:
         folder = results_name(args.adapters)
-        print(f"perflab check: {args.adapters}; the notebooks keep this implementation's results "
-              f"in data/results/<notebook>/{folder}/", file=sys.stderr)  # fmt: skip
+        print(
+            f"perflab check: {args.adapters}; the notebooks keep this implementation's results "
+            f"in data/results/<notebook>/{folder}/",
+            file=sys.stderr,
+        )
         table = check_adapters(args.adapters, parts=args.parts, progress=progress)
     except AdapterLoadError as error:
         print(f"perflab check: {error}", file=sys.stderr)
@@ -455,10 +541,15 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         print(format_table(shown))
     counts = table["status"].value_counts()
     found = findings(table)
-    print(", ".join(f"{counts[s]} {s}" for s in ("pass", "fail", "error", "needs a GPU",
-                                                "not provided", "skipped") if s in counts)
-          + f"; {len(found)} finding(s) beyond the handout"
-          + (" (counted: --strict)" if args.strict and len(found) else ""))  # fmt: skip
+    print(
+        ", ".join(
+            f"{counts[s]} {s}"
+            for s in ("pass", "fail", "error", "needs a GPU", "not provided", "skipped")
+            if s in counts
+        )
+        + f"; {len(found)} finding(s) beyond the handout"
+        + (" (counted: --strict)" if args.strict and len(found) else "")
+    )
     return 0 if passed(table, strict=args.strict) else 1
 
 
@@ -470,15 +561,19 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         sources = [parse_source(text) for text in args.results or [str(data_dir() / "results")]]
         labels = [source.label for source in sources]
         if len(set(labels)) < len(labels):
-            raise ValueError(f"two results folders labelled alike ({', '.join(labels)}): give "
-                             "each a label, --results LABEL=DIR")  # fmt: skip
+            raise ValueError(
+                f"two results folders labelled alike ({', '.join(labels)}): give "
+                "each a label, --results LABEL=DIR"
+            )
         written = build_report(sources, args.output)
         start = time.perf_counter()
         typ, pdf = build_writeup(args.year, sources, args.output)
     except ValueError as error:
         parser.error(str(error))
-    print(f"wrote {written} and {written.with_suffix('.html')}, tables also as LaTeX and Typst in "
-          f"{written.parent / 'tables'}")  # fmt: skip
+    print(
+        f"wrote {written} and {written.with_suffix('.html')}, tables also as LaTeX and Typst in "
+        f"{written.parent / 'tables'}"
+    )
     if pdf is None:
         print(f'wrote {typ}; for the PDF install Typst: pip install -e ".[report]"')
     else:
@@ -557,8 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     kernels.add_argument("--target", nargs="+", choices=list(TARGETS), default=["sm_90"])
     kernels.add_argument("--dtype", nargs="+", choices=KERNEL_DTYPES, default=["fp16"])
-    kernels.add_argument("--head-dim", nargs="+", type=int, choices=(16, 32, 64, 128),
-                         default=[128])  # fmt: skip
+    kernels.add_argument(
+        "--head-dim", nargs="+", type=int, choices=(16, 32, 64, 128), default=[128]
+    )
     kernels.add_argument("--kernel", nargs="+", choices=KERNEL_NAMES, help="default: all")
     kernels.add_argument("--summary", action="store_true", help="one row per kernel and target")
     kernels.add_argument("--format", choices=("table", "csv"), default="table")
@@ -569,16 +665,27 @@ def build_parser() -> argparse.ArgumentParser:
     adapters = commands.add_parser(
         "check", help="check a CS336 adapters file (yours) against plain references"
     )
-    adapters.add_argument("--adapters", required=True, metavar="PATH_OR_MODULE",
-                          help="e.g. my-repo/tests/adapters.py, or perflab.cs336")  # fmt: skip
     adapters.add_argument(
-        "--parts", nargs="+", choices=(*PARTS, "attention"), default=list(PARTS),
+        "--adapters",
+        required=True,
+        metavar="PATH_OR_MODULE",
+        help="e.g. my-repo/tests/adapters.py, or perflab.cs336",
+    )
+    adapters.add_argument(
+        "--parts",
+        nargs="+",
+        choices=(*PARTS, "attention"),
+        default=list(PARTS),
         help="which checks (default: all; attention: pytorch and triton)",
-    )  # fmt: skip
-    adapters.add_argument("--strict", action="store_true",
-                          help="findings beyond the handout count as failures too")  # fmt: skip
-    adapters.add_argument("--summary", action="store_true",
-                          help="one row per adapter and scope instead of one per case")  # fmt: skip
+    )
+    adapters.add_argument(
+        "--strict", action="store_true", help="findings beyond the handout count as failures too"
+    )
+    adapters.add_argument(
+        "--summary",
+        action="store_true",
+        help="one row per adapter and scope instead of one per case",
+    )
     adapters.add_argument("--format", choices=("table", "csv"), default="table")
     adapters.set_defaults(handler=_check_adapters, subparser=adapters)
 
@@ -589,9 +696,13 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="a write-up of every table and figure, and a PDF by handout problem"
     )
-    report.add_argument("--results", action="append", metavar="[LABEL=]DIR",
-                        help="results folder, labelled LABEL (default: its name); repeat to show "
-                             "several side by side (default: data/results)")  # fmt: skip
+    report.add_argument(
+        "--results",
+        action="append",
+        metavar="[LABEL=]DIR",
+        help="results folder, labelled LABEL (default: its name); repeat to show "
+        "several side by side (default: data/results)",
+    )
     report.add_argument(
         "--year",
         choices=YEARS,

@@ -46,8 +46,9 @@ def default_chunk_size(tokens: int, vocab: int, d_model: int) -> int:
     return min(tokens, DEFAULT_CHUNK_TOKENS) if tokens else 1
 
 
-def _check(hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None,
-           ignore_index: int) -> None:  # fmt: skip
+def _check(
+    hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int | None, ignore_index: int
+) -> None:
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(
             f"hidden must be (tokens, d) and weight (vocab, d) with the same d; got "
@@ -89,8 +90,9 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of ``hidden @ weight.T`` over the counted targets, in chunks."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int,
-                ignore_index: int) -> Tensor:  # fmt: skip
+    def forward(
+        ctx, hidden: Tensor, weight: Tensor, targets: Tensor, chunk_size: int, ignore_index: int
+    ) -> Tensor:
         counted = targets != ignore_index
         acc = _accumulation_dtype(hidden)
         ctx.matmul_dtype = matmul = _matmul_dtype(hidden)
@@ -139,9 +141,13 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None, None
 
 
-def fused_linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor,
-                               chunk_size: int | None = None,
-                               ignore_index: int = IGNORE_INDEX) -> Tensor:  # fmt: skip
+def fused_linear_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    chunk_size: int | None = None,
+    ignore_index: int = IGNORE_INDEX,
+) -> Tensor:
     """Mean cross-entropy of ``hidden (tokens, d) @ weight (vocab, d).T`` against ``targets
     (tokens,)``, differentiable in ``hidden`` and ``weight``, never holding more than
     ``chunk_size`` tokens' logits (None: ``default_chunk_size``). Targets equal to

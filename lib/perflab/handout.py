@@ -86,8 +86,11 @@ PROBLEMS = (
     Problem("Leaderboard", ("2026",), 10, _LEADERBOARD),
 )
 
-_DDP_BENCHMARKS = ("naive_ddp_benchmarking", "minimal_ddp_flat_benchmarking",
-                   "ddp_overlap_individual_parameters_benchmarking")  # fmt: skip
+_DDP_BENCHMARKS = (
+    "naive_ddp_benchmarking",
+    "minimal_ddp_flat_benchmarking",
+    "ddp_overlap_individual_parameters_benchmarking",
+)
 _CALCS = ("data_parallel_calcs", "fsdp_calcs", "tp_calcs", "fsdp_tp_calcs")
 
 ANSWERS = (

@@ -79,9 +79,13 @@ def gpu(name: str) -> GPUSpec:
 
 
 #: Words in a device name (as ``torch.cuda.get_device_name`` gives it) -> the table's GPU.
-_DEVICE_NAMES = (("A100", "A100 SXM4 80GB"), ("H100", "H100 SXM5 80GB"),
-                 ("H200", "H200 SXM 141GB"), ("GB200", "GB200 (B200 in an NVL72)"),
-                 ("B200", "HGX B200"))  # fmt: skip
+_DEVICE_NAMES = (
+    ("A100", "A100 SXM4 80GB"),
+    ("H100", "H100 SXM5 80GB"),
+    ("H200", "H200 SXM 141GB"),
+    ("GB200", "GB200 (B200 in an NVL72)"),
+    ("B200", "HGX B200"),
+)
 
 
 def datasheet_for(device_name: str) -> GPUSpec | None:

@@ -39,8 +39,15 @@ from perflab.profiling.capture import profiling
 
 EPS = 1e-5
 #: The reductions counted in a profile (a fused kernel does its own inside one call).
-REDUCTIONS = ("aten::sum", "aten::mean", "aten::var", "aten::var_mean", "aten::std",
-              "aten::native_layer_norm", "aten::native_layer_norm_backward")  # fmt: skip
+REDUCTIONS = (
+    "aten::sum",
+    "aten::mean",
+    "aten::var",
+    "aten::var_mean",
+    "aten::std",
+    "aten::native_layer_norm",
+    "aten::native_layer_norm_backward",
+)
 
 
 def mean_then_var(x: Tensor, weight: Tensor, bias: Tensor, eps: float = EPS) -> Tensor:
@@ -77,8 +84,11 @@ class _LayerNormByHand(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         normalised, rstd, weight = ctx.saved_tensors
         scaled = grad * weight
-        grad_x = rstd * (scaled - scaled.mean(-1, keepdim=True)
-                         - normalised * (scaled * normalised).mean(-1, keepdim=True))  # fmt: skip
+        grad_x = rstd * (
+            scaled
+            - scaled.mean(-1, keepdim=True)
+            - normalised * (scaled * normalised).mean(-1, keepdim=True)
+        )
         rows = tuple(range(grad.ndim - 1))
         return grad_x, (grad * normalised).sum(rows), grad.sum(rows), None
 
@@ -102,8 +112,14 @@ LAYER_NORMS: dict[str, Callable[..., Tensor]] = {
 }
 
 
-def _inputs(tokens: int, width: int, dtype: torch.dtype, device: torch.device | str,
-            mean: float = 0.0, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+def _inputs(
+    tokens: int,
+    width: int,
+    dtype: torch.dtype,
+    device: torch.device | str,
+    mean: float = 0.0,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """x (tokens, width) of the given mean and unit spread, random weight and bias, and an
     upstream gradient, all fresh from ``seed``."""
     if tokens < 1 or width < 2:
@@ -116,16 +132,23 @@ def _inputs(tokens: int, width: int, dtype: torch.dtype, device: torch.device | 
     return draw(tokens, width) + mean, 1 + 0.1 * draw(width), 0.1 * draw(width), draw(tokens, width)
 
 
-def _forward_backward(fn: Callable[..., Tensor], x: Tensor, weight: Tensor, bias: Tensor,
-                      grad: Tensor) -> tuple[Tensor, ...]:  # fmt: skip
+def _forward_backward(
+    fn: Callable[..., Tensor], x: Tensor, weight: Tensor, bias: Tensor, grad: Tensor
+) -> tuple[Tensor, ...]:
     leaves = [t.detach().requires_grad_() for t in (x, weight, bias)]
     out = fn(*leaves)
     out.backward(grad)
     return (out.detach(), *(leaf.grad for leaf in leaves))
 
 
-def check_layer_norms(tokens: int = 37, width: int = 129, *, dtype: torch.dtype = torch.float64,
-                      mean: float = 0.0, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def check_layer_norms(
+    tokens: int = 37,
+    width: int = 129,
+    *,
+    dtype: torch.dtype = torch.float64,
+    mean: float = 0.0,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Each way (``F.layer_norm`` too, and the textbook ``sum_of_squares``) in ``dtype`` against
     ``F.layer_norm`` in float64 on the same fresh random inputs (rounded to ``dtype``): the
     largest absolute error of the output and of the gradients of x, weight and bias, for inputs
@@ -137,10 +160,18 @@ def check_layer_norms(tokens: int = 37, width: int = 129, *, dtype: torch.dtype 
     for name, fn in {**LAYER_NORMS, "E[x²] - mean² (textbook one pass)": sum_of_squares}.items():
         got = _forward_backward(fn, x, weight, bias, grad)
         errors = [(a.double() - b).abs().max().item() for a, b in zip(got, expected, strict=True)]
-        rows.append({"way": name, "dtype": str(dtype).removeprefix("torch."), "input_mean": mean,
-                     "output_error": errors[0], "grad_x_error": errors[1],
-                     "grad_weight_error": errors[2], "grad_bias_error": errors[3],
-                     "out_dtype": str(got[0].dtype).removeprefix("torch.")})  # fmt: skip
+        rows.append(
+            {
+                "way": name,
+                "dtype": str(dtype).removeprefix("torch."),
+                "input_mean": mean,
+                "output_error": errors[0],
+                "grad_x_error": errors[1],
+                "grad_weight_error": errors[2],
+                "grad_bias_error": errors[3],
+                "out_dtype": str(got[0].dtype).removeprefix("torch."),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -169,14 +200,26 @@ def reduction_counts(tokens: int = 64, width: int = 128) -> pd.DataFrame:
         outer = [e for e in events if e.name in REDUCTIONS and not _inside(e, REDUCTIONS)]
         called = [e for e in events if not _inside(e, "aten::")]
         which = sorted(Counter(e.name.removeprefix("aten::") for e in outer).items())
-        rows.append({"way": name, "reduction_calls": len(outer), "operator_calls": len(called),
-                     "which": ", ".join(f"{n} x{c}" for n, c in which)})  # fmt: skip
+        rows.append(
+            {
+                "way": name,
+                "reduction_calls": len(outer),
+                "operator_calls": len(called),
+                "which": ", ".join(f"{n} x{c}" for n, c in which),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def compare_layer_norms(tokens: int, width: int, *, rounds: int = 6, warmup: int = 2,
-                        device: torch.device | str = "cpu",
-                        dtype: torch.dtype = torch.float32) -> list:  # fmt: skip
+def compare_layer_norms(
+    tokens: int,
+    width: int,
+    *,
+    rounds: int = 6,
+    warmup: int = 2,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> list:
     """Forward + backward of each way against the one before it in ``LAYER_NORMS``, interleaved
     (``compare``): "mean, then var" -> "var_mean" -> "var_mean, own backward" -> "F.layer_norm";
     the ``Comparison`` of each step."""
@@ -187,20 +230,30 @@ def compare_layer_norms(tokens: int, width: int, *, rounds: int = 6, warmup: int
         return lambda: _forward_backward(LAYER_NORMS[name], x, weight, bias, grad)
 
     pairs = list(zip(names, names[1:], strict=False))
-    return [compare(run(a), run(b), rounds=rounds, warmup=warmup, device=device, names=(a, b))
-            for a, b in pairs]  # fmt: skip
+    return [
+        compare(run(a), run(b), rounds=rounds, warmup=warmup, device=device, names=(a, b))
+        for a, b in pairs
+    ]
 
 
-def statistics_times(tokens: int, width: int, *, steps: int = 6, warmup: int = 2,
-                     device: torch.device | str = "cpu",
-                     dtype: torch.dtype = torch.float32) -> pd.DataFrame:  # fmt: skip
+def statistics_times(
+    tokens: int,
+    width: int,
+    *,
+    steps: int = 6,
+    warmup: int = 2,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> pd.DataFrame:
     """The statistics alone, forward only: ``x.mean``, ``x.var`` and ``torch.var_mean`` over the
     last dimension, each timed on its own (``time_fn``: median, its interval, unstable). What
     one pass can save is the cheaper of the two reductions it merges."""
     x = _inputs(tokens, width, dtype, device)[0]
-    ways = {"mean": lambda: x.mean(-1, keepdim=True),
-            "var": lambda: x.var(-1, keepdim=True, correction=0),
-            "var_mean": lambda: torch.var_mean(x, -1, keepdim=True, correction=0)}  # fmt: skip
+    ways = {
+        "mean": lambda: x.mean(-1, keepdim=True),
+        "var": lambda: x.var(-1, keepdim=True, correction=0),
+        "var_mean": lambda: torch.var_mean(x, -1, keepdim=True, correction=0),
+    }
     rows = []
     for name, fn in ways.items():
         timing = time_fn(fn, warmup=warmup, steps=steps, device=device)

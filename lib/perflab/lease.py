@@ -50,39 +50,87 @@ class LeaseCommand:
 
 
 PLAN = (
-    LeaseCommand("A", 1, (), 330,
-                 "H100 lease: the GPU-only tests took about 200 s with their kernels pinned; "
-                 "the rest under pytest -n 8 (two minutes of CPU work on 16 cores)"),
-    LeaseCommand("A", 2, ("06_flash_attention",), 420,
-                 "H100 lease: the sweep, checks and compiles of three lengths took 250 s; the "
-                 "comparisons and the leaderboard case add about 3 minutes of autotuned kernels"),
-    LeaseCommand("A", 3, ("01_benchmarking", "02_profiling"), 300,
-                 "H100 lease: 01 at full sizes took about 200 s with five presets (the lease "
-                 "times three); 02: traces of small at three contexts, about 2 minutes"),
-    LeaseCommand("A", 4, ("03_mixed_precision", "04_memory"), 330,
-                 "03: three presets, float32 against bfloat16 in 20-second budgets; 04: snapshots "
-                 "and peaks of small and the checkpointing sweeps, about 2 minutes"),
-    LeaseCommand("B", 1, ("05_attention_compile",), 270,
-                 "three lengths at d 64 (seconds each), the small model compiled in two modes: "
-                 "max-autotune benchmarks its matmul shapes, the bulk of the time"),
-    LeaseCommand("B", 2, ("07_distributed_ddp", "08_sharding"), 390,
-                 "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its lease "
-                 "model sizes); the CPU run takes 150 s for both at smaller sizes"),
-    LeaseCommand("B", 3, ("09_training_step",), 360,
-                 "the ladder's rungs at 10 s per comparison with their checks, the compile "
-                 "rung's compilation, the sharded step on two Gloo ranks of a small model"),
-    LeaseCommand("B", 4, ("10_decoding",), 420,
-                 "the 8B model in bfloat16 (16 GB): one compile per batch size timed (two), "
-                 "int8's own, about a minute each; grouped-query attention eager"),
-)  # fmt: skip
+    LeaseCommand(
+        "A",
+        1,
+        (),
+        330,
+        "H100 lease: the GPU-only tests took about 200 s with their kernels pinned; "
+        "the rest under pytest -n 8 (two minutes of CPU work on 16 cores)",
+    ),
+    LeaseCommand(
+        "A",
+        2,
+        ("06_flash_attention",),
+        420,
+        "H100 lease: the sweep, checks and compiles of three lengths took 250 s; the "
+        "comparisons and the leaderboard case add about 3 minutes of autotuned kernels",
+    ),
+    LeaseCommand(
+        "A",
+        3,
+        ("01_benchmarking", "02_profiling"),
+        300,
+        "H100 lease: 01 at full sizes took about 200 s with five presets (the lease "
+        "times three); 02: traces of small at three contexts, about 2 minutes",
+    ),
+    LeaseCommand(
+        "A",
+        4,
+        ("03_mixed_precision", "04_memory"),
+        330,
+        "03: three presets, float32 against bfloat16 in 20-second budgets; 04: snapshots "
+        "and peaks of small and the checkpointing sweeps, about 2 minutes",
+    ),
+    LeaseCommand(
+        "B",
+        1,
+        ("05_attention_compile",),
+        270,
+        "three lengths at d 64 (seconds each), the small model compiled in two modes: "
+        "max-autotune benchmarks its matmul shapes, the bulk of the time",
+    ),
+    LeaseCommand(
+        "B",
+        2,
+        ("07_distributed_ddp", "08_sharding"),
+        390,
+        "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its lease "
+        "model sizes); the CPU run takes 150 s for both at smaller sizes",
+    ),
+    LeaseCommand(
+        "B",
+        3,
+        ("09_training_step",),
+        360,
+        "the ladder's rungs at 10 s per comparison with their checks, the compile "
+        "rung's compilation, the sharded step on two Gloo ranks of a small model",
+    ),
+    LeaseCommand(
+        "B",
+        4,
+        ("10_decoding",),
+        420,
+        "the 8B model in bfloat16 (16 GB): one compile per batch size timed (two), "
+        "int8's own, about a minute each; grouped-query attention eager",
+    ),
+)
 
 
 def plan_table() -> pd.DataFrame:
     """One row per command: lease, command, what it runs, estimated minutes and the basis."""
-    return pd.DataFrame([{
-        "lease": c.lease, "command": c.name, "runs": c.what,
-        "estimate_min": round(c.estimate_s / 60, 1), "basis": c.basis,
-    } for c in PLAN])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "lease": c.lease,
+                "command": c.name,
+                "runs": c.what,
+                "estimate_min": round(c.estimate_s / 60, 1),
+                "basis": c.basis,
+            }
+            for c in PLAN
+        ]
+    )
 
 
 def lease_minutes(lease: str) -> float:
@@ -110,8 +158,10 @@ def _main(argv: list[str]) -> int:
         with pd.option_context("display.max_colwidth", 90, "display.width", 200):
             print(table.to_string(index=False))
         for lease in sorted(table["lease"].unique()):
-            print(f"lease {lease}: {lease_minutes(lease):.1f} GPU-minutes estimated with "
-                  f"{START_MINUTES} for the machine's start, of {LEASE_MINUTES}")  # fmt: skip
+            print(
+                f"lease {lease}: {lease_minutes(lease):.1f} GPU-minutes estimated with "
+                f"{START_MINUTES} for the machine's start, of {LEASE_MINUTES}"
+            )
         return 0
     if argv[:1] == ["commands"] and len(argv) in (2, 3):
         try:

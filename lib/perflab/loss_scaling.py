@@ -29,8 +29,9 @@ from perflab.model import ModelConfig, TransformerLM
 DTYPES = ("float16", "bfloat16")
 
 
-def _loss(model: TransformerLM, inputs: torch.Tensor, targets: torch.Tensor,
-          dtype: torch.dtype | None) -> torch.Tensor:  # fmt: skip
+def _loss(
+    model: TransformerLM, inputs: torch.Tensor, targets: torch.Tensor, dtype: torch.dtype | None
+) -> torch.Tensor:
     """The mean cross-entropy, under autocast to ``dtype`` (None: float32 throughout)."""
     device = inputs.device.type
     with torch.autocast(device, dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -43,17 +44,25 @@ def _model(config: ModelConfig, seed: int, device: torch.device) -> TransformerL
     return TransformerLM(config).to(device)
 
 
-def gradient_underflow(config: ModelConfig, batch_size: int, seq_len: int, *,
-                       scales: tuple[float, ...] = (1.0, 2.0**16), seed: int = 0,
-                       device: torch.device | str = "cpu") -> pd.DataFrame:  # fmt: skip
+def gradient_underflow(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    *,
+    scales: tuple[float, ...] = (1.0, 2.0**16),
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
     """One backward of the same model and batch under float16 and bfloat16 autocast, the loss
     multiplied by each of ``scales`` (the gradients divided back), against float32: per dtype
     and scale, the gradient elements that are zero where float32's are not (``flushed``) and
     their share of float32's non-zero ones, the non-finite elements, and the largest relative
     error of a parameter's gradient (its norm)."""
     if batch_size < 1 or seq_len < 1 or not scales or min(scales) <= 0:
-        raise ValueError(f"need batch_size >= 1, seq_len >= 1 and positive scales, got "
-                         f"{batch_size}, {seq_len}, {scales!r}")  # fmt: skip
+        raise ValueError(
+            f"need batch_size >= 1, seq_len >= 1 and positive scales, got "
+            f"{batch_size}, {seq_len}, {scales!r}"
+        )
     device = torch.device(device)
     model = _model(config, seed, device)
     inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, seed)
@@ -72,12 +81,18 @@ def gradient_underflow(config: ModelConfig, batch_size: int, seq_len: int, *,
             loss, got = gradients(getattr(torch, name), scale)
             pairs = list(zip(got, reference, strict=True))
             flushed = sum(int(((g == 0) & (r != 0)).sum()) for g, r in pairs)
-            rows.append({
-                "dtype": name, "loss_scale": scale, "tokens": batch_size * seq_len,
-                "loss": loss, "flushed": flushed, "flushed_share": flushed / nonzero,
-                "nonfinite": sum(int((~torch.isfinite(g)).sum()) for g in got),
-                "max_relative_error": _largest_relative_error(pairs),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "dtype": name,
+                    "loss_scale": scale,
+                    "tokens": batch_size * seq_len,
+                    "loss": loss,
+                    "flushed": flushed,
+                    "flushed_share": flushed / nonzero,
+                    "nonfinite": sum(int((~torch.isfinite(g)).sum()) for g in got),
+                    "max_relative_error": _largest_relative_error(pairs),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -89,9 +104,17 @@ def _largest_relative_error(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> f
     return max(float((g - r).norm() / r.norm()) for g, r in pairs if r.norm() > 0)
 
 
-def train_with_scaler(config: ModelConfig, batch_size: int, seq_len: int, steps: int, *,
-                      init_scale: float = 2.0**16, lr: float = 1e-3, seed: int = 0,
-                      device: torch.device | str = "cpu") -> pd.DataFrame:  # fmt: skip
+def train_with_scaler(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    steps: int,
+    *,
+    init_scale: float = 2.0**16,
+    lr: float = 1e-3,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
     """``steps`` AdamW steps of float16 autocast with ``torch.amp.GradScaler`` (starting at
     ``init_scale``) beside the same steps in float32 from the same weights and batches: per
     step both losses, the scale used, whether the scaler skipped the step (it found an inf or
@@ -119,9 +142,16 @@ def train_with_scaler(config: ModelConfig, batch_size: int, seq_len: int, steps:
         scaler.update()
         opt16.zero_grad(set_to_none=True)
         moved = any(not torch.equal(b, p) for b, p in zip(before, fp16.parameters(), strict=True))
-        rows.append({"step": step, "loss_float32": loss32.item(), "loss_float16": loss16.item(),
-                     "scale": scale, "skipped": scaler.get_scale() < scale,
-                     "parameters_moved": moved})  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "loss_float32": loss32.item(),
+                "loss_float16": loss16.item(),
+                "scale": scale,
+                "skipped": scaler.get_scale() < scale,
+                "parameters_moved": moved,
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -56,10 +56,13 @@ class ModelConfig:
         if self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head dimension, got {self.head_dim}")
         kv = self.num_kv_heads
-        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1
-                               or self.num_heads % kv):  # fmt: skip
-            raise ValueError(f"ModelConfig.num_kv_heads must be a positive divisor of num_heads "
-                             f"({self.num_heads}) or None, got {kv!r}")  # fmt: skip
+        if kv is not None and (
+            isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.num_heads % kv
+        ):
+            raise ValueError(
+                f"ModelConfig.num_kv_heads must be a positive divisor of num_heads "
+                f"({self.num_heads}) or None, got {kv!r}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -143,7 +146,7 @@ PRESETS: dict[str, ModelConfig] = {
             num_heads=32,
             vocab_size=151_936,
             context_length=32_768,
-        ),  # fmt: skip
+        ),
     )
 }
 #: Other names of the same shapes: the 2025 handout calls the 2026 "xl" "2.7B".
@@ -210,8 +213,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", angles.sin(), persistent=False)
         self.precomputed = True
 
-    def tables(self, positions: Tensor, dtype: torch.dtype = torch.float32
-               ) -> tuple[Tensor, Tensor]:  # fmt: skip
+    def tables(
+        self, positions: Tensor, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor]:
         """cos and sin at ``positions`` (any shape), shape (*positions.shape, head_dim / 2);
         in float64 (computed then) for ``dtype`` float64, else the float32 tables."""
         if dtype == torch.float64:
@@ -233,9 +237,10 @@ class RotaryEmbedding(nn.Module):
             if self.precomputed and x.dtype != torch.float64:
                 cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
             else:
-                cos, sin = (t.to(x.dtype) for t in
-                            self.tables(torch.arange(seq_len, device=x.device),
-                                        x.dtype))  # fmt: skip
+                cos, sin = (
+                    t.to(x.dtype)
+                    for t in self.tables(torch.arange(seq_len, device=x.device), x.dtype)
+                )
         else:  # (batch, 1, seq, head_dim / 2): the same angles for every head
             cos, sin = (t.to(x.dtype)[:, None] for t in self.tables(positions, x.dtype))
         even, odd = x[..., 0::2], x[..., 1::2]
@@ -290,17 +295,19 @@ class CausalSelfAttention(nn.Module):
         self.rope = rope
         self.attention_fn: AttentionFn = naive_attention
 
-    def forward(self, x: Tensor, positions: Tensor | None = None,
-                cached: CachedAttention | None = None) -> Tensor:  # fmt: skip
+    def forward(
+        self, x: Tensor, positions: Tensor | None = None, cached: CachedAttention | None = None
+    ) -> Tensor:
         """Causal self-attention of ``x`` (batch, seq, d_model) at positions 0 .. seq - 1. A
         decoder passes its new tokens' ``positions`` (batch, seq) and ``cached``, which keeps
         their keys and values and attends over the whole cache (``perflab.decode.steps``)."""
         batch, seq_len, d_model = x.shape
         q, k, v = (
             t.reshape(batch, seq_len, heads, -1).transpose(1, 2)
-            for t, heads in zip(self.qkv(x), (self.num_heads, self.kv_heads, self.kv_heads),
-                                strict=True)
-        )  # fmt: skip
+            for t, heads in zip(
+                self.qkv(x), (self.num_heads, self.kv_heads, self.kv_heads), strict=True
+            )
+        )
         q, k = self.rope(q, positions), self.rope(k, positions)
         if cached is not None:  # the cache keeps kv_heads; ``attend`` groups the queries
             y = cached(q, k, v)
@@ -331,8 +338,9 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(config.d_model)
         self.ffn = SwiGLU(config.d_model, config.d_ff)
 
-    def forward(self, x: Tensor, positions: Tensor | None = None,
-                cached: CachedAttention | None = None) -> Tensor:  # fmt: skip
+    def forward(
+        self, x: Tensor, positions: Tensor | None = None, cached: CachedAttention | None = None
+    ) -> Tensor:
         """Pre-norm block; ``positions`` and ``cached`` as in ``CausalSelfAttention``."""
         x = x + self.attn(self.attn_norm(x), positions, cached)
         return x + self.ffn(self.ffn_norm(x))
@@ -350,8 +358,9 @@ class LMHead(nn.Linear):
     def forward(self, hidden: Tensor, targets: Tensor | None = None) -> Tensor:
         if targets is None:
             return super().forward(hidden)
-        return fused_linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]), self.weight,
-                                          targets.reshape(-1))  # fmt: skip
+        return fused_linear_cross_entropy(
+            hidden.reshape(-1, hidden.shape[-1]), self.weight, targets.reshape(-1)
+        )
 
 
 class TransformerLM(nn.Module):
@@ -416,8 +425,7 @@ class TransformerLM(nn.Module):
 def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean next-token cross-entropy over all positions, computed in float32 at least."""
     accumulate = torch.promote_types(logits.dtype, torch.float32)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(accumulate),
-                           targets.reshape(-1))  # fmt: skip
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(accumulate), targets.reshape(-1))
 
 
 def presets_table(batch_size: int = 4, seq_len: int = 512) -> pd.DataFrame:
@@ -441,8 +449,15 @@ def presets_table(batch_size: int = 4, seq_len: int = 512) -> pd.DataFrame:
 
 
 #: The constructor arguments of the course's ``cs336_basics.model.BasicsTransformerLM``.
-COURSE_MODEL_ARGUMENTS = ("vocab_size", "context_length", "d_model", "num_layers", "num_heads",
-                          "d_ff", "rope_theta")  # fmt: skip
+COURSE_MODEL_ARGUMENTS = (
+    "vocab_size",
+    "context_length",
+    "d_model",
+    "num_layers",
+    "num_heads",
+    "d_ff",
+    "rope_theta",
+)
 
 
 def load_model_class(spec: str) -> type:

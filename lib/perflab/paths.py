@@ -139,8 +139,11 @@ def library_versions() -> dict[str, str]:
     import platform
     from importlib.metadata import version
 
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "perflab": version("perflab")}  # fmt: skip
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "perflab": version("perflab"),
+    }
 
 
 def save_figure(fig, path: str | Path) -> Path:

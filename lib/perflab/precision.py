@@ -18,8 +18,13 @@ from torch import nn
 from perflab.device import dtype_name, parse_dtype, resolve_device
 
 
-def accumulate(accumulator: torch.dtype, increment: torch.dtype, steps: int = 1000,
-               value: float = 0.01, upcast: bool = False) -> float:  # fmt: skip
+def accumulate(
+    accumulator: torch.dtype,
+    increment: torch.dtype,
+    steps: int = 1000,
+    value: float = 0.01,
+    upcast: bool = False,
+) -> float:
     """``steps`` times ``total += value`` with ``total`` kept in ``accumulator`` and ``value``
     stored in ``increment`` (promoted to the accumulator's dtype on addition; with ``upcast``,
     converted explicitly first with ``.type(accumulator)``, as the handout's fourth loop)."""

@@ -129,9 +129,13 @@ def _shown(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The part of ``table`` a reader reads: no empty columns, no columns of serialised lists
     (per-step samples), at most ``MAX_ROWS`` rows; and a note of what was left out."""
     serialised = r"^\s*[\[{].+[\]}]\s*$"  # a JSON list or object in every cell: samples
-    listed = [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])
-              and table[c].notna().any()
-              and table[c].dropna().astype(str).str.match(serialised).all()]  # fmt: skip
+    listed = [
+        c
+        for c in table.columns
+        if not pd.api.types.is_numeric_dtype(table[c])
+        and table[c].notna().any()
+        and table[c].dropna().astype(str).str.match(serialised).all()
+    ]
     empty = [c for c in table.columns if table[c].isna().all()]
     shown = table.drop(columns=listed + empty).head(MAX_ROWS)
     notes = []
@@ -168,8 +172,13 @@ def typst_string(text: str) -> str:
     """``text`` as a Typst string literal: shown as plain text, never read as markup (``#``,
     ``$``, ``<``, ``=``, ``-``, ``*``, ``_`` ... stay themselves); only the backslash, the
     double quote and control characters need escaping inside it."""
-    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-               .replace("\r", "\\r").replace("\t", "\\t"))  # fmt: skip
+    escaped = (
+        text.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
     return f'"{escaped}"'
 
 
@@ -184,8 +193,7 @@ def typst_table(table: pd.DataFrame) -> str:
 
     header = ", ".join(cell(c) for c in table.columns)
     rows = ",\n  ".join(", ".join(cell(v) for v in row) for row in table.itertuples(index=False))
-    return (f"#table(\n  columns: {len(table.columns)},\n  table.header({header}),\n"
-            f"  {rows}\n)\n")  # fmt: skip
+    return f"#table(\n  columns: {len(table.columns)},\n  table.header({header}),\n  {rows}\n)\n"
 
 
 def build_report(results: str | Path | list[Source], output: str | Path) -> Path:
@@ -196,11 +204,15 @@ def build_report(results: str | Path | list[Source], output: str | Path) -> Path
     labelled = [(source.label, entry) for source in sources for entry in find_entries(source.path)]
     output = Path(output)
     (output / "tables").mkdir(parents=True, exist_ok=True)
-    folders = ", ".join(f"`{s.path.as_posix()}`" + (f" ({s.label})" if s.label else "")
-                        for s in sources)  # fmt: skip
-    markdown = ["# perflab results", "",
-                f"Every table and figure under {folders}, each with where and how it was "
-                "measured.", ""]  # fmt: skip
+    folders = ", ".join(
+        f"`{s.path.as_posix()}`" + (f" ({s.label})" if s.label else "") for s in sources
+    )
+    markdown = [
+        "# perflab results",
+        "",
+        f"Every table and figure under {folders}, each with where and how it was measured.",
+        "",
+    ]
     body = ["<h1>perflab results</h1>"]
     current = None
     for label, entry in labelled:
@@ -226,15 +238,24 @@ def build_report(results: str | Path | list[Source], output: str | Path) -> Path
         body += [f"<p>{html.escape(note)}</p>"] if note else []
         name = f"{label}-{entry.label}" if len(sources) > 1 else entry.label
         (output / "tables" / f"{name}.tex").write_text(
-            shown.to_latex(index=False, float_format="%.4g", na_rep="", escape=True,
-                           caption=latex_escape(heading), label=f"tab:{name}")
-        )  # fmt: skip
+            shown.to_latex(
+                index=False,
+                float_format="%.4g",
+                na_rep="",
+                escape=True,
+                caption=latex_escape(heading),
+                label=f"tab:{name}",
+            )
+        )
         (output / "tables" / f"{name}.typ").write_text(typst_table(shown))
     (output / "report.md").write_text("\n".join(markdown))
-    page = ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>perflab results</title>"
-            "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
-            "table{border-collapse:collapse;font-size:80%}td,th{border:1px solid #ccc;"
-            "padding:2px 6px}img{max-width:100%}</style></head><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    page = (
+        "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>perflab results</title>"
+        "<style>body{font-family:sans-serif;max-width:70em;margin:auto}"
+        "table{border-collapse:collapse;font-size:80%}td,th{border:1px solid #ccc;"
+        "padding:2px 6px}img{max-width:100%}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
     (output / "report.html").write_text(page)
     return output / "report.md"

@@ -33,26 +33,38 @@ ALL = "(all)"
 SHOW_RESULT = {"auto_display": True}
 
 
-def max_devices_at(preset: str, batch_size: int, seq_len: int, tflops: float,
-                   bandwidth_gb_s: float, tp_bandwidth_gb_s: float) -> pd.DataFrame:  # fmt: skip
+def max_devices_at(
+    preset: str,
+    batch_size: int,
+    seq_len: int,
+    tflops: float,
+    bandwidth_gb_s: float,
+    tp_bandwidth_gb_s: float,
+) -> pd.DataFrame:
     """The largest compute-bound device count of each strategy for one model, batch and
     device (dense TFLOP/s, data-parallel and tensor-parallel link bandwidths in GB/s)."""
     hardware = Hardware("custom", tflops * 1e12, bandwidth_gb_s * 1e9, tp_bandwidth_gb_s * 1e9)
     work = Workload.from_config(get_preset(preset), batch_size, seq_len)
-    rows = [{"strategy": s, "max_devices": max_compute_bound_devices(s, work, hardware)}
-            for s in STRATEGIES]  # fmt: skip
+    rows = [
+        {"strategy": s, "max_devices": max_compute_bound_devices(s, work, hardware)}
+        for s in STRATEGIES
+    ]
     return pd.DataFrame(rows)
 
 
-def calculator_controls(preset: str = "xl", batch_size: int = 256, seq_len: int = 1024,
-                        hardware: Hardware = H100_NODE) -> widgets.interactive:  # fmt: skip
+def calculator_controls(
+    preset: str = "xl", batch_size: int = 256, seq_len: int = 1024, hardware: Hardware = H100_NODE
+) -> widgets.interactive:
     """Sliders over notebook 08's calculator: model, global batch, sequence length, device
     FLOP/s and the two link bandwidths -> the largest compute-bound device count per
     strategy. Each slider's range reaches the value given (never clamped to a default range:
     0.5 TFLOP/s stays 0.5); a non-positive rate or bandwidth is refused in one line."""
     get_preset(preset)  # a clear error for an unknown name
-    for name, value in (("flops_per_s", hardware.flops_per_s), ("bandwidth", hardware.bandwidth),
-                        ("tp_bandwidth", hardware.tp_bandwidth)):  # fmt: skip
+    for name, value in (
+        ("flops_per_s", hardware.flops_per_s),
+        ("bandwidth", hardware.bandwidth),
+        ("tp_bandwidth", hardware.tp_bandwidth),
+    ):
         if not value > 0:
             raise ValueError(f"hardware.{name} must be positive, got {value!r}")
     powers = [2**i for i in range(15)]
@@ -64,22 +76,23 @@ def calculator_controls(preset: str = "xl", batch_size: int = 256, seq_len: int 
         max_devices_at,
         SHOW_RESULT,
         preset=widgets.Dropdown(options=list(PRESETS), value=preset, description="model"),
-        batch_size=widgets.SelectionSlider(options=powers, value=batch_size,
-                                           description="batch"),
-        seq_len=widgets.SelectionSlider(options=sorted({*(2**i for i in range(7, 16)), seq_len}),
-                                        value=seq_len, description="tokens/seq"),
+        batch_size=widgets.SelectionSlider(options=powers, value=batch_size, description="batch"),
+        seq_len=widgets.SelectionSlider(
+            options=sorted({*(2**i for i in range(7, 16)), seq_len}),
+            value=seq_len,
+            description="tokens/seq",
+        ),
         tflops=_log_slider(hardware.flops_per_s / 1e12, 1, 4, "TFLOP/s"),
         bandwidth_gb_s=_log_slider(hardware.bandwidth / 1e9, 0, 3, "DP GB/s"),
         tp_bandwidth_gb_s=_log_slider(hardware.tp_bandwidth / 1e9, 1, 4, "TP GB/s"),
-    )  # fmt: skip
+    )
 
 
 def _log_slider(value: float, low: int, high: int, description: str) -> widgets.FloatLogSlider:
     """A base-10 log slider from 10^low to 10^high, widened to hold ``value``."""
     low = min(low, math.floor(math.log10(value)))
     high = max(high, math.ceil(math.log10(value)))
-    return widgets.FloatLogSlider(value=value, base=10, min=low, max=high,
-                                  description=description)  # fmt: skip
+    return widgets.FloatLogSlider(value=value, base=10, min=low, max=high, description=description)
 
 
 def filter_rows(table: pd.DataFrame, **chosen: object) -> pd.DataFrame:
@@ -92,9 +105,13 @@ def filter_rows(table: pd.DataFrame, **chosen: object) -> pd.DataFrame:
     return table
 
 
-def results_explorer(table: pd.DataFrame, filters: list[str], columns: list[str],
-                     defaults: dict | None = None,
-                     plot: tuple[str, str] | None = None) -> widgets.interactive:  # fmt: skip
+def results_explorer(
+    table: pd.DataFrame,
+    filters: list[str],
+    columns: list[str],
+    defaults: dict | None = None,
+    plot: tuple[str, str] | None = None,
+) -> widgets.interactive:
     """A menu per column of ``filters`` (its values, or ``ALL``) over a saved sweep
     (``table``, read from its CSV): the matching rows' ``filters`` and ``columns``, and with
     ``plot = (x, y)`` a figure of y against x of those rows (in the widget only). Nothing is
@@ -107,10 +124,13 @@ def results_explorer(table: pd.DataFrame, filters: list[str], columns: list[str]
         raise ValueError(f"no column {', '.join(missing)}; valid: {', '.join(table.columns)}")
     defaults = defaults or {}
     menus = {
-        column: widgets.Dropdown(options=[ALL, *sorted(table[column].astype(str).unique())],
-                                 value=str(defaults.get(column, ALL)), description=column)
+        column: widgets.Dropdown(
+            options=[ALL, *sorted(table[column].astype(str).unique())],
+            value=str(defaults.get(column, ALL)),
+            description=column,
+        )
         for column in filters
-    }  # fmt: skip
+    }
 
     def show(**chosen: object) -> pd.DataFrame:
         rows = filter_rows(table, **chosen)[[*filters, *columns]].reset_index(drop=True)
@@ -146,13 +166,21 @@ class MeasureNow(widgets.interactive):
     in ``sweep`` (the sweep's own results file, which the control never writes).
     """
 
-    def __init__(self, path, defaults: BenchConfig, presets: list[str],
-                 metadata: dict | None = None, sweep=None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path,
+        defaults: BenchConfig,
+        presets: list[str],
+        metadata: dict | None = None,
+        sweep=None,
+    ) -> None:
         for preset in presets:
             get_preset(preset)  # a clear error for an unknown name
         if defaults.preset not in presets:
-            raise ValueError(f"defaults.preset {defaults.preset!r} is not among the presets "
-                             f"offered: {', '.join(presets)}")  # fmt: skip
+            raise ValueError(
+                f"defaults.preset {defaults.preset!r} is not among the presets "
+                f"offered: {', '.join(presets)}"
+            )
         self.path, self.defaults, self.metadata = path, defaults, metadata
         self.sources = [path] + ([sweep] if sweep is not None else [])
         contexts = sorted({2**i for i in range(5, 14)} | {defaults.context_length})
@@ -162,15 +190,17 @@ class MeasureNow(widgets.interactive):
             {**SHOW_RESULT, "manual": True, "manual_name": "measure now"},
             preset=widgets.Dropdown(options=presets, value=defaults.preset, description="preset"),
             mode=widgets.Dropdown(options=MODES, value=defaults.mode, description="mode"),
-            context_length=widgets.Dropdown(options=contexts, value=defaults.context_length,
-                                            description="context"),
-            batch_size=widgets.Dropdown(options=batches, value=defaults.batch_size,
-                                        description="batch"),
-            dtype=widgets.Dropdown(options=list(DTYPES), value=defaults.dtype,
-                                   description="dtype"),
-            steps=widgets.IntSlider(value=defaults.steps, min=1, max=max(50, defaults.steps),
-                                    description="steps"),
-        )  # fmt: skip
+            context_length=widgets.Dropdown(
+                options=contexts, value=defaults.context_length, description="context"
+            ),
+            batch_size=widgets.Dropdown(
+                options=batches, value=defaults.batch_size, description="batch"
+            ),
+            dtype=widgets.Dropdown(options=list(DTYPES), value=defaults.dtype, description="dtype"),
+            steps=widgets.IntSlider(
+                value=defaults.steps, min=1, max=max(50, defaults.steps), description="steps"
+            ),
+        )
 
     def config(self, **chosen: object) -> BenchConfig:
         """The configuration of the controls' current values (or of ``chosen``)."""
@@ -196,6 +226,7 @@ class MeasureNow(widgets.interactive):
         """Time the configuration of ``chosen`` now, append its row to ``path``, return its
         timing table."""
         config = self.config(**chosen)
-        rows = benchmark_sweep([config], self.path, resume=False, metadata=self.metadata,
-                               desc="measure now")  # fmt: skip
+        rows = benchmark_sweep(
+            [config], self.path, resume=False, metadata=self.metadata, desc="measure now"
+        )
         return timing_table(rows, keys=CHOSEN_FIELDS)

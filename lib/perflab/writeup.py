@@ -28,21 +28,44 @@ from perflab.report import Entry, Source, device_folders, device_label, find_ent
 MAX_ROWS = 25
 MAX_COLUMNS = 9
 #: Columns that say where and when a row was measured: the appendix shows them, not the tables.
-PROVENANCE_COLUMNS = ("measured_at", "concluded_at", "saved_at", "commit", "library_tree",
-                      "torch", "triton", "python", "device_name", "timing", "timing_method",
-                      "platform")  # fmt: skip
+PROVENANCE_COLUMNS = (
+    "measured_at",
+    "concluded_at",
+    "saved_at",
+    "commit",
+    "library_tree",
+    "torch",
+    "triton",
+    "python",
+    "device_name",
+    "timing",
+    "timing_method",
+    "platform",
+)
 #: Column-name suffixes and the unit each names: (suffix, header unit, scale of the values).
-UNITS = (("_per_s", "/s", 1), ("_ms", "ms", 1), ("_s", "s", 1), ("_bytes", "MiB", 2**-20),
-         ("_mib", "MiB", 1), ("_MiB", "MiB", 1), ("_mb", "MB", 1), ("_gb", "GB", 1),
-         ("_gbps", "GB/s", 1), ("_flops", "FLOP", 1))  # fmt: skip
+UNITS = (
+    ("_per_s", "/s", 1),
+    ("_ms", "ms", 1),
+    ("_s", "s", 1),
+    ("_bytes", "MiB", 2**-20),
+    ("_mib", "MiB", 1),
+    ("_MiB", "MiB", 1),
+    ("_mb", "MB", 1),
+    ("_gb", "GB", 1),
+    ("_gbps", "GB/s", 1),
+    ("_flops", "FLOP", 1),
+)
 
 
 def _markup(text: str) -> str:
     """Typst markup for ``text``: `code` spans as raw text, the rest as string literals (so no
     character of it is read as markup)."""
     parts = re.split(r"`([^`]*)`", text)
-    return "".join(f"#raw({typst_string(p)})" if i % 2 else f"#{typst_string(p)}"
-                   for i, p in enumerate(parts) if p)  # fmt: skip
+    return "".join(
+        f"#raw({typst_string(p)})" if i % 2 else f"#{typst_string(p)}"
+        for i, p in enumerate(parts)
+        if p
+    )
 
 
 def _inline(text: str) -> str:
@@ -110,20 +133,22 @@ def readable(table: pd.DataFrame, key: list[str] | None = None) -> tuple[pd.Data
     measured = [c for c in varying if c not in key and MEASURED.search(c)] if key else []
     keep = identifiers + measured + [c for c in varying if c not in key and c not in measured]
     if constant:
-        shown = ", ".join(f"{_header(c)[0]} = {_cell(table[c].iloc[0], _header(c)[1])}"
-                          for c in constant)  # fmt: skip
+        shown = ", ".join(
+            f"{_header(c)[0]} = {_cell(table[c].iloc[0], _header(c)[1])}" for c in constant
+        )
         notes.append(f"in every row: {shown}")
     if fixed:
         notes.append("fixed by another column: " + ", ".join(fixed))
     if len(keep) > MAX_COLUMNS:
-        notes.append(f"{len(keep) - MAX_COLUMNS} more columns in the CSV: "
-                     + ", ".join(keep[MAX_COLUMNS:]))  # fmt: skip
+        notes.append(
+            f"{len(keep) - MAX_COLUMNS} more columns in the CSV: " + ", ".join(keep[MAX_COLUMNS:])
+        )
         keep = keep[:MAX_COLUMNS]
     if len(table) > MAX_ROWS:
         notes.append(f"first {MAX_ROWS} of {len(table)} rows")
-    cells = pd.DataFrame({
-        _header(c)[0]: [_cell(v, _header(c)[1]) for v in table[c].head(MAX_ROWS)] for c in keep
-    })  # fmt: skip
+    cells = pd.DataFrame(
+        {_header(c)[0]: [_cell(v, _header(c)[1]) for v in table[c].head(MAX_ROWS)] for c in keep}
+    )
     return cells, notes
 
 
@@ -140,10 +165,13 @@ def _cell(value, scale: float = 1) -> str:
 def typst_cells_table(cells: pd.DataFrame) -> str:
     """A Typst ``table`` of text cells, every cell a string literal."""
     header = ", ".join(typst_string(str(c)) for c in cells.columns)
-    rows = ",\n    ".join(", ".join(typst_string(v) for v in row)
-                          for row in cells.itertuples(index=False))  # fmt: skip
-    return (f"table(\n    columns: {len(cells.columns)}, align: left,\n"
-            f"    table.header({header}),\n    {rows}\n  )")  # fmt: skip
+    rows = ",\n    ".join(
+        ", ".join(typst_string(v) for v in row) for row in cells.itertuples(index=False)
+    )
+    return (
+        f"table(\n    columns: {len(cells.columns)}, align: left,\n"
+        f"    table.header({header}),\n    {rows}\n  )"
+    )
 
 
 class _Writer:
@@ -203,8 +231,10 @@ def _item(writer: _Writer, source: Source, entry: Entry, device: str) -> None:
     image = vector if vector.is_file() else entry.path
     if image is entry.path:  # drawn before the notebooks saved vectors beside PNGs
         caption += ". Raster: its run saved no vector copy"
-    writer.add(f"#figure(image({typst_string(writer.path(image))}, width: 85%),\n"
-               f"  caption: {typst_string(caption)})")  # fmt: skip
+    writer.add(
+        f"#figure(image({typst_string(writer.path(image))}, width: 85%),\n"
+        f"  caption: {typst_string(caption)})"
+    )
 
 
 def writeup_source(year: str, sources: list[Source], output: Path) -> tuple[str, Path]:
@@ -249,15 +279,23 @@ def writeup_source(year: str, sources: list[Source], output: Path) -> tuple[str,
         points = f" ({problem.points} pts)" if problem.points else ""
         writer.add(f"#heading(level: 2, {typst_string(problem.name + points)})", "")
         rows = [a for a in answers_for(problem.name) if year in a.year or "both" in a.year]
-        table = pd.DataFrame({"part": [a.label for a in rows], "where": [a.where for a in rows],
-                              "how": [a.how for a in rows]})  # fmt: skip
+        table = pd.DataFrame(
+            {
+                "part": [a.label for a in rows],
+                "where": [a.where for a in rows],
+                "how": [a.how for a in rows],
+            }
+        )
         writer.add(
             "#table(columns: (auto, 1fr, auto), align: left,",
             '  table.header("part", "where", "how"),',
-            *[f"  {_inline(r.part)}, {_inline(r.where)}, {_inline(r.how)}," for r in
-              table.itertuples()],
-            ")", "",
-        )  # fmt: skip
+            *[
+                f"  {_inline(r.part)}, {_inline(r.where)}, {_inline(r.how)},"
+                for r in table.itertuples()
+            ],
+            ")",
+            "",
+        )
         for answer in rows:
             if answer in shown_in:
                 writer.add(
@@ -273,9 +311,13 @@ def writeup_source(year: str, sources: list[Source], output: Path) -> tuple[str,
             shown = [_answer_items(writer, source, answer, entries) for answer in rows]
             if rows and not any(shown):
                 writer.add(
-                    "#" + typst_string(
+                    "#"
+                    + typst_string(
                         f"{source.label}: no saved table, figure or sentence for this problem; "
-                        "the notebook named above prints its answer."), "")  # fmt: skip
+                        "the notebook named above prints its answer."
+                    ),
+                    "",
+                )
             writer.add("")
     _appendix(writer)
     return "\n".join(writer.lines) + "\n", root
@@ -307,16 +349,25 @@ def _appendix(writer: _Writer) -> None:
         record = entry.provenance
         versions = record.get("machine") or record.get("versions") or record
         saved = record.get("saved_at") or record.get("updated") or record.get("created") or ""
-        rows.append({
-            "n": f"P{number}", "source": label, "file": f"{entry.notebook}/{entry.path.name}",
-            "device": entry.device, "torch": str(versions.get("torch", "")),
-            "commit": str(record.get("commit", "")),
-            "library_tree": str(record.get("library_tree", ""))[:12], "saved": str(saved)[:16],
-        })  # fmt: skip
+        rows.append(
+            {
+                "n": f"P{number}",
+                "source": label,
+                "file": f"{entry.notebook}/{entry.path.name}",
+                "device": entry.device,
+                "torch": str(versions.get("torch", "")),
+                "commit": str(record.get("commit", "")),
+                "library_tree": str(record.get("library_tree", ""))[:12],
+                "saved": str(saved)[:16],
+            }
+        )
         settings.setdefault((label, entry.notebook, entry.device), record.get("settings", {}))
     if rows:
-        writer.add("#figure(" + typst_cells_table(pd.DataFrame(rows)) + ", kind: table,",
-                   '  caption: "Provenance of each table and figure")', "")  # fmt: skip
+        writer.add(
+            "#figure(" + typst_cells_table(pd.DataFrame(rows)) + ", kind: table,",
+            '  caption: "Provenance of each table and figure")',
+            "",
+        )
     for (label, notebook, device), values in settings.items():
         text = ", ".join(f"{k}={v!r}" for k, v in (values or {}).items()) or "none recorded"
         writer.add(f"- {_markup(f'{label} · {notebook} · {device}: {text}')}")

@@ -33,10 +33,14 @@ HANDOUT_CASES = {
 }
 #: Cases beyond the handout, each with what it finds when it fails.
 BEYOND_CASES = {
-    "pytorch": ((2, 64, 64, 32, True), (2, 65, 65, 32, True), (1, 37, 91, 16, False),
-                (3, 50, 50, 16, True)),
+    "pytorch": (
+        (2, 64, 64, 32, True),
+        (2, 65, 65, 32, True),
+        (1, 37, 91, 16, False),
+        (3, 50, 50, 16, True),
+    ),
     "triton": ((2, 65, 65, 32, True), (1, 37, 91, 16, False), (3, 50, 50, 16, True)),
-}  # fmt: skip
+}
 #: Largest error (scaled by max(1, |reference|)) of a Triton adapter on a GPU, where ``tl.dot``
 #: takes float32 inputs as TF32 (10 mantissa bits) unless told otherwise; the course's own
 #: tests allow 1e-2. Elsewhere float32 gets ``perflab.attention.check.TOLERANCE``.
@@ -46,8 +50,11 @@ GETTERS = {
     "pytorch": "get_flashattention_autograd_function_pytorch",
     "triton": "get_flashattention_autograd_function_triton",
 }
-CHECKS = ("forward: output vs float64", "forward: log-sum-exp saved for backward",
-          "backward: dQ, dK, dV vs float64")  # fmt: skip
+CHECKS = (
+    "forward: output vs float64",
+    "forward: log-sum-exp saved for backward",
+    "backward: dQ, dK, dV vs float64",
+)
 
 
 def case_name(batch: int, n_q: int, n_k: int, d: int, causal: bool) -> str:
@@ -57,15 +64,21 @@ def case_name(batch: int, n_q: int, n_k: int, d: int, causal: bool) -> str:
 def why_it_matters(which: str, n_q: int, n_k: int, d: int, causal: bool) -> str:
     """What a failure of a case beyond the handout means, in one line."""
     if n_q != n_k:
-        return ("more keys than queries (decoding with a cache, or a prefix) gives wrong "
-                "attention; the handout's tests use as many of each")  # fmt: skip
+        return (
+            "more keys than queries (decoding with a cache, or a prefix) gives wrong "
+            "attention; the handout's tests use as many of each"
+        )
     if causal and which == "pytorch":
-        return ("is_causal ignored or wrong: allowed by the handout for the PyTorch version, "
-                "but a language model's attention must not see later tokens")  # fmt: skip
+        return (
+            "is_causal ignored or wrong: allowed by the handout for the PyTorch version, "
+            "but a language model's attention must not see later tokens"
+        )
     if any(n % 16 for n in (n_q, n_k)):
-        return ("a length that is not a multiple of the tile reads past the end or leaves the "
-                "last tile unmasked; the handout tests powers of 2, real sequences have any "
-                "length")  # fmt: skip
+        return (
+            "a length that is not a multiple of the tile reads past the end or leaves the "
+            "last tile unmasked; the handout tests powers of 2, real sequences have any "
+            "length"
+        )
     return "fails beyond the handout's cases"
 
 
@@ -86,16 +99,20 @@ def attention_rows(module: ModuleType, which: str, device: str, cases=None) -> l
         return [CheckRow(getter, "returns an autograd.Function", status=status, detail=detail)]
     on_gpu = device.startswith("cuda")
     tol = TRITON_TF32_TOLERANCE if which == "triton" and on_gpu else TOLERANCE[torch.float32]
-    scoped = ([(c, HANDOUT) for c in cases] if cases is not None else
-              [(c, HANDOUT) for c in HANDOUT_CASES[which]]
-              + [(c, BEYOND) for c in BEYOND_CASES[which]])  # fmt: skip
+    scoped = (
+        [(c, HANDOUT) for c in cases]
+        if cases is not None
+        else [(c, HANDOUT) for c in HANDOUT_CASES[which]]
+        + [(c, BEYOND) for c in BEYOND_CASES[which]]
+    )
     rows = []
     for seed, ((batch, n_q, n_k, d, causal), scope) in enumerate(scoped):
         case = case_name(batch, n_q, n_k, d, causal)
         errors = _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root)
         tolerances = (tol, tol, GRADIENT_FACTOR * tol)
-        for check, tolerance, (value, status, detail) in zip(CHECKS, tolerances, errors,
-                                                             strict=True):  # fmt: skip
+        for check, tolerance, (value, status, detail) in zip(
+            CHECKS, tolerances, errors, strict=True
+        ):
             if status is None:
                 row = CheckRow.measured(getter, check, value, tolerance, detail, case, scope)
             else:
@@ -126,16 +143,17 @@ def _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root):
         return [failed] * 3
     lse = [t for t in getattr(out.grad_fn, "saved_tensors", ()) if t.shape == q.shape[:2]]
     saved_lse = lse[0] if len(lse) == 1 else None
-    forward = [_measured(_error(out.detach(), ref_out)),
-               _measured(_error(saved_lse, ref_lse), _lse_note(lse))]  # fmt: skip
+    forward = [
+        _measured(_error(out.detach(), ref_out)),
+        _measured(_error(saved_lse, ref_lse), _lse_note(lse)),
+    ]
     try:
         out.backward(grad_out.to(device=q.device, dtype=q.dtype))
     except NotImplementedError:
         return [*forward, (math.nan, "not provided", "backward raises NotImplementedError")]
     except Exception as error:
         return [*forward, (math.nan, *describe(error, root))]
-    grads = [_error(got, ref) for got, ref in zip((q.grad, k.grad, v.grad), ref_grads,
-                                                   strict=True)]  # fmt: skip
+    grads = [_error(got, ref) for got, ref in zip((q.grad, k.grad, v.grad), ref_grads, strict=True)]
     missing = any(math.isnan(g) for g in grads)
     note = "q, k or v got no gradient (backward returned None for it)" if missing else ""
     return [*forward, _measured(math.nan if missing else max(grads), note)]
@@ -150,8 +168,10 @@ def _measured(error: float, note: str = "") -> tuple[float, None, str]:
 def _lse_note(found: list) -> str:
     if len(found) == 1:
         return ""
-    return (f"{len(found)} tensors of shape (batch, n_q) in ctx.save_for_backward; the course's "
-            "tests look for exactly one, the log-sum-exp")  # fmt: skip
+    return (
+        f"{len(found)} tensors of shape (batch, n_q) in ctx.save_for_backward; the course's "
+        "tests look for exactly one, the log-sum-exp"
+    )
 
 
 def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, type]:
@@ -233,13 +253,19 @@ def describe_launch(kernel, args: tuple, kwargs: dict) -> dict:
                 plain = isinstance(value, bool | int | float | str) or value is None
                 described[name] = ("constexpr", value if plain else repr(value))
         elif isinstance(value, torch.Tensor):
-            described[name] = ("tensor", TRITON_DTYPES.get(value.dtype, str(value.dtype)),
-                               value.data_ptr() % 16 == 0)  # fmt: skip
+            described[name] = (
+                "tensor",
+                TRITON_DTYPES.get(value.dtype, str(value.dtype)),
+                value.data_ptr() % 16 == 0,
+            )
         elif isinstance(value, bool):
             described[name] = ("bool",)
         elif isinstance(value, int):
-            described[name] = ("int", "i32" if -(2**31) <= value < 2**31 else "i64",
-                               value % 16 == 0 and value != 0)  # fmt: skip
+            described[name] = (
+                "int",
+                "i32" if -(2**31) <= value < 2**31 else "i64",
+                value % 16 == 0 and value != 0,
+            )
         elif isinstance(value, float):
             described[name] = ("float",)
         else:  # None, or anything else Triton specialises away

@@ -55,8 +55,12 @@ def expand_parts(parts) -> list[str]:
     return [part for part in PARTS if part in wanted]
 
 
-def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lambda _: None,
-                   device: str | None = None) -> pd.DataFrame:  # fmt: skip
+def check_adapters(
+    spec: str,
+    parts=PARTS,
+    progress: Callable[[str], None] = lambda _: None,
+    device: str | None = None,
+) -> pd.DataFrame:
     """The table of every check of the adapters ``spec`` names (a ``.py`` path or a dotted
     module): adapter, check, case, scope ("handout" or "beyond the handout"), error,
     tolerance, status (pass, fail, error, not provided, skipped, needs a GPU), detail. Raises
@@ -72,8 +76,14 @@ def check_adapters(spec: str, parts=PARTS, progress: Callable[[str], None] = lam
         rows += attention_rows(module, "pytorch", device)
     if "triton" in parts or "kernels" in parts:  # the kernels are those the adapter launches
         if not triton_available():
-            rows.append(CheckRow(GETTERS["triton"], "forward and backward", status="skipped",
-                                 detail="Triton is not installed here"))  # fmt: skip
+            rows.append(
+                CheckRow(
+                    GETTERS["triton"],
+                    "forward and backward",
+                    status="skipped",
+                    detail="Triton is not installed here",
+                )
+            )
         else:
             progress("FlashAttention in Triton")
             with record_launches(launches):
@@ -112,8 +122,10 @@ class DistributedCheck:
     why: str = ""  # a finding's explanation, beyond the handout
 
 
-_FOUR_RANKS = ("fails on 4 ranks although it passes on 2: ranks or the world size are "
-               "assumed somewhere (the handout tests 2)")  # fmt: skip
+_FOUR_RANKS = (
+    "fails on 4 ranks although it passes on 2: ranks or the world size are "
+    "assumed somewhere (the handout tests 2)"
+)
 
 
 def _distributed_plan(parts, provided: set[str], mine: set[str]):
@@ -124,8 +136,14 @@ def _distributed_plan(parts, provided: set[str], mine: set[str]):
         if adapter not in mine:
             return
         if adapter not in provided:
-            row = CheckRow(adapter, check, case, scope, status="not provided",
-                           detail=f"{adapter} is not defined")  # fmt: skip
+            row = CheckRow(
+                adapter,
+                check,
+                case,
+                scope,
+                status="not provided",
+                detail=f"{adapter} is not defined",
+            )
             plan.append((row, (None, None)))
             return
         spec = DistributedCheck(adapter, check, case, scope, tolerance, world_size, why)
@@ -136,42 +154,116 @@ def _distributed_plan(parts, provided: set[str], mine: set[str]):
             sizes = BUCKET_SIZES_MB if getter == "get_ddp_bucketed" else (None,)
             for size in sizes:
                 case = "" if size is None else f"buckets of {size:g} MB"
-                add(getter, "vs one process (fp32)", case, HANDOUT, FP32_TOLERANCE, 2, "ddp",
-                    (getter, "fp32", size))  # fmt: skip
+                add(
+                    getter,
+                    "vs one process (fp32)",
+                    case,
+                    HANDOUT,
+                    FP32_TOLERANCE,
+                    2,
+                    "ddp",
+                    (getter, "fp32", size),
+                )
             size = sizes[len(sizes) // 2]
             case = "" if size is None else f"buckets of {size:g} MB"
-            add(getter, "vs one process (accumulation, no_sync)", case, BEYOND, FP32_TOLERANCE,
-                2, "ddp", (getter, "accumulation", size),
-                "accumulation under no_sync() does not give one big batch's update")  # fmt: skip
-            add(getter, "vs one process (bf16 autocast)", case, BEYOND, AUTOCAST_TOLERANCE, 2,
-                "ddp", (getter, "bf16 autocast", size),
+            add(
+                getter,
+                "vs one process (accumulation, no_sync)",
+                case,
+                BEYOND,
+                FP32_TOLERANCE,
+                2,
+                "ddp",
+                (getter, "accumulation", size),
+                "accumulation under no_sync() does not give one big batch's update",
+            )
+            add(
+                getter,
+                "vs one process (bf16 autocast)",
+                case,
+                BEYOND,
+                AUTOCAST_TOLERANCE,
+                2,
+                "ddp",
+                (getter, "bf16 autocast", size),
                 "under bfloat16 autocast the gradients differ from one process's beyond "
-                "bfloat16 rounding")  # fmt: skip
-            add(getter, "vs one process (fp32)", f"{case}, 4 ranks".strip(", "), BEYOND,
-                FP32_TOLERANCE, 4, "ddp", (getter, "fp32", size), _FOUR_RANKS)  # fmt: skip
+                "bfloat16 rounding",
+            )
+            add(
+                getter,
+                "vs one process (fp32)",
+                f"{case}, 4 ranks".strip(", "),
+                BEYOND,
+                FP32_TOLERANCE,
+                4,
+                "ddp",
+                (getter, "fp32", size),
+                _FOUR_RANKS,
+            )
     if "fsdp" in parts:
         for mode, check, tolerance in (
             ("fp32", "vs one process (fp32)", FP32_TOLERANCE),
-            ("fp16 compute", "vs one process (fp16 compute, fp32 master)",
-             LOW_PRECISION_TOLERANCE),
+            ("fp16 compute", "vs one process (fp16 compute, fp32 master)", LOW_PRECISION_TOLERANCE),
             ("gradients", "fp16 compute: gradients fp32, parameter-shaped (count wrong)", 0.0),
-        ):  # fmt: skip
+        ):
             add("get_fsdp", check, "", HANDOUT, tolerance, 2, "fsdp", (mode,))
-        add("get_fsdp", "vs one process (2 micro-batches)", "", BEYOND, FP32_TOLERANCE, 2,
-            "fsdp", ("accumulation",),
+        add(
+            "get_fsdp",
+            "vs one process (2 micro-batches)",
+            "",
+            BEYOND,
+            FP32_TOLERANCE,
+            2,
+            "fsdp",
+            ("accumulation",),
             "gradients accumulated over two micro-batches differ from one batch's: the second "
-            "backward overwrites or misses the first's")  # fmt: skip
-        add("get_fsdp", "vs one process (fp32)", "4 ranks", BEYOND, FP32_TOLERANCE, 4, "fsdp",
-            ("fp32",), _FOUR_RANKS)  # fmt: skip
+            "backward overwrites or misses the first's",
+        )
+        add(
+            "get_fsdp",
+            "vs one process (fp32)",
+            "4 ranks",
+            BEYOND,
+            FP32_TOLERANCE,
+            4,
+            "fsdp",
+            ("fp32",),
+            _FOUR_RANKS,
+        )
     if "optimizer" in parts:
-        add("get_sharded_optimizer", "AdamW vs unsharded (5 steps)", "", HANDOUT,
-            OPTIMIZER_TOLERANCE, 2, "optimizer", ("steps",))  # fmt: skip
-        add("get_sharded_optimizer", "state_dict round trip, then 2 steps", "", BEYOND,
-            OPTIMIZER_TOLERANCE, 2, "optimizer", ("round trip",),
+        add(
+            "get_sharded_optimizer",
+            "AdamW vs unsharded (5 steps)",
+            "",
+            HANDOUT,
+            OPTIMIZER_TOLERANCE,
+            2,
+            "optimizer",
+            ("steps",),
+        )
+        add(
+            "get_sharded_optimizer",
+            "state_dict round trip, then 2 steps",
+            "",
+            BEYOND,
+            OPTIMIZER_TOLERANCE,
+            2,
+            "optimizer",
+            ("round trip",),
             "training resumed from a checkpoint (state_dict, load_state_dict) does not "
-            "continue as it would have")  # fmt: skip
-        add("get_sharded_optimizer", "AdamW vs unsharded (5 steps)", "4 ranks", BEYOND,
-            OPTIMIZER_TOLERANCE, 4, "optimizer", ("steps",), _FOUR_RANKS)  # fmt: skip
+            "continue as it would have",
+        )
+        add(
+            "get_sharded_optimizer",
+            "AdamW vs unsharded (5 steps)",
+            "4 ranks",
+            BEYOND,
+            OPTIMIZER_TOLERANCE,
+            4,
+            "optimizer",
+            ("steps",),
+            _FOUR_RANKS,
+        )
     return plan
 
 
@@ -181,8 +273,11 @@ def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
 
     rows: dict[int, CheckRow] = {}
     for world_size in sorted({check.world_size for check, _ in checks}):
-        group = [(i, check, call) for i, (check, call) in enumerate(checks)
-                 if check.world_size == world_size]  # fmt: skip
+        group = [
+            (i, check, call)
+            for i, (check, call) in enumerate(checks)
+            if check.world_size == world_size
+        ]
         try:
             check_world_size(world_size)
         except ValueError as error:
@@ -191,8 +286,12 @@ def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
             continue
         progress(f"{len(group)} distributed checks on {world_size} ranks (one launch)")
         try:
-            results = launch(battery_rank, world_size, (spec, [call for _, _, call in group]),
-                             timeout_s=60 + 30 * len(group))[0]  # fmt: skip
+            results = launch(
+                battery_rank,
+                world_size,
+                (spec, [call for _, _, call in group]),
+                timeout_s=60 + 30 * len(group),
+            )[0]
         except (RankError, TimeoutError):
             results = None
         for n, (i, check, call) in enumerate(group):
@@ -201,8 +300,9 @@ def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
                 continue
             progress(f"{check.adapter}: {check.check} {check.case} (alone)")
             try:
-                rows[i] = _row(check, launch(battery_rank, world_size, (spec, [call]),
-                                             timeout_s=300)[0][0])  # fmt: skip
+                rows[i] = _row(
+                    check, launch(battery_rank, world_size, (spec, [call]), timeout_s=300)[0][0]
+                )
             except (RankError, TimeoutError) as error:
                 rows[i] = _row(check, _failed_launch(error, root))
     return [rows[i] for i in sorted(rows)]
@@ -219,11 +319,24 @@ def _failed_launch(error: BaseException, root) -> dict:
 
 def _row(check: DistributedCheck, result: dict) -> CheckRow:
     if result["status"] != "measured":
-        row = CheckRow(check.adapter, check.check, check.case, check.scope,
-                       status=result["status"], detail=result.get("detail", ""))  # fmt: skip
+        row = CheckRow(
+            check.adapter,
+            check.check,
+            check.case,
+            check.scope,
+            status=result["status"],
+            detail=result.get("detail", ""),
+        )
     else:
-        row = CheckRow.measured(check.adapter, check.check, result["error"], check.tolerance,
-                                result.get("detail", ""), check.case, check.scope)  # fmt: skip
+        row = CheckRow.measured(
+            check.adapter,
+            check.check,
+            result["error"],
+            check.tolerance,
+            result.get("detail", ""),
+            check.case,
+            check.scope,
+        )
     if row.finding and not row.detail:  # the rank's own detail is the more precise
         row.detail = check.why
     return row
@@ -256,10 +369,16 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     for (adapter, scope), statuses in grouped:
         counts = statuses.value_counts()
         worst = next(s for s in order if s in counts)
-        rows.append({"adapter": adapter, "scope": scope, "checks": len(statuses),
-                     "passed": int(counts.get("pass", 0)),
-                     "failed": int(sum(counts.get(s, 0) for s in FAILING)),
-                     "status": worst})  # fmt: skip
+        rows.append(
+            {
+                "adapter": adapter,
+                "scope": scope,
+                "checks": len(statuses),
+                "passed": int(counts.get("pass", 0)),
+                "failed": int(sum(counts.get(s, 0) for s in FAILING)),
+                "status": worst,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -278,6 +397,7 @@ def format_table(table: pd.DataFrame) -> str:
     shown = table.copy()
     for column in ("error", "tolerance"):
         if column in shown:
-            shown[column] = [_number(v, c) for v, c in zip(shown[column], shown["check"],
-                                                             strict=True)]  # fmt: skip
+            shown[column] = [
+                _number(v, c) for v, c in zip(shown[column], shown["check"], strict=True)
+            ]
     return shown.to_markdown(index=False, disable_numparse=True)

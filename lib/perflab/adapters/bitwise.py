@@ -53,13 +53,15 @@ def half_batch_orders(batch: int = 20, seq_len: int = 8, seed: int = 42) -> pd.D
     rows = []
     for order, grads in orders.items():
         diffs = {n: float((grads[n] - whole[n]).abs().max()) for n in whole}
-        rows.append({
-            "order": order,
-            "bitwise_equal": sum(torch.equal(grads[n], whole[n]) for n in whole),
-            "parameters": len(whole),
-            "max_difference": max(diffs.values()),
-            "differs_in": ", ".join(n for n, d in diffs.items() if d) or "-",
-        })  # fmt: skip
+        rows.append(
+            {
+                "order": order,
+                "bitwise_equal": sum(torch.equal(grads[n], whole[n]) for n in whole),
+                "parameters": len(whole),
+                "max_difference": max(diffs.values()),
+                "differs_in": ", ".join(n for n, d in diffs.items() if d) or "-",
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -76,16 +76,24 @@ def _worst_over_ranks(value: float) -> float:
 
 
 def _params_error(module: nn.Module, reference: nn.Module) -> float:
-    return _worst_over_ranks(max_difference(list(module.parameters()),
-                                            list(reference.parameters())))  # fmt: skip
+    return _worst_over_ranks(
+        max_difference(list(module.parameters()), list(reference.parameters()))
+    )
 
 
 def _not_provided(reason: NotProvided) -> dict:
     return {"status": "not provided", "detail": str(reason)}
 
 
-def ddp_rank(spec: str, getter: str, mode: str, bucket_size_mb: float | None = None,
-             steps: int = 3, batch_size: int = 8, seq_len: int = 16) -> dict:  # fmt: skip
+def ddp_rank(
+    spec: str,
+    getter: str,
+    mode: str,
+    bucket_size_mb: float | None = None,
+    steps: int = 3,
+    batch_size: int = 8,
+    seq_len: int = 16,
+) -> dict:
     """``mode``: "fp32" (plain steps), "accumulation" (two micro-batches per step, the first
     under ``no_sync()``), "bf16 autocast" (forward under ``torch.autocast``)."""
     adapters = load_adapters(spec)
@@ -93,8 +101,11 @@ def ddp_rank(spec: str, getter: str, mode: str, bucket_size_mb: float | None = N
     module = build_model("toy", seed=dist.get_rank())
     reference = build_model("toy", seed=0)
     kwargs = {} if bucket_size_mb is None else {"bucket_size_mb": bucket_size_mb}
-    autocast = (lambda: torch.autocast(module.embedding.weight.device.type, torch.bfloat16)) \
-        if mode == "bf16 autocast" else contextlib.nullcontext  # fmt: skip
+    autocast = (
+        (lambda: torch.autocast(module.embedding.weight.device.type, torch.bfloat16))
+        if mode == "bf16 autocast"
+        else contextlib.nullcontext
+    )
     try:
         wrapped = call(adapters, getter, module, **kwargs)
         if mode == "accumulation" and not hasattr(wrapped, "no_sync"):
@@ -142,8 +153,7 @@ def _cast_step(reference: nn.Module, optimizer, dtype: torch.dtype, inputs, targ
     optimizer.step()
 
 
-def fsdp_rank(spec: str, mode: str, steps: int = 3, batch_size: int = 8,
-              seq_len: int = 8) -> dict:  # fmt: skip
+def fsdp_rank(spec: str, mode: str, steps: int = 3, batch_size: int = 8, seq_len: int = 8) -> dict:
     """``mode``: "fp32", "fp16 compute" (``compute_dtype=torch.float16``), "accumulation" (two
     micro-batches per step) or "gradients" (after one backward with fp16 compute, every
     gradient is float32, the master weights' dtype, and shaped like its parameter). Every rank
@@ -169,9 +179,12 @@ def fsdp_rank(spec: str, mode: str, steps: int = 3, batch_size: int = 8,
                 loss_fn(wrapped, x, y).backward()
             call(adapters, "fsdp_on_after_backward", wrapped, optimizer)
             if mode == "gradients":
-                wrong = [n for n, p in wrapped.named_parameters() if p.requires_grad and (
-                    p.grad is None or p.grad.dtype != torch.float32
-                    or p.grad.shape != p.shape)]  # fmt: skip
+                wrong = [
+                    n
+                    for n, p in wrapped.named_parameters()
+                    if p.requires_grad
+                    and (p.grad is None or p.grad.dtype != torch.float32 or p.grad.shape != p.shape)
+                ]
                 count = _worst_over_ranks(float(len(wrong)))
                 return {"status": "measured", "error": count, "detail": ", ".join(wrong[:3])}
             optimizer.step()
@@ -186,8 +199,11 @@ def fsdp_rank(spec: str, mode: str, steps: int = 3, batch_size: int = 8,
         return _not_provided(reason)
     missing = [n for n in names if n not in full]
     if missing:
-        return {"status": "measured", "error": float("inf"),
-                "detail": f"fsdp_gather_full_params lacks {', '.join(missing[:3])}"}  # fmt: skip
+        return {
+            "status": "measured",
+            "error": float("inf"),
+            "detail": f"fsdp_gather_full_params lacks {', '.join(missing[:3])}",
+        }
     error = max_difference([full[n] for n in names], [p for _, p in reference.named_parameters()])
     return {"status": "measured", "error": _worst_over_ranks(error)}
 
@@ -200,8 +216,9 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
     model = build_model("toy", seed=0)
     reference = build_model("toy", seed=0)
     try:
-        optimizer = call(adapters, "get_sharded_optimizer", model.parameters(),
-                         torch.optim.AdamW, **kwargs)  # fmt: skip
+        optimizer = call(
+            adapters, "get_sharded_optimizer", model.parameters(), torch.optim.AdamW, **kwargs
+        )
     except NotProvided as reason:
         return _not_provided(reason)
     reference_optimizer = torch.optim.AdamW(reference.parameters(), **kwargs)
@@ -210,10 +227,13 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
         if mode == "round trip" and step == steps - 2:
             saved = copy.deepcopy(optimizer.state_dict())
             if not saved.get("state"):
-                detail = ("state_dict() holds no optimizer state: a checkpoint would lose "
-                          "AdamW's moments (an inner optimizer's state is not in it)")  # fmt: skip
-            optimizer = call(adapters, "get_sharded_optimizer", model.parameters(),
-                             torch.optim.AdamW, **kwargs)  # fmt: skip
+                detail = (
+                    "state_dict() holds no optimizer state: a checkpoint would lose "
+                    "AdamW's moments (an inner optimizer's state is not in it)"
+                )
+            optimizer = call(
+                adapters, "get_sharded_optimizer", model.parameters(), torch.optim.AdamW, **kwargs
+            )
             optimizer.load_state_dict(saved)
         inputs, targets = global_batch(reference, 8, 16, step)
         for m, opt in ((model, optimizer), (reference, reference_optimizer)):

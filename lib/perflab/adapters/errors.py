@@ -23,21 +23,27 @@ _BOILERPLATE = re.compile(
 #: not a bug; the check says "needs a GPU".
 _NEEDS_A_GPU = (
     (r"0 active drivers", "@triton.autotune needs a GPU driver; the Triton interpreter has none"),
-    (r"\.is_cuda|device(?:\.type)? == .cuda|\.device\.type == \"cuda\"",
-     "the code requires CUDA tensors"),
+    (
+        r"\.is_cuda|device(?:\.type)? == .cuda|\.device\.type == \"cuda\"",
+        "the code requires CUDA tensors",
+    ),
     (r"NVTX functions not installed|nvtx", "NVTX ranges need CUDA"),
-    (r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|no CUDA GPUs are available",
-     "the code calls CUDA"),
-)  # fmt: skip
+    (
+        r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|no CUDA GPUs are available",
+        "the code calls CUDA",
+    ),
+)
 
 #: Triton APIs a newer Triton removed or changed, with what to do.
 _MISSING_TRITON_API = (
-    (r"[Bb]lock pointers have been removed|no attribute 'make_block_ptr'|"
-     r"no attribute 'advance'",
-     "uses tl.make_block_ptr, removed in Triton 3.9 (and .advance() broken in 3.8's "
-     "interpreter); the course uses triton==3.6.0, perflab's install 3.7.1: "
-     "pip install triton==3.7.1"),
-)  # fmt: skip
+    (
+        r"[Bb]lock pointers have been removed|no attribute 'make_block_ptr'|"
+        r"no attribute 'advance'",
+        "uses tl.make_block_ptr, removed in Triton 3.9 (and .advance() broken in 3.8's "
+        "interpreter); the course uses triton==3.6.0, perflab's install 3.7.1: "
+        "pip install triton==3.7.1",
+    ),
+)
 
 
 def innermost(error: BaseException) -> BaseException:
@@ -126,8 +132,11 @@ def describe(error: BaseException, root: Path | None = None) -> tuple[str, str]:
         source = (frame.line or linecache.getline(frame.filename, frame.lineno)).strip()
     # torch.compile names the line it could not trace in its message ("from user code: File
     # ..., line N"): deeper in the student's code than the Python traceback's last frame.
-    traced = [(f, int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', str(inner))
-              if root is not None and _under(Path(f), root.resolve())]  # fmt: skip
+    traced = [
+        (f, int(n))
+        for f, n in re.findall(r'File "([^"]+)", line (\d+)', str(inner))
+        if root is not None and _under(Path(f), root.resolve())
+    ]
     if traced:
         path, line = traced[-1]
         where = f" ({Path(path).name}:{line})"

@@ -23,8 +23,9 @@ from perflab.adapters.rows import CheckRow
 COMPILE_TARGETS = ("sm_80", "sm_90")
 
 
-def compile_rows(spec: str, launches: list[dict], targets=COMPILE_TARGETS,
-                 timeout_s: float = 600) -> list[CheckRow]:  # fmt: skip
+def compile_rows(
+    spec: str, launches: list[dict], targets=COMPILE_TARGETS, timeout_s: float = 600
+) -> list[CheckRow]:
     """One row per (kernel launch, target), compiled in a child process."""
     if not launches:
         return []
@@ -33,9 +34,14 @@ def compile_rows(spec: str, launches: list[dict], targets=COMPILE_TARGETS,
     request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
     failed = CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error")
     try:
-        done = subprocess.run([sys.executable, "-m", "perflab.adapters.kernel_compile"],
-                              input=request, capture_output=True, text=True,
-                              env=compiler_environment(), timeout=timeout_s)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "perflab.adapters.kernel_compile"],
+            input=request,
+            capture_output=True,
+            text=True,
+            env=compiler_environment(),
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         failed.detail = f"the compiling process took more than {timeout_s:g} s"
         return [failed]
@@ -43,8 +49,9 @@ def compile_rows(spec: str, launches: list[dict], targets=COMPILE_TARGETS,
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         failed.detail = f"the compiling process failed: {last}"
         return [failed]
-    return _worst_per_kernel([CheckRow(**row) for row in
-                              json.loads(done.stdout.strip().splitlines()[-1])])  # fmt: skip
+    return _worst_per_kernel(
+        [CheckRow(**row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
+    )
 
 
 def _worst_per_kernel(rows: list[CheckRow]) -> list[CheckRow]:
@@ -70,8 +77,13 @@ def _find_kernel(module_name: str, file: str | None, name: str):
 
     from triton.runtime.jit import JITFunction
 
-    same_file = [m for m in list(sys.modules.values()) if file and getattr(m, "__file__", None)
-                 and Path(m.__file__).resolve() == Path(file).resolve()]  # fmt: skip
+    same_file = [
+        m
+        for m in list(sys.modules.values())
+        if file
+        and getattr(m, "__file__", None)
+        and Path(m.__file__).resolve() == Path(file).resolve()
+    ]
     module = same_file[0] if same_file else importlib.import_module(module_name)
     kernel = getattr(module, name)
     while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
@@ -118,9 +130,15 @@ def _compile_one(launch: dict, target_name: str) -> dict:
     except Exception as error:  # the checker could not rebuild the launch
         return {"adapter": label, "check": check, "status": "error", "detail": _line(error)}
     try:
-        compiled = compile_kernel(kernel, types, constexprs, num_warps=launch["num_warps"],
-                                  num_stages=launch["num_stages"], target=target,
-                                  divisible=divisible)  # fmt: skip
+        compiled = compile_kernel(
+            kernel,
+            types,
+            constexprs,
+            num_warps=launch["num_warps"],
+            num_stages=launch["num_stages"],
+            target=target,
+            divisible=divisible,
+        )
         usage = resource_usage(compiled)
     except (CompilationError, RuntimeError) as error:  # the compiler (or an MLIR pass) rejects it
         return {"adapter": label, "check": check, "status": "fail", "detail": _line(error)}
@@ -128,10 +146,18 @@ def _compile_one(launch: dict, target_name: str) -> dict:
         return {"adapter": label, "check": check, "status": "error", "detail": _line(error)}
     shared, limit = usage["shared_bytes"], target.max_shared_bytes
     keys = ", ".join(f"{k}={v}" for k, v in constexprs.items())
-    detail = (f"{usage['registers']} registers, {usage['spill_stores']} spill stores, "
-              f"shared {shared / 1024:.1f} of {limit / 1024:.0f} KiB; {keys}")  # fmt: skip
-    return {"adapter": label, "check": check, "error": float(shared), "tolerance": float(limit),
-            "status": "pass" if shared <= limit else "fail", "detail": detail}  # fmt: skip
+    detail = (
+        f"{usage['registers']} registers, {usage['spill_stores']} spill stores, "
+        f"shared {shared / 1024:.1f} of {limit / 1024:.0f} KiB; {keys}"
+    )
+    return {
+        "adapter": label,
+        "check": check,
+        "error": float(shared),
+        "tolerance": float(limit),
+        "status": "pass" if shared <= limit else "fail",
+        "detail": detail,
+    }
 
 
 def _line(error: BaseException) -> str:
@@ -144,8 +170,11 @@ def main() -> None:
     from perflab.adapters.loading import load_adapters
 
     load_adapters(request["spec"])  # puts the student's package on sys.path, as in the parent
-    rows = [_compile_one(launch, target) for launch in request["launches"]
-            for target in request["targets"]]  # fmt: skip
+    rows = [
+        _compile_one(launch, target)
+        for launch in request["launches"]
+        for target in request["targets"]
+    ]
     print(json.dumps(rows))
 
 

@@ -33,19 +33,32 @@ ADAPTER_NAMES = (
 #: The adapters of each year's ``tests/adapters.py`` (both years: FlashAttention and the
 #: sharded optimizer).
 YEARS = {
-    "2026": ("get_flashattention_autograd_function_pytorch",
-             "get_flashattention_autograd_function_triton", "get_ddp", "ddp_on_after_backward",
-             "get_fsdp", "fsdp_on_after_backward", "fsdp_gather_full_params",
-             "get_sharded_optimizer"),
-    "2025": ("get_flashattention_autograd_function_pytorch",
-             "get_flashattention_autograd_function_triton", "get_ddp_individual_parameters",
-             "ddp_individual_parameters_on_after_backward", "get_ddp_bucketed",
-             "ddp_bucketed_on_after_backward", "ddp_bucketed_on_train_batch_start",
-             "get_sharded_optimizer"),
-}  # fmt: skip
+    "2026": (
+        "get_flashattention_autograd_function_pytorch",
+        "get_flashattention_autograd_function_triton",
+        "get_ddp",
+        "ddp_on_after_backward",
+        "get_fsdp",
+        "fsdp_on_after_backward",
+        "fsdp_gather_full_params",
+        "get_sharded_optimizer",
+    ),
+    "2025": (
+        "get_flashattention_autograd_function_pytorch",
+        "get_flashattention_autograd_function_triton",
+        "get_ddp_individual_parameters",
+        "ddp_individual_parameters_on_after_backward",
+        "get_ddp_bucketed",
+        "ddp_bucketed_on_after_backward",
+        "ddp_bucketed_on_train_batch_start",
+        "get_sharded_optimizer",
+    ),
+}
 #: Names only one year's file defines: they tell which year a file is.
-_ONLY = {year: set(names) - set().union(*(set(n) for y, n in YEARS.items() if y != year))
-         for year, names in YEARS.items()}  # fmt: skip
+_ONLY = {
+    year: set(names) - set().union(*(set(n) for y, n in YEARS.items() if y != year))
+    for year, names in YEARS.items()
+}
 
 
 class AdapterLoadError(RuntimeError):
@@ -135,8 +148,11 @@ def provided_names(module: ModuleType) -> list[str]:
 def years_of(module: ModuleType) -> list[str]:
     """The handout years whose adapters ``module`` defines (by the names only one year has):
     one year for a course checkout, both for ``perflab.cs336``; both when it tells neither."""
-    found = [year for year, names in _ONLY.items()
-             if any(callable(getattr(module, name, None)) for name in names)]  # fmt: skip
+    found = [
+        year
+        for year, names in _ONLY.items()
+        if any(callable(getattr(module, name, None)) for name in names)
+    ]
     return sorted(found, reverse=True) or sorted(YEARS, reverse=True)
 
 

@@ -28,8 +28,16 @@ class CheckRow:
     detail: str = ""
 
     @classmethod
-    def measured(cls, adapter: str, check: str, error: float, tolerance: float,
-                 detail: str = "", case: str = "", scope: str = HANDOUT) -> CheckRow:  # fmt: skip
+    def measured(
+        cls,
+        adapter: str,
+        check: str,
+        error: float,
+        tolerance: float,
+        detail: str = "",
+        case: str = "",
+        scope: str = HANDOUT,
+    ) -> CheckRow:
         """A pass when ``error`` is within ``tolerance`` (NaN: nothing to compare, a fail)."""
         status = "pass" if error <= tolerance else "fail"
         return cls(adapter, check, case, scope, error, tolerance, status, detail)

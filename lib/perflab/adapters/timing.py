@@ -59,24 +59,35 @@ def adapters_setup(config: dict, module: nn.Module) -> TrainingSetup:
         setup = perflab_setup({**config, "optimizer": "adamw"}, module)
         wrapped, after_backward, at_start = setup.wrapped, setup.after_backward, None
     if optimizer_name == YOURS_OPTIMIZER:
-        optimizer = call(adapters, "get_sharded_optimizer", wrapped.parameters(),
-                         torch.optim.AdamW, lr=LEARNING_RATE)  # fmt: skip
+        optimizer = call(
+            adapters,
+            "get_sharded_optimizer",
+            wrapped.parameters(),
+            torch.optim.AdamW,
+            lr=LEARNING_RATE,
+        )
     else:
         optimizer = make_optimizer(optimizer_name, wrapped.parameters())
     return TrainingSetup(wrapped, optimizer, after_backward, at_batch_start if at_start else None)
 
 
-def yours_ddp_configs(spec: str, passing: set[str], world_size: int, model: str,
-                      bucket_size_mb: float) -> list[dict]:  # fmt: skip
+def yours_ddp_configs(
+    spec: str, passing: set[str], world_size: int, model: str, bucket_size_mb: float
+) -> list[dict]:
     """Configurations of your data-parallel wrappers that passed every check (``passing``,
     from ``battery.passing_adapters``; correctness before speed), bucketed at
     ``bucket_size_mb``, to take turns with ``ddp_configs``' in one launch (notebook 07)."""
     return [
-        {"world_size": world_size, "model": model, "variant": variant, "adapters": spec,
-         "bucket_size_mb": bucket_size_mb if variant == "yours bucketed" else 0}
+        {
+            "world_size": world_size,
+            "model": model,
+            "variant": variant,
+            "adapters": spec,
+            "bucket_size_mb": bucket_size_mb if variant == "yours bucketed" else 0,
+        }
         for variant, getter in YOURS_VARIANTS.items()
         if getter in passing and variant != "yours fsdp"
-    ]  # fmt: skip
+    ]
 
 
 def yours_zero_configs(spec: str, passing: set[str], world_size: int, model: str) -> list[dict]:
@@ -103,7 +114,11 @@ def yours_zero_comparisons(frame) -> list:
     """Your FSDP and sharded AdamW each against perflab's, paired by round
     (``paired_comparison``), from a sweep of ``zero_configs`` + ``yours_zero_configs``."""
     ok = frame[frame["status"] == "ok"]
-    rounds = {f"{row.variant} + {row.optimizer}": json.loads(row.round_ms)
-              for row in ok.itertuples()}  # fmt: skip
-    return [paired_comparison(rounds[base], rounds[yours], names=(base, yours))
-            for yours, base in ZERO_PAIRS if yours in rounds and base in rounds]  # fmt: skip
+    rounds = {
+        f"{row.variant} + {row.optimizer}": json.loads(row.round_ms) for row in ok.itertuples()
+    }
+    return [
+        paired_comparison(rounds[base], rounds[yours], names=(base, yours))
+        for yours, base in ZERO_PAIRS
+        if yours in rounds and base in rounds
+    ]

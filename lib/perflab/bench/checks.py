@@ -131,12 +131,19 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
                 if large.parameters <= small.parameters:
                     continue
                 if large.median_ci_high_s < small.median_ci_low_s:
-                    findings.append(_finding(path, "larger preset faster", (
-                        f"{large.preset} ({large.parameters:,.0f} parameters, "
-                        f"{large.median_ci_low_s:.4g}–{large.median_ci_high_s:.4g} s) below "
-                        f"{small.preset} ({small.parameters:,.0f}, {small.median_ci_low_s:.4g}–"
-                        f"{small.median_ci_high_s:.4g} s) at {dict(zip(group, key, strict=True))}"
-                    )))  # fmt: skip
+                    findings.append(
+                        _finding(
+                            path,
+                            "larger preset faster",
+                            (
+                                f"{large.preset} ({large.parameters:,.0f} parameters, "
+                                f"{large.median_ci_low_s:.4g}–{large.median_ci_high_s:.4g} s) "
+                                f"below {small.preset} ({small.parameters:,.0f}, "
+                                f"{small.median_ci_low_s:.4g}–{small.median_ci_high_s:.4g} s) "
+                                f"at {dict(zip(group, key, strict=True))}"
+                            ),
+                        )
+                    )
     return findings
 
 
@@ -145,10 +152,14 @@ def _roofline(path: Path, frame: pd.DataFrame) -> list[dict]:
         return []
     above = _numeric(frame, "tokens_per_s_low") > _numeric(frame, "roofline_tokens_per_s")
     return [
-        _finding(path, "above the roofline", f"row {index}: measured at least "
-                 f"{row.tokens_per_s_low:.4g} tokens/s, bound {row.roofline_tokens_per_s:.4g}")
+        _finding(
+            path,
+            "above the roofline",
+            f"row {index}: measured at least "
+            f"{row.tokens_per_s_low:.4g} tokens/s, bound {row.roofline_tokens_per_s:.4g}",
+        )
         for index, row in zip(frame.index[above], frame[above].itertuples(), strict=True)
-    ]  # fmt: skip
+    ]
 
 
 def _conclusions(path: Path, frame: pd.DataFrame) -> list[dict]:
@@ -174,18 +185,28 @@ def _same_outside_band(path: Path, frame: pd.DataFrame) -> list[dict]:
         return []
     findings = []
     for index, row in frame.iterrows():
-        low, high = pd.to_numeric(row["ci_low"], errors="coerce"), pd.to_numeric(
-            row["ci_high"], errors="coerce")  # fmt: skip
+        low, high = (
+            pd.to_numeric(row["ci_low"], errors="coerce"),
+            pd.to_numeric(row["ci_high"], errors="coerce"),
+        )
         if pd.isna(low) or pd.isna(high):
             continue
         band = _band_of(row)
         inside = 1 - band <= low and high <= 1 + band
         said_same = str(row.get("verdict", "")) == "same" or re.search(
-            r"no difference|the same time", str(row.get("sentence", "")))  # fmt: skip
+            r"no difference|the same time", str(row.get("sentence", ""))
+        )
         if said_same and not inside:
-            findings.append(_finding(path, '"same" outside the band', (
-                f"row {index} ({row.get('key', row.get('b', ''))}): interval {low:.3g}–{high:.3g}"
-                f" is not inside 1 ± {band:.0%}")))  # fmt: skip
+            findings.append(
+                _finding(
+                    path,
+                    '"same" outside the band',
+                    (
+                        f"row {index} ({row.get('key', row.get('b', ''))}): interval "
+                        f"{low:.3g}–{high:.3g} is not inside 1 ± {band:.0%}"
+                    ),
+                )
+            )
     return findings
 
 
@@ -230,15 +251,24 @@ def _unstable_missing(path: Path, frame: pd.DataFrame) -> list[dict]:
 
 def _above_yardstick(path: Path, frame: pd.DataFrame) -> list[dict]:
     findings = []
-    for achieved, peak in (("achieved_flops_per_s", "peak_flops_per_s"),
-                           ("achieved_bytes_per_s", "copy_bytes_per_s")):  # fmt: skip
+    for achieved, peak in (
+        ("achieved_flops_per_s", "peak_flops_per_s"),
+        ("achieved_bytes_per_s", "copy_bytes_per_s"),
+    ):
         if not {achieved, peak} <= set(frame.columns):
             continue
         above = _numeric(frame, achieved) > _numeric(frame, peak)
         for index in frame.index[above]:
-            findings.append(_finding(path, "above the yardstick", (
-                f"row {index}: {achieved} {frame.at[index, achieved]:.4g} above {peak} "
-                f"{frame.at[index, peak]:.4g}")))  # fmt: skip
+            findings.append(
+                _finding(
+                    path,
+                    "above the yardstick",
+                    (
+                        f"row {index}: {achieved} {frame.at[index, achieved]:.4g} above {peak} "
+                        f"{frame.at[index, peak]:.4g}"
+                    ),
+                )
+            )
     return findings
 
 
@@ -326,9 +356,16 @@ def _sweep_against_verdicts(directory: Path, tables: dict[Path, pd.DataFrame]) -
                     b_faster, b_slower = tb < (1 - band) * ta, tb > (1 + band) * ta
                 if (row.verdict == "slower" and b_faster) or (row.verdict == "faster" and b_slower):
                     where = ", ".join(f"{c}={getattr(row, c)}" for c in shared)
-                    findings.append(_finding(other_path, "sweep row contradicts a verdict", (
-                        f"{row.b} vs {row.a} at {where}: {path.name} says {row.verdict!r}, the "
-                        f"shown {time_column} is {tb / ta:.2f}x")))  # fmt: skip
+                    findings.append(
+                        _finding(
+                            other_path,
+                            "sweep row contradicts a verdict",
+                            (
+                                f"{row.b} vs {row.a} at {where}: {path.name} says "
+                                f"{row.verdict!r}, the shown {time_column} is {tb / ta:.2f}x"
+                            ),
+                        )
+                    )
     return findings
 
 
@@ -352,17 +389,33 @@ def _other_library(path: Path, frame: pd.DataFrame, full: Path, tree: str | None
         other = trees != tree
         if other.any():
             seen = ", ".join(sorted({t[:10] or "none" for t in trees[other]}))
-            return [_finding(path, "measured by other code", (
-                f"{int(other.sum())} of {len(frame)} rows by library_tree {seen}, not the "
-                f"shipped {tree[:10]}"))]  # fmt: skip
+            return [
+                _finding(
+                    path,
+                    "measured by other code",
+                    (
+                        f"{int(other.sum())} of {len(frame)} rows by library_tree {seen}, not the "
+                        f"shipped {tree[:10]}"
+                    ),
+                )
+            ]
         return []
     if path.name == "conclusions.csv":
         recorded = (
             frame.get("library_tree", pd.Series("", index=frame.index)).astype(object).fillna("")
         )
         stale = recorded.astype(str) != tree
-        return [_finding(path, "measured by other code", f"{int(stale.sum())} conclusions from "
-                         "another library")] if stale.any() else []  # fmt: skip
+        return (
+            [
+                _finding(
+                    path,
+                    "measured by other code",
+                    f"{int(stale.sum())} conclusions from another library",
+                )
+            ]
+            if stale.any()
+            else []
+        )
     sidecar = full.with_suffix(".json")
     if "measured_at" in frame.columns:
         return [_finding(path, "measured by other code", "rows record no library_tree")]
@@ -372,9 +425,16 @@ def _other_library(path: Path, frame: pd.DataFrame, full: Path, tree: str | None
         except (ValueError, AttributeError):
             recorded = None
         if recorded != tree:
-            return [_finding(path, "measured by other code", (
-                f"{sidecar.name} records library_tree {str(recorded)[:10]}, not the shipped "
-                f"{tree[:10]}"))]  # fmt: skip
+            return [
+                _finding(
+                    path,
+                    "measured by other code",
+                    (
+                        f"{sidecar.name} records library_tree {str(recorded)[:10]}, "
+                        f"not the shipped {tree[:10]}"
+                    ),
+                )
+            ]
     return []
 
 
@@ -428,12 +488,17 @@ def check_results(directory: str | Path, library: str | None = "current") -> pd.
         if "status" in frame:
             frame = frame[frame["status"].astype(object).fillna("ok") == "ok"]
         tables[name] = frame
-        findings += (_bounds(name, frame) + _preset_order(name, frame) + _roofline(name, frame)
-                     + _conclusions(name, frame) + _same_outside_band(name, frame)
-                     + _overstated(name, frame, _is_gpu_folder(path.parent))
-                     + _unstable_missing(name, frame)
-                     + _above_yardstick(name, frame)
-                     + _other_library(name, frame, path, tree))  # fmt: skip
+        findings += (
+            _bounds(name, frame)
+            + _preset_order(name, frame)
+            + _roofline(name, frame)
+            + _conclusions(name, frame)
+            + _same_outside_band(name, frame)
+            + _overstated(name, frame, _is_gpu_folder(path.parent))
+            + _unstable_missing(name, frame)
+            + _above_yardstick(name, frame)
+            + _other_library(name, frame, path, tree)
+        )
     findings += _sweep_against_verdicts(directory, tables)
     return pd.DataFrame(findings, columns=["file", "rule", "detail"])
 

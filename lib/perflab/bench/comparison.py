@@ -89,8 +89,15 @@ class Comparison:
 
     def sentence(self) -> str:
         """The conclusion in words, computed from the verdict."""
-        return describe_ratio(self.name_a, self.name_b, self.ratio, self.ci, self.noise_band,
-                              self.confidence, self.required)  # fmt: skip
+        return describe_ratio(
+            self.name_a,
+            self.name_b,
+            self.ratio,
+            self.ci,
+            self.noise_band,
+            self.confidence,
+            self.required,
+        )
 
     def as_row(self) -> dict:
         """A flat dict for a results table."""
@@ -112,8 +119,12 @@ class Comparison:
         }
 
 
-def verdict(ci: tuple[float, float], noise_band: float = NOISE_BAND,
-            confidence: float = CONFIDENCE, required: float = CONFIDENCE) -> str:  # fmt: skip
+def verdict(
+    ci: tuple[float, float],
+    noise_band: float = NOISE_BAND,
+    confidence: float = CONFIDENCE,
+    required: float = CONFIDENCE,
+) -> str:
     """ "faster" / "slower" when the whole interval of time_b / time_a lies below 1 - band /
     above 1 + band, "same" when it lies inside 1 ± band, "inconclusive" otherwise or when the
     interval's ``confidence`` is below the ``required`` one."""
@@ -129,9 +140,15 @@ def verdict(ci: tuple[float, float], noise_band: float = NOISE_BAND,
     return "inconclusive"
 
 
-def describe_ratio(name_a: str, name_b: str, ratio: float, ci: tuple[float, float],
-                   noise_band: float = NOISE_BAND, confidence: float = CONFIDENCE,
-                   required: float = CONFIDENCE) -> str:  # fmt: skip
+def describe_ratio(
+    name_a: str,
+    name_b: str,
+    ratio: float,
+    ci: tuple[float, float],
+    noise_band: float = NOISE_BAND,
+    confidence: float = CONFIDENCE,
+    required: float = CONFIDENCE,
+) -> str:
     """'b is 1.80x faster than a (95% CI 1.62–1.97x)' with the interval's real level; 'the same
     time within the ±3% noise band' only when the whole interval lies inside it; otherwise 'not
     established' with the reason (the interval reaches past the band, or too few rounds)."""
@@ -139,17 +156,22 @@ def describe_ratio(name_a: str, name_b: str, ratio: float, ci: tuple[float, floa
     level = level_text(confidence)
     result = verdict(ci, noise_band, confidence, required)
     if result == "faster":
-        return (f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
-                f"({level} CI {1 / high:.2f}–{1 / low:.2f}x)")  # fmt: skip
+        return (
+            f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
+            f"({level} CI {1 / high:.2f}–{1 / low:.2f}x)"
+        )
     if result == "slower":
-        return (f"{name_b} is {ratio:.2f}x slower than {name_a} "
-                f"({level} CI {low:.2f}–{high:.2f}x)")  # fmt: skip
+        return f"{name_b} is {ratio:.2f}x slower than {name_a} ({level} CI {low:.2f}–{high:.2f}x)"
     if result == "same":
-        return (f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
-                f"(time ratio {ratio:.2f}, {level} CI {low:.2f}–{high:.2f})")  # fmt: skip
+        return (
+            f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
+            f"(time ratio {ratio:.2f}, {level} CI {low:.2f}–{high:.2f})"
+        )
     if confidence < required - 1e-12:
-        reason = (f"the interval's confidence is {level}, below the {level_text(required)} a "
-                  "verdict needs: more rounds")  # fmt: skip
+        reason = (
+            f"the interval's confidence is {level}, below the {level_text(required)} a "
+            "verdict needs: more rounds"
+        )
     else:
         reason = f"the interval is neither outside nor inside the ±{noise_band:.0%} noise band"
     return (
@@ -175,14 +197,16 @@ def first_look_rounds(max_rounds: int = MAX_ROUNDS, confidence: float = CONFIDEN
     """The fewest rounds that can reach a verdict at the first look of adaptive rounds (8 for
     95% with looks up to 48 rounds)."""
     rounds = 2
-    while max_level(rounds) < _per_look_confidence(len(look_schedule(rounds, max_rounds)),
-                                                    confidence):  # fmt: skip
+    while max_level(rounds) < _per_look_confidence(
+        len(look_schedule(rounds, max_rounds)), confidence
+    ):
         rounds += 1
     return rounds
 
 
-def planned_max_rounds(rounds: int, max_rounds: int, fits: Callable[[int], bool],
-                       confidence: float = CONFIDENCE) -> int:  # fmt: skip
+def planned_max_rounds(
+    rounds: int, max_rounds: int, fits: Callable[[int], bool], confidence: float = CONFIDENCE
+) -> int:
     """The last look of the longest schedule (``look_schedule`` from ``rounds``, doubling, up to
     one of its own looks) whose rounds ``fits`` (rounds -> bool, e.g. within a time budget); the
     first look's count when none fits, since a comparison takes at least its first look."""
@@ -261,45 +285,79 @@ def compare(
         per_round = (time.perf_counter() - timing_started) / done
         return time.perf_counter() - started + per_round * (next_look - done) <= budget_s
 
-    result = interleaved_rounds(take_round, rounds=rounds, adaptive=budget_s is not None,
-                                max_rounds=max_rounds, may_continue=within_budget, names=names,
-                                noise_band=noise_band, confidence=confidence)  # fmt: skip
+    result = interleaved_rounds(
+        take_round,
+        rounds=rounds,
+        adaptive=budget_s is not None,
+        max_rounds=max_rounds,
+        may_continue=within_budget,
+        names=names,
+        noise_band=noise_band,
+        confidence=confidence,
+    )
     return dataclasses.replace(result, seed=seed)
 
 
-def interleaved_rounds(take_round: Callable[[int], tuple[float, float]], *, rounds: int,
-                       adaptive: bool = False, max_rounds: int = MAX_ROUNDS,
-                       may_continue: Callable[[int, int], bool] = lambda done, next_look: True,
-                       names: tuple[str, str] = ("a", "b"), noise_band: float = NOISE_BAND,
-                       confidence: float = CONFIDENCE) -> Comparison:  # fmt: skip
+def interleaved_rounds(
+    take_round: Callable[[int], tuple[float, float]],
+    *,
+    rounds: int,
+    adaptive: bool = False,
+    max_rounds: int = MAX_ROUNDS,
+    may_continue: Callable[[int, int], bool] = lambda done, next_look: True,
+    names: tuple[str, str] = ("a", "b"),
+    noise_band: float = NOISE_BAND,
+    confidence: float = CONFIDENCE,
+) -> Comparison:
     """The rounds of a comparison and when to stop: ``take_round(i)`` gives round i's times of a
     and b (``compare`` times them; ``perflab.bench.simulate`` draws them). Fixed: ``rounds``
     rounds. Adaptive: looks at ``look_schedule``, each at the Bonferroni level, until a
     conclusive verdict, the last look, or ``may_continue(rounds_done, next_look)`` says no."""
     if not adaptive:
         times = [take_round(i) for i in range(rounds)]
-        return paired_comparison(*zip(*times, strict=True), names=names, noise_band=noise_band,
-                                 confidence=confidence)  # fmt: skip
+        return paired_comparison(
+            *zip(*times, strict=True), names=names, noise_band=noise_band, confidence=confidence
+        )
     looks = look_schedule(max(rounds, first_look_rounds(max_rounds, confidence)), max_rounds)
     level = _per_look_confidence(len(looks), confidence)
     times: list[tuple[float, float]] = []
     for looked, target in enumerate(looks, start=1):
         times += [take_round(i) for i in range(len(times), target)]
-        result = paired_comparison(*zip(*times, strict=True), names=names,
-                                   noise_band=noise_band, confidence=level)  # fmt: skip
-        if (looked == len(looks) or result.verdict != "inconclusive"
-                or not may_continue(target, looks[looked])):  # fmt: skip
+        result = paired_comparison(
+            *zip(*times, strict=True), names=names, noise_band=noise_band, confidence=level
+        )
+        if (
+            looked == len(looks)
+            or result.verdict != "inconclusive"
+            or not may_continue(target, looks[looked])
+        ):
             break
     # Whichever look stopped, its interval holds with at least 1 - alpha (Bonferroni over the
     # planned looks): the Comparison states that overall level; its verdict is the look's.
     overall = confidence if result.confidence >= level - 1e-12 else result.confidence
-    return Comparison(result.name_a, result.name_b, result.times_a, result.times_b, result.ratio,
-                      result.ci, noise_band, overall, confidence, looked, len(looks))  # fmt: skip
+    return Comparison(
+        result.name_a,
+        result.name_b,
+        result.times_a,
+        result.times_b,
+        result.ratio,
+        result.ci,
+        noise_band,
+        overall,
+        confidence,
+        looked,
+        len(looks),
+    )
 
 
-def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
-                      noise_band: float = NOISE_BAND,
-                      confidence: float = CONFIDENCE) -> Comparison:  # fmt: skip
+def paired_comparison(
+    times_a,
+    times_b,
+    *,
+    names: tuple[str, str] = ("a", "b"),
+    noise_band: float = NOISE_BAND,
+    confidence: float = CONFIDENCE,
+) -> Comparison:
     """The ``Comparison`` of per-round times measured in turns elsewhere (``compare``, or a
     benchmark whose variants take turns, as notebook 07's DDP rounds): element i of both
     sequences must come from the same round. The interval is the narrowest whose level reaches
@@ -313,10 +371,16 @@ def paired_comparison(times_a, times_b, *, names: tuple[str, str] = ("a", "b"),
     ratios = times_b / times_a
     interval = median_interval(ratios, confidence)
     return Comparison(
-        names[0], names[1], tuple(times_a.tolist()), tuple(times_b.tolist()),
-        float(np.median(ratios)), (interval.low, interval.high), noise_band, interval.level,
+        names[0],
+        names[1],
+        tuple(times_a.tolist()),
+        tuple(times_b.tolist()),
+        float(np.median(ratios)),
+        (interval.low, interval.high),
+        noise_band,
+        interval.level,
         confidence,
-    )  # fmt: skip
+    )
 
 
 def comparison_frame(comparisons) -> pd.DataFrame:
@@ -330,8 +394,9 @@ def comparison_frame(comparisons) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def paired_table(times: dict[str, list[float]], reference: str,
-                 label: str = "name") -> pd.DataFrame:  # fmt: skip
+def paired_table(
+    times: dict[str, list[float]], reference: str, label: str = "name"
+) -> pd.DataFrame:
     """Each entry of ``times`` (seconds per round, the entries timed in turns within each round)
     against ``reference``: its median, the paired ratio with its interval and that interval's
     confidence, and the verdict (``paired_comparison``), and whether its own times are
@@ -347,9 +412,14 @@ def paired_table(times: dict[str, list[float]], reference: str,
         }
         if name != reference:
             result = paired_comparison(times[reference], samples, names=(reference, name))
-            row.update(vs_reference=result.ratio, ci_low=result.ci[0], ci_high=result.ci[1],
-                       confidence=result.confidence, rounds=result.rounds,
-                       verdict=result.verdict)  # fmt: skip
+            row.update(
+                vs_reference=result.ratio,
+                ci_low=result.ci[0],
+                ci_high=result.ci[1],
+                confidence=result.confidence,
+                rounds=result.rounds,
+                verdict=result.verdict,
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -368,8 +438,14 @@ def competing_work(processes: int = 2, seconds: float = 120) -> Iterator[None]:
             burner.wait()
 
 
-def noise_check(runs: int = 20, *, size: int = 192, rounds: int = 20, burst: bool = False,
-                noise_band: float = NOISE_BAND) -> pd.DataFrame:  # fmt: skip
+def noise_check(
+    runs: int = 20,
+    *,
+    size: int = 192,
+    rounds: int = 20,
+    burst: bool = False,
+    noise_band: float = NOISE_BAND,
+) -> pd.DataFrame:
     """``runs`` A/A comparisons (the same matmul on both sides: any verdict but "same" is a
     false alarm) and ``runs`` A/B comparisons (b does the matmul twice: the verdict must be
     "slower", the ratio near 2), optionally under a burst of competing work; one row each."""

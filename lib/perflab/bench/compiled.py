@@ -62,8 +62,9 @@ def _check_compile_mode(mode: str) -> None:
         raise ValueError(f"unknown compile mode {mode!r}; valid: {', '.join(COMPILE_MODES)}")
 
 
-def _model_step(config, inputs, targets, step_mode: str, device: torch.device,
-                compile_mode: str | None):  # fmt: skip
+def _model_step(
+    config, inputs, targets, step_mode: str, device: torch.device, compile_mode: str | None
+):
     """A fresh model's step (``make_step``), compiled with ``compile_mode`` (None: eager)."""
     torch.manual_seed(0)
     with torch.device(device):
@@ -84,9 +85,14 @@ def _first_call_s(step, device: torch.device) -> float:
 
 
 def compile_vs_eager(
-    preset: str, context_length: int, batch_size: int, device: torch.device,
-    modes=("forward", "train-step"), steps: int = 5, compile_modes=("default",),
-) -> list[tuple[dict, Comparison]]:  # fmt: skip
+    preset: str,
+    context_length: int,
+    batch_size: int,
+    device: torch.device,
+    modes=("forward", "train-step"),
+    steps: int = 5,
+    compile_modes=("default",),
+) -> list[tuple[dict, Comparison]]:
     """Per step mode (``modes``, as ``make_step``) and per ``torch.compile`` mode
     (``compile_modes``, from ``COMPILE_MODES``): the compiled step against the eager one
     (``b`` names the compile mode, "compiled" for the default), as (labels, Comparison) pairs
@@ -110,12 +116,16 @@ def compile_vs_eager(
         compiled, first = {}, {}
         torch._dynamo.reset()  # once per step mode: a reset between compile modes would throw
         for compile_mode in compile_modes:  # away the default's graphs, compiled again unseen
-            compiled[compile_mode] = _model_step(config, inputs, targets, mode, device,
-                                                 compile_mode)  # fmt: skip
+            compiled[compile_mode] = _model_step(
+                config, inputs, targets, mode, device, compile_mode
+            )
             first[compile_mode] = _first_call_s(compiled[compile_mode], device)
         pairs = [(("eager", eager), (m, compiled[m])) for m in compile_modes]
-        pairs += [(("default", compiled["default"]), (m, compiled[m]))
-                  for m in compile_modes if m != "default" and "default" in compiled]  # fmt: skip
+        pairs += [
+            (("default", compiled["default"]), (m, compiled[m]))
+            for m in compile_modes
+            if m != "default" and "default" in compiled
+        ]
         for (name_a, step_a), (name_b, step_b) in pairs:
             result = compare(
                 step_a,
@@ -126,9 +136,17 @@ def compile_vs_eager(
                 names=tuple(_NAMES.get(n, n) for n in (name_a, name_b)),
             )
             median_b = float(np.median(result.times_b))
-            rows.append(({"mode": mode, "first_call_s": first[name_b],
-                          "compile_s": max(first[name_b] - median_b, 0.0),
-                          "matmul_shapes": shapes}, result))  # fmt: skip
+            rows.append(
+                (
+                    {
+                        "mode": mode,
+                        "first_call_s": first[name_b],
+                        "compile_s": max(first[name_b] - median_b, 0.0),
+                        "matmul_shapes": shapes,
+                    },
+                    result,
+                )
+            )
     return rows
 
 
@@ -136,20 +154,28 @@ def compile_findings(pairs: list[tuple[dict, Comparison]]) -> list[Finding]:
     """One finding per comparison of ``compile_vs_eager``: its sentence, then what compilation
     costs: against eager, after how many steps a faster compiled step pays its compile time
     back; against the default mode, the two modes' compile seconds."""
-    default_s = {(labels["mode"], result.name_b): labels["compile_s"]
-                 for labels, result in pairs if result.name_a == "eager"}  # fmt: skip
+    default_s = {
+        (labels["mode"], result.name_b): labels["compile_s"]
+        for labels, result in pairs
+        if result.name_a == "eager"
+    }
     findings = []
     for labels, result in pairs:
         mode, compile_s = labels["mode"], labels["compile_s"]
         if result.name_a == "eager":
             saved = float(np.median(result.times_a) - np.median(result.times_b))
-            cost = (f"; the {compile_s:.1f} s of compilation pay back after "
-                    f"{compile_s / saved:.0f} steps" if result.verdict == "faster" else
-                    f"; {compile_s:.1f} s of compilation on the first call")  # fmt: skip
+            cost = (
+                f"; the {compile_s:.1f} s of compilation pay back after "
+                f"{compile_s / saved:.0f} steps"
+                if result.verdict == "faster"
+                else f"; {compile_s:.1f} s of compilation on the first call"
+            )
             key = f"{result.name_b} model {mode}"
         else:
-            cost = (f"; it compiles in {compile_s:.1f} s against "
-                    f"{default_s[(mode, 'compiled')]:.1f} s for the default mode")  # fmt: skip
+            cost = (
+                f"; it compiles in {compile_s:.1f} s against "
+                f"{default_s[(mode, 'compiled')]:.1f} s for the default mode"
+            )
             key = f"{result.name_b} against default {mode}"
         findings.append(Finding(key, f"{mode}: {result.sentence()}{cost}", result))
     return findings

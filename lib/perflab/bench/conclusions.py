@@ -34,9 +34,16 @@ FIELDS = (
 UNSTABLE_SENTENCE = "no conclusion: the measurement behind it is unstable (IQR > 25% of median)"
 
 
-def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
-             unstable: bool = False, verdict: str = "", comparison: Comparison | None = None,
-             interval: tuple[float, float, float] | None = None) -> str:  # fmt: skip
+def conclude(
+    out: str | Path,
+    key: str,
+    evidence: Comparison | str,
+    *,
+    unstable: bool = False,
+    verdict: str = "",
+    comparison: Comparison | None = None,
+    interval: tuple[float, float, float] | None = None,
+) -> str:
     """The sentence for ``evidence`` (a Comparison's own sentence, or one computed by the
     caller, then with the ``comparison`` it rests on where there is one), replaced by
     ``UNSTABLE_SENTENCE`` when ``unstable``; stored under ``key`` with the comparison's ratio,
@@ -56,17 +63,31 @@ def conclude(out: str | Path, key: str, evidence: Comparison | str, *,
     if path.exists():
         with path.open(newline="") as f:
             rows = [row for row in csv.DictReader(f) if row["key"] != key]
-    numbers = {} if comparison is None else {
-        "ratio": comparison.ratio, "ci_low": comparison.ci[0], "ci_high": comparison.ci[1],
-        "confidence": comparison.confidence, "noise_band": comparison.noise_band,
-    }  # fmt: skip
+    numbers = (
+        {}
+        if comparison is None
+        else {
+            "ratio": comparison.ratio,
+            "ci_low": comparison.ci[0],
+            "ci_high": comparison.ci[1],
+            "confidence": comparison.confidence,
+            "noise_band": comparison.noise_band,
+        }
+    )
     if interval is not None and comparison is None:
         numbers = dict(zip(("ci_low", "ci_high", "confidence"), interval, strict=True))
-    rows.append({
-        "key": key, "sentence": sentence, "verdict": verdict, "unstable": unstable, **numbers,
-        "concluded_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "commit": git_commit() or "", "library_tree": library_tree() or "",
-    })  # fmt: skip
+    rows.append(
+        {
+            "key": key,
+            "sentence": sentence,
+            "verdict": verdict,
+            "unstable": unstable,
+            **numbers,
+            "concluded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "commit": git_commit() or "",
+            "library_tree": library_tree() or "",
+        }
+    )
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, restval="")
         writer.writeheader()
@@ -97,11 +118,25 @@ class Finding:
         where the row is what a library function returned: its sentence, verdict and interval
         as recorded."""
         get = row.get if hasattr(row, "get") else row.__getitem__
-        return cls(key, prefix + str(get("sentence")), verdict_text=str(get("verdict")),
-                   interval=(get("ci_low"), get("ci_high"), get("confidence")))  # fmt: skip
+        return cls(
+            key,
+            prefix + str(get("sentence")),
+            verdict_text=str(get("verdict")),
+            interval=(get("ci_low"), get("ci_high"), get("confidence")),
+        )
 
 
 def conclude_all(out: str | Path, findings: list[Finding]) -> list[str]:
     """Each finding stored in ``out``'s conclusions.csv (``conclude``); their sentences."""
-    return [conclude(out, f.key, f.sentence, unstable=f.unstable, verdict=f.verdict,
-                     comparison=f.comparison, interval=f.interval) for f in findings]  # fmt: skip
+    return [
+        conclude(
+            out,
+            f.key,
+            f.sentence,
+            unstable=f.unstable,
+            verdict=f.verdict,
+            comparison=f.comparison,
+            interval=f.interval,
+        )
+        for f in findings
+    ]

@@ -67,9 +67,17 @@ def compare_timers(
     rows = []
     for timer, values in medians.items():
         paired = paired_comparison(ours, values, names=("perflab", timer))
-        rows.append({
-            "n": n, "rounds": rounds, "timer": timer, "median_s": float(np.median(values)),
-            "ratio_to_perflab": paired.ratio, "ci_low": paired.ci[0], "ci_high": paired.ci[1],
-            "confidence": paired.confidence, "verdict": paired.verdict,
-        })  # fmt: skip
+        rows.append(
+            {
+                "n": n,
+                "rounds": rounds,
+                "timer": timer,
+                "median_s": float(np.median(values)),
+                "ratio_to_perflab": paired.ratio,
+                "ci_low": paired.ci[0],
+                "ci_high": paired.ci[1],
+                "confidence": paired.confidence,
+                "verdict": paired.verdict,
+            }
+        )
     return pd.DataFrame(rows)

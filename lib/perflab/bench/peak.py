@@ -60,9 +60,16 @@ def measure_peak_matmul(
         timing = time_fn(lambda a=a, b=b: a @ b, warmup=warmup, steps=steps, device=device)
         flops = 2 * n**3
         if best is None or flops / timing.min > best.flops_per_s:
-            best = PeakMatmul(device_name(device), dtype_name(dtype), n, timing.min,
-                              timing.median, flops / timing.min, flops / timing.median,
-                              steps)  # fmt: skip
+            best = PeakMatmul(
+                device_name(device),
+                dtype_name(dtype),
+                n,
+                timing.min,
+                timing.median,
+                flops / timing.min,
+                flops / timing.median,
+                steps,
+            )
     return best
 
 
@@ -83,8 +90,9 @@ class CopyBandwidth:
         return asdict(self)
 
 
-def measure_copy_bandwidth(device: torch.device, size_bytes: int | None = None, warmup: int = 2,
-                           steps: int = 10) -> CopyBandwidth:  # fmt: skip
+def measure_copy_bandwidth(
+    device: torch.device, size_bytes: int | None = None, warmup: int = 2, steps: int = 10
+) -> CopyBandwidth:
     """Bandwidth of ``dst.copy_(src)`` for buffers of ``size_bytes`` (default 256 MiB on CPU,
     well beyond the caches; 1 GiB on CUDA), counting the bytes read and written (2 x size, as
     STREAM's copy does) over the fastest of ``steps`` copies: the slope of a memory-bound
@@ -97,5 +105,12 @@ def measure_copy_bandwidth(device: torch.device, size_bytes: int | None = None, 
     dst = torch.empty_like(src)
     timing = time_fn(lambda: dst.copy_(src), warmup=warmup, steps=steps, device=device)
     moved = 2 * src.numel() * 4
-    return CopyBandwidth(device_name(device), moved // 2, timing.min, timing.median,
-                         moved / timing.min, moved / timing.median, steps)  # fmt: skip
+    return CopyBandwidth(
+        device_name(device),
+        moved // 2,
+        timing.min,
+        timing.median,
+        moved / timing.min,
+        moved / timing.median,
+        steps,
+    )

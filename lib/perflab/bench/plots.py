@@ -36,8 +36,9 @@ def plot_warmup(samples: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot_attention_sweep(rows: pd.DataFrame, columns: dict[str, str], hue: str,
-                         style: str) -> Figure:  # fmt: skip
+def plot_attention_sweep(
+    rows: pd.DataFrame, columns: dict[str, str], hue: str, style: str
+) -> Figure:
     """One panel per column (title: its label) against sequence length, log-log, for the
     attention sweeps of notebooks 05 and 06; rows that did not run ("oom", "error") left out.
     A time whose row flags it unstable (``forward_unstable`` beside ``forward_s``) is circled

@@ -42,8 +42,12 @@ class Recipe:
     checkpoint_group: int | None = None
 
     def __post_init__(self) -> None:
-        for field, valid in (("qkv", QKV), ("head", HEADS), ("attention", ATTENTIONS),
-                             ("optimizer", OPTIMIZERS)):  # fmt: skip
+        for field, valid in (
+            ("qkv", QKV),
+            ("head", HEADS),
+            ("attention", ATTENTIONS),
+            ("optimizer", OPTIMIZERS),
+        ):
             if getattr(self, field) not in valid:
                 raise ValueError(
                     f"unknown {field} {getattr(self, field)!r}; valid: {', '.join(valid)}"
@@ -90,13 +94,17 @@ def prepare_model(model: TransformerLM, recipe: Recipe, device: torch.device) ->
 
 def make_optimizer(model: torch.nn.Module, recipe: Recipe, lr: float = 1e-3) -> torch.optim.AdamW:
     """AdamW over ``model``'s parameters in the recipe's implementation."""
-    implementation = {"for-loop": {"foreach": False}, "foreach": {"foreach": True},
-                      "fused": {"fused": True}}[recipe.optimizer]  # fmt: skip
+    implementation = {
+        "for-loop": {"foreach": False},
+        "foreach": {"foreach": True},
+        "fused": {"fused": True},
+    }[recipe.optimizer]
     return torch.optim.AdamW(model.parameters(), lr=lr, **implementation)
 
 
-def head_loss(model: TransformerLM, head: str, inputs: torch.Tensor,
-              targets: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def head_loss(
+    model: TransformerLM, head: str, inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """The mean next-token loss through ``head``: "plain" (the logits, then ``cross_entropy``)
     or "fused" (``model.lm_head(hidden, targets)``, a module call, never the whole logits)."""
     if head == "fused":
@@ -104,8 +112,9 @@ def head_loss(model: TransformerLM, head: str, inputs: torch.Tensor,
     return cross_entropy(model(inputs), targets)
 
 
-def make_loss(model: TransformerLM, recipe: Recipe, device: torch.device
-              ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:  # fmt: skip
+def make_loss(
+    model: TransformerLM, recipe: Recipe, device: torch.device
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``loss(inputs, targets)``: the forward and the mean next-token cross-entropy, under the
     recipe's autocast, through its head, compiled with ``torch.compile`` if it says so."""
     dtype = parse_dtype(recipe.dtype)

@@ -31,9 +31,14 @@ NOISE_MODELS = {
 }
 
 
-def simulated_round(rng: np.random.Generator, ratio: float, sigma: float,
-                    burst_probability: float, burst_max: float,
-                    drift: float) -> tuple[float, float]:  # fmt: skip
+def simulated_round(
+    rng: np.random.Generator,
+    ratio: float,
+    sigma: float,
+    burst_probability: float,
+    burst_max: float,
+    drift: float,
+) -> tuple[float, float]:
     """One round's (time of a, time of b): each the faster of two noisy calls."""
     noise = np.exp(sigma * rng.standard_normal(4))
     bursts = np.where(rng.random(4) < burst_probability, rng.uniform(1.2, burst_max, 4), 1.0)
@@ -42,9 +47,17 @@ def simulated_round(rng: np.random.Generator, ratio: float, sigma: float,
     return float(min(calls[0], calls[1])), float(min(calls[2], calls[3]))
 
 
-def simulate(rounds: int, *, ratio: float = 1.0, runs: int = 1000, noise: str = "bursty",
-             adaptive: bool = False, max_rounds: int | None = None,
-             noise_band: float = NOISE_BAND, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def simulate(
+    rounds: int,
+    *,
+    ratio: float = 1.0,
+    runs: int = 1000,
+    noise: str = "bursty",
+    adaptive: bool = False,
+    max_rounds: int | None = None,
+    noise_band: float = NOISE_BAND,
+    seed: int = 0,
+) -> pd.DataFrame:
     """``runs`` simulated comparisons of b (``ratio`` x a's time) against a; one row each with
     the ratio, the interval, its stated confidence, whether it covers ``ratio``, the verdict
     and the rounds taken."""
@@ -57,19 +70,38 @@ def simulate(rounds: int, *, ratio: float = 1.0, runs: int = 1000, noise: str = 
     extra = {} if max_rounds is None else {"max_rounds": max_rounds}
     rows = []
     for _ in range(runs):
-        result = interleaved_rounds(lambda _i: simulated_round(rng, ratio, **model),
-                                    rounds=rounds, adaptive=adaptive, noise_band=noise_band,
-                                    **extra)  # fmt: skip
+        result = interleaved_rounds(
+            lambda _i: simulated_round(rng, ratio, **model),
+            rounds=rounds,
+            adaptive=adaptive,
+            noise_band=noise_band,
+            **extra,
+        )
         low, high = result.ci
-        rows.append({"ratio": result.ratio, "ci_low": low, "ci_high": high,
-                     "confidence": result.confidence, "covers": low <= ratio <= high,
-                     "verdict": result.verdict, "rounds": result.rounds})  # fmt: skip
+        rows.append(
+            {
+                "ratio": result.ratio,
+                "ci_low": low,
+                "ci_high": high,
+                "confidence": result.confidence,
+                "covers": low <= ratio <= high,
+                "verdict": result.verdict,
+                "rounds": result.rounds,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def coverage_table(round_counts: Sequence[int], *, runs: int = 1000, noise: str = "bursty",
-                   adaptive_from: Sequence[int] = (), ab_ratio: float = 1.10,
-                   max_rounds: int | None = None, seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def coverage_table(
+    round_counts: Sequence[int],
+    *,
+    runs: int = 1000,
+    noise: str = "bursty",
+    adaptive_from: Sequence[int] = (),
+    ab_ratio: float = 1.10,
+    max_rounds: int | None = None,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Per round count (and per adaptive start in ``adaptive_from``, looking up to
     ``max_rounds``, by default ``comparison.MAX_ROUNDS``): the stated confidence,
     the actual coverage of A/A and A/B runs, the A/A false-alarm rate and the share of A/B runs
@@ -77,21 +109,40 @@ def coverage_table(round_counts: Sequence[int], *, runs: int = 1000, noise: str 
     plans = [(n, False) for n in round_counts] + [(n, True) for n in adaptive_from]
     rows = []
     for n, adaptive in plans:
-        same = simulate(n, ratio=1.0, runs=runs, noise=noise, adaptive=adaptive,
-                        max_rounds=max_rounds, seed=seed)  # fmt: skip
-        slower = simulate(n, ratio=ab_ratio, runs=runs, noise=noise, adaptive=adaptive,
-                          max_rounds=max_rounds, seed=seed + 1)  # fmt: skip
+        same = simulate(
+            n,
+            ratio=1.0,
+            runs=runs,
+            noise=noise,
+            adaptive=adaptive,
+            max_rounds=max_rounds,
+            seed=seed,
+        )
+        slower = simulate(
+            n,
+            ratio=ab_ratio,
+            runs=runs,
+            noise=noise,
+            adaptive=adaptive,
+            max_rounds=max_rounds,
+            seed=seed + 1,
+        )
         both = pd.concat([same, slower])
-        rows.append({
-            "rounds": (f"adaptive from {n}" + (f" to {max_rounds}" if max_rounds else "")
-                       if adaptive else str(n)),
-            "noise": noise,
-            "stated_confidence": float(both["confidence"].min()),
-            "coverage": float(both["covers"].mean()),
-            "aa_false_alarms": float(same["verdict"].isin(["faster", "slower"]).mean()),
-            "aa_same": float((same["verdict"] == "same").mean()),
-            "ab_found_slower": float((slower["verdict"] == "slower").mean()),
-            "mean_rounds": float(both["rounds"].mean()),
-            "runs": runs,
-        })  # fmt: skip
+        rows.append(
+            {
+                "rounds": (
+                    f"adaptive from {n}" + (f" to {max_rounds}" if max_rounds else "")
+                    if adaptive
+                    else str(n)
+                ),
+                "noise": noise,
+                "stated_confidence": float(both["confidence"].min()),
+                "coverage": float(both["covers"].mean()),
+                "aa_false_alarms": float(same["verdict"].isin(["faster", "slower"]).mean()),
+                "aa_same": float((same["verdict"] == "same").mean()),
+                "ab_found_slower": float((slower["verdict"] == "slower").mean()),
+                "mean_rounds": float(both["rounds"].mean()),
+                "runs": runs,
+            }
+        )
     return pd.DataFrame(rows)

@@ -109,14 +109,16 @@ def is_unstable(values: Sequence[float]) -> bool:
     return iqr(values) > UNSTABLE_IQR_FRACTION * float(np.median(values))
 
 
-def interval_text(low: float, high: float, scale: float = 1e3, unit: str = "ms",
-                  digits: int = 3) -> str:  # fmt: skip
+def interval_text(
+    low: float, high: float, scale: float = 1e3, unit: str = "ms", digits: int = 3
+) -> str:
     """'12.1–13.4 ms' (or without a unit when ``unit`` is empty): an interval in words."""
     return f"{low * scale:.{digits}g}–{high * scale:.{digits}g}" + (f" {unit}" if unit else "")
 
 
-def least_squares(columns: Sequence[Sequence[float]], y: Sequence[float]
-                  ) -> tuple[np.ndarray, float]:  # fmt: skip
+def least_squares(
+    columns: Sequence[Sequence[float]], y: Sequence[float]
+) -> tuple[np.ndarray, float]:
     """Least-squares coefficients of y ~ sum_k c_k columns[k] (include a column of ones for an
     intercept) and the coefficient of determination R^2 = 1 - SS_res / SS_tot (NaN when y
     does not vary)."""

@@ -77,44 +77,77 @@ class BenchConfig:
     """
 
     preset: str = field(metadata={"help": "model size", "choices": (*PRESETS, *PRESET_ALIASES)})
-    context_length: int = field(metadata={
-        "help": "tokens per sequence, any length (default: the preset's context)",
-        "minimum": 1})  # fmt: skip
+    context_length: int = field(
+        metadata={
+            "help": "tokens per sequence, any length (default: the preset's context)",
+            "minimum": 1,
+        }
+    )
     mode: str = field(metadata={"help": "what one step does", "choices": MODES})
     batch_size: int = field(default=4, metadata={"help": "sequences per step", "minimum": 1})
     warmup: int = field(default=5, metadata={"help": "untimed steps", "minimum": 0})
     steps: int = field(default=10, metadata={"help": "timed steps", "minimum": 1})
-    dtype: str = field(default="float32", metadata={
-        "help": "float32, or autocast to a lower precision", "choices": tuple(DTYPES)})  # fmt: skip
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "float32, or autocast to a lower precision", "choices": tuple(DTYPES)},
+    )
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda or cuda:N"})
     d_model: int | None = field(default=None, metadata=_shape("width"))
     d_ff: int | None = field(default=None, metadata=_shape("feed-forward width"))
     num_layers: int | None = field(default=None, metadata=_shape("number of blocks"))
     num_heads: int | None = field(default=None, metadata=_shape("number of attention heads"))
     vocab_size: int | None = field(default=None, metadata=_shape("vocabulary"))
-    qkv: str = field(default="fused", metadata={
-        "help": "Q, K, V projected by one matmul (fused) or three (separate)",
-        "choices": QKV})  # fmt: skip
-    attention: str = field(default="naive", metadata={
-        "help": "naive; flash (the Triton kernels on a GPU, tiled PyTorch on a CPU); sdpa",
-        "choices": ATTENTIONS})  # fmt: skip
-    head: str = field(default="plain", metadata={
-        "help": "loss head: plain (logits + F.cross_entropy) or fused (chunked, never the "
-                "whole logits)", "choices": HEADS})  # fmt: skip
-    optimizer: str = field(default="for-loop", metadata={
-        "help": "AdamW's implementation (train-step)", "choices": OPTIMIZERS})  # fmt: skip
+    qkv: str = field(
+        default="fused",
+        metadata={
+            "help": "Q, K, V projected by one matmul (fused) or three (separate)",
+            "choices": QKV,
+        },
+    )
+    attention: str = field(
+        default="naive",
+        metadata={
+            "help": "naive; flash (the Triton kernels on a GPU, tiled PyTorch on a CPU); sdpa",
+            "choices": ATTENTIONS,
+        },
+    )
+    head: str = field(
+        default="plain",
+        metadata={
+            "help": "loss head: plain (logits + F.cross_entropy) or fused (chunked, never the "
+            "whole logits)",
+            "choices": HEADS,
+        },
+    )
+    optimizer: str = field(
+        default="for-loop",
+        metadata={"help": "AdamW's implementation (train-step)", "choices": OPTIMIZERS},
+    )
     compile: bool = field(default=False, metadata={"help": "torch.compile the forward and loss"})
-    checkpoint_group: int | None = field(default=None, metadata={
-        "help": "activation checkpointing every N blocks (default: none)", "minimum": 1,
-        "optional": True})  # fmt: skip
-    model: str = field(default="", metadata={
-        "help": "your model class, package.module:Class, built with the course's "
-                "BasicsTransformerLM arguments in the preset's shape (default: perflab's "
-                "TransformerLM)"})  # fmt: skip
+    checkpoint_group: int | None = field(
+        default=None,
+        metadata={
+            "help": "activation checkpointing every N blocks (default: none)",
+            "minimum": 1,
+            "optional": True,
+        },
+    )
+    model: str = field(
+        default="",
+        metadata={
+            "help": "your model class, package.module:Class, built with the course's "
+            "BasicsTransformerLM arguments in the preset's shape (default: perflab's "
+            "TransformerLM)"
+        },
+    )
 
     @classmethod
-    def add_arguments(cls, parser, count_type: Callable[[int], Callable[[str], int]],
-                      more_choices: dict[str, tuple[str, ...]] | None = None) -> None:  # fmt: skip
+    def add_arguments(
+        cls,
+        parser,
+        count_type: Callable[[int], Callable[[str], int]],
+        more_choices: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
         """One ``--field-name`` option per field (a flag for ``compile``); ``count_type(minimum)``
         parses an integer field with its minimum; ``more_choices`` adds choices to a field's
         (``perflab bench``'s ``--mode decode``, run by ``perflab.decode.roofline``).
@@ -188,7 +221,7 @@ class BenchConfig:
                 raise ValueError(
                     f"model {self.model!r} is timed as it is: {', '.join(changed)} apply to "
                     f"perflab's TransformerLM only ({', '.join(PERFLAB_MODEL_ONLY)})"
-                )  # fmt: skip
+                )
 
     def model_config(self) -> ModelConfig:
         """The preset with this configuration's shape, sized for its context length."""
@@ -198,19 +231,35 @@ class BenchConfig:
     @property
     def recipe(self) -> Recipe:
         """How the step runs (``perflab.bench.recipe``)."""
-        return Recipe(self.preset, dtype=self.dtype, qkv=self.qkv, head=self.head,
-                      attention=self.attention,
-                      optimizer=self.optimizer, compiled=self.compile,
-                      checkpoint_group=self.checkpoint_group)  # fmt: skip
+        return Recipe(
+            self.preset,
+            dtype=self.dtype,
+            qkv=self.qkv,
+            head=self.head,
+            attention=self.attention,
+            optimizer=self.optimizer,
+            compiled=self.compile,
+            checkpoint_group=self.checkpoint_group,
+        )
 
     @classmethod
-    def from_recipe(cls, recipe: Recipe, preset: str, context_length: int, mode: str,
-                    **fields_) -> BenchConfig:  # fmt: skip
+    def from_recipe(
+        cls, recipe: Recipe, preset: str, context_length: int, mode: str, **fields_
+    ) -> BenchConfig:
         """The configuration that runs ``recipe`` (e.g. a rung of notebook 09's ladder)."""
-        return cls(preset, context_length, mode, dtype=recipe.dtype, qkv=recipe.qkv,
-                   attention=recipe.attention,
-                   head=recipe.head, optimizer=recipe.optimizer, compile=recipe.compiled,
-                   checkpoint_group=recipe.checkpoint_group, **fields_)  # fmt: skip
+        return cls(
+            preset,
+            context_length,
+            mode,
+            dtype=recipe.dtype,
+            qkv=recipe.qkv,
+            attention=recipe.attention,
+            head=recipe.head,
+            optimizer=recipe.optimizer,
+            compile=recipe.compiled,
+            checkpoint_group=recipe.checkpoint_group,
+            **fields_,
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -224,14 +273,18 @@ class BenchConfig:
             preset = get_preset(row.get("preset", ""))
         except ValueError:  # no preset, or one renamed since: the row stays as written
             return {}
-        return {f.name: getattr(preset, f.name) if f.name in MODEL_FIELDS else f.default
-                for f in missing if f.default is not dataclasses.MISSING}  # fmt: skip
+        return {
+            f.name: getattr(preset, f.name) if f.name in MODEL_FIELDS else f.default
+            for f in missing
+            if f.default is not dataclasses.MISSING
+        }
 
     @classmethod
     def sweep(cls, path: str | Path, metadata: dict | None = None) -> Sweep:
         """A ``Sweep`` keyed by every field, which reads older files too (``filled_key``)."""
-        return Sweep(path, key=[f.name for f in fields(cls)], metadata=metadata,
-                     fill_key=cls.filled_key)  # fmt: skip
+        return Sweep(
+            path, key=[f.name for f in fields(cls)], metadata=metadata, fill_key=cls.filled_key
+        )
 
 
 def random_batch(
@@ -328,8 +381,9 @@ def build_step(
         model_config.vocab_size, config.batch_size, config.context_length, device, seed
     )
     loss_fn = make_loss(model, recipe, device)
-    step = make_step(model, inputs, targets, config.mode, optimizer=optimizer, clock=clock,
-                     loss_fn=loss_fn)  # fmt: skip
+    step = make_step(
+        model, inputs, targets, config.mode, optimizer=optimizer, clock=clock, loss_fn=loss_fn
+    )
     step.num_parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return step
 
@@ -423,9 +477,16 @@ def benchmark_sweep(
     return sweep.run([c.as_dict() for c in configs], measure, resume=resume, desc=desc)
 
 
-def compare_configs(config_a: BenchConfig, config_b: BenchConfig, device: torch.device, *,
-                    rounds: int = 10, warmup: int = 2, budget_s: float | None = None,
-                    names: tuple[str, str] | None = None) -> Comparison:  # fmt: skip
+def compare_configs(
+    config_a: BenchConfig,
+    config_b: BenchConfig,
+    device: torch.device,
+    *,
+    rounds: int = 10,
+    warmup: int = 2,
+    budget_s: float | None = None,
+    names: tuple[str, str] | None = None,
+) -> Comparison:
     """The steps of two configurations (e.g. float32 and bfloat16 autocast) built side by side
     and timed interleaved by ``perflab.bench.compare`` (adaptive rounds within ``budget_s``
     seconds when given): b against a, named by ``names`` or by the values they differ in."""

@@ -48,8 +48,13 @@ def _as_csv_text(value) -> str:
 class Sweep:
     """Results of one sweep in ``path`` (CSV) keyed by the configuration fields ``key``."""
 
-    def __init__(self, path: str | Path, key: Sequence[str], metadata: dict | None = None,
-                 fill_key: Callable[[dict], dict] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        key: Sequence[str],
+        metadata: dict | None = None,
+        fill_key: Callable[[dict], dict] | None = None,
+    ):
         """``fill_key(row)`` gives the values of key fields that a row written before they
         existed lacks (read as text like the rest of the row), so that an older file still
         answers which configurations are done, and keeps them when it is rewritten."""
@@ -91,8 +96,11 @@ class Sweep:
         """Keys of the rows already in the file that the current library measured (any
         library's with ``any_library``)."""
         tree = library_tree() or ""
-        return {self.key_of(row) for row in self._rows()[1]
-                if any_library or row.get("library_tree", "") == tree}  # fmt: skip
+        return {
+            self.key_of(row)
+            for row in self._rows()[1]
+            if any_library or row.get("library_tree", "") == tree
+        }
 
     def append(self, row: dict) -> None:
         """Add one row and force it to disk. A row with new columns rewrites the file (atomically)
@@ -124,8 +132,14 @@ class Sweep:
     def _write_metadata(self) -> None:
         now = datetime.now(UTC).isoformat(timespec="seconds")
         stored = json.loads(self.metadata_path.read_text()) if self.metadata_path.exists() else {}
-        merged = {**stored, **self.metadata, "key": list(self.key), "updated": now,
-                  "commit": git_commit(), "library_tree": library_tree()}  # fmt: skip
+        merged = {
+            **stored,
+            **self.metadata,
+            "key": list(self.key),
+            "updated": now,
+            "commit": git_commit(),
+            "library_tree": library_tree(),
+        }
         merged.setdefault("created", now)
         self.metadata_path.parent.mkdir(parents=True, exist_ok=True)
         self.metadata_path.write_text(json.dumps(merged, indent=2, default=str) + "\n")
@@ -153,8 +167,14 @@ class Sweep:
         if not hasattr(self, "_commit"):
             self._commit = git_commit() or ""
         now = datetime.now(UTC).isoformat(timespec="seconds")
-        self.append({**row, "measured_at": now, "commit": self._commit,
-                     "library_tree": library_tree() or ""})  # fmt: skip
+        self.append(
+            {
+                **row,
+                "measured_at": now,
+                "commit": self._commit,
+                "library_tree": library_tree() or "",
+            }
+        )
 
     def earlier_rows_note(self, rows: pd.DataFrame, measured_now: int) -> str | None:
         """A line saying which of ``rows`` (as ``select`` returned them) were measured before

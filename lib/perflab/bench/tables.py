@@ -32,27 +32,29 @@ def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
         ratios = np.asarray(phases["backward"]) / np.asarray(phases["forward"])
         interval = median_interval(ratios)
         step = sum(row[f"{p}_phase_s"] for p in ("forward", "backward", "optimizer"))
-        rows.append({
-            "preset": preset,
-            "forward_s": row["forward_phase_s"],
-            "backward_s": row["backward_phase_s"],
-            "optimizer_s": row["optimizer_phase_s"],
-            "step_s": step,
-            "forward_share": row["forward_phase_s"] / step,
-            "backward_share": row["backward_phase_s"] / step,
-            "optimizer_share": row["optimizer_phase_s"] / step,
-            "backward_over_forward": float(np.median(ratios)),
-            "backward_over_forward_ci_low": interval.low,
-            "backward_over_forward_ci_high": interval.high,
-            "backward_over_forward_ci_level": interval.level,
-            "unstable": bool(row["unstable"]),
-            "backward_by_subtraction_s": (
-                median.loc[preset, "forward-backward"] - median.loc[preset, "forward"]
-            ),
-            "optimizer_by_subtraction_s": (
-                median.loc[preset, "train-step"] - median.loc[preset, "forward-backward"]
-            ),
-        })  # fmt: skip
+        rows.append(
+            {
+                "preset": preset,
+                "forward_s": row["forward_phase_s"],
+                "backward_s": row["backward_phase_s"],
+                "optimizer_s": row["optimizer_phase_s"],
+                "step_s": step,
+                "forward_share": row["forward_phase_s"] / step,
+                "backward_share": row["backward_phase_s"] / step,
+                "optimizer_share": row["optimizer_phase_s"] / step,
+                "backward_over_forward": float(np.median(ratios)),
+                "backward_over_forward_ci_low": interval.low,
+                "backward_over_forward_ci_high": interval.high,
+                "backward_over_forward_ci_level": interval.level,
+                "unstable": bool(row["unstable"]),
+                "backward_by_subtraction_s": (
+                    median.loc[preset, "forward-backward"] - median.loc[preset, "forward"]
+                ),
+                "optimizer_by_subtraction_s": (
+                    median.loc[preset, "train-step"] - median.loc[preset, "forward-backward"]
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -73,9 +75,15 @@ def phase_findings(breakdown: pd.DataFrame) -> list[Finding]:
             f"forward {row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
             f"{row.optimizer_share:.0%} of the step"
         )
-        findings.append(Finding(f"backward/forward {row.preset}", sentence,
-                                unstable=bool(row.unstable), verdict_text=where,
-                                interval=(low, high, level)))  # fmt: skip
+        findings.append(
+            Finding(
+                f"backward/forward {row.preset}",
+                sentence,
+                unstable=bool(row.unstable),
+                verdict_text=where,
+                interval=(low, high, level),
+            )
+        )
     return findings
 
 

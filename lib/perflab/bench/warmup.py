@@ -118,28 +118,35 @@ def between_settings(effect: pd.DataFrame) -> str:
     warm-up (when the run without warm-up showed some), or a difference within the intervals,
     which is the machine's noise, not warm-up."""
     settled, cold = effect.iloc[-1], effect.iloc[0]
-    cold_pays = (cold.first_over_settled_median * settled.median_s > settled.median_ci_high_s
-                 or not cold.overlaps_settled)  # fmt: skip
+    cold_pays = (
+        cold.first_over_settled_median * settled.median_s > settled.median_ci_high_s
+        or not cold.overlaps_settled
+    )
     sentences = []
     for row in effect.iloc[1:-1].itertuples():
         first_s = row.first_over_settled_median * settled.median_s
         slow_first = first_s > settled.median_ci_high_s
         steps = f"{row.warmup:.0f} warm-up step" + ("s" if row.warmup != 1 else "")
-        text = (f" After {steps} the first timed step took {row.first_over_settled_median:.2f}x "
-                f"the settled median ({'above' if slow_first else 'within or below'} its "
-                f"interval) and the median {row.median_over_settled:.2f}x "
-                f"({'overlapping' if row.overlaps_settled else 'outside'} the settled "
-                "interval): ")  # fmt: skip
+        text = (
+            f" After {steps} the first timed step took {row.first_over_settled_median:.2f}x "
+            f"the settled median ({'above' if slow_first else 'within or below'} its "
+            f"interval) and the median {row.median_over_settled:.2f}x "
+            f"({'overlapping' if row.overlaps_settled else 'outside'} the settled "
+            "interval): "
+        )
         if slow_first or not row.overlaps_settled:
-            text += (f"{steps} did not pay every one-off cost here; some fell on the timed "
-                     "steps.")  # fmt: skip
+            text += f"{steps} did not pay every one-off cost here; some fell on the timed steps."
         elif cold_pays:
-            text += (f"{steps} paid the one-off costs here; what still differs from "
-                     f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
-                     "between two processes.")  # fmt: skip
+            text += (
+                f"{steps} paid the one-off costs here; what still differs from "
+                f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
+                "between two processes."
+            )
         else:
-            text += ("as without warm-up, nothing left to pay shows; what differs from "
-                     f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
-                     "between two processes.")  # fmt: skip
+            text += (
+                "as without warm-up, nothing left to pay shows; what differs from "
+                f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
+                "between two processes."
+            )
         sentences.append(text)
     return "".join(sentences)

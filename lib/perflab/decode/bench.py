@@ -51,8 +51,9 @@ from perflab.profiling.capture import profiling
 from perflab.progress import progress
 
 
-def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
-                      steps: int = 5) -> pd.DataFrame:  # fmt: skip
+def prefill_vs_decode(
+    model: TransformerLM, prompt_len: int, *, warmup: int = 2, steps: int = 5
+) -> pd.DataFrame:
     """One sequence: the prompt's prefill (all ``prompt_len`` tokens in one pass) against one
     decode step at the same context, per token: time (the median, its interval with its real
     level, ``unstable``), FLOPs, bytes, FLOPs per byte and the rates they imply."""
@@ -68,23 +69,42 @@ def prefill_vs_decode(model: TransformerLM, prompt_len: int, *, warmup: int = 2,
     rows = []
     for phase, fn, tokens, cost in (
         ("prefill", prefill, prompt_len, prefill_cost(config, prompt_len, element)),
-        ("decode", decode_step(model, "contiguous", 1, prompt_len), 1,
-         decode_cost(config, 1, prompt_len, element)),
-    ):  # fmt: skip
+        (
+            "decode",
+            decode_step(model, "contiguous", 1, prompt_len),
+            1,
+            decode_cost(config, 1, prompt_len, element),
+        ),
+    ):
         timing = time_fn(fn, warmup=warmup, steps=steps, device=device)
         per_token = timing.median / tokens
-        rows.append({"phase": phase, "tokens": tokens, **median_columns(timing),
-                     "s_per_token": per_token, **cost,
-                     "flops_per_byte": cost["flops_per_token"] / cost["bytes_per_token"],
-                     "achieved_gflops": cost["flops_per_token"] / per_token / 1e9,
-                     "achieved_gb_per_s": cost["bytes_per_token"] / per_token / 1e9})  # fmt: skip
+        rows.append(
+            {
+                "phase": phase,
+                "tokens": tokens,
+                **median_columns(timing),
+                "s_per_token": per_token,
+                **cost,
+                "flops_per_byte": cost["flops_per_token"] / cost["bytes_per_token"],
+                "achieved_gflops": cost["flops_per_token"] / per_token / 1e9,
+                "achieved_gb_per_s": cost["bytes_per_token"] / per_token / 1e9,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: int,
-                        bandwidth: float, peak_flops: float, *,
-                        compiled: tuple[bool, ...] = (False,), mode: str | None = None,
-                        warmup: int = 5, steps: int = 5) -> pd.DataFrame:  # fmt: skip
+def throughput_by_batch(
+    model: TransformerLM,
+    batch_sizes: list[int],
+    context: int,
+    bandwidth: float,
+    peak_flops: float,
+    *,
+    compiled: tuple[bool, ...] = (False,),
+    mode: str | None = None,
+    warmup: int = 5,
+    steps: int = 5,
+) -> pd.DataFrame:
     """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one
     row each: ``step``) for each batch size at ``context``: batch / the median step, with the
     median's interval at the level its ``steps`` samples give (``median_ci_level``) and
@@ -98,41 +118,60 @@ def throughput_by_batch(model: TransformerLM, batch_sizes: list[int], context: i
         raise ValueError(f"compiled must list True and/or False, got {compiled!r}")
     check_context(model, context)
     device, rows = next(model.parameters()).device, []
-    for batch, flag in progress([(b, f) for b in batch_sizes for f in compiled],
-                                desc="batch sizes"):  # fmt: skip
+    for batch, flag in progress(
+        [(b, f) for b in batch_sizes for f in compiled], desc="batch sizes"
+    ):
         step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
         # No dynamo reset after it: a later section's step of this shape reuses the graph.
         timing, first = time_decode(step, device, warmup=warmup, steps=steps)
-        rows.append({"batch": batch, "step": "compiled" if flag else "eager",
-                     "first_call_s": first,
-                     **roofline_columns(model, "contiguous", batch, context, timing, bandwidth,
-                                        peak_flops)})  # fmt: skip
+        rows.append(
+            {
+                "batch": batch,
+                "step": "compiled" if flag else "eager",
+                "first_call_s": first,
+                **roofline_columns(
+                    model, "contiguous", batch, context, timing, bandwidth, peak_flops
+                ),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def compare_caches(model: TransformerLM, prompts: list[list[int]], max_new_tokens: int, *,
-                   rounds: int = 5, warmup: int = 1,
-                   block_size: int = 16) -> pd.DataFrame:  # fmt: skip
+def compare_caches(
+    model: TransformerLM,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
+    block_size: int = 16,
+) -> pd.DataFrame:
     """Generation with no cache against the contiguous cache, and the contiguous against the
     paged cache (``compare``): one row per pair, with each side's tokens/s."""
     device = next(model.parameters()).device
     tokens = len(prompts) * max_new_tokens
-    runs = {cache: partial(generate, model, prompts, max_new_tokens, cache, block_size=block_size)
-            for cache in ("none", "contiguous", "paged")}  # fmt: skip
+    runs = {
+        cache: partial(generate, model, prompts, max_new_tokens, cache, block_size=block_size)
+        for cache in ("none", "contiguous", "paged")
+    }
     rows = []
     for a, b in (("none", "contiguous"), ("contiguous", "paged")):
-        result = compare(runs[a], runs[b], rounds=rounds, warmup=warmup, device=device,
-                         names=(a, b))  # fmt: skip
+        result = compare(
+            runs[a], runs[b], rounds=rounds, warmup=warmup, device=device, names=(a, b)
+        )
         row = result.as_row()
-        row.update(tokens_per_s_a=tokens / row["median_a_s"],
-                   tokens_per_s_b=tokens / row["median_b_s"],
-                   sentence=result.sentence())  # fmt: skip
+        row.update(
+            tokens_per_s_a=tokens / row["median_a_s"],
+            tokens_per_s_b=tokens / row["median_b_s"],
+            sentence=result.sentence(),
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int],
-              block_sizes: list[int]) -> pd.DataFrame:  # fmt: skip
+def kv_memory(
+    model: TransformerLM, prompt_lens: list[int], new_tokens: list[int], block_sizes: list[int]
+) -> pd.DataFrame:
     """KV memory of one generation of a batch of requests (prompt lengths and new tokens per
     request; a sequence leaves the batch when it has its tokens), measured from the caches as
     it runs: the contiguous cache's allocation against the paged cache's most blocks in use,
@@ -152,10 +191,15 @@ def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int
         generate(model, prompts, new_tokens, kv)
         if cache == "paged":
             peak_tokens = kv.peak_stored_bytes
-        rows.append({"cache": cache, "block_size": block_size,
-                     "kv_bytes": kv.peak_bytes if cache == "paged" else kv.reserved_bytes,
-                     "pool_bytes": kv.reserved_bytes,
-                     "table_entries": kv.peak_blocks if cache == "paged" else None})  # fmt: skip
+        rows.append(
+            {
+                "cache": cache,
+                "block_size": block_size,
+                "kv_bytes": kv.peak_bytes if cache == "paged" else kv.reserved_bytes,
+                "pool_bytes": kv.reserved_bytes,
+                "table_entries": kv.peak_blocks if cache == "paged" else None,
+            }
+        )
     frame = pd.DataFrame(rows)
     frame["peak_token_bytes"] = peak_tokens  # the same tokens, whatever the cache
     frame["waste"] = 1 - peak_tokens / frame["kv_bytes"]
@@ -163,8 +207,15 @@ def kv_memory(model: TransformerLM, prompt_lens: list[int], new_tokens: list[int
     return frame
 
 
-def compile_static_step(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
-                        warmup: int = 2, mode: str | None = None) -> dict:  # fmt: skip
+def compile_static_step(
+    model: TransformerLM,
+    batch: int,
+    context: int,
+    *,
+    rounds: int = 5,
+    warmup: int = 2,
+    mode: str | None = None,
+) -> dict:
     """The fixed-shape decode step (``StaticDecoder``) eager against ``torch.compile``d (with
     ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph, recorded on a later call
     than the first), at ``context``: the compiled step's first call (``compile_s``: its
@@ -182,17 +233,21 @@ def compile_static_step(model: TransformerLM, batch: int, context: int, *, round
     synchronize(device)
     compile_s = time.perf_counter() - start
     graphs_compiled = compiled_graphs() - graphs_before
-    result = compare(eager, compiled, rounds=rounds, warmup=warmup, device=device,
-                     names=("eager", "compiled"))  # fmt: skip
+    result = compare(
+        eager, compiled, rounds=rounds, warmup=warmup, device=device, names=("eager", "compiled")
+    )
     row = result.as_row()
-    return {**row, "mode": mode or "default", "compile_s": compile_s,
-            "graphs_compiled": graphs_compiled,
-            "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
-            "same_next_tokens": bool((eager_logits.argmax(-1)
-                                      == compiled_logits.argmax(-1)).all()),
-            "tokens_per_s_eager": batch / row["median_a_s"],
-            "tokens_per_s_compiled": batch / row["median_b_s"],
-            "sentence": result.sentence()}  # fmt: skip
+    return {
+        **row,
+        "mode": mode or "default",
+        "compile_s": compile_s,
+        "graphs_compiled": graphs_compiled,
+        "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
+        "same_next_tokens": bool((eager_logits.argmax(-1) == compiled_logits.argmax(-1)).all()),
+        "tokens_per_s_eager": batch / row["median_a_s"],
+        "tokens_per_s_compiled": batch / row["median_b_s"],
+        "sentence": result.sentence(),
+    }
 
 
 class _RecompileLog(logging.Handler):
@@ -207,8 +262,9 @@ class _RecompileLog(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def _compiled_step(model: TransformerLM, shapes: str, prompts: list[list[int]], room: int,
-                   backend: Callable) -> Callable[[], torch.Tensor]:  # fmt: skip
+def _compiled_step(
+    model: TransformerLM, shapes: str, prompts: list[list[int]], room: int, backend: Callable
+) -> Callable[[], torch.Tensor]:
     """A decode step of ``prompts`` (all of one length) compiled with ``backend``: "growing"
     (``cached_logits``) or "fixed" (``StaticDecoder``); each call decodes the next position."""
     device, batch = next(model.parameters()).device, len(prompts)
@@ -218,8 +274,9 @@ def _compiled_step(model: TransformerLM, shapes: str, prompts: list[list[int]], 
         cache = ContiguousKVCache(model, batch, room)
         with torch.no_grad():
             cached_logits(model, cache, rows, torch.tensor(prompts, device=device))
-        return torch.compile(lambda: cached_logits(model, cache, rows, tokens[:, None]),
-                             backend=backend)  # fmt: skip
+        return torch.compile(
+            lambda: cached_logits(model, cache, rows, tokens[:, None]), backend=backend
+        )
     decoder = StaticDecoder(model, batch, room)
     decoder.prefill(prompts)
     compiled, position = torch.compile(decoder, backend=backend, fullgraph=True), [len(prompts[0])]
@@ -232,8 +289,7 @@ def _compiled_step(model: TransformerLM, shapes: str, prompts: list[list[int]], 
     return step
 
 
-def count_compilations(model: TransformerLM, batch: int, context: int,
-                       calls: int) -> pd.DataFrame:  # fmt: skip
+def count_compilations(model: TransformerLM, batch: int, context: int, calls: int) -> pd.DataFrame:
     """Graphs ``torch.compile`` builds over ``calls`` decode steps, for the step with growing
     shapes (``cached_logits``: the keys grow by one per step, and the cache's lengths are
     Python ints that dynamo guards on) and for the fixed-shape ``StaticDecoder``: per call,
@@ -259,8 +315,14 @@ def count_compilations(model: TransformerLM, batch: int, context: int,
                 for call in range(calls):
                     start = time.perf_counter()
                     step()
-                    rows.append({"shapes": shapes, "call": call + 1, "graphs": len(graphs),
-                                 "seconds": time.perf_counter() - start})  # fmt: skip
+                    rows.append(
+                        {
+                            "shapes": shapes,
+                            "call": call + 1,
+                            "graphs": len(graphs),
+                            "seconds": time.perf_counter() - start,
+                        }
+                    )
         finally:
             dynamo_log.removeHandler(log)
             dynamo_log.propagate = previous
@@ -275,8 +337,9 @@ def _rotary_modules(model: TransformerLM) -> list[RotaryEmbedding]:
     return [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
 
 
-def compare_rotary_tables(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
-                          warmup: int = 2) -> dict:  # fmt: skip
+def compare_rotary_tables(
+    model: TransformerLM, batch: int, context: int, *, rounds: int = 5, warmup: int = 2
+) -> dict:
     """A decode step with the rotary cos/sin tables computed once (at construction) against
     computing them at every step from the positions; and the logits' largest difference."""
     device = next(model.parameters()).device
@@ -296,8 +359,14 @@ def compare_rotary_tables(model: TransformerLM, batch: int, context: int, *, rou
 
     once, every = with_tables(True), with_tables(False)
     diff = (once() - every()).abs().max().item()
-    result = compare(once, every, rounds=rounds, warmup=warmup, device=device,
-                     names=("tables once", "tables every step"))  # fmt: skip
+    result = compare(
+        once,
+        every,
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("tables once", "tables every step"),
+    )
     return {**result.as_row(), "max_abs_diff": diff, "sentence": result.sentence()}
 
 
@@ -315,8 +384,9 @@ def device_pick(logits: torch.Tensor) -> tuple[list[int], int]:
     return ids.tolist(), ids.nbytes
 
 
-def compare_sampling_place(model: TransformerLM, batch: int, context: int, *, rounds: int = 5,
-                           warmup: int = 2) -> dict:  # fmt: skip
+def compare_sampling_place(
+    model: TransformerLM, batch: int, context: int, *, rounds: int = 5, warmup: int = 2
+) -> dict:
     """A decode step with the next ids picked on the device (ids to the host) against with
     the logits copied to the host and picked there: bytes to the host per token, measured
     from what was copied, and the interleaved comparison of the two steps."""
@@ -324,26 +394,38 @@ def compare_sampling_place(model: TransformerLM, batch: int, context: int, *, ro
     step = decode_step(model, "contiguous", batch, context)
     logits = step()
     (device_ids, device_bytes), (host_ids, host_bytes) = device_pick(logits), host_pick(logits)
-    result = compare(lambda: device_pick(step()), lambda: host_pick(step()), rounds=rounds,
-                     warmup=warmup, device=device,
-                     names=("on the device", "on the host"))  # fmt: skip
-    return {**result.as_row(), "same_ids": device_ids == host_ids,
-            "device_bytes_per_token": device_bytes / batch,
-            "host_bytes_per_token": host_bytes / batch,
-            "bytes_ratio": host_bytes / device_bytes, "sentence": result.sentence()}  # fmt: skip
+    result = compare(
+        lambda: device_pick(step()),
+        lambda: host_pick(step()),
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("on the device", "on the host"),
+    )
+    return {
+        **result.as_row(),
+        "same_ids": device_ids == host_ids,
+        "device_bytes_per_token": device_bytes / batch,
+        "host_bytes_per_token": host_bytes / batch,
+        "bytes_ratio": host_bytes / device_bytes,
+        "sentence": result.sentence(),
+    }
 
 
 _PARTS = (
     ("matmuls", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::")),
     ("compiled kernels", re.compile(r"^## Call CompiledFxGraph")),
-    ("dynamo guards and wrappers",
-     re.compile(r"TorchDynamo|Torch-Compiled Region|Pregraph|AOTDispatcher|CompiledFunction")),
-)  # fmt: skip
+    (
+        "dynamo guards and wrappers",
+        re.compile(r"TorchDynamo|Torch-Compiled Region|Pregraph|AOTDispatcher|CompiledFunction"),
+    ),
+)
 PARTS = (*(name for name, _ in _PARTS), "other operators", "Python between operators")
 
 
-def profile_step(step: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 3,
-                 steps: int = 20) -> pd.DataFrame:  # fmt: skip
+def profile_step(
+    step: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 3, steps: int = 20
+) -> pd.DataFrame:
     """Where a decode step's host time goes, from ``torch.profiler`` (each CPU operator's self
     time, per step): the matmuls (they read the weights), inductor's compiled kernels, dynamo's
     guard checks and wrappers, the other operators, and the Python between operators (the
@@ -363,21 +445,36 @@ def profile_step(step: Callable[[], torch.Tensor], device: torch.device, *, warm
         wall = time.perf_counter() - start
     seconds, calls = dict.fromkeys(PARTS, 0.0), dict.fromkeys(PARTS, 0)
     for event in profiler.key_averages():
-        part = next((name for name, pattern in _PARTS if pattern.search(event.key)),
-                    "other operators")  # fmt: skip
+        part = next(
+            (name for name, pattern in _PARTS if pattern.search(event.key)), "other operators"
+        )
         seconds[part] += event.self_cpu_time_total / 1e6
         calls[part] += event.count
     seconds["Python between operators"] = max(wall - sum(seconds.values()), 0.0)
-    frame = pd.DataFrame({"part": PARTS, "ms_per_step": [seconds[p] / steps * 1e3 for p in PARTS],
-                          "calls_per_step": [calls[p] / steps for p in PARTS]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "part": PARTS,
+            "ms_per_step": [seconds[p] / steps * 1e3 for p in PARTS],
+            "calls_per_step": [calls[p] / steps for p in PARTS],
+        }
+    )
     frame["share"] = frame["ms_per_step"] / frame["ms_per_step"].sum()
     return frame
 
 
-def compare_kv_heads(config: ModelConfig, kv_heads: int, batch: int, context: int,
-                     device: torch.device, dtype: torch.dtype, *, rounds: int = 6,
-                     warmup: int = 2, seed: int = 0,
-                     compiled: bool = True) -> tuple[dict, object]:  # fmt: skip
+def compare_kv_heads(
+    config: ModelConfig,
+    kv_heads: int,
+    batch: int,
+    context: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    rounds: int = 6,
+    warmup: int = 2,
+    seed: int = 0,
+    compiled: bool = True,
+) -> tuple[dict, object]:
     """The fixed-shape decode step (``compiled``, or eager) of ``config`` (multi-head attention)
     against the same shape with ``kv_heads`` key and value heads (grouped-query attention;
     random weights of its own), at ``batch`` sequences of ``context`` tokens, interleaved
@@ -385,23 +482,40 @@ def compare_kv_heads(config: ModelConfig, kv_heads: int, batch: int, context: in
     whole batch, the bytes a step must move (``decode_step_bytes``) and their ratio, which a
     step bound by memory would follow; tokens/s at the medians; and whether the grouped model
     decodes a few greedy tokens as its own full recomputation does."""
-    grouped_config = dataclasses.replace(config, name=f"{config.name} ({kv_heads} kv heads)",
-                                         num_kv_heads=kv_heads)  # fmt: skip
-    models = {"mha": build_model(config, device, dtype, seed),
-              "grouped": build_model(grouped_config, device, dtype, seed)}  # fmt: skip
-    steps = {name: decode_step(model, "contiguous", batch, context, compiled=compiled,
-                               seed=seed) for name, model in models.items()}  # fmt: skip
+    grouped_config = dataclasses.replace(
+        config, name=f"{config.name} ({kv_heads} kv heads)", num_kv_heads=kv_heads
+    )
+    models = {
+        "mha": build_model(config, device, dtype, seed),
+        "grouped": build_model(grouped_config, device, dtype, seed),
+    }
+    steps = {
+        name: decode_step(model, "contiguous", batch, context, compiled=compiled, seed=seed)
+        for name, model in models.items()
+    }
     for step in steps.values():
         step()  # compiles each (when compiled) before the timed rounds
-    result = compare(steps["mha"], steps["grouped"], rounds=rounds, warmup=warmup,
-                     device=device, names=("multi-head", f"{kv_heads} kv heads"))  # fmt: skip
+    result = compare(
+        steps["mha"],
+        steps["grouped"],
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("multi-head", f"{kv_heads} kv heads"),
+    )
     prompts = random_prompts(config.vocab_size, [5, 9], seed + 1)
     with torch.no_grad():
-        same = (generate(models["grouped"], prompts, 4, "contiguous")
-                == generate(models["grouped"], prompts, 4, "none"))  # fmt: skip
+        same = generate(models["grouped"], prompts, 4, "contiguous") == generate(
+            models["grouped"], prompts, 4, "none"
+        )
     element = element_bytes(models["mha"])
-    row = {"batch": batch, "context": context, "heads": config.num_heads, "kv_heads": kv_heads,
-           "compiled": compiled}  # fmt: skip
+    row = {
+        "batch": batch,
+        "context": context,
+        "heads": config.num_heads,
+        "kv_heads": kv_heads,
+        "compiled": compiled,
+    }
     for name, shape in (("mha", config), ("grouped", grouped_config)):
         row[f"parameters_{name}"] = shape.num_parameters()
         row[f"kv_bytes_per_token_{name}"] = kv_bytes_per_token(shape, element)
@@ -409,7 +523,11 @@ def compare_kv_heads(config: ModelConfig, kv_heads: int, batch: int, context: in
         row[f"step_bytes_{name}"] = decode_step_bytes(shape, batch, context, element)
     row["step_bytes_ratio"] = row["step_bytes_grouped"] / row["step_bytes_mha"]
     row.update(result.as_row())
-    row.update({"tokens_per_s_mha": batch / row["median_a_s"],
-                "tokens_per_s_grouped": batch / row["median_b_s"],
-                "decodes_like_recomputation": same})  # fmt: skip
+    row.update(
+        {
+            "tokens_per_s_mha": batch / row["median_a_s"],
+            "tokens_per_s_grouped": batch / row["median_b_s"],
+            "decodes_like_recomputation": same,
+        }
+    )
     return row, result

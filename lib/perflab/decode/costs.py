@@ -57,8 +57,11 @@ def prefill_cost(config: ModelConfig, prompt_len: int, element_bytes: int) -> di
     prompt: only its last token's logits are needed), and bytes (the weights read once for the
     whole prompt, the keys and values written)."""
     head = config.d_model * config.vocab_size
-    flops = (2 * (matmul_weights(config) - head) + 2 * head / prompt_len
-             + 4 * prompt_len * config.d_model * config.num_layers)  # fmt: skip
+    flops = (
+        2 * (matmul_weights(config) - head)
+        + 2 * head / prompt_len
+        + 4 * prompt_len * config.d_model * config.num_layers
+    )
     weights = matmul_weights(config) * element_bytes
     bytes_ = weights / prompt_len + kv_bytes_per_token(config, element_bytes)
     return {"flops_per_token": flops, "bytes_per_token": bytes_}
@@ -91,13 +94,22 @@ def rooflines(cost: dict, bandwidth: float, peak_flops: float) -> dict:
     measured). ``bound`` names the lower one."""
     memory = bandwidth / cost["bytes_per_token"]
     compute = peak_flops / cost["flops_per_token"]
-    return {"memory_bound_tokens_per_s": memory, "compute_bound_tokens_per_s": compute,
-            "roofline_tokens_per_s": min(memory, compute),
-            "bound": "memory" if memory <= compute else "compute"}  # fmt: skip
+    return {
+        "memory_bound_tokens_per_s": memory,
+        "compute_bound_tokens_per_s": compute,
+        "roofline_tokens_per_s": min(memory, compute),
+        "bound": "memory" if memory <= compute else "compute",
+    }
 
 
-def roofline_tokens_per_s(config: ModelConfig, batch: int, context: int, element_bytes: int,
-                          bandwidth: float, peak_flops: float) -> dict:  # fmt: skip
+def roofline_tokens_per_s(
+    config: ModelConfig,
+    batch: int,
+    context: int,
+    element_bytes: int,
+    bandwidth: float,
+    peak_flops: float,
+) -> dict:
     """The rooflines of a decode step of ``batch`` sequences at ``context`` (``decode_cost``):
     memory-bound ``batch x bandwidth / step bytes``, compute-bound ``peak / FLOPs per token``."""
     return rooflines(decode_cost(config, batch, context, element_bytes), bandwidth, peak_flops)

@@ -8,8 +8,9 @@ import torch
 from perflab.model import ModelConfig, TransformerLM
 
 
-def build_model(config: ModelConfig, device: torch.device, dtype: torch.dtype,
-                seed: int = 0) -> TransformerLM:  # fmt: skip
+def build_model(
+    config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0
+) -> TransformerLM:
     """A random ``TransformerLM`` in eval mode, initialised on ``device`` directly in ``dtype``
     (an 8B model in bf16 never exists in float32 or in host memory)."""
     default = torch.get_default_dtype()
@@ -38,8 +39,10 @@ def check_context(model: TransformerLM, context: int, name: str = "context") -> 
     """A decode step at ``context`` writes position ``context``: it must lie in the model's."""
     limit = model.config.context_length
     if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context < limit:
-        raise ValueError(f"{name} must be in 1 .. {limit - 1} (below the model's context of "
-                         f"{limit}), got {context!r}")  # fmt: skip
+        raise ValueError(
+            f"{name} must be in 1 .. {limit - 1} (below the model's context of "
+            f"{limit}), got {context!r}"
+        )
 
 
 def check_batch(batch: int) -> None:

@@ -18,12 +18,29 @@ def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
     (``unstable``) are drawn hollow."""
     fig, ax = plt.subplots(figsize=(6, 3.8))
     bounds = table.drop_duplicates("batch").sort_values("batch")
-    ax.plot(bounds["batch"], bounds["memory_bound_tokens_per_s"], "--", color="tab:orange",
-            label="memory bound: batch x bandwidth / bytes per step")  # fmt: skip
-    ax.plot(bounds["batch"], bounds["compute_bound_tokens_per_s"], ":", color="tab:red",
-            label="compute bound: peak / FLOPs per token")  # fmt: skip
-    ax.plot(bounds["batch"], bounds["roofline_tokens_per_s"], "-", color="gray", alpha=0.5,
-            linewidth=4, label="roofline")  # fmt: skip
+    ax.plot(
+        bounds["batch"],
+        bounds["memory_bound_tokens_per_s"],
+        "--",
+        color="tab:orange",
+        label="memory bound: batch x bandwidth / bytes per step",
+    )
+    ax.plot(
+        bounds["batch"],
+        bounds["compute_bound_tokens_per_s"],
+        ":",
+        color="tab:red",
+        label="compute bound: peak / FLOPs per token",
+    )
+    ax.plot(
+        bounds["batch"],
+        bounds["roofline_tokens_per_s"],
+        "-",
+        color="gray",
+        alpha=0.5,
+        linewidth=4,
+        label="roofline",
+    )
     if "median_ci_level" in table.columns:
         levels = sorted({level_text(level) for level in table["median_ci_level"]})
         interval = f" ({', '.join(levels)} CI of the median)"
@@ -40,8 +57,7 @@ def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
         unstable = unstable_all[rows.index]
         ax.plot(batch[~unstable], measured[~unstable], "o", color=color)
         if unstable.any():
-            ax.plot(batch[unstable], measured[unstable], "o", color=color,
-                    markerfacecolor="white")  # fmt: skip
+            ax.plot(batch[unstable], measured[unstable], "o", color=color, markerfacecolor="white")
     if unstable_all.any():
         ax.plot([], [], "o", color="gray", markerfacecolor="white", label="unstable (hollow)")
     ax.set_xscale("log", base=2)
@@ -57,11 +73,17 @@ def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:
 def plot_kv_memory(table: pd.DataFrame) -> Figure:
     """KV memory of each cache (bars, MiB) and the most bytes that held tokens at once (line)."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels = [c if pd.isna(b) else f"{c}, block {int(b)}"
-              for c, b in zip(table["cache"], table["block_size"], strict=True)]  # fmt: skip
+    labels = [
+        c if pd.isna(b) else f"{c}, block {int(b)}"
+        for c, b in zip(table["cache"], table["block_size"], strict=True)
+    ]
     ax.bar(labels, table["kv_bytes"] / 2**20, color="tab:blue", label="KV memory held")
-    ax.axhline(table["peak_token_bytes"].iloc[0] / 2**20, color="black", linestyle="--",
-               label="bytes of tokens at the peak")  # fmt: skip
+    ax.axhline(
+        table["peak_token_bytes"].iloc[0] / 2**20,
+        color="black",
+        linestyle="--",
+        label="bytes of tokens at the peak",
+    )
     ax.set_ylabel("MiB")
     ax.set_title("KV memory for one batch of unequal requests")
     ax.tick_params(axis="x", rotation=20)

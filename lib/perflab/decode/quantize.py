@@ -43,9 +43,11 @@ class Int8Linear(nn.Module):
     def __init__(self, weight: Tensor, scale: Tensor, sizes: list[int] | None = None):
         super().__init__()
         if weight.dtype != torch.int8 or scale.shape != weight.shape[:1]:
-            raise ValueError(f"need int8 weights (out, in) and one scale per output row, got "
-                             f"{weight.dtype} {tuple(weight.shape)}, scale "
-                             f"{tuple(scale.shape)}")  # fmt: skip
+            raise ValueError(
+                f"need int8 weights (out, in) and one scale per output row, got "
+                f"{weight.dtype} {tuple(weight.shape)}, scale "
+                f"{tuple(scale.shape)}"
+            )
         if sizes is not None and sum(sizes) != weight.shape[0]:
             raise ValueError(f"output parts {sizes} do not add up to {weight.shape[0]} rows")
         self.register_buffer("weight", weight)
@@ -105,9 +107,16 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def compare_int8(model: TransformerLM, batch: int, context: int, *, rounds: int = 6,
-                 warmup: int = 2, new_tokens: int = 16,
-                 seed: int = 0) -> tuple[dict, Comparison]:  # fmt: skip
+def compare_int8(
+    model: TransformerLM,
+    batch: int,
+    context: int,
+    *,
+    rounds: int = 6,
+    warmup: int = 2,
+    new_tokens: int = 16,
+    seed: int = 0,
+) -> tuple[dict, Comparison]:
     """``model``'s compiled fixed-shape decode step against its int8 copy's (``quantize_int8``),
     at ``batch`` sequences of ``context`` tokens: the weights' bytes of each (``_original``: the
     model's own dtype), each first call (its compilation), the largest absolute and the relative
@@ -124,29 +133,47 @@ def compare_int8(model: TransformerLM, batch: int, context: int, *, rounds: int 
         start = time.perf_counter()
         logits[name] = steps[name]().clone()
         first_s[name] = time.perf_counter() - start
-    result = compare(steps["original"], steps["int8"], rounds=rounds, warmup=warmup,
-                     device=device, names=(f"{dtype} weights", "int8 weights"))  # fmt: skip
+    result = compare(
+        steps["original"],
+        steps["int8"],
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=(f"{dtype} weights", "int8 weights"),
+    )
     prompts = random_prompts(model.config.vocab_size, [context] * batch, seed + 1)
     with torch.no_grad():
-        tokens = {name: generate(which, prompts, new_tokens, "contiguous")
-                  for name, which in (("original", model), ("int8", quantised))}  # fmt: skip
-    firsts = [next((i for i, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), new_tokens)
-              for x, y in zip(tokens["original"], tokens["int8"], strict=True)]  # fmt: skip
-    agree = sum(a == b for x, y in zip(tokens["original"], tokens["int8"], strict=True)
-                for a, b in zip(x, y, strict=True))  # fmt: skip
+        tokens = {
+            name: generate(which, prompts, new_tokens, "contiguous")
+            for name, which in (("original", model), ("int8", quantised))
+        }
+    firsts = [
+        next((i for i, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), new_tokens)
+        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
+    ]
+    agree = sum(
+        a == b
+        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
+        for a, b in zip(x, y, strict=True)
+    )
     error = logits["int8"] - logits["original"]
     row = {
-        "batch": batch, "context": context,
-        "weight_bytes_original": weight_bytes(model), "weight_bytes_int8": weight_bytes(quantised),
-        "first_call_s_original": first_s["original"], "first_call_s_int8": first_s["int8"],
+        "batch": batch,
+        "context": context,
+        "weight_bytes_original": weight_bytes(model),
+        "weight_bytes_int8": weight_bytes(quantised),
+        "first_call_s_original": first_s["original"],
+        "first_call_s_int8": first_s["int8"],
         "logits_max_abs_error": error.abs().max().item(),
         "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
-        "same_next_tokens": bool((logits["int8"].argmax(-1)
-                                  == logits["original"].argmax(-1)).all()),
-        "new_tokens": new_tokens, "first_differing_token": min(firsts),
+        "same_next_tokens": bool(
+            (logits["int8"].argmax(-1) == logits["original"].argmax(-1)).all()
+        ),
+        "new_tokens": new_tokens,
+        "first_differing_token": min(firsts),
         "tokens_agreeing": agree / (batch * new_tokens),
         **result.as_row(),
         "tokens_per_s_original": batch / float(np.median(result.times_a)),
         "tokens_per_s_int8": batch / float(np.median(result.times_b)),
-    }  # fmt: skip
+    }
     return row, result

@@ -62,9 +62,17 @@ COMPILED_NEEDS_FIXED_SHAPES = (
 )
 
 
-def decode_step(model: TransformerLM, cache: str, batch: int, context: int, *,
-                compiled: bool = False, mode: str | None = None, block_size: int = 16,
-                seed: int = 0) -> Callable[[], Tensor]:  # fmt: skip
+def decode_step(
+    model: TransformerLM,
+    cache: str,
+    batch: int,
+    context: int,
+    *,
+    compiled: bool = False,
+    mode: str | None = None,
+    block_size: int = 16,
+    seed: int = 0,
+) -> Callable[[], Tensor]:
     """A decode step of ``batch`` sequences at ``context`` tokens each (random prompts,
     prefilled), set back to ``context`` before every call; it returns the logits (batch,
     vocab). ``compiled``: the fixed-shape step under ``torch.compile`` with ``mode`` (compiled
@@ -85,8 +93,11 @@ def decode_step(model: TransformerLM, cache: str, batch: int, context: int, *,
         decoder = StaticDecoder(model, batch, context + 1)
         decoder.prefill(prompts)
         positions = torch.full((batch,), context, device=device)
-        run = (torch.compile(decoder, mode=mode, fullgraph=True, dynamic=False) if compiled
-               else decoder)  # fmt: skip
+        run = (
+            torch.compile(decoder, mode=mode, fullgraph=True, dynamic=False)
+            if compiled
+            else decoder
+        )
         return torch.no_grad()(lambda: run(tokens, positions))
     if cache == "none":
         sequences = torch.tensor([p + [0] for p in prompts], device=device)
@@ -114,8 +125,9 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def time_decode(step: Callable[[], Tensor], device: torch.device, *, warmup: int,
-                steps: int) -> tuple[Timing, float]:  # fmt: skip
+def time_decode(
+    step: Callable[[], Tensor], device: torch.device, *, warmup: int, steps: int
+) -> tuple[Timing, float]:
     """Seconds of ``step``'s first call (its compilation, for a compiled step), then
     ``time_fn``'s timing of ``steps`` calls after ``warmup`` more."""
     synchronize(device)
@@ -130,13 +142,17 @@ def median_columns(timing: Timing) -> dict:
     """A timing's median, its interval with the interval's real level, and the unstable flag
     (``perflab.bench.stats.is_unstable`` of the samples)."""
     interval = timing.median_ci
-    return {"median_s": timing.median, "median_ci_low_s": interval.low,
-            "median_ci_high_s": interval.high, "median_ci_level": interval.level,
-            "steps": len(timing.samples), "unstable": is_unstable(timing.samples)}  # fmt: skip
+    return {
+        "median_s": timing.median,
+        "median_ci_low_s": interval.low,
+        "median_ci_high_s": interval.high,
+        "median_ci_level": interval.level,
+        "steps": len(timing.samples),
+        "unstable": is_unstable(timing.samples),
+    }
 
 
-def step_cost(config: ModelConfig, cache: str, batch: int, context: int,
-              element_size: int) -> dict:  # fmt: skip
+def step_cost(config: ModelConfig, cache: str, batch: int, context: int, element_size: int) -> dict:
     """FLOPs and bytes per generated token of the step of ``cache``: with a cache, the decode
     step's (``decode_cost``); without, the whole sequence's again (``recompute_cost``)."""
     if cache == "none":
@@ -144,8 +160,15 @@ def step_cost(config: ModelConfig, cache: str, batch: int, context: int,
     return decode_cost(config, batch, context, element_size)
 
 
-def roofline_columns(model: TransformerLM, cache: str, batch: int, context: int,
-                     timing: Timing, bandwidth: float, peak_flops: float) -> dict:  # fmt: skip
+def roofline_columns(
+    model: TransformerLM,
+    cache: str,
+    batch: int,
+    context: int,
+    timing: Timing,
+    bandwidth: float,
+    peak_flops: float,
+) -> dict:
     """The row of one timed step: its median and interval, tokens/s (batch / the median, and
     the interval inverted), FLOPs and bytes per token, the two bounds from the measured
     ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s), the roofline, which bound it is, and
@@ -155,9 +178,15 @@ def roofline_columns(model: TransformerLM, cache: str, batch: int, context: int,
     bounds = rooflines(cost, bandwidth, peak_flops)
     tokens_per_s = batch / timing.median
     fraction = tokens_per_s / bounds["roofline_tokens_per_s"]
-    return {**median_columns(timing), "tokens_per_s": tokens_per_s,
-            "tokens_per_s_low": batch / high, "tokens_per_s_high": batch / low, **cost,
-            **bounds, "fraction_of_roofline": fraction}  # fmt: skip
+    return {
+        **median_columns(timing),
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_low": batch / high,
+        "tokens_per_s_high": batch / low,
+        **cost,
+        **bounds,
+        "fraction_of_roofline": fraction,
+    }
 
 
 def _positive(minimum: int) -> dict:
@@ -184,15 +213,21 @@ class DecodeConfig:
         config = get_preset(self.preset)  # one line naming the valid presets
         for f in fields(self):
             value = getattr(self, f.name)
-            if "minimum" in f.metadata and (isinstance(value, bool) or not isinstance(value, int)
-                                            or value < f.metadata["minimum"]):  # fmt: skip
-                raise ValueError(f"{f.name} must be an integer >= {f.metadata['minimum']}, got "
-                                 f"{value!r}")  # fmt: skip
+            if "minimum" in f.metadata and (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < f.metadata["minimum"]
+            ):
+                raise ValueError(
+                    f"{f.name} must be an integer >= {f.metadata['minimum']}, got {value!r}"
+                )
         if self.context_length >= config.context_length:
-            raise ValueError(f"context_length must be in 1 .. {config.context_length - 1} for "
-                             f"{self.preset} (a decode step writes the token after it, within "
-                             f"the model's {config.context_length}), got "
-                             f"{self.context_length}")  # fmt: skip
+            raise ValueError(
+                f"context_length must be in 1 .. {config.context_length - 1} for "
+                f"{self.preset} (a decode step writes the token after it, within "
+                f"the model's {config.context_length}), got "
+                f"{self.context_length}"
+            )
         if self.cache not in CACHES:
             raise ValueError(f"unknown cache {self.cache!r}; valid: {', '.join(CACHES)}")
         if not isinstance(self.compile, bool):
@@ -208,13 +243,18 @@ class DecodeConfig:
 def yardstick_columns(bandwidth: CopyBandwidth, peak: PeakMatmul) -> dict:
     """The copy bandwidth and matmul peak as ``copy_*`` and ``peak_*`` columns (each the best
     of its runs, with the median run beside it)."""
-    return ({f"copy_{key}": value for key, value in bandwidth.as_dict().items()}
-            | {f"peak_{key}": value for key, value in peak.as_dict().items()})  # fmt: skip
+    return {f"copy_{key}": value for key, value in bandwidth.as_dict().items()} | {
+        f"peak_{key}": value for key, value in peak.as_dict().items()
+    }
 
 
-def decode_benchmark(config: DecodeConfig, *, bandwidth: CopyBandwidth | None = None,
-                     peak: PeakMatmul | None = None,
-                     seed: int = 0) -> tuple[dict, Timing]:  # fmt: skip
+def decode_benchmark(
+    config: DecodeConfig,
+    *,
+    bandwidth: CopyBandwidth | None = None,
+    peak: PeakMatmul | None = None,
+    seed: int = 0,
+) -> tuple[dict, Timing]:
     """``config``'s step timed against its roofline: (the result row, the timing). The copy
     bandwidth and the matmul peak are measured here unless given (both maxima); the row
     records the configuration, the device, the library that measured it (``library_tree``,
@@ -228,19 +268,39 @@ def decode_benchmark(config: DecodeConfig, *, bandwidth: CopyBandwidth | None = 
     if peak is None:
         peak = measure_peak_matmul(device, dtype)
     mode = "reduce-overhead" if device.type == "cuda" else None  # CUDA graphs on a GPU
-    step = decode_step(model, config.cache, config.batch_size, config.context_length,
-                       compiled=config.compile, mode=mode, seed=seed)  # fmt: skip
+    step = decode_step(
+        model,
+        config.cache,
+        config.batch_size,
+        config.context_length,
+        compiled=config.compile,
+        mode=mode,
+        seed=seed,
+    )
     try:
         timing, first = time_decode(step, device, warmup=config.warmup, steps=config.steps)
     finally:
         torch._dynamo.reset()  # a compiled step's graphs go with it
     info = describe(device)
-    row = {**config.as_dict(), "device": info["device"], "device_name": info["device_name"],
-           "cpu_threads": info["cpu_threads"], **library_versions(),
-           "library_tree": library_tree(), "num_parameters": model.config.num_parameters(),
-           "compile_mode": (mode or "default") if config.compile else None,
-           "first_call_s": first,
-           **roofline_columns(model, config.cache, config.batch_size, config.context_length,
-                              timing, bandwidth.bytes_per_s, peak.flops_per_s),
-           **yardstick_columns(bandwidth, peak)}  # fmt: skip
+    row = {
+        **config.as_dict(),
+        "device": info["device"],
+        "device_name": info["device_name"],
+        "cpu_threads": info["cpu_threads"],
+        **library_versions(),
+        "library_tree": library_tree(),
+        "num_parameters": model.config.num_parameters(),
+        "compile_mode": (mode or "default") if config.compile else None,
+        "first_call_s": first,
+        **roofline_columns(
+            model,
+            config.cache,
+            config.batch_size,
+            config.context_length,
+            timing,
+            bandwidth.bytes_per_s,
+            peak.flops_per_s,
+        ),
+        **yardstick_columns(bandwidth, peak),
+    }
     return row, timing

@@ -51,8 +51,12 @@ def cached_logits(model: TransformerLM, cache: KVCache, rows: list[int], tokens:
     return model.lm_head(model.final_norm(x[:, -1]))
 
 
-def pick(logits: Tensor, temperature: float = 0.0, top_k: int | None = None,
-         generator: torch.Generator | None = None) -> Tensor:  # fmt: skip
+def pick(
+    logits: Tensor,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Next ids (batch,) on the logits' device: the most likely, or drawn from
     softmax(logits / temperature) over the ``top_k`` most likely, one row at a time (so that
     every cache mode, whatever rows it decodes together, draws alike)."""
@@ -83,14 +87,19 @@ class StaticDecoder(nn.Module):
     def __init__(self, model: TransformerLM, batch: int, max_len: int):
         super().__init__()
         if not 1 <= max_len <= model.config.context_length:
-            raise ValueError(f"max_len must be in 1 .. {model.config.context_length} (the "
-                             f"model's context), got {max_len}")  # fmt: skip
+            raise ValueError(
+                f"max_len must be in 1 .. {model.config.context_length} (the "
+                f"model's context), got {max_len}"
+            )
         self.model = model
         self.cache = ContiguousKVCache(model, batch, max_len)
         self.register_buffer("k", self.cache.k, persistent=False)  # the cache's own tensors
         self.register_buffer("v", self.cache.v, persistent=False)
-        for name, count in (("layers", model.config.num_layers), ("rows", batch),
-                            ("heads", model.config.kv_heads)):  # fmt: skip
+        for name, count in (
+            ("layers", model.config.num_layers),
+            ("rows", batch),
+            ("heads", model.config.kv_heads),
+        ):
             self.register_buffer(name, torch.arange(count, device=self.k.device), persistent=False)
 
     @property
@@ -109,10 +118,14 @@ class StaticDecoder(nn.Module):
             raise ValueError(f"need {self.batch} prompts (the decoder's batch), got {len(prompts)}")
         device = self.k.device
         self.cache.lengths = dict.fromkeys(range(self.batch), 0)  # start again; no need to clear
-        logits = torch.stack([
-            cached_logits(self.model, self.cache, [row], torch.tensor([prompt], device=device))[0]
-            for row, prompt in enumerate(prompts)
-        ])  # fmt: skip
+        logits = torch.stack(
+            [
+                cached_logits(self.model, self.cache, [row], torch.tensor([prompt], device=device))[
+                    0
+                ]
+                for row, prompt in enumerate(prompts)
+            ]
+        )
         return logits, torch.tensor([len(p) for p in prompts], device=device)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
@@ -136,8 +149,9 @@ class StaticDecoder(nn.Module):
         compiled): ``max_new_tokens`` ids per prompt."""
         longest = max(map(len, prompts)) + max_new_tokens
         if longest > self.max_len + 1:
-            raise ValueError(f"prompt + max_new_tokens reach {longest} tokens; the cache holds "
-                             f"{self.max_len}")  # fmt: skip
+            raise ValueError(
+                f"prompt + max_new_tokens reach {longest} tokens; the cache holds {self.max_len}"
+            )
         step = self if step is None else step
         logits, positions = self.prefill(prompts)
         out = []

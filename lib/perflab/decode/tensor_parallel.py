@@ -33,9 +33,11 @@ from perflab.model import ModelConfig, TransformerLM
 
 def _check_split(config: ModelConfig, world_size: int) -> None:
     if config.kv_heads % world_size or config.d_ff % world_size:
-        raise ValueError(f"tensor parallelism over {world_size} ranks needs the key and value "
-                         f"heads ({config.kv_heads}; query heads: a multiple of them) and d_ff "
-                         f"({config.d_ff}) divisible by {world_size}")  # fmt: skip
+        raise ValueError(
+            f"tensor parallelism over {world_size} ranks needs the key and value "
+            f"heads ({config.kv_heads}; query heads: a multiple of them) and d_ff "
+            f"({config.d_ff}) divisible by {world_size}"
+        )
 
 
 class ShardedDecoder:
@@ -46,8 +48,7 @@ class ShardedDecoder:
     tokens, the norms, its shards, the replicated LM head, its cache up to the step's end);
     ``world_size`` 1 is one process, with no all-reduce."""
 
-    def __init__(self, model: TransformerLM, rank: int, world_size: int, batch: int,
-                 max_len: int):  # fmt: skip
+    def __init__(self, model: TransformerLM, rank: int, world_size: int, batch: int, max_len: int):
         config = model.config
         _check_split(config, world_size)
         self.model, self.config = model, config
@@ -61,12 +62,15 @@ class ShardedDecoder:
         self.layers = []
         for block in model.blocks:
             q, k, v = block.attn.qkv.weight.detach().split(block.attn.qkv.sizes)
-            self.layers.append({
-                "qkv": torch.cat([q[cols], k[kv_cols], v[kv_cols]]),
-                "out": block.attn.out.weight.detach()[:, cols],
-                "w1": block.ffn.w1.weight.detach()[ffs], "w3": block.ffn.w3.weight.detach()[ffs],
-                "w2": block.ffn.w2.weight.detach()[:, ffs],
-            })  # fmt: skip
+            self.layers.append(
+                {
+                    "qkv": torch.cat([q[cols], k[kv_cols], v[kv_cols]]),
+                    "out": block.attn.out.weight.detach()[:, cols],
+                    "w1": block.ffn.w1.weight.detach()[ffs],
+                    "w3": block.ffn.w3.weight.detach()[ffs],
+                    "w2": block.ffn.w2.weight.detach()[:, ffs],
+                }
+            )
         shape = (batch, self.kv_heads, max_len, config.head_dim)
         dtype = model.embedding.weight.dtype
         self.k = [torch.zeros(shape, dtype=dtype) for _ in model.blocks]
@@ -93,14 +97,19 @@ class ShardedDecoder:
         end = self.length + new
         x = model.embedding(tokens)
         self._read(x)  # the tokens' rows of the embedding
-        for block, shard, k_cache, v_cache in zip(model.blocks, self.layers, self.k, self.v,
-                                                  strict=True):  # fmt: skip
+        for block, shard, k_cache, v_cache in zip(
+            model.blocks, self.layers, self.k, self.v, strict=True
+        ):
             self._read(*shard.values(), block.attn_norm.weight, block.ffn_norm.weight)
             h = block.attn_norm(x)
-            q, k, v = (t.reshape(*x.shape[:2], heads, -1).transpose(1, 2)
-                       for t, heads in zip(F.linear(h, shard["qkv"]).split(self.sizes, dim=-1),
-                                           (self.heads, self.kv_heads, self.kv_heads),
-                                           strict=True))  # fmt: skip
+            q, k, v = (
+                t.reshape(*x.shape[:2], heads, -1).transpose(1, 2)
+                for t, heads in zip(
+                    F.linear(h, shard["qkv"]).split(self.sizes, dim=-1),
+                    (self.heads, self.kv_heads, self.kv_heads),
+                    strict=True,
+                )
+            )
             q, k = block.attn.rope(q, positions), block.attn.rope(k, positions)
             k_cache[:, :, self.length : end], v_cache[:, :, self.length : end] = k, v
             self._read(k_cache[:, :, :end], v_cache[:, :, :end])
@@ -109,8 +118,9 @@ class ShardedDecoder:
             self._all_reduce(partial)  # the heads' shares of the output projection, summed
             x = x + partial
             h = block.ffn_norm(x)
-            partial = F.linear(F.silu(F.linear(h, shard["w1"])) * F.linear(h, shard["w3"]),
-                               shard["w2"])  # fmt: skip
+            partial = F.linear(
+                F.silu(F.linear(h, shard["w1"])) * F.linear(h, shard["w3"]), shard["w2"]
+            )
             self._all_reduce(partial)
             x = x + partial
         self.length = end
@@ -118,8 +128,9 @@ class ShardedDecoder:
         return model.lm_head(model.final_norm(x[:, -1]))
 
 
-def _tensor_parallel_rank(config: ModelConfig, dtype: torch.dtype, prompts: list[list[int]],
-                          new_tokens: int, seed: int) -> dict:  # fmt: skip
+def _tensor_parallel_rank(
+    config: ModelConfig, dtype: torch.dtype, prompts: list[list[int]], new_tokens: int, seed: int
+) -> dict:
     rank, world_size = dist.get_rank(), dist.get_world_size()
     model = build_model(config, torch.device("cpu"), dtype, seed)  # the same weights everywhere
     decoder = ShardedDecoder(model, rank, world_size, len(prompts), len(prompts[0]) + new_tokens)
@@ -135,12 +146,18 @@ def _tensor_parallel_rank(config: ModelConfig, dtype: torch.dtype, prompts: list
             seconds.append(time.perf_counter() - start)
     per_step = {name: count / (new_tokens - 1) for name, count in decoder.counts.items()}
     tokens = [list(row) for row in zip(*out, strict=True)]
-    return {"rank": rank, "tokens": tokens, "first_logits": first_logits, "step_s": seconds,
-            **per_step}  # fmt: skip
+    return {
+        "rank": rank,
+        "tokens": tokens,
+        "first_logits": first_logits,
+        "step_s": seconds,
+        **per_step,
+    }
 
 
-def _one_process_bytes_per_step(model: TransformerLM, prompts: list[list[int]],
-                                new_tokens: int) -> float:  # fmt: skip
+def _one_process_bytes_per_step(
+    model: TransformerLM, prompts: list[list[int]], new_tokens: int
+) -> float:
     """The bytes one process reads per decode step over the same tokens (a ``ShardedDecoder``
     of world size 1 counts them as the ranks count theirs)."""
     decoder = ShardedDecoder(model, 0, 1, len(prompts), len(prompts[0]) + new_tokens)
@@ -151,9 +168,15 @@ def _one_process_bytes_per_step(model: TransformerLM, prompts: list[list[int]],
     return decoder.counts["bytes_read"] / (new_tokens - 1)
 
 
-def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_tokens: int, *,
-                           world_size: int = 2, dtype: torch.dtype = torch.float64,
-                           seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def tensor_parallel_decode(
+    config: ModelConfig,
+    prompts: list[list[int]],
+    new_tokens: int,
+    *,
+    world_size: int = 2,
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> pd.DataFrame:
     """Greedy decoding of ``prompts`` (all of one length) on ``world_size`` ranks with the
     model split by heads and feed-forward columns (``ShardedDecoder``), against one process
     (``generate`` with the contiguous cache) on the same weights: per rank, whether its tokens
@@ -167,27 +190,37 @@ def tensor_parallel_decode(config: ModelConfig, prompts: list[list[int]], new_to
     if not prompts or len({len(p) for p in prompts}) != 1 or new_tokens < 2:
         raise ValueError("need prompts of one length and new_tokens >= 2 (one decode step timed)")
     if len(prompts[0]) + new_tokens > config.context_length:
-        raise ValueError(f"prompt + new_tokens reach {len(prompts[0]) + new_tokens} tokens; the "
-                         f"model's context is {config.context_length}")  # fmt: skip
+        raise ValueError(
+            f"prompt + new_tokens reach {len(prompts[0]) + new_tokens} tokens; the "
+            f"model's context is {config.context_length}"
+        )
     model = build_model(config, torch.device("cpu"), dtype, seed)
     expected = generate(model, prompts, new_tokens, "contiguous")
     with torch.no_grad():
         reference = model(torch.tensor(prompts))[:, -1]
     one_process = _one_process_bytes_per_step(model, prompts, new_tokens)
     ranks = launch(_tensor_parallel_rank, world_size, (config, dtype, prompts, new_tokens, seed))
-    return pd.DataFrame([{
-        "rank": r["rank"], "world_size": world_size, "dtype": str(dtype).removeprefix("torch."),
-        "batch": len(prompts), "new_tokens": new_tokens,
-        "same_tokens": r["tokens"] == expected,
-        "max_abs_logit_diff": (r["first_logits"] - reference).abs().max().item(),
-        "step_median_s": float(pd.Series(r["step_s"]).median()),
-        "unstable": is_unstable(r["step_s"]),
-        "all_reduces_per_token": r["all_reduces"],
-        "values_reduced_per_token": r["values_reduced"],
-        "bytes_read_per_step": r["bytes_read"],
-        "one_process_bytes_read_per_step": one_process,
-        "share_of_one_process": r["bytes_read"] / one_process,
-    } for r in ranks])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "rank": r["rank"],
+                "world_size": world_size,
+                "dtype": str(dtype).removeprefix("torch."),
+                "batch": len(prompts),
+                "new_tokens": new_tokens,
+                "same_tokens": r["tokens"] == expected,
+                "max_abs_logit_diff": (r["first_logits"] - reference).abs().max().item(),
+                "step_median_s": float(pd.Series(r["step_s"]).median()),
+                "unstable": is_unstable(r["step_s"]),
+                "all_reduces_per_token": r["all_reduces"],
+                "values_reduced_per_token": r["values_reduced"],
+                "bytes_read_per_step": r["bytes_read"],
+                "one_process_bytes_read_per_step": one_process,
+                "share_of_one_process": r["bytes_read"] / one_process,
+            }
+            for r in ranks
+        ]
+    )
 
 
 def tensor_parallel_findings(table: pd.DataFrame, one_process_s: float | None) -> list[Finding]:
@@ -199,27 +232,41 @@ def tensor_parallel_findings(table: pd.DataFrame, one_process_s: float | None) -
     own = table[table["dtype"] == "float32"]
     step_s = own["step_median_s"].max()
     share = own["share_of_one_process"].max()
-    findings = [Finding("tensor-parallel decode step", (
-        f"{int(own['world_size'].iloc[0])} ranks in float32: the same tokens as one process on "
-        f"every rank: {bool(own['same_tokens'].all())}; a decode step took {step_s * 1e3:.1f} ms "
-        f"(median, the slower rank) with {own['all_reduces_per_token'].iloc[0]:.0f} all-reduces "
-        f"per token, each rank reading {share:.0%} of the bytes one process reads a step (its "
-        "share of the blocks' weights and cache, and all of the replicated embedding, norms and "
-        "LM head)"))]  # fmt: skip
+    findings = [
+        Finding(
+            "tensor-parallel decode step",
+            (
+                f"{int(own['world_size'].iloc[0])} ranks in float32: the same tokens as one "
+                f"process on every rank: {bool(own['same_tokens'].all())}; a decode step took "
+                f"{step_s * 1e3:.1f} ms (median, the slower rank) with "
+                f"{own['all_reduces_per_token'].iloc[0]:.0f} all-reduces per token, each rank "
+                f"reading {share:.0%} of the bytes one process reads a step (its share of the "
+                "blocks' weights and cache, and all of the replicated embedding, norms and LM head)"
+            ),
+        )
+    ]
     if one_process_s is None:
         return findings
     ratio = step_s / one_process_s
     if own["unstable"].any():
         reading = "the tensor-parallel medians are unstable: no conclusion is drawn from them"
     elif ratio > 2:
-        reading = (f"more than twice as long split: reading {share:.0%} of the bytes saves "
-                   "less than the all-reduces (each a round trip between processes) cost here; "
-                   "the two are not timed apart")  # fmt: skip
+        reading = (
+            f"more than twice as long split: reading {share:.0%} of the bytes saves "
+            "less than the all-reduces (each a round trip between processes) cost here; "
+            "the two are not timed apart"
+        )
     elif ratio < 0.5:
         reading = "less than half the time split: the split more than pays for its all-reduces"
     else:
         reading = "within 2x of each other, measured apart: no conclusion is drawn"
-    findings.append(Finding("tensor-parallel against one process", (
-        f"one process's eager step at the same batch took {one_process_s * 1e3:.1f} ms (measured "
-        f"apart, not interleaved): {ratio:.1f}x; {reading}")))  # fmt: skip
+    findings.append(
+        Finding(
+            "tensor-parallel against one process",
+            (
+                f"one process's eager step at the same batch took {one_process_s * 1e3:.1f} ms "
+                f"(measured apart, not interleaved): {ratio:.1f}x; {reading}"
+            ),
+        )
+    )
     return findings

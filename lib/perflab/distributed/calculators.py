@@ -75,8 +75,12 @@ class Hardware:
 
 #: An H100 SXM node as ``perflab.hardware`` gives it (dense bf16 peak, NVLink per direction),
 #: with one 400 Gb/s InfiniBand NIC per GPU (50 GB/s) between nodes.
-H100_NODE = Hardware("H100 SXM, NVLink + 400G IB", GPUS["H100 SXM5 80GB"].bf16_flops, 50e9,
-                     GPUS["H100 SXM5 80GB"].nvlink_bytes_per_s)  # fmt: skip
+H100_NODE = Hardware(
+    "H100 SXM, NVLink + 400G IB",
+    GPUS["H100 SXM5 80GB"].bf16_flops,
+    50e9,
+    GPUS["H100 SXM5 80GB"].nvlink_bytes_per_s,
+)
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,15 @@ class Workload:
     @classmethod
     def from_config(cls, config, batch_size: int, seq_len: int, bytes_per_element: int = 2):
         """From a ``perflab.model.ModelConfig``."""
-        return cls(config.num_parameters(), config.num_layers, config.d_model,
-                   config.num_heads, batch_size, seq_len, bytes_per_element)  # fmt: skip
+        return cls(
+            config.num_parameters(),
+            config.num_layers,
+            config.d_model,
+            config.num_heads,
+            batch_size,
+            seq_len,
+            bytes_per_element,
+        )
 
     @property
     def tokens(self) -> int:
@@ -167,17 +178,37 @@ def estimate(
     flops = train_flops(work.n_params, work.tokens) / total
     compute = flops / hw.flops_per_s
     dp_unit = _ring(n) * work.n_params / t * b / hw.bandwidth
-    tp_unit = 2 * _TP_ALL_REDUCES[strategy] * work.num_layers * _ring(t) * (work.tokens / n) \
-        * work.d_model * b / hw.tp_bandwidth  # fmt: skip
-    times = {p: (share * compute, max(_DP_LINK[strategy][p] * dp_unit, tp_unit))
-             for p, share in PASS_SHARE.items()}  # fmt: skip
+    tp_unit = (
+        2
+        * _TP_ALL_REDUCES[strategy]
+        * work.num_layers
+        * _ring(t)
+        * (work.tokens / n)
+        * work.d_model
+        * b
+        / hw.tp_bandwidth
+    )
+    times = {
+        p: (share * compute, max(_DP_LINK[strategy][p] * dp_unit, tp_unit))
+        for p, share in PASS_SHARE.items()
+    }
     comm = max(sum(_DP_LINK[strategy].values()) * dp_unit, len(PASS_SHARE) * tp_unit)
     if overlap == "pass":
         ratio = max(c / s for s, c in times.values())
     else:
         ratio = comm / compute
-    return StepEstimate(strategy, total, flops, compute, comm, *times["forward"],
-                        *times["backward"], overlap, ratio, ratio <= 1)  # fmt: skip
+    return StepEstimate(
+        strategy,
+        total,
+        flops,
+        compute,
+        comm,
+        *times["forward"],
+        *times["backward"],
+        overlap,
+        ratio,
+        ratio <= 1,
+    )
 
 
 def max_compute_bound_devices(

@@ -74,8 +74,11 @@ HANDOUT_MESH = {"X": 16, "Y": 4, "M_X": 2, "M_Y": 1}
 def training_state_bytes(model: DenseStack) -> pd.DataFrame:
     """Part (a): FP32 master weights, accumulated gradients and AdamW's two moments."""
     p = model.parameters
-    rows = [("master weights (fp32)", FP32 * p), ("accumulated gradients (fp32)", FP32 * p),
-            ("AdamW moments (fp32)", ADAMW_MOMENTS * FP32 * p)]  # fmt: skip
+    rows = [
+        ("master weights (fp32)", FP32 * p),
+        ("accumulated gradients (fp32)", FP32 * p),
+        ("AdamW moments (fp32)", ADAMW_MOMENTS * FP32 * p),
+    ]
     frame = pd.DataFrame(rows, columns=["what", "bytes"])
     total = pd.DataFrame([("total", frame["bytes"].sum())], columns=["what", "bytes"])
     return pd.concat([frame, total], ignore_index=True)
@@ -131,23 +134,38 @@ def compute_bound_conditions(ring: bool = False, weight_bytes: int = BF16) -> di
     return {"min B/X": sp.simplify(b_min), "max Y": sp.simplify(y_max[0]) if y_max else None}
 
 
-def mesh_batch(model: DenseStack, device: Accelerator, mesh: dict, ring: bool = False,
-               weight_bytes: int = BF16) -> dict:  # fmt: skip
+def mesh_batch(
+    model: DenseStack, device: Accelerator, mesh: dict, ring: bool = False, weight_bytes: int = BF16
+) -> dict:
     """Part (c) in numbers: the smallest batch per FSDP shard (tokens each device computes on;
     the Y devices of a tensor-parallel group share them), the share of the batch each device
     holds (B / (X Y)), the total batch B, and whether Y keeps the TP collectives hidden."""
-    values = {D: model.d_model, F: model.d_ff, C: device.flops_per_s,
-              W: device.link_bytes_per_s, X: mesh["X"], Y: mesh["Y"],
-              M_X: mesh["M_X"], M_Y: mesh["M_Y"]}  # fmt: skip
+    values = {
+        D: model.d_model,
+        F: model.d_ff,
+        C: device.flops_per_s,
+        W: device.link_bytes_per_s,
+        X: mesh["X"],
+        Y: mesh["Y"],
+        M_X: mesh["M_X"],
+        M_Y: mesh["M_Y"],
+    }
     conditions = compute_bound_conditions(ring, weight_bytes)
     per_shard = float(conditions["min B/X"].subs(values))
     y_max = float(conditions["max Y"].subs(values))
-    return {"X": mesh["X"], "Y": mesh["Y"], "M_X": mesh["M_X"], "M_Y": mesh["M_Y"],
-            "weight_bytes": weight_bytes, "ring_factors": ring,
-            "min_tokens_per_fsdp_shard": per_shard,
-            "min_tokens_per_device": per_shard / mesh["Y"],
-            "min_total_batch": per_shard * mesh["X"], "max_Y_tp_hidden": y_max,
-            "tp_hidden": mesh["Y"] <= y_max}  # fmt: skip
+    return {
+        "X": mesh["X"],
+        "Y": mesh["Y"],
+        "M_X": mesh["M_X"],
+        "M_Y": mesh["M_Y"],
+        "weight_bytes": weight_bytes,
+        "ring_factors": ring,
+        "min_tokens_per_fsdp_shard": per_shard,
+        "min_tokens_per_device": per_shard / mesh["Y"],
+        "min_total_batch": per_shard * mesh["X"],
+        "max_Y_tp_hidden": y_max,
+        "tp_hidden": mesh["Y"] <= y_max,
+    }
 
 
 def smaller_batch_options(model: DenseStack = XXL, device: Accelerator = TPU_V5P) -> pd.DataFrame:

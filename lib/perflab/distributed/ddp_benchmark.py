@@ -126,8 +126,14 @@ def _slowest(values: list[float]) -> list[float]:
     return [max(times) for times in zip(*gathered, strict=True)]
 
 
-def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, rounds: int,
-              setup=perflab_setup):  # fmt: skip
+def _ddp_rank(
+    configs: list[dict],
+    batch_size: int,
+    seq_len: int,
+    warmup: int,
+    rounds: int,
+    setup=perflab_setup,
+):
     """On every rank: ``warmup`` + ``rounds`` rounds of one step per configuration; rank 0
     returns the rows."""
     device = rank_device()
@@ -140,22 +146,24 @@ def _ddp_rank(configs: list[dict], batch_size: int, seq_len: int, warmup: int, r
     for config, trainer in zip(configs, trainers, strict=True):
         trained = [p for p in trainer.module.parameters() if p.requires_grad]
         round_ms = [t * 1e3 for t in _slowest(trainer.steps)]
-        rows.append({
-            **config,
-            "step_ms": statistics.median(round_ms),
-            "sync_ms": statistics.median(_slowest(trainer.syncs)) * 1e3,
-            "round_ms": json.dumps(round_ms),
-            "parameter_tensors": len(trained),
-            "gradient_mb": sum(p.numel() * p.element_size() for p in trained) / 1e6,
-            "buckets": _bucket_count(trainer.wrapped),
-            # the share of the model's parameters each rank holds (FSDP: about 1 / world size)
-            "held_fraction": sum(p.numel() for p in trainer.wrapped.parameters())
-            / trainer.total_numel,
-            "batch_per_rank": batch_size,
-            "seq_len": seq_len,
-            "rounds": rounds,
-            "timing": TIMING,
-        })  # fmt: skip
+        rows.append(
+            {
+                **config,
+                "step_ms": statistics.median(round_ms),
+                "sync_ms": statistics.median(_slowest(trainer.syncs)) * 1e3,
+                "round_ms": json.dumps(round_ms),
+                "parameter_tensors": len(trained),
+                "gradient_mb": sum(p.numel() * p.element_size() for p in trained) / 1e6,
+                "buckets": _bucket_count(trainer.wrapped),
+                # the share of the model's parameters each rank holds (FSDP: about 1 / world size)
+                "held_fraction": sum(p.numel() for p in trainer.wrapped.parameters())
+                / trainer.total_numel,
+                "batch_per_rank": batch_size,
+                "seq_len": seq_len,
+                "rounds": rounds,
+                "timing": TIMING,
+            }
+        )
     return rows if dist.get_rank() == 0 else []
 
 
@@ -178,10 +186,15 @@ def zero_configs(world_size: int, model: str, variant: str = "flat") -> list[dic
     """The same data-parallel training with AdamW, and with AdamW sharded across the ranks
     (``ShardedOptimizer``, ZeRO stage 1), to take turns in one launch (notebook 08)."""
     return [
-        {"world_size": world_size, "model": model, "variant": variant, "bucket_size_mb": 0,
-         "optimizer": optimizer}
+        {
+            "world_size": world_size,
+            "model": model,
+            "variant": variant,
+            "bucket_size_mb": 0,
+            "optimizer": optimizer,
+        }
         for optimizer in ("adamw", "sharded-adamw")
-    ]  # fmt: skip
+    ]
 
 
 def ddp_sweep(
@@ -229,8 +242,11 @@ def relative_to_naive(frame: pd.DataFrame) -> pd.DataFrame:
     by_variant = frame.set_index([*keys, "variant"])["step_ms"]
     base = frame[keys].apply(tuple, axis=1)
     frame["vs_naive"] = frame["step_ms"] / [by_variant.get((*k, "naive")) for k in base]
-    frame["comm_share"] = 1 - pd.Series([by_variant.get((*k, "none")) for k in base],
-                                        index=frame.index) / frame["step_ms"]  # fmt: skip
+    frame["comm_share"] = (
+        1
+        - pd.Series([by_variant.get((*k, "none")) for k in base], index=frame.index)
+        / frame["step_ms"]
+    )
     return frame
 
 
@@ -246,10 +262,13 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFram
     rounds = {name(row): json.loads(row.round_ms) for row in ok.itertuples()}
     if baseline not in rounds:
         raise ValueError(f"no {baseline!r} rows to compare with; variants: {', '.join(rounds)}")
-    return pd.DataFrame([
-        paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
-        for variant, times in rounds.items() if variant != baseline
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
+            for variant, times in rounds.items()
+            if variant != baseline
+        ]
+    )
 
 
 def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
@@ -258,8 +277,11 @@ def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparis
     ok = frame[frame["status"] == "ok"]
     rounds = {}
     for row in ok.itertuples():
-        name = (f"{row.variant} {row.bucket_size_mb:g} MB" if row.variant.endswith("bucketed")
-                else row.variant)  # fmt: skip
+        name = (
+            f"{row.variant} {row.bucket_size_mb:g} MB"
+            if row.variant.endswith("bucketed")
+            else row.variant
+        )
         rounds[name] = json.loads(row.round_ms)
     for name in (baseline, variant):
         if name not in rounds:
@@ -288,19 +310,32 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
     if (ok["variant"] == "torch").any():
         findings.append(finding("bucketed vs torch DDP", "torch", sizes[0]))
     if len(sizes) > 1:
-        findings.append(finding("fastest bucket size", sizes[0], sizes[1],
-                                f"fastest bucket size by median: {sizes[0]}; against the "
-                                f"next, {sizes[1]}: "))  # fmt: skip
+        findings.append(
+            finding(
+                "fastest bucket size",
+                sizes[0],
+                sizes[1],
+                f"fastest bucket size by median: {sizes[0]}; against the next, {sizes[1]}: ",
+            )
+        )
     one = bucketed[bucketed["buckets"] == 1].sort_values("bucket_size_mb")
     if len(one) > 1:
         first, second = (f"bucketed {size:g} MB" for size in one["bucket_size_mb"].iloc[:2])
-        findings.append(finding("noise yardstick (A/A)", first, second,
-                                f"{first} and {second} give the same single bucket: "))  # fmt: skip
+        findings.append(
+            finding(
+                "noise yardstick (A/A)",
+                first,
+                second,
+                f"{first} and {second} give the same single bucket: ",
+            )
+        )
     for row in ok[ok["variant"].str.startswith("yours")].itertuples():
-        name = (f"{row.variant} {row.bucket_size_mb:g} MB" if row.variant.endswith("bucketed")
-                else row.variant)  # fmt: skip
-        findings += [finding(f"{name} vs {base}", base, name)
-                     for base in ("torch", sizes[0])]  # fmt: skip
+        name = (
+            f"{row.variant} {row.bucket_size_mb:g} MB"
+            if row.variant.endswith("bucketed")
+            else row.variant
+        )
+        findings += [finding(f"{name} vs {base}", base, name) for base in ("torch", sizes[0])]
     return findings
 
 
@@ -321,12 +356,20 @@ def fit_bucket_overhead(frame: pd.DataFrame) -> dict:
     seconds = ok["sync_ms"].to_numpy(float) / 1e3
     (per_call, s_over_w), r2 = least_squares([buckets, 1 / buckets], seconds)
     s = float(ok["gradient_mb"].iloc[0]) * 1e6
-    fit = {"points": len(ok), "distinct_bucket_counts": len(set(buckets)),
-           "per_call_ms": float(per_call) * 1e3, "s_over_w_ms": float(s_over_w) * 1e3,
-           "gradient_bytes": s, "r2": float(r2),
-           "valid": bool(per_call > 0 and s_over_w > 0 and len(set(buckets)) >= 3)}  # fmt: skip
+    fit = {
+        "points": len(ok),
+        "distinct_bucket_counts": len(set(buckets)),
+        "per_call_ms": float(per_call) * 1e3,
+        "s_over_w_ms": float(s_over_w) * 1e3,
+        "gradient_bytes": s,
+        "r2": float(r2),
+        "valid": bool(per_call > 0 and s_over_w > 0 and len(set(buckets)) >= 3),
+    }
     if fit["valid"]:
         w = s / s_over_w
-        fit.update(w_gbps=float(w) / 1e9, best_buckets=float(np.sqrt(s / (w * per_call))),
-                   best_bucket_mb=float(np.sqrt(s * w * per_call)) / 1e6)  # fmt: skip
+        fit.update(
+            w_gbps=float(w) / 1e9,
+            best_buckets=float(np.sqrt(s / (w * per_call))),
+            best_bucket_mb=float(np.sqrt(s * w * per_call)) / 1e6,
+        )
     return fit

@@ -36,8 +36,14 @@ def _step(wrapped, inputs, targets) -> None:
         wrapped.finish_gradient_synchronization()
 
 
-def _timeline_rank(variants: list[str], model: str, batch_size: int, seq_len: int,
-                   bucket_size_mb: float, warmup: int) -> list[dict]:  # fmt: skip
+def _timeline_rank(
+    variants: list[str],
+    model: str,
+    batch_size: int,
+    seq_len: int,
+    bucket_size_mb: float,
+    warmup: int,
+) -> list[dict]:
     """On every rank: for each variant, ``warmup`` steps, then one profiled step; rank 0
     returns the ranges and collectives of its profiled steps, in ms from each step's start."""
     # Kineto logs each profiler start and stop to stderr, which shows in a notebook under the
@@ -63,17 +69,32 @@ def _timeline_rank(variants: list[str], model: str, batch_size: int, seq_len: in
 def profiled_rows(prof, ranges: tuple[str, ...]) -> list[dict]:
     """The profiler ranges named in ``ranges`` (lane: their name) and the process group's
     collectives (lane "communication"), in ms from the first of them."""
-    events = [e for e in prof.events()
-              if e.name in ranges or e.name.startswith(COLLECTIVE_PREFIXES)]  # fmt: skip
+    events = [
+        e for e in prof.events() if e.name in ranges or e.name.startswith(COLLECTIVE_PREFIXES)
+    ]
     start = min(e.time_range.start for e in events)
-    return [{"lane": e.name if e.name in ranges else "communication", "name": e.name,
-             "thread": e.thread, "start_ms": (e.time_range.start - start) / 1e3,
-             "end_ms": (e.time_range.end - start) / 1e3} for e in events]  # fmt: skip
+    return [
+        {
+            "lane": e.name if e.name in ranges else "communication",
+            "name": e.name,
+            "thread": e.thread,
+            "start_ms": (e.time_range.start - start) / 1e3,
+            "end_ms": (e.time_range.end - start) / 1e3,
+        }
+        for e in events
+    ]
 
 
-def ddp_timelines(variants: list[str], world_size: int, model: str, *, batch_size: int = 4,
-                  seq_len: int = 64, bucket_size_mb: float = 1.0, warmup: int = 2,
-                  ) -> pd.DataFrame:  # fmt: skip
+def ddp_timelines(
+    variants: list[str],
+    world_size: int,
+    model: str,
+    *,
+    batch_size: int = 4,
+    seq_len: int = 64,
+    bucket_size_mb: float = 1.0,
+    warmup: int = 2,
+) -> pd.DataFrame:
     """Rank 0's timeline of one step of each variant (``make_data_parallel`` names), all in one
     launch of ``world_size`` ranks: one row per range or collective."""
     rows = launch(
@@ -102,14 +123,26 @@ def overlap_table(timelines: pd.DataFrame) -> pd.DataFrame:
     for variant, rows in timelines.groupby("variant", sort=False):
         backward = rows[rows["lane"] == "backward"]
         b_start, b_end = backward["start_ms"].min(), backward["end_ms"].max()
-        comm = _union(list(zip(rows.loc[rows["lane"] == "communication", "start_ms"],
-                               rows.loc[rows["lane"] == "communication", "end_ms"],
-                               strict=True)))  # fmt: skip
+        comm = _union(
+            list(
+                zip(
+                    rows.loc[rows["lane"] == "communication", "start_ms"],
+                    rows.loc[rows["lane"] == "communication", "end_ms"],
+                    strict=True,
+                )
+            )
+        )
         total = sum(end - start for start, end in comm)
         hidden = sum(max(0.0, min(end, b_end) - max(start, b_start)) for start, end in comm)
-        out.append({"variant": variant, "backward_ms": b_end - b_start,
-                    "collectives": int((rows["lane"] == "communication").sum()),
-                    "communicating_ms": total, "during_backward_ms": hidden,
-                    "share_during_backward": hidden / total if total else float("nan"),
-                    "step_ms": rows["end_ms"].max()})  # fmt: skip
+        out.append(
+            {
+                "variant": variant,
+                "backward_ms": b_end - b_start,
+                "collectives": int((rows["lane"] == "communication").sum()),
+                "communicating_ms": total,
+                "during_backward_ms": hidden,
+                "share_during_backward": hidden / total if total else float("nan"),
+                "step_ms": rows["end_ms"].max(),
+            }
+        )
     return pd.DataFrame(out)

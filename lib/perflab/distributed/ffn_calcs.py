@@ -56,8 +56,14 @@ def ffn_matmuls(batch, d_in, hidden, d_out, backward: bool) -> list[tuple]:
     (summed into dx), dW2 = x^T dx2, dW1 = x^T dx1 (the elementwise products cost nothing)."""
     if not backward:
         return [(batch, d_in, hidden), (batch, d_in, hidden), (batch, hidden, d_out)]
-    return [(batch, d_out, hidden), (hidden, batch, d_out), (batch, hidden, d_in),
-            (batch, hidden, d_in), (d_in, batch, hidden), (d_in, batch, hidden)]  # fmt: skip
+    return [
+        (batch, d_out, hidden),
+        (hidden, batch, d_out),
+        (batch, hidden, d_in),
+        (batch, hidden, d_in),
+        (d_in, batch, hidden),
+        (d_in, batch, hidden),
+    ]
 
 
 @dataclass(frozen=True)
@@ -95,16 +101,16 @@ def strategies() -> dict[str, dict[str, Pass]]:
             "forward": Pass(tuple(ffn_matmuls(dp, D, F, D, False))),
             "backward": Pass(
                 tuple(ffn_matmuls(dp, D, F, D, True)), (("all_reduce", weights, N_DP),)
-            ),  # fmt: skip
+            ),
         },
         "FSDP": {
             "forward": Pass(
                 tuple(ffn_matmuls(fsdp, D, F, D, False)), (("all_gather", weights, N_FSDP),)
-            ),  # fmt: skip
+            ),
             "backward": Pass(
                 tuple(ffn_matmuls(fsdp, D, F, D, True)),
                 (("all_gather", weights, N_FSDP), ("reduce_scatter", weights, N_FSDP)),
-            ),  # fmt: skip
+            ),
         },
         "TP": {
             "forward": Pass(
@@ -121,7 +127,7 @@ def strategies() -> dict[str, dict[str, Pass]]:
                     ("all_gather", weights / N_TP, N_FSDP),  # this TP slice's weights
                     ("all_reduce", fsdp * D * BYTES, N_TP),
                 ),
-            ),  # fmt: skip
+            ),
         },
     }
 
@@ -180,8 +186,9 @@ def tp_backward(x, w1, w2, w3, dy, n_tp: int):
     all-reduce a sum: returns dW1, dW2, dW3 (shards concatenated) and dx."""
     silu = torch.nn.functional.silu
     grads_w1, grads_w2, grads_w3, partials = [], [], [], []
-    for w1_i, w2_i, w3_i in zip(w1.chunk(n_tp, dim=1), w2.chunk(n_tp, dim=1),
-                                w3.chunk(n_tp, dim=0), strict=True):  # fmt: skip
+    for w1_i, w2_i, w3_i in zip(
+        w1.chunk(n_tp, dim=1), w2.chunk(n_tp, dim=1), w3.chunk(n_tp, dim=0), strict=True
+    ):
         x1, x2 = x @ w1_i, x @ w2_i
         z = silu(x1) * x2
         dz = dy @ w3_i.T
@@ -192,8 +199,12 @@ def tp_backward(x, w1, w2, w3, dy, n_tp: int):
         grads_w2.append(x.T @ dx2)
         grads_w3.append(z.T @ dy)
         partials.append(dx1 @ w1_i.T + dx2 @ w2_i.T)
-    return (torch.cat(grads_w1, 1), torch.cat(grads_w2, 1), torch.cat(grads_w3, 0),
-            torch.stack(partials).sum(0))  # fmt: skip
+    return (
+        torch.cat(grads_w1, 1),
+        torch.cat(grads_w2, 1),
+        torch.cat(grads_w3, 0),
+        torch.stack(partials).sum(0),
+    )
 
 
 def answers() -> pd.DataFrame:
@@ -204,9 +215,15 @@ def answers() -> pd.DataFrame:
     rows = []
 
     def add(problem, quantity, expression, reason):
-        rows.append({"problem": problem, "quantity": quantity,
-                     "expression": sp.sstr(expression), "reason": reason,
-                     "sympy": expression})  # fmt: skip
+        rows.append(
+            {
+                "problem": problem,
+                "quantity": quantity,
+                "expression": sp.sstr(expression),
+                "reason": reason,
+                "sympy": expression,
+            }
+        )
 
     add(
         "alternate_ring_all_reduce",

@@ -71,8 +71,9 @@ class _ShardedWeight(torch.autograd.Function):
         spec = ctx.spec
         world_size = dist.get_world_size()
         reduce_dtype = torch.promote_types(ctx.shard_dtype, torch.float32)
-        flat = torch.zeros(spec.shard_numel * world_size, dtype=reduce_dtype,
-                           device=grad_full.device)  # fmt: skip
+        flat = torch.zeros(
+            spec.shard_numel * world_size, dtype=reduce_dtype, device=grad_full.device
+        )
         flat[: spec.numel] = grad_full.reshape(-1)
         grad_shard = torch.empty(spec.shard_numel, dtype=reduce_dtype, device=flat.device)
         dist.reduce_scatter_single(grad_shard, flat)
@@ -119,8 +120,9 @@ class FSDP(nn.Module):
             spec = _ShardSpec(name, param.shape, self.world_size, sharded=param.ndim >= 2)
             data = param.detach().reshape(-1)
             if spec.sharded:
-                padded = torch.zeros(spec.shard_numel * self.world_size, dtype=param.dtype,
-                                     device=param.device)  # fmt: skip
+                padded = torch.zeros(
+                    spec.shard_numel * self.world_size, dtype=param.dtype, device=param.device
+                )
                 padded[: spec.numel] = data
                 data = padded.chunk(self.world_size)[self.rank]
             local = nn.Parameter(data.clone(), requires_grad=param.requires_grad)
@@ -130,8 +132,9 @@ class FSDP(nn.Module):
         # Every module that holds a parameter (twice for tied weights), in registration order.
         self.units: list[tuple[nn.Module, list[tuple[str, nn.Parameter]]]] = []
         for submodule in module.modules():
-            held = [(attr, local_of[p]) for attr, p in submodule._parameters.items()
-                    if p is not None]  # fmt: skip
+            held = [
+                (attr, local_of[p]) for attr, p in submodule._parameters.items() if p is not None
+            ]
             if not held:
                 continue
             for attr, _ in held:
@@ -270,8 +273,11 @@ class FSDP(nn.Module):
         full = {}
         for local in self.flat_params:
             spec, value = self.specs[local], value_of(local)
-            full[spec.name] = _full_view(_gather(value, spec, value.dtype)[0], spec) \
-                if spec.sharded else value.detach().clone()  # fmt: skip
+            full[spec.name] = (
+                _full_view(_gather(value, spec, value.dtype)[0], spec)
+                if spec.sharded
+                else value.detach().clone()
+            )
         return {name: full[first] for name, first in self.aliases.items()}
 
     def gather_full_params(self) -> dict[str, Tensor]:

@@ -31,8 +31,9 @@ def _timeline_rank(model: str, batch_size: int, seq_len: int, warmup: int) -> li
     device = rank_device()
     sharded = FSDP(build_model(model, seed=0))
     generator = torch.Generator().manual_seed(dist.get_rank())
-    ids = torch.randint(0, vocab_size(sharded.module), (batch_size, seq_len + 1),
-                        generator=generator).to(device)  # fmt: skip
+    ids = torch.randint(
+        0, vocab_size(sharded.module), (batch_size, seq_len + 1), generator=generator
+    ).to(device)
     for _ in range(warmup):  # whole steps, so the profiled forward is not the first
         loss_fn(sharded, ids[:, :-1], ids[:, 1:]).backward()
         sharded.finish_gradient_synchronization()
@@ -45,15 +46,15 @@ def _timeline_rank(model: str, batch_size: int, seq_len: int, warmup: int) -> li
     # Modules run in registration order (which FSDP's prefetch assumes): the i-th wait is
     # module i's, and its weight matrices are the next all-gathers issued.
     waits = sorted((r for r in rows if r["lane"] == "fsdp.wait"), key=lambda r: r["start_ms"])
-    matrices = [sum(sharded.specs[local].sharded for _, local in held)
-                for _, held in sharded.units]  # fmt: skip
+    matrices = [sum(sharded.specs[local].sharded for _, local in held) for _, held in sharded.units]
     for module, (row, count) in enumerate(zip(waits, matrices, strict=True)):
         row.update(module=module, gathers=count)
     return rows
 
 
-def fsdp_forward_timeline(world_size: int, model: str, *, batch_size: int = 4,
-                          seq_len: int = 64, warmup: int = 1) -> pd.DataFrame:  # fmt: skip
+def fsdp_forward_timeline(
+    world_size: int, model: str, *, batch_size: int = 4, seq_len: int = 64, warmup: int = 1
+) -> pd.DataFrame:
     """Rank 0's forward under ``FSDP`` on ``world_size`` ranks: one row per range ("fsdp.wait",
     "fsdp.forward") or collective, in ms from the first."""
     rows = launch(_timeline_rank, world_size, (model, batch_size, seq_len, warmup))[0]
@@ -73,11 +74,17 @@ def gather_table(timeline: pd.DataFrame) -> pd.DataFrame:
             continue
         own = gathers.iloc[issued : issued + int(wait.gathers)]
         issued += int(wait.gathers)
-        rows.append({"module": int(wait.module), "gathers": int(wait.gathers),
-                     "prefetched": int(wait.module) > 0, "wait_ms": wait.ms,
-                     "gather_ms": float(own["ms"].sum()),
-                     "slack_ms": wait.start_ms - float(own["end_ms"].max()),
-                     "forward_ms": forward_ms})  # fmt: skip
+        rows.append(
+            {
+                "module": int(wait.module),
+                "gathers": int(wait.gathers),
+                "prefetched": int(wait.module) > 0,
+                "wait_ms": wait.ms,
+                "gather_ms": float(own["ms"].sum()),
+                "slack_ms": wait.start_ms - float(own["end_ms"].max()),
+                "forward_ms": forward_ms,
+            }
+        )
     table = pd.DataFrame(rows)
     return table.assign(ready_in_time=table["slack_ms"] >= 0)
 
@@ -89,9 +96,13 @@ def gather_summary(timeline: pd.DataFrame) -> dict:
     prefetched = table[table["prefetched"]]
     late = prefetched[~prefetched["ready_in_time"]]
     wall = float(timeline["end_ms"].max() - timeline["start_ms"].min())
-    return {"modules_gathering": len(table), "prefetched": len(prefetched),
-            "ready_in_time": int(prefetched["ready_in_time"].sum()),
-            "late_wait_ms": float(late["wait_ms"].sum()),
-            "first_wait_ms": float(table["wait_ms"].iloc[0]), "forward_wall_ms": wall,
-            "median_gather_ms": float(table["gather_ms"].median()),
-            "median_forward_ms": float(table["forward_ms"].median())}  # fmt: skip
+    return {
+        "modules_gathering": len(table),
+        "prefetched": len(prefetched),
+        "ready_in_time": int(prefetched["ready_in_time"].sum()),
+        "late_wait_ms": float(late["wait_ms"].sum()),
+        "first_wait_ms": float(table["wait_ms"].iloc[0]),
+        "forward_wall_ms": wall,
+        "median_gather_ms": float(table["gather_ms"].median()),
+        "median_forward_ms": float(table["forward_ms"].median()),
+    }

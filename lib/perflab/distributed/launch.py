@@ -162,8 +162,12 @@ def check_world_size(world_size: int, backend: str = "auto") -> None:
 def refuse_gpu_sized_on_cpu(placement: Placement, parameters: float | None, what: str) -> None:
     """One clear ValueError when a GPU-sized model (``CPU_RANK_MAX_PARAMETERS``) would run on
     CPU ranks of a machine that has GPUs, too few for the ranks."""
-    if (parameters is None or placement.device != "cpu" or placement.gpus == 0
-            or parameters <= CPU_RANK_MAX_PARAMETERS):  # fmt: skip
+    if (
+        parameters is None
+        or placement.device != "cpu"
+        or placement.gpus == 0
+        or parameters <= CPU_RANK_MAX_PARAMETERS
+    ):
         return
     raise ValueError(
         f"{what} ({parameters / 1e9:.1f}B parameters) would run on {placement.world_size} CPU "

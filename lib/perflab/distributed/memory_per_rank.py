@@ -97,8 +97,11 @@ def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> li
             held["module"] = build_model(model, seed=0)
             held["wrapped"] = DDPNaive(held["module"])  # in place: no buffer comes and goes
             params = held["module"].parameters()
-            held["optimizer"] = (ShardedOptimizer(params, torch.optim.AdamW, lr=1e-3) if sharded
-                                 else torch.optim.AdamW(params, lr=1e-3))  # fmt: skip
+            held["optimizer"] = (
+                ShardedOptimizer(params, torch.optim.AdamW, lr=1e-3)
+                if sharded
+                else torch.optim.AdamW(params, lr=1e-3)
+            )
             _settle()
 
         def forward_backward(held=held):
@@ -119,24 +122,34 @@ def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> li
         gc.collect()  # the previous optimizer's model, freed before this one is measured
         live, peak = 0, 0
         points = []
-        for point, phase in (("after init", build), ("before step", forward_backward),
-                             ("after step", step)):  # fmt: skip
+        for point, phase in (
+            ("after init", build),
+            ("before step", forward_backward),
+            ("after step", step),
+        ):
             timeline = record_timeline(phase, device)
             peak = max(peak, live + timeline.peak_bytes)
             live += int(timeline.events["allocated_bytes"].iloc[-1]) if len(timeline.events) else 0
             params = list(held["module"].parameters())
-            state = optimizer_state_bytes(held["optimizer"].local_optimizer if sharded
-                                          else held["optimizer"])  # fmt: skip
+            state = optimizer_state_bytes(
+                held["optimizer"].local_optimizer if sharded else held["optimizer"]
+            )
             held_bytes = {
                 "parameter_bytes": tensor_bytes(params),
                 "gradient_bytes": tensor_bytes(p.grad for p in params),
                 "optimizer_state_bytes": state,
             }
-            points.append({
-                "rank": dist.get_rank(), "optimizer": "sharded AdamW" if sharded else "AdamW",
-                "point": point, "allocated_bytes": live, "peak_bytes_so_far": peak,
-                **held_bytes, "other_bytes": live - sum(held_bytes.values()),
-            })  # fmt: skip
+            points.append(
+                {
+                    "rank": dist.get_rank(),
+                    "optimizer": "sharded AdamW" if sharded else "AdamW",
+                    "point": point,
+                    "allocated_bytes": live,
+                    "peak_bytes_so_far": peak,
+                    **held_bytes,
+                    "other_bytes": live - sum(held_bytes.values()),
+                }
+            )
         rows += points
         held.clear()
     return rows
@@ -200,7 +213,15 @@ def zero_communication(param_bytes: float, world_size: int) -> pd.DataFrame:
         ("ZeRO-1 (P_os)", ring * p, ring * p, p, 2 * p / n),
     ]
     return pd.DataFrame(
-        [{"scheme": name, "gradient_bytes_sent": grads, "parameter_bytes_sent": params,
-          "bytes_sent": grads + params, "gradient_bytes_held": held, "adamw_state_bytes": state}
-         for name, grads, params, held, state in rows]
-    )  # fmt: skip
+        [
+            {
+                "scheme": name,
+                "gradient_bytes_sent": grads,
+                "parameter_bytes_sent": params,
+                "bytes_sent": grads + params,
+                "gradient_bytes_held": held,
+                "adamw_state_bytes": state,
+            }
+            for name, grads, params, held, state in rows
+        ]
+    )

@@ -40,8 +40,10 @@ def reference_copy(module: nn.Module, model: str) -> nn.Module:
 
 
 def max_difference(params: list[Tensor], reference: list[Tensor]) -> float:
-    return max(float((p.detach().double() - r.detach().double()).abs().max()) for p, r in
-               zip(params, reference, strict=True))  # fmt: skip
+    return max(
+        float((p.detach().double() - r.detach().double()).abs().max())
+        for p, r in zip(params, reference, strict=True)
+    )
 
 
 def spread_across_ranks(tensors: list[Tensor]) -> float:
@@ -133,8 +135,11 @@ def accumulation_parity(
     try:
         for step in range(steps):
             inputs, targets = global_batch(reference, batch_size, seq_len, step)
-            parts = zip(local_slice(inputs).chunk(micro_batches),
-                        local_slice(targets).chunk(micro_batches), strict=True)  # fmt: skip
+            parts = zip(
+                local_slice(inputs).chunk(micro_batches),
+                local_slice(targets).chunk(micro_batches),
+                strict=True,
+            )
             optimizer.zero_grad()
             for index, (part_inputs, part_targets) in enumerate(parts):
                 last = index == micro_batches - 1
@@ -150,8 +155,7 @@ def accumulation_parity(
         row["error"] = str(error).splitlines()[0]
         dist.barrier()  # the other rank raised the same; nothing may be left in flight
         return row
-    row["max_param_diff"] = max_difference(list(module.parameters()),
-                                           list(reference.parameters()))  # fmt: skip
+    row["max_param_diff"] = max_difference(list(module.parameters()), list(reference.parameters()))
     return row
 
 
@@ -321,7 +325,7 @@ def fsdp_parity(
         "rank": dist.get_rank(),
         "max_param_diff": max_difference(
             [full[n] for n in names], [p for _, p in reference.named_parameters()]
-        ),  # fmt: skip
+        ),
         "grads_fp32_shard_shaped": all(
             p.grad.dtype == torch.float32 and p.grad.shape == p.shape for p in trained
         ),

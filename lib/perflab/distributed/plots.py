@@ -12,10 +12,13 @@ def plot_allreduce(frame: pd.DataFrame) -> Figure:
     """Time and bus bandwidth of all-reduce against size, one line per world size."""
     ok = frame[frame["status"] == "ok"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, column, label in ((left, "time_ms", "time (ms)"),
-                              (right, "busbw_gbps", "bus bandwidth (GB/s)")):  # fmt: skip
-        sns.lineplot(data=ok, x="size_mb", y=column, hue="world_size", marker="o", ax=ax,
-                     palette="viridis")  # fmt: skip
+    for ax, column, label in (
+        (left, "time_ms", "time (ms)"),
+        (right, "busbw_gbps", "bus bandwidth (GB/s)"),
+    ):
+        sns.lineplot(
+            data=ok, x="size_mb", y=column, hue="world_size", marker="o", ax=ax, palette="viridis"
+        )
         ax.set_xscale("log")
         ax.set_xlabel("all-reduce size (MB)")
         ax.set_ylabel(label)
@@ -56,8 +59,9 @@ def plot_bucket_sweep(frame: pd.DataFrame) -> Figure:
     bucketed = frame[frame["variant"] == "bucketed"]
     ax.plot(bucketed["bucket_size_mb"], bucketed["step_ms"], marker="o", label="bucketed")
     others = frame[frame["variant"] != "bucketed"]
-    for (_, row), color in zip(others.iterrows(), sns.color_palette(n_colors=len(others)),
-                               strict=True):  # fmt: skip
+    for (_, row), color in zip(
+        others.iterrows(), sns.color_palette(n_colors=len(others)), strict=True
+    ):
         ax.axhline(row["step_ms"], linestyle="--", color=color, label=row["variant"])
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)
@@ -83,11 +87,18 @@ def plot_max_devices(table: pd.DataFrame) -> Figure:
     """Largest compute-bound device count against global batch size, per strategy, one panel
     per model."""
     models = list(dict.fromkeys(table["model"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.5), sharey=True,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(models), figsize=(4 * len(models), 3.5), sharey=True, squeeze=False
+    )
     for ax, model in zip(axes[0], models, strict=True):
-        sns.lineplot(data=table[table["model"] == model], x="batch_size", y="max_devices",
-                     hue="strategy", marker="o", ax=ax)  # fmt: skip
+        sns.lineplot(
+            data=table[table["model"] == model],
+            x="batch_size",
+            y="max_devices",
+            hue="strategy",
+            marker="o",
+            ax=ax,
+        )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_title(model)
@@ -110,15 +121,18 @@ def plot_rank_timelines(
         timelines = timelines.assign(variant="")
     colours = dict(zip(lanes, sns.color_palette("colorblind", len(lanes)), strict=True))
     variants = list(dict.fromkeys(timelines["variant"]))
-    fig, axes = plt.subplots(len(variants), 1, figsize=(9, 1.3 * len(variants) + 0.6),
-                             sharex=True, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        len(variants), 1, figsize=(9, 1.3 * len(variants) + 0.6), sharex=True, squeeze=False
+    )
     for ax, variant in zip(axes[:, 0], variants, strict=True):
         rows = timelines[timelines["variant"] == variant]
         for y, lane in enumerate(lanes):
             spans = rows[rows["lane"] == lane]
-            ax.broken_barh(list(zip(spans["start_ms"], spans["end_ms"] - spans["start_ms"],
-                                    strict=True)),
-                           (y - 0.4, 0.8), color=colours[lane])  # fmt: skip
+            ax.broken_barh(
+                list(zip(spans["start_ms"], spans["end_ms"] - spans["start_ms"], strict=True)),
+                (y - 0.4, 0.8),
+                color=colours[lane],
+            )
         ax.set_yticks(range(len(lanes)), lanes)
         ax.invert_yaxis()
         ax.set_title(variant, fontsize=9, loc="left")

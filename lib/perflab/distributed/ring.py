@@ -35,10 +35,12 @@ def alternate_ring_all_reduce(x: torch.Tensor) -> torch.Tensor:
     for _ in range(world_size - 1):
         # one batch, so NCCL pairs the send and the receive (separate isend/irecv calls can
         # deadlock there); Gloo runs the same batch as two operations
-        requests = dist.batch_isend_irecv([
-            dist.P2POp(dist.isend, outgoing, (rank + 1) % world_size),
-            dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size),
-        ])  # fmt: skip
+        requests = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, outgoing, (rank + 1) % world_size),
+                dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size),
+            ]
+        )
         for request in requests:
             request.wait()
         total += incoming
@@ -87,9 +89,16 @@ def _ring_measure(config: dict, warmup: int, steps: int) -> dict:
     }
 
 
-def ring_sweep(path, sizes_mb: list[float], world_sizes: list[int], *, warmup: int = 1,
-               steps: int = 3, resume: bool = True, metadata: dict | None = None,
-               ) -> pd.DataFrame:  # fmt: skip
+def ring_sweep(
+    path,
+    sizes_mb: list[float],
+    world_sizes: list[int],
+    *,
+    warmup: int = 1,
+    steps: int = 3,
+    resume: bool = True,
+    metadata: dict | None = None,
+) -> pd.DataFrame:
     """Alternate ring and ``all_reduce`` times for every (world size, size); rows in the Sweep
     CSV at ``path``."""
     sweep = Sweep(
@@ -123,9 +132,15 @@ def fit_ring_model(rows: pd.DataFrame) -> pd.DataFrame:
         if at_bound:
             (slope,), r2 = least_squares([size], seconds)
             latency = 0.0
-        out.append({
-            "world_size": int(world_size), "latency_ms": latency * 1e3,
-            "seconds_per_gb": slope * 1e9, "egress_gbps": (world_size - 1) / slope / 1e9,
-            "r2": r2, "points": len(group), "latency_at_bound": at_bound,
-        })  # fmt: skip
+        out.append(
+            {
+                "world_size": int(world_size),
+                "latency_ms": latency * 1e3,
+                "seconds_per_gb": slope * 1e9,
+                "egress_gbps": (world_size - 1) / slope / 1e9,
+                "r2": r2,
+                "points": len(group),
+                "latency_at_bound": at_bound,
+            }
+        )
     return pd.DataFrame(out)

@@ -32,8 +32,15 @@ HANDOUT_SAVED_MIB = {
 }
 
 
-def saved_at_scale(config: ModelConfig, batch_size: int, seq_len: int, *, num_blocks: int = 1,
-                   compiled: bool = False, group_size: int | None = None) -> int:  # fmt: skip
+def saved_at_scale(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    *,
+    num_blocks: int = 1,
+    compiled: bool = False,
+    group_size: int | None = None,
+) -> int:
     """Bytes that ``num_blocks`` blocks of ``config`` save for backward on a (batch, seq,
     d_model) float32 input, counted on the meta device. ``compiled``: the stack compiled whole
     with AOTAutograd's min-cut partitioner (backend ``aot_eager_decomp_partition``, inductor's
@@ -86,17 +93,22 @@ def handout_sizes(presets: list[str], seq_lens: list[int], batch_size: int = 4) 
     for preset in presets:
         config = get_preset(preset)
         for seq_len in seq_lens:
-            rows.append({
-                "preset": preset, "seq_len": seq_len, "batch_size": batch_size,
-                "residual_stream_MiB": residual_stream_bytes(config, batch_size, seq_len) / MiB,
-                "block_saves_MiB": saved_at_scale(config, batch_size, seq_len) / MiB,
-                "block_gradients_MiB": block_gradient_bytes(config) / MiB,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "preset": preset,
+                    "seq_len": seq_len,
+                    "batch_size": batch_size,
+                    "residual_stream_MiB": residual_stream_bytes(config, batch_size, seq_len) / MiB,
+                    "block_saves_MiB": saved_at_scale(config, batch_size, seq_len) / MiB,
+                    "block_gradients_MiB": block_gradient_bytes(config) / MiB,
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def model_saved_tensors(config: ModelConfig, batch_size: int, seq_len: int,
-                        device: torch.device = META) -> pd.DataFrame:  # fmt: skip
+def model_saved_tensors(
+    config: ModelConfig, batch_size: int, seq_len: int, device: torch.device = META
+) -> pd.DataFrame:
     """Every tensor the whole model (embedding, blocks, final norm, LM head) and its
     cross-entropy loss save for backward on a (batch, seq) batch of token ids, with the module
     that saved each (``saved_tensors(..., track_modules=True)``); counted on ``device``, by
@@ -162,8 +174,9 @@ def whole_step_memory(
     }
 
 
-def whole_step_table(presets: list[str], seq_lens: list[int], batch_size: int = 4,
-                     foreach: bool = False) -> pd.DataFrame:  # fmt: skip
+def whole_step_table(
+    presets: list[str], seq_lens: list[int], batch_size: int = 4, foreach: bool = False
+) -> pd.DataFrame:
     """``whole_step_memory`` per preset and context, in GiB, with the module that saves the
     most for backward and its share of the saved activations."""
     rows = []
@@ -173,17 +186,25 @@ def whole_step_table(presets: list[str], seq_lens: list[int], batch_size: int = 
             saved = model_saved_tensors(config, batch_size, seq_len)
             memory = whole_step_memory(config, batch_size, seq_len, saved, foreach)
             top = saved_by_module(saved).iloc[0]
-            rows.append({
-                "preset": preset, "seq_len": seq_len, "batch_size": batch_size,
-                **{k.replace("_bytes", "_GiB"): v / 2**30 if k.endswith("_bytes") else v
-                   for k, v in memory.items()},
-                "largest_saver": top["module"], "largest_saver_share": top["share"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "preset": preset,
+                    "seq_len": seq_len,
+                    "batch_size": batch_size,
+                    **{
+                        k.replace("_bytes", "_GiB"): v / 2**30 if k.endswith("_bytes") else v
+                        for k, v in memory.items()
+                    },
+                    "largest_saver": top["module"],
+                    "largest_saver_share": top["share"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def modelled_step_peaks(config: ModelConfig, batch_size: int, seq_lens: list[int],
-                        device: torch.device) -> pd.DataFrame:  # fmt: skip
+def modelled_step_peaks(
+    config: ModelConfig, batch_size: int, seq_lens: list[int], device: torch.device
+) -> pd.DataFrame:
     """What ``perflab.memory.measure.step_peak_memory`` should measure on ``device`` for a
     float32 forward and training step of ``config``, by ``whole_step_memory``: on a CPU the
     activation peaks (the profiler does not see the frees of gradients made before it
@@ -198,8 +219,11 @@ def modelled_step_peaks(config: ModelConfig, batch_size: int, seq_lens: list[int
         if device.type == "cuda":
             step = max(backward - memory["gradients_bytes"], memory["adamw_temporaries_bytes"])
         rows += [
-            {"context_length": seq_len, "mode": "forward",
-             "model_bytes": memory["forward_activation_peak_bytes"]},
+            {
+                "context_length": seq_len,
+                "mode": "forward",
+                "model_bytes": memory["forward_activation_peak_bytes"],
+            },
             {"context_length": seq_len, "mode": "train-step", "model_bytes": step},
-        ]  # fmt: skip
+        ]
     return pd.DataFrame(rows)

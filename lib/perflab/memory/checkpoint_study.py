@@ -25,29 +25,39 @@ from perflab.memory.measure import (
 )
 
 
-def group_size_sweep(preset: str, num_layers: int, batch_size: int, seq_len: int,
-                     device: torch.device) -> pd.DataFrame:  # fmt: skip
+def group_size_sweep(
+    preset: str, num_layers: int, batch_size: int, seq_len: int, device: torch.device
+) -> pd.DataFrame:
     """Single-level checkpointing of ``num_layers`` blocks, every group size that divides
     the stack: group_size, peak_bytes, seconds."""
     rows = [
         {
             "group_size": g,
             **checkpoint_peak(preset, num_layers, batch_size, seq_len, "single", g, device),
-        }  # fmt: skip
+        }
         for g in group_sizes(num_layers)
     ]
     return pd.DataFrame(rows)
 
 
-def depth_sweep(preset: str, layer_counts: list[int], batch_size: int, seq_len: int,
-                device: torch.device, strategies=("none", "nested")) -> pd.DataFrame:  # fmt: skip
+def depth_sweep(
+    preset: str,
+    layer_counts: list[int],
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    strategies=("none", "nested"),
+) -> pd.DataFrame:
     """Each depth with each strategy: layers, strategy, peak_bytes, seconds."""
     rows = [
-        {"layers": n, "strategy": strategy,
-         **checkpoint_peak(preset, n, batch_size, seq_len, strategy, device=device)}
+        {
+            "layers": n,
+            "strategy": strategy,
+            **checkpoint_peak(preset, n, batch_size, seq_len, strategy, device=device),
+        }
         for n in layer_counts
         for strategy in strategies
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 
@@ -73,9 +83,18 @@ def best_group_size(groups: pd.DataFrame, residual_bytes: int, block_bytes: int)
     }
 
 
-def compare_checkpointing(preset: str, num_layers: int, batch_size: int, seq_len: int,
-                          strategy: str, group_size: int | None, device: torch.device, *,
-                          rounds: int = 5, warmup: int = 1) -> Comparison:  # fmt: skip
+def compare_checkpointing(
+    preset: str,
+    num_layers: int,
+    batch_size: int,
+    seq_len: int,
+    strategy: str,
+    group_size: int | None,
+    device: torch.device,
+    *,
+    rounds: int = 5,
+    warmup: int = 1,
+) -> Comparison:
     """What recomputation costs: forward + backward through the same ``num_layers`` blocks
     without checkpointing (a) and with ``strategy`` (b), interleaved by
     ``perflab.bench.compare``."""
@@ -85,17 +104,23 @@ def compare_checkpointing(preset: str, num_layers: int, batch_size: int, seq_len
     return compare(
         lambda: blocks_fwd_bwd(model, x, "none", None),
         lambda: blocks_fwd_bwd(model, x, strategy, group_size),
-        rounds=rounds, warmup=warmup, device=device, names=("no checkpointing", label),
-    )  # fmt: skip
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("no checkpointing", label),
+    )
 
 
-def modelled_group_peaks(num_layers: int, residual_bytes: float, block_bytes: float
-                         ) -> pd.DataFrame:  # fmt: skip
+def modelled_group_peaks(
+    num_layers: int, residual_bytes: float, block_bytes: float
+) -> pd.DataFrame:
     """The cost model's activation peak for every group size g dividing ``num_layers``:
     (L/g) group inputs of ``residual_bytes`` plus one group's activations, g blocks of
     ``block_bytes`` (for sizes that cannot be measured here, e.g. xl at context 2048)."""
     sizes = [g for g in range(1, num_layers + 1) if num_layers % g == 0]
-    return pd.DataFrame({
-        "group_size": sizes,
-        "peak_bytes": [num_layers // g * residual_bytes + g * block_bytes for g in sizes],
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "group_size": sizes,
+            "peak_bytes": [num_layers // g * residual_bytes + g * block_bytes for g in sizes],
+        }
+    )

@@ -22,14 +22,16 @@ from perflab.memory.timeline import peak_memory
 from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset, sized_for
 
 
-def residual_stream_bytes(config: ModelConfig, batch_size: int, seq_len: int,
-                          dtype: torch.dtype = torch.float32) -> int:  # fmt: skip
+def residual_stream_bytes(
+    config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype = torch.float32
+) -> int:
     """Bytes of the residual stream between two blocks: batch x seq x d_model elements."""
     return batch_size * seq_len * config.d_model * torch.empty((), dtype=dtype).element_size()
 
 
-def measured_residual_bytes(config: ModelConfig, batch_size: int, seq_len: int,
-                            device: torch.device) -> int:  # fmt: skip
+def measured_residual_bytes(
+    config: ModelConfig, batch_size: int, seq_len: int, device: torch.device
+) -> int:
     """Bytes of the tensor that actually enters the second block (captured by a hook)."""
     with torch.device(device):
         model = TransformerLM(replace(sized_for(config, seq_len), num_layers=2))
@@ -53,14 +55,16 @@ def step_peak_memory(config: dict) -> dict:
     return {"peak_bytes": peak_memory(step, device)}
 
 
-def blocks_fwd_bwd(model: TransformerLM, x: torch.Tensor, strategy: str,
-                   group_size: int | None) -> None:  # fmt: skip
+def blocks_fwd_bwd(
+    model: TransformerLM, x: torch.Tensor, strategy: str, group_size: int | None
+) -> None:
     """Forward and backward through the block stack only (no embedding, no LM head)."""
     run_blocks(model.blocks, x, strategy, group_size).float().square().mean().backward()
 
 
-def block_stack(preset: str, num_layers: int, batch_size: int, seq_len: int,
-                device: torch.device) -> tuple[TransformerLM, torch.Tensor]:  # fmt: skip
+def block_stack(
+    preset: str, num_layers: int, batch_size: int, seq_len: int, device: torch.device
+) -> tuple[TransformerLM, torch.Tensor]:
     """A ``num_layers``-block model of ``preset``'s shape (seeded) and a random residual-stream
     input that requires grad: what the checkpointing measurements run through."""
     config = replace(sized_for(get_preset(preset), seq_len), num_layers=num_layers)
@@ -93,8 +97,12 @@ def checkpoint_peak(
     blocks_fwd_bwd(model, x, strategy, group_size)  # allocates the gradients
     model.zero_grad(set_to_none=False)
     peak = peak_memory(lambda: blocks_fwd_bwd(model, x, strategy, group_size), device)
-    timing = time_fn(lambda: blocks_fwd_bwd(model, x, strategy, group_size), warmup=0,
-                     steps=repeats, device=device)  # fmt: skip
+    timing = time_fn(
+        lambda: blocks_fwd_bwd(model, x, strategy, group_size),
+        warmup=0,
+        steps=repeats,
+        device=device,
+    )
     return {"peak_bytes": peak, "seconds": timing.median}
 
 
@@ -143,8 +151,9 @@ def compile_backend(device: torch.device) -> str:
     return "inductor" if device.type == "cuda" else "aot_eager_decomp_partition"
 
 
-def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
-                        device: torch.device) -> pd.DataFrame:  # fmt: skip
+def block_saved_tensors(
+    preset: str, batch_size: int, seq_len: int, device: torch.device
+) -> pd.DataFrame:
     """``saved_tensors`` of one TransformerBlock of ``preset``'s shape on a random input."""
     torch.manual_seed(0)
     with torch.device(device):
@@ -155,8 +164,9 @@ def block_saved_tensors(preset: str, batch_size: int, seq_len: int,
     return saved_tensors(lambda: block(x), block.parameters())
 
 
-def rmsnorm_saved_tensors(d_model: int, batch_size: int, seq_len: int, compiled: bool,
-                          device: torch.device) -> pd.DataFrame:  # fmt: skip
+def rmsnorm_saved_tensors(
+    d_model: int, batch_size: int, seq_len: int, compiled: bool, device: torch.device
+) -> pd.DataFrame:
     """``saved_tensors`` of RMSNorm, eager or compiled with ``compile_backend(device)``."""
     with torch.device(device):
         norm = RMSNorm(d_model)

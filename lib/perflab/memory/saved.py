@@ -40,8 +40,9 @@ def _innermost(parents: set[str]) -> str:
     return innermost.partition(".")[2] or innermost
 
 
-def saved_tensors(fn: Callable[[], object], parameters: Iterable[torch.Tensor] = (),
-                  track_modules: bool = False) -> pd.DataFrame:  # fmt: skip
+def saved_tensors(
+    fn: Callable[[], object], parameters: Iterable[torch.Tensor] = (), track_modules: bool = False
+) -> pd.DataFrame:
     """Run ``fn`` (a forward pass) and list every tensor saved for backward.
 
     Columns: producer (the operation that made the tensor), module (with ``track_modules``:
@@ -87,8 +88,9 @@ def saved_bytes(saved: pd.DataFrame) -> int:
     return int(saved.loc[saved["counted"], "bytes"].sum())
 
 
-def _summed_by(counted: pd.DataFrame, key: pd.Series | str, top: int | None,
-               **extra) -> pd.DataFrame:  # fmt: skip
+def _summed_by(
+    counted: pd.DataFrame, key: pd.Series | str, top: int | None, **extra
+) -> pd.DataFrame:
     """The counted rows' tensors and bytes per ``key``, largest first, with their share."""
     table = counted.groupby(key).agg(tensors=("bytes", "size"), bytes=("bytes", "sum"), **extra)
     table["share"] = table["bytes"] / table["bytes"].sum()
@@ -107,15 +109,22 @@ def module_kind(name: str) -> str:
     return re.sub(r"\.\d+(?=\.|$)", ".*", name)
 
 
-def saved_by_module(saved: pd.DataFrame, top: int | None = None, per_block: bool = False
-                    ) -> pd.DataFrame:  # fmt: skip
+def saved_by_module(
+    saved: pd.DataFrame, top: int | None = None, per_block: bool = False
+) -> pd.DataFrame:
     """Activation bytes per module that saved them (``saved_tensors(..., track_modules=True)``),
     largest first, with their share; the blocks' modules summed over blocks unless
     ``per_block``."""
     if (saved["module"] == "").all():
-        raise ValueError("these saved tensors carry no module: list them with "
-                         "saved_tensors(..., track_modules=True)")  # fmt: skip
+        raise ValueError(
+            "these saved tensors carry no module: list them with "
+            "saved_tensors(..., track_modules=True)"
+        )
     counted = saved[saved["counted"]]
     modules = counted["module"] if per_block else counted["module"].map(module_kind)
-    return _summed_by(counted, modules.rename("module"), top,
-                      producers=("producer", lambda p: ", ".join(sorted(set(p)))))  # fmt: skip
+    return _summed_by(
+        counted,
+        modules.rename("module"),
+        top,
+        producers=("producer", lambda p: ", ".join(sorted(set(p)))),
+    )

@@ -57,9 +57,13 @@ class MemoryTimeline:
             raise ValueError("the timeline has no allocator events")
         row = self.events.loc[self.events["allocated_bytes"].idxmax()]
         span = self.events["time_ms"].iloc[-1] or 1.0
-        return {"time_share": row["time_ms"] / span, "peak_bytes": int(row["allocated_bytes"]),
-                "end_bytes": int(self.events["allocated_bytes"].iloc[-1]),
-                "origin": row["origin"], "python_stack": row["python_stack"]}  # fmt: skip
+        return {
+            "time_share": row["time_ms"] / span,
+            "peak_bytes": int(row["allocated_bytes"]),
+            "end_bytes": int(self.events["allocated_bytes"].iloc[-1]),
+            "origin": row["origin"],
+            "python_stack": row["python_stack"],
+        }
 
     def largest_allocations(self, top: int = 10) -> pd.DataFrame:
         """The ``top`` largest single allocations and where they came from: the operator and
@@ -138,8 +142,9 @@ def _python_stack(frames: list[str], depth: int = 3) -> str:
 
 
 def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimeline:
-    with profiling(activities=[ProfilerActivity.CPU], profile_memory=True,
-                   with_stack=python_stack) as profiler:  # fmt: skip
+    with profiling(
+        activities=[ProfilerActivity.CPU], profile_memory=True, with_stack=python_stack
+    ) as profiler:
         fn()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
@@ -151,10 +156,13 @@ def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimelin
 
     def spans(category: str) -> pd.DataFrame:
         return pd.DataFrame(
-            [(e["name"], e["ts"], e["dur"], e.get("tid")) for e in events
-             if e.get("cat") == category],
+            [
+                (e["name"], e["ts"], e["dur"], e.get("tid"))
+                for e in events
+                if e.get("cat") == category
+            ],
             columns=["name", "ts", "dur", "tid"],
-        )  # fmt: skip
+        )
 
     times = np.array([e["ts"] for e in memory], dtype=float)
     located = pd.DataFrame({"ts": times, "tid": [e.get("tid") for e in memory]})
@@ -163,11 +171,13 @@ def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimelin
             "time_ms": (times - times.min()) / 1e3 if len(times) else times,
             "delta_bytes": [int(e["args"]["Bytes"]) for e in memory],
             "origin": _innermost_op(spans("cpu_op"), located),
-            "python_stack": [_python_stack(f) for f in _open_spans(spans("python_function"),
-                                                                   located)]
-            if python_stack else "(not recorded)",
+            "python_stack": [
+                _python_stack(f) for f in _open_spans(spans("python_function"), located)
+            ]
+            if python_stack
+            else "(not recorded)",
         }
-    )  # fmt: skip
+    )
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
     # The profiler's "Total Allocated" counter carries over from earlier recordings in the same
     # process, so the running total is summed from this recording's own events.
@@ -186,8 +196,11 @@ def _frame_origin(frames: list[dict]) -> str:
 
 def _snapshot_stack(frames: list[dict]) -> str:
     """A snapshot's frames (innermost first) as ``_python_stack`` shows the profiler's."""
-    names = [f"{f.get('filename', '')}({f.get('line')}): {f.get('name')}"
-             for f in reversed(frames) if f.get("filename", "").endswith(".py")]  # fmt: skip
+    names = [
+        f"{f.get('filename', '')}({f.get('line')}): {f.get('name')}"
+        for f in reversed(frames)
+        if f.get("filename", "").endswith(".py")
+    ]
     return _python_stack(names)
 
 
@@ -204,8 +217,9 @@ def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFram
         if sign is not None:
             time_us = entry.get("time_us", position * 1e3)
             frames = entry.get("frames", [])
-            rows.append((time_us, sign * entry["size"], _frame_origin(frames),
-                         _snapshot_stack(frames)))  # fmt: skip
+            rows.append(
+                (time_us, sign * entry["size"], _frame_origin(frames), _snapshot_stack(frames))
+            )
     frame = pd.DataFrame(rows, columns=["time_us", "delta_bytes", "origin", "python_stack"])
     frame["time_ms"] = (frame["time_us"] - frame["time_us"].min()) / 1e3
     frame["allocated_bytes"] = frame["delta_bytes"].cumsum()
@@ -225,8 +239,9 @@ def save_snapshot(snapshot: dict, path: Path) -> Path:
     return path
 
 
-def _cuda_timeline(fn: Callable[[], object], device: torch.device,
-                   snapshot_path: Path | None) -> MemoryTimeline:  # fmt: skip
+def _cuda_timeline(
+    fn: Callable[[], object], device: torch.device, snapshot_path: Path | None
+) -> MemoryTimeline:
     synchronize(device)
     # Python frames only: recording C++ stacks for every allocation (the default, "all") costs
     # far more and adds nothing a Python reader can act on.

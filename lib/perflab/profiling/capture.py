@@ -61,8 +61,14 @@ def profiling(**kwargs) -> Iterator[profile]:
             profiler.stop()
 
 
-def record_trace(step: Callable[[], object], path: str | Path, device: torch.device, *,
-                 warmup: int = 1, steps: int = 2) -> Path:  # fmt: skip
+def record_trace(
+    step: Callable[[], object],
+    path: str | Path,
+    device: torch.device,
+    *,
+    warmup: int = 1,
+    steps: int = 2,
+) -> Path:
     """Run ``step`` ``warmup`` times unprofiled, then profile ``steps`` calls (CPU operators, and
     device kernels on CUDA) and write the trace to ``path`` (gzipped when it ends in .gz)."""
     if steps < 1 or warmup < 0:

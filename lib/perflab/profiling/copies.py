@@ -16,8 +16,15 @@ import pandas as pd
 import torch
 
 #: Operators that only pass a copy through; the first parent not among them made the copy.
-WRAPPERS = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::clone", "aten::contiguous",
-            "aten::reshape", "aten::_reshape_alias")  # fmt: skip
+WRAPPERS = (
+    "aten::copy_",
+    "aten::_to_copy",
+    "aten::to",
+    "aten::clone",
+    "aten::contiguous",
+    "aten::reshape",
+    "aten::_reshape_alias",
+)
 
 
 def _is_operator(event) -> bool:
@@ -75,10 +82,12 @@ def copy_sites(profile: torch.profiler.profile) -> pd.DataFrame:
             rows.append((maker, via, _phase(event), event.cpu_time_total))
     table = pd.DataFrame(rows, columns=["made_by", "via", "phase", "time_us"])
     if table.empty:
-        return pd.DataFrame(columns=["made_by", "via", "phase", "calls", "time_ms",
-                                     "share_of_step"])  # fmt: skip
-    sites = (table.groupby(["made_by", "via", "phase"], as_index=False)
-             .agg(calls=("time_us", "size"), time_us=("time_us", "sum")))  # fmt: skip
+        return pd.DataFrame(
+            columns=["made_by", "via", "phase", "calls", "time_ms", "share_of_step"]
+        )
+    sites = table.groupby(["made_by", "via", "phase"], as_index=False).agg(
+        calls=("time_us", "size"), time_us=("time_us", "sum")
+    )
     sites["time_ms"] = sites.pop("time_us") / 1e3
     sites["share_of_step"] = sites["time_ms"] * 1e3 / total_us
     return sites.sort_values("time_ms", ascending=False, ignore_index=True)

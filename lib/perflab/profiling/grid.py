@@ -81,20 +81,31 @@ def profile_grid(
     configs = [(p, n) for p in presets for n in seq_lens]
     with tempfile.TemporaryDirectory() as tmp:
         for preset, seq_len in progress(configs, desc="profiled configurations"):
-            config = BenchConfig(preset=preset, context_length=seq_len, mode="train-step",
-                                 batch_size=batch_size, warmup=warmup, steps=steps,
-                                 device=device)  # fmt: skip
+            config = BenchConfig(
+                preset=preset,
+                context_length=seq_len,
+                mode="train-step",
+                batch_size=batch_size,
+                warmup=warmup,
+                steps=steps,
+                device=device,
+            )
             path = record_step_trace(Path(tmp) / f"{preset}-{seq_len}.json", config, "annotated")
             answers = profile_answers(load_trace(path), config)
             timer, _ = run_benchmark(replace(config, mode="forward", steps=timer_steps))
-            rows.append({
-                "preset": preset, "seq_len": seq_len, "batch_size": batch_size, **answers,
-                "forward_timer_ms": timer["median_s"] * 1e3,
-                "forward_timer_ci_low_ms": timer["median_ci_low_s"] * 1e3,
-                "forward_timer_ci_high_ms": timer["median_ci_high_s"] * 1e3,
-                "forward_timer_ci_level": timer["median_ci_level"],
-                "forward_timer_unstable": timer["unstable"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "preset": preset,
+                    "seq_len": seq_len,
+                    "batch_size": batch_size,
+                    **answers,
+                    "forward_timer_ms": timer["median_s"] * 1e3,
+                    "forward_timer_ci_low_ms": timer["median_ci_low_s"] * 1e3,
+                    "forward_timer_ci_high_ms": timer["median_ci_high_s"] * 1e3,
+                    "forward_timer_ci_level": timer["median_ci_level"],
+                    "forward_timer_unstable": timer["unstable"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -118,40 +129,57 @@ def grid_answers(grid: pd.DataFrame) -> list[str]:
     ratio = profiled / grid["forward_timer_ms"]
     misses = []
     if above.any():
-        misses.append(f"above it in {above.sum()} ({_span(ratio[above])} the timer's median: "
-                      "the profiler's own cost, recording every operator, is the first "
-                      "suspect)")  # fmt: skip
+        misses.append(
+            f"above it in {above.sum()} ({_span(ratio[above])} the timer's median: "
+            "the profiler's own cost, recording every operator, is the first "
+            "suspect)"
+        )
     if below.any():
-        misses.append(f"below it in {below.sum()} ({_span(ratio[below])}: faster under the "
-                      "profiler, which its cost cannot explain; the timed steps met a slower "
-                      "moment of the machine, noise beyond the interval's level)")  # fmt: skip
+        misses.append(
+            f"below it in {below.sum()} ({_span(ratio[below])}: faster under the "
+            "profiler, which its cost cannot explain; the timed steps met a slower "
+            "moment of the machine, noise beyond the interval's level)"
+        )
     answers = [
         f"(a) the profiler's forward time lies inside the timer's interval in {inside.sum()} of "
         f"{len(grid)} configurations ({(inside & stable).sum()} of the {stable.sum()} whose "
         "timing is stable)" + ("; " + "; ".join(misses) if misses else "")
     ]
     tops = grid.groupby("top_forward").size().sort_values(ascending=False)
-    answers.append("(b) the forward pass's top operator: "
-                   + ", ".join(f"{name} in {count}" for name, count in tops.items())
-                   + f" of {len(grid)}; the same one tops the training step in "
-                   f"{grid['same_top'].sum()}")  # fmt: skip
-    common = pd.Series([name.rsplit(" ", 1)[0] for names in grid["others_forward"]
-                        for name in names.split("; ") if name]).value_counts()  # fmt: skip
-    answers.append(f"(c) besides matmuls, {grid['others_count'].min()} to "
-                   f"{grid['others_count'].max()} operators take 1% or more of the forward pass "
-                   "per configuration; the most common: "
-                   + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items())
-                      or "none"))  # fmt: skip
+    answers.append(
+        "(b) the forward pass's top operator: "
+        + ", ".join(f"{name} in {count}" for name, count in tops.items())
+        + f" of {len(grid)}; the same one tops the training step in "
+        f"{grid['same_top'].sum()}"
+    )
+    common = pd.Series(
+        [
+            name.rsplit(" ", 1)[0]
+            for names in grid["others_forward"]
+            for name in names.split("; ")
+            if name
+        ]
+    ).value_counts()
+    answers.append(
+        f"(c) besides matmuls, {grid['others_count'].min()} to "
+        f"{grid['others_count'].max()} operators take 1% or more of the forward pass "
+        "per configuration; the most common: "
+        + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items()) or "none")
+    )
     falls = grid["matmul_share_step"] < grid["matmul_share_forward"]
-    answers.append(f"(d) the matmul share falls from the forward pass to the training step in "
-                   f"{falls.sum()} of {len(grid)}; across configurations it is "
-                   f"{grid['matmul_share_forward'].min():.0%}-"
-                   f"{grid['matmul_share_forward'].max():.0%} of the forward pass and "
-                   f"{grid['matmul_share_step'].min():.0%}-{grid['matmul_share_step'].max():.0%} "
-                   "of the training step")  # fmt: skip
+    answers.append(
+        f"(d) the matmul share falls from the forward pass to the training step in "
+        f"{falls.sum()} of {len(grid)}; across configurations it is "
+        f"{grid['matmul_share_forward'].min():.0%}-"
+        f"{grid['matmul_share_forward'].max():.0%} of the forward pass and "
+        f"{grid['matmul_share_step'].min():.0%}-{grid['matmul_share_step'].max():.0%} "
+        "of the training step"
+    )
     per_flop = grid["softmax_over_matmul_time"] / grid["softmax_over_matmul_flops"]
-    answers.append(f"(e) softmax takes {_span(grid['softmax_over_matmul_time'])} the attention "
-                   f"matmuls' time for {_span(grid['softmax_over_matmul_flops'], 3)} their FLOPs "
-                   f"(5 / 4d, d the head dimension): per FLOP it is {_span(per_flop, 0)} "
-                   "slower")  # fmt: skip
+    answers.append(
+        f"(e) softmax takes {_span(grid['softmax_over_matmul_time'])} the attention "
+        f"matmuls' time for {_span(grid['softmax_over_matmul_flops'], 3)} their FLOPs "
+        f"(5 / 4d, d the head dimension): per FLOP it is {_span(per_flop, 0)} "
+        "slower"
+    )
     return answers

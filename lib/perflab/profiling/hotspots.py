@@ -67,15 +67,21 @@ _RULES = [
     ("communication", r"nccl|gloo|c10d|record_param_comms"),
     ("other", rf"^aten::({_VIEW_OPS})$"),
     ("memory-bound", r"split_?k_?reduce|reduce_?split_?k"),
-    ("compute-bound", r"gemm|matmul|(?<![a-z])(mm|bmm|addmm|baddbmm|linear)(?![a-z])"
-                      r"|conv(?!ert)|scudnn|cutlass|cublas|[xwh]mma|nvjet|flash|fmha|attention"
-                      r"|scaled_dot_product"),
-    ("memory-bound", r"elementwise|vectorized|reduce|reduction|copy|memcpy|memset|fill"
-                     r"|nchw|nhwc|transpose|permute|contiguous|(?<![a-z])cat(?![a-z])"
-                     r"|norm|bn_|softmax|embedding|index|gather|scatter|adam|sgd|foreach"
-                     r"|relu|gelu|silu|sigmoid|tanh|threshold|clamp|dropout|where|add|mul|div"
-                     r"|sub|exp|log|sqrt|pow|neg|abs|sum|mean"),
-]  # fmt: skip
+    (
+        "compute-bound",
+        r"gemm|matmul|(?<![a-z])(mm|bmm|addmm|baddbmm|linear)(?![a-z])"
+        r"|conv(?!ert)|scudnn|cutlass|cublas|[xwh]mma|nvjet|flash|fmha|attention"
+        r"|scaled_dot_product",
+    ),
+    (
+        "memory-bound",
+        r"elementwise|vectorized|reduce|reduction|copy|memcpy|memset|fill"
+        r"|nchw|nhwc|transpose|permute|contiguous|(?<![a-z])cat(?![a-z])"
+        r"|norm|bn_|softmax|embedding|index|gather|scatter|adam|sgd|foreach"
+        r"|relu|gelu|silu|sigmoid|tanh|threshold|clamp|dropout|where|add|mul|div"
+        r"|sub|exp|log|sqrt|pow|neg|abs|sum|mean",
+    ),
+]
 _COMPILED = [(category, re.compile(pattern)) for category, pattern in _RULES]
 
 
@@ -171,8 +177,14 @@ class TraceComparison:
         return self.baseline_total_us / self.optimized_total_us
 
 
-def _verdict(categories: pd.DataFrame, base_total: float, opt_total: float,
-             base_busy: float | None, opt_busy: float | None, unit: str) -> str:  # fmt: skip
+def _verdict(
+    categories: pd.DataFrame,
+    base_total: float,
+    opt_total: float,
+    base_busy: float | None,
+    opt_busy: float | None,
+    unit: str,
+) -> str:
     change = (opt_total - base_total) / base_total
     direction = "fell" if change < 0 else "rose"
     lines = [
@@ -201,8 +213,9 @@ def _verdict(categories: pd.DataFrame, base_total: float, opt_total: float,
     return " ".join(lines)
 
 
-def compare_traces(baseline_path: Trace | str | Path, optimized_path: Trace | str | Path
-                   ) -> TraceComparison:  # fmt: skip
+def compare_traces(
+    baseline_path: Trace | str | Path, optimized_path: Trace | str | Path
+) -> TraceComparison:
     """Per-kernel and per-category deltas between two traces, and a verdict from the numbers."""
     baseline, optimized = _as_trace(baseline_path), _as_trace(optimized_path)
     base, opt = kernel_hotspots(baseline), kernel_hotspots(optimized)
@@ -242,5 +255,6 @@ def compare_traces(baseline_path: Trace | str | Path, optimized_path: Trace | st
     opt_busy = busy_fraction(optimized) if devices else None
     unit = "kernel" if devices else "CPU operator"
     verdict = _verdict(categories, base_total, opt_total, base_busy, opt_busy, unit)
-    return TraceComparison(kernels, categories, base_total, opt_total, base_busy, opt_busy,
-                           source, verdict)  # fmt: skip
+    return TraceComparison(
+        kernels, categories, base_total, opt_total, base_busy, opt_busy, source, verdict
+    )

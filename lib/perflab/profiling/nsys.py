@@ -31,15 +31,21 @@ def nsys_available() -> bool:
 def nsys_profile_command(report: Path, bench_args: list[str]) -> list[str]:
     """The ``nsys profile`` command line for ``perflab bench`` with ``bench_args``."""
     return [
-        "nsys", "profile",
+        "nsys",
+        "profile",
         "--trace=cuda,nvtx",
         "--capture-range=nvtx",
         f"--nvtx-capture={TIMED_RANGE}",
         "--capture-range-end=stop",
         "--force-overwrite=true",
-        "--output", str(report),
-        sys.executable, "-m", "perflab", "bench", *bench_args,
-    ]  # fmt: skip
+        "--output",
+        str(report),
+        sys.executable,
+        "-m",
+        "perflab",
+        "bench",
+        *bench_args,
+    ]
 
 
 def parse_kern_sum_csv(text: str) -> pd.DataFrame:
@@ -67,11 +73,22 @@ def nsys_kernel_summary(bench_args: list[str], output_dir: str | Path) -> Kernel
     report = output_dir / "bench"
     # torch.cuda.nvtx pushes unregistered strings; this lets nsys match the capture range by name.
     env = {**os.environ, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
-    subprocess.run(nsys_profile_command(report, bench_args), check=True, capture_output=True,
-                   env=env)  # fmt: skip
+    subprocess.run(
+        nsys_profile_command(report, bench_args), check=True, capture_output=True, env=env
+    )
     stats = subprocess.run(
-        ["nsys", "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
-         "--force-export=true", f"{report}.nsys-rep"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            "nsys",
+            "stats",
+            "--report",
+            "cuda_gpu_kern_sum",
+            "--format",
+            "csv",
+            "--force-export=true",
+            f"{report}.nsys-rep",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return KernelSummary(parse_kern_sum_csv(stats.stdout), "nsys cuda_gpu_kern_sum", TIMED_RANGE)

@@ -8,8 +8,12 @@ from matplotlib.figure import Figure
 
 from perflab.profiling.hotspots import CATEGORIES, short_name
 
-_COLOURS = {"communication": "tab:red", "compute-bound": "tab:blue",
-            "memory-bound": "tab:orange", "other": "tab:gray"}  # fmt: skip
+_COLOURS = {
+    "communication": "tab:red",
+    "compute-bound": "tab:blue",
+    "memory-bound": "tab:orange",
+    "other": "tab:gray",
+}
 
 
 def plot_hotspots(hotspots: pd.DataFrame, top: int = 10, title: str = "") -> Figure:

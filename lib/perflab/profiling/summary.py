@@ -24,9 +24,16 @@ from perflab.profiling.trace import (
 )
 
 SUMMARY_COLUMNS = [
-    "Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)",
-    "StdDev (ns)", "Name",
-]  # fmt: skip
+    "Time (%)",
+    "Total Time (ns)",
+    "Instances",
+    "Avg (ns)",
+    "Med (ns)",
+    "Min (ns)",
+    "Max (ns)",
+    "StdDev (ns)",
+    "Name",
+]
 
 
 @dataclass(frozen=True)
@@ -135,8 +142,10 @@ def attention_time_vs_flops(
     table = range_totals(trace, ATTENTION_RANGES)
     if (table["instances"] == 0).any():
         missing = ", ".join(table.loc[table["instances"] == 0, "range"])
-        raise ValueError(f"{trace.path.name} lacks the attention ranges {missing}; "
-                         "record it with attention='annotated'")  # fmt: skip
+        raise ValueError(
+            f"{trace.path.name} lacks the attention ranges {missing}; "
+            "record it with attention='annotated'"
+        )
     flops = attention_part_flops(batch_size, num_heads, seq_len, seq_len, head_dim)
     table["flops"] = table["range"].map(flops) * table["instances"]
     table["time_share"] = table["total_us"] / table["total_us"].sum()

@@ -112,8 +112,9 @@ def kernels_launched_in(trace: Trace, ranges: pd.DataFrame) -> pd.DataFrame:
     launches = launches.dropna(subset=["correlation"]).drop_duplicates("correlation")
     launch_ts = kernels["correlation"].map(launches.set_index("correlation")["ts"])
     launched = kernels.assign(launch_ts=launch_ts).dropna(subset=["launch_ts"])
-    points = pd.DataFrame({"ts": launched["launch_ts"].to_numpy(), "dur": 0.0},
-                          index=launched.index)  # fmt: skip
+    points = pd.DataFrame(
+        {"ts": launched["launch_ts"].to_numpy(), "dur": 0.0}, index=launched.index
+    )
     return launched.loc[within(points, ranges).index]
 
 

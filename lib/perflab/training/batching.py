@@ -46,12 +46,13 @@ def loss_batched(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def _logits_and_targets(batch: int, seq_len: int, vocab: int, dtype: torch.dtype,
-                        device: torch.device | str,
-                        seed: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _logits_and_targets(
+    batch: int, seq_len: int, vocab: int, dtype: torch.dtype, device: torch.device | str, seed: int
+) -> tuple[Tensor, Tensor]:
     if min(batch, seq_len, vocab) < 1:
-        raise ValueError(f"batch, seq_len and vocab must be positive, got {batch}, {seq_len}, "
-                         f"{vocab}")  # fmt: skip
+        raise ValueError(
+            f"batch, seq_len and vocab must be positive, got {batch}, {seq_len}, {vocab}"
+        )
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(batch, seq_len, vocab, generator=generator, dtype=dtype)
     targets = torch.randint(0, vocab, (batch, seq_len), generator=generator)
@@ -68,13 +69,24 @@ def check_loss_batching(batch: int, seq_len: int, vocab: int, *, seed: int = 0) 
     (grad_batched,) = torch.autograd.grad(batched, logits)
     loss_diff = (looped - batched).abs().item()
     grad_diff = (grad_loop - grad_batched).abs().max().item()
-    return {"dtype": "float64", "loss_diff": loss_diff, "grad_diff": grad_diff,
-            "matches": loss_diff <= 1e-12 and grad_diff <= 1e-12}  # fmt: skip
+    return {
+        "dtype": "float64",
+        "loss_diff": loss_diff,
+        "grad_diff": grad_diff,
+        "matches": loss_diff <= 1e-12 and grad_diff <= 1e-12,
+    }
 
 
-def compare_loss_batching(batch: int, seq_len: int, vocab: int, *, rounds: int,
-                          device: torch.device | str = "cpu", warmup: int = 1,
-                          seed: int = 0) -> Comparison:  # fmt: skip
+def compare_loss_batching(
+    batch: int,
+    seq_len: int,
+    vocab: int,
+    *,
+    rounds: int,
+    device: torch.device | str = "cpu",
+    warmup: int = 1,
+    seed: int = 0,
+) -> Comparison:
     """The loop against the one call, each a loss and its backward to the logits (float32,
     random), interleaved (``compare``)."""
     logits, targets = _logits_and_targets(batch, seq_len, vocab, torch.float32, device, seed)
@@ -83,9 +95,14 @@ def compare_loss_batching(batch: int, seq_len: int, vocab: int, *, rounds: int,
         loss_fn(logits, targets).backward()
         logits.grad = None
 
-    return compare(partial(loss_and_backward, loss_loop), partial(loss_and_backward, loss_batched),
-                   rounds=rounds, warmup=warmup, device=device,
-                   names=("loss loop", "one call"))  # fmt: skip
+    return compare(
+        partial(loss_and_backward, loss_loop),
+        partial(loss_and_backward, loss_batched),
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("loss loop", "one call"),
+    )
 
 
 def speeches(text: str, max_len: int, *, min_len: int = 1) -> list[Tensor]:
@@ -101,8 +118,9 @@ def speeches(text: str, max_len: int, *, min_len: int = 1) -> list[Tensor]:
     return found
 
 
-def length_batches(sequences: list[Tensor], batch_size: int, order: str, *,
-                   seed: int = 0) -> list[Batch]:  # fmt: skip
+def length_batches(
+    sequences: list[Tensor], batch_size: int, order: str, *, seed: int = 0
+) -> list[Batch]:
     """Batches of ``batch_size`` sequences (the last may be smaller), in ``order``: "random"
     (a seeded shuffle) or "bucketed" (the same shuffle sorted by length, cut into batches, the
     batches shuffled). Each batch is padded to its longest sequence: inputs with 0, targets
@@ -110,8 +128,9 @@ def length_batches(sequences: list[Tensor], batch_size: int, order: str, *,
     if order not in ORDERS:
         raise ValueError(f"unknown order {order!r}; valid: {', '.join(ORDERS)}")
     if batch_size < 1 or not sequences:
-        raise ValueError(f"need batch_size >= 1 and sequences, got {batch_size} and "
-                         f"{len(sequences)} sequences")  # fmt: skip
+        raise ValueError(
+            f"need batch_size >= 1 and sequences, got {batch_size} and {len(sequences)} sequences"
+        )
     if min(map(len, sequences)) < 2:
         raise ValueError("every sequence needs at least 2 tokens (an input and its target)")
     generator = torch.Generator().manual_seed(seed)
@@ -143,14 +162,26 @@ def padding_share(batches: list[Batch]) -> float:
 def loss_sum(model: nn.Module, batches: list[Batch]) -> Tensor:
     """The sum of every real token's loss over ``batches`` (padded targets ignored)."""
     device = next(model.parameters()).device
-    return sum(F.cross_entropy(model(inputs.to(device)).flatten(0, 1),
-                               targets.to(device).flatten(), ignore_index=IGNORE,
-                               reduction="sum") for inputs, targets in batches)  # fmt: skip
+    return sum(
+        F.cross_entropy(
+            model(inputs.to(device)).flatten(0, 1),
+            targets.to(device).flatten(),
+            ignore_index=IGNORE,
+            reduction="sum",
+        )
+        for inputs, targets in batches
+    )
 
 
-def compare_bucketing(model: nn.Module, sequences: list[Tensor], batch_size: int, *,
-                      rounds: int, warmup: int = 1,
-                      seed: int = 0) -> tuple[Comparison, pd.DataFrame]:  # fmt: skip
+def compare_bucketing(
+    model: nn.Module,
+    sequences: list[Tensor],
+    batch_size: int,
+    *,
+    rounds: int,
+    warmup: int = 1,
+    seed: int = 0,
+) -> tuple[Comparison, pd.DataFrame]:
     """The same ``sequences`` batched in a random order against bucketed by length, each call
     a forward and backward over all their batches (the loss summed over real tokens),
     interleaved (``compare``). Returns the comparison and one row per order: batches, padded
@@ -162,25 +193,44 @@ def compare_bucketing(model: nn.Module, sequences: list[Tensor], batch_size: int
     def epoch(order: str) -> None:
         model.zero_grad(set_to_none=True)
         for inputs, targets in orders[order]:
-            F.cross_entropy(model(inputs.to(device)).flatten(0, 1), targets.to(device).flatten(),
-                            ignore_index=IGNORE, reduction="sum").backward()  # fmt: skip
+            F.cross_entropy(
+                model(inputs.to(device)).flatten(0, 1),
+                targets.to(device).flatten(),
+                ignore_index=IGNORE,
+                reduction="sum",
+            ).backward()
 
-    result = compare(partial(epoch, "random"), partial(epoch, "bucketed"), rounds=rounds,
-                     warmup=warmup, device=device, names=ORDERS)  # fmt: skip
+    result = compare(
+        partial(epoch, "random"),
+        partial(epoch, "bucketed"),
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=ORDERS,
+    )
     real = sum(len(s) - 1 for s in sequences)
     rows = []
     for order, times in zip(ORDERS, (result.times_a, result.times_b), strict=True):
         batches, median = orders[order], float(np.median(times))
         positions = sum(targets.numel() for _, targets in batches)
-        rows.append({"order": order, "batches": len(batches), "positions": positions,
-                     "real_tokens": real, "padding_share": padding_share(batches),
-                     "median_s": median, "unstable": is_unstable(times),
-                     "tokens_per_s": real / median})  # fmt: skip
+        rows.append(
+            {
+                "order": order,
+                "batches": len(batches),
+                "positions": positions,
+                "real_tokens": real,
+                "padding_share": padding_share(batches),
+                "median_s": median,
+                "unstable": is_unstable(times),
+                "tokens_per_s": real / median,
+            }
+        )
     return result, pd.DataFrame(rows)
 
 
-def check_bucketing(config: ModelConfig, sequences: list[Tensor], batch_size: int, *,
-                    seed: int = 0) -> dict:  # fmt: skip
+def check_bucketing(
+    config: ModelConfig, sequences: list[Tensor], batch_size: int, *, seed: int = 0
+) -> dict:
     """Both orders' summed token losses on a random float64 ``TransformerLM(config)``, beside
     the sum over the sequences run one at a time, unpadded: their largest relative difference,
     and whether it is within 1e-12 (padding changes no real token's loss)."""
@@ -188,10 +238,14 @@ def check_bucketing(config: ModelConfig, sequences: list[Tensor], batch_size: in
     model = TransformerLM(config).double()
     with torch.no_grad():
         alone = loss_sum(model, [(s[None, :-1], s[None, 1:]) for s in sequences]).item()
-        sums = {order: loss_sum(model, length_batches(sequences, batch_size, order,
-                                                      seed=seed)).item()
-                for order in ORDERS}  # fmt: skip
+        sums = {
+            order: loss_sum(model, length_batches(sequences, batch_size, order, seed=seed)).item()
+            for order in ORDERS
+        }
     worst = max(abs(value - alone) / abs(alone) for value in sums.values())
-    return {**{f"loss_sum_{order}": value for order, value in sums.items()},
-            "loss_sum_one_at_a_time": alone, "max_relative_diff": worst,
-            "matches": worst <= 1e-12}  # fmt: skip
+    return {
+        **{f"loss_sum_{order}": value for order, value in sums.items()},
+        "loss_sum_one_at_a_time": alone,
+        "max_relative_diff": worst,
+        "matches": worst <= 1e-12,
+    }

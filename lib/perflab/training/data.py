@@ -58,8 +58,9 @@ def read_corpus(path: str | Path = CORPUS) -> str:
 def _offsets(n_tokens: int, seq_len: int, count: int, seed: int) -> torch.Tensor:
     """``count`` window starts drawn from every valid one, 0 .. n_tokens - (seq_len + 1)."""
     if n_tokens < seq_len + 1:
-        raise ValueError(f"the corpus has {n_tokens} tokens, fewer than a window of "
-                         f"{seq_len + 1} (seq_len + 1)")  # fmt: skip
+        raise ValueError(
+            f"the corpus has {n_tokens} tokens, fewer than a window of {seq_len + 1} (seq_len + 1)"
+        )
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, n_tokens - seq_len, (count,), generator=generator)  # high exclusive
 
@@ -89,8 +90,9 @@ def tokenise(text: str, tokenizer: ByteTokenizer | None = None) -> torch.Tensor:
     return torch.tensor((tokenizer or ByteTokenizer()).encode(text), dtype=torch.uint8)
 
 
-def batches(mode: str, text: str, batch_size: int, seq_len: int, steps: int, *,
-            seed: int = 0) -> Iterator[Batch]:  # fmt: skip
+def batches(
+    mode: str, text: str, batch_size: int, seq_len: int, steps: int, *, seed: int = 0
+) -> Iterator[Batch]:
     """``steps`` batches by ``mode`` (``DATA_PATHS``): the same windows whatever the mode."""
     if mode not in DATA_PATHS:
         raise ValueError(f"unknown data path {mode!r}; valid: {', '.join(DATA_PATHS)}")
@@ -108,8 +110,12 @@ def batches(mode: str, text: str, batch_size: int, seq_len: int, steps: int, *,
             yield _windows(tokens, starts[step * batch_size : (step + 1) * batch_size], seq_len)
         return
     workers, pinned = DATA_PATHS[mode]
-    loader = DataLoader(Windows(tokens, seq_len, count, seed), batch_size=batch_size,
-                        num_workers=workers, pin_memory=pinned)  # fmt: skip
+    loader = DataLoader(
+        Windows(tokens, seq_len, count, seed),
+        batch_size=batch_size,
+        num_workers=workers,
+        pin_memory=pinned,
+    )
     yield from loader
 
 
@@ -124,8 +130,9 @@ DATA_PATHS = {
 CPU_DATA_PATHS = tuple(mode for mode, (_, pinned) in DATA_PATHS.items() if not pinned)
 
 
-def data_path_steps(run, text: str, rounds: int, *, modes=CPU_DATA_PATHS,
-                    warmup: int = 1) -> dict[str, list[float]]:  # fmt: skip
+def data_path_steps(
+    run, text: str, rounds: int, *, modes=CPU_DATA_PATHS, warmup: int = 1
+) -> dict[str, list[float]]:
     """Seconds of one training step of ``run`` (a ``TrainingStep``) fed by each data path:
     getting the next batch, moving it to the device and the step itself, against
     ``"synthetic"``, the same step on the random batch it already holds. The modes take turns
@@ -133,11 +140,13 @@ def data_path_steps(run, text: str, rounds: int, *, modes=CPU_DATA_PATHS,
     on all of them; each DataLoader's workers start before the first round."""
     batch_size, seq_len = run.inputs.shape
     if run.model.config.vocab_size < ByteTokenizer.vocab_size:
-        raise ValueError(f"byte ids need a vocabulary of at least 256, got "
-                         f"{run.model.config.vocab_size}")  # fmt: skip
+        raise ValueError(
+            f"byte ids need a vocabulary of at least 256, got {run.model.config.vocab_size}"
+        )
     synthetic = (run.inputs, run.targets)
-    iterators = {mode: batches(mode, text, batch_size, seq_len, rounds + warmup + 1)
-                 for mode in modes}  # fmt: skip
+    iterators = {
+        mode: batches(mode, text, batch_size, seq_len, rounds + warmup + 1) for mode in modes
+    }
     for iterator in iterators.values():
         next(iterator)  # start-up (workers) outside the rounds
     names = ("synthetic", *modes)
@@ -155,12 +164,20 @@ def data_path_steps(run, text: str, rounds: int, *, modes=CPU_DATA_PATHS,
     return times
 
 
-def loader_rates(text: str, batch_size: int, seq_len: int, batches_per_round: int,
-                 rounds: int, modes=CPU_DATA_PATHS) -> dict[str, list[float]]:  # fmt: skip
+def loader_rates(
+    text: str,
+    batch_size: int,
+    seq_len: int,
+    batches_per_round: int,
+    rounds: int,
+    modes=CPU_DATA_PATHS,
+) -> dict[str, list[float]]:
     """Seconds per batch of each data path alone (no training), the modes taking turns for
     ``rounds`` rounds of ``batches_per_round`` batches each (workers started beforehand)."""
-    iterators = {mode: batches(mode, text, batch_size, seq_len,
-                               1 + rounds * batches_per_round) for mode in modes}  # fmt: skip
+    iterators = {
+        mode: batches(mode, text, batch_size, seq_len, 1 + rounds * batches_per_round)
+        for mode in modes
+    }
     for iterator in iterators.values():
         next(iterator)
     times: dict[str, list[float]] = {mode: [] for mode in modes}

@@ -13,30 +13,41 @@ from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_e
 from perflab.memory.timeline import peak_memory
 
 
-def plain_head_loss(hidden: torch.Tensor, weight: torch.Tensor,
-                    targets: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def plain_head_loss(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """The reference: every logit at once, then ``F.cross_entropy`` (mean)."""
     return F.cross_entropy((hidden @ weight.T).float(), targets)
 
 
-def torch_chunked_loss(hidden: torch.Tensor, weight: torch.Tensor,
-                       targets: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def torch_chunked_loss(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
     """PyTorch's own fused head: ``F.linear_cross_entropy`` with its chunked path
     (``LinearCrossEntropyOptions()``: chunking chosen by torch)."""
-    return F.linear_cross_entropy(hidden, weight, targets,
-                                  options=torch.nn.LinearCrossEntropyOptions())  # fmt: skip
+    return F.linear_cross_entropy(
+        hidden, weight, targets, options=torch.nn.LinearCrossEntropyOptions()
+    )
 
 
-def head_peak_memory(tokens: int, vocab: int, d_model: int, *, chunk_size: int | None = None,
-                     dtype: torch.dtype = torch.float32, device: str = "auto",
-                     seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def head_peak_memory(
+    tokens: int,
+    vocab: int,
+    d_model: int,
+    *,
+    chunk_size: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "auto",
+    seed: int = 0,
+) -> pd.DataFrame:
     """Peak bytes of one forward + backward of the head (above the inputs, which exist
     before), plain, fused and torch's chunked head, with the size of the full logits in the
     inputs' dtype for scale (the fused head never holds them); ``of_plain`` is each peak over
     the plain one's."""
     dev = resolve_device(device)
-    hidden, weight, targets = (t.detach() for t in _head_inputs(tokens, vocab, d_model, dtype,
-                                                                dev, seed))  # fmt: skip
+    hidden, weight, targets = (
+        t.detach() for t in _head_inputs(tokens, vocab, d_model, dtype, dev, seed)
+    )
     chunk = chunk_size or default_chunk_size(tokens, vocab, d_model)
     methods = {
         "plain": lambda h, w: plain_head_loss(h, w, targets),
@@ -47,16 +58,25 @@ def head_peak_memory(tokens: int, vocab: int, d_model: int, *, chunk_size: int |
     for name, loss_fn in methods.items():
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
         peak = peak_memory(lambda h=h, w=w, loss_fn=loss_fn: loss_fn(h, w).backward(), dev)
-        rows.append({"method": name, "tokens": tokens, "vocab": vocab, "d_model": d_model,
-                     "dtype": str(dtype).removeprefix("torch."),
-                     "chunk_size": chunk if name == "fused" else None, "peak_bytes": peak,
-                     "logits_bytes": tokens * vocab * hidden.element_size()})  # fmt: skip
+        rows.append(
+            {
+                "method": name,
+                "tokens": tokens,
+                "vocab": vocab,
+                "d_model": d_model,
+                "dtype": str(dtype).removeprefix("torch."),
+                "chunk_size": chunk if name == "fused" else None,
+                "peak_bytes": peak,
+                "logits_bytes": tokens * vocab * hidden.element_size(),
+            }
+        )
     frame = pd.DataFrame(rows)
     return frame.assign(of_plain=frame["peak_bytes"] / frame["peak_bytes"].iloc[0])
 
 
-def _head_inputs(tokens: int, vocab: int, d_model: int, dtype: torch.dtype, dev: torch.device,
-                 seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+def _head_inputs(
+    tokens: int, vocab: int, d_model: int, dtype: torch.dtype, dev: torch.device, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(tokens, d_model, generator=generator, dtype=dtype).to(dev)
     weight = (torch.randn(vocab, d_model, generator=generator, dtype=dtype) * d_model**-0.5).to(dev)
@@ -64,9 +84,18 @@ def _head_inputs(tokens: int, vocab: int, d_model: int, dtype: torch.dtype, dev:
     return hidden.requires_grad_(), weight.requires_grad_(), targets
 
 
-def chunk_size_sweep(tokens: int, vocab: int, d_model: int, chunk_sizes: list[int], *,
-                     steps: int = 6, warmup: int = 1, dtype: torch.dtype = torch.float32,
-                     device: str = "auto", seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def chunk_size_sweep(
+    tokens: int,
+    vocab: int,
+    d_model: int,
+    chunk_sizes: list[int],
+    *,
+    steps: int = 6,
+    warmup: int = 1,
+    dtype: torch.dtype = torch.float32,
+    device: str = "auto",
+    seed: int = 0,
+) -> pd.DataFrame:
     """The fused head's forward + backward at each chunk size: median time with its interval
     and ``unstable`` flag (``time_fn``), and peak bytes above the inputs with their ratio to the
     hidden states; ``default`` marks the size ``default_chunk_size`` picks. A measurement to
@@ -90,18 +119,33 @@ def chunk_size_sweep(tokens: int, vocab: int, d_model: int, chunk_sizes: list[in
         hidden.grad = weight.grad = None
         peak = peak_memory(step, dev)
         interval = timing.median_ci
-        rows.append({"chunk_size": chunk, "median_s": timing.median,
-                     "median_ci_low_s": interval.low, "median_ci_high_s": interval.high,
-                     "median_ci_level": interval.level, "unstable": timing.unstable,
-                     "peak_bytes": peak,
-                     "peak_over_hidden": peak / (hidden.numel() * hidden.element_size()),
-                     "default": chunk == chosen})  # fmt: skip
+        rows.append(
+            {
+                "chunk_size": chunk,
+                "median_s": timing.median,
+                "median_ci_low_s": interval.low,
+                "median_ci_high_s": interval.high,
+                "median_ci_level": interval.level,
+                "unstable": timing.unstable,
+                "peak_bytes": peak,
+                "peak_over_hidden": peak / (hidden.numel() * hidden.element_size()),
+                "default": chunk == chosen,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def compare_with_torch_head(tokens: int, vocab: int, d_model: int, *, rounds: int = 6,
-                            chunk_size: int | None = None, dtype: torch.dtype = torch.float32,
-                            device: str = "auto", seed: int = 0):  # fmt: skip
+def compare_with_torch_head(
+    tokens: int,
+    vocab: int,
+    d_model: int,
+    *,
+    rounds: int = 6,
+    chunk_size: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: str = "auto",
+    seed: int = 0,
+):
     """perflab's fused head against torch's chunked ``F.linear_cross_entropy``, forward +
     backward, interleaved (``perflab.bench.compare``: b = torch's against a = perflab's)."""
     from perflab.bench.comparison import compare
@@ -117,5 +161,11 @@ def compare_with_torch_head(tokens: int, vocab: int, d_model: int, *, rounds: in
         hidden.grad = weight.grad = None
         torch_chunked_loss(hidden, weight, targets).backward()
 
-    return compare(ours, theirs, rounds=rounds, warmup=1, device=dev,
-                   names=("perflab fused head", "torch linear_cross_entropy"))  # fmt: skip
+    return compare(
+        ours,
+        theirs,
+        rounds=rounds,
+        warmup=1,
+        device=dev,
+        names=("perflab fused head", "torch linear_cross_entropy"),
+    )

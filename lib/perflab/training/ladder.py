@@ -49,8 +49,9 @@ def ladder(rungs: list[str] | None = None) -> list[Recipe]:
     """The baseline, then one rung per change in ``rungs`` (default: all of ``CHANGES``), in
     the order given, each keeping every change before it."""
     if isinstance(rungs, str):
-        raise ValueError(f"rungs must be a list of change names, e.g. [{rungs!r}]; got the "
-                         f"string {rungs!r}")  # fmt: skip
+        raise ValueError(
+            f"rungs must be a list of change names, e.g. [{rungs!r}]; got the string {rungs!r}"
+        )
     rungs = list(CHANGES) if rungs is None else list(rungs)
     unknown = [name for name in rungs if name not in CHANGES]
     if unknown:
@@ -68,8 +69,16 @@ class TrainingStep:
     """A model, an AdamW and one random batch, run by ``recipe``; the same ``seed`` gives the
     same weights and batch whatever the recipe."""
 
-    def __init__(self, config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
-                 device: torch.device, seed: int = 0, param_dtype=torch.float32):  # fmt: skip
+    def __init__(
+        self,
+        config: ModelConfig,
+        recipe: Recipe,
+        batch_size: int,
+        seq_len: int,
+        device: torch.device,
+        seed: int = 0,
+        param_dtype=torch.float32,
+    ):
         self.recipe = recipe
         self.device = device
         self.tokens = batch_size * seq_len
@@ -78,12 +87,14 @@ class TrainingStep:
             self.model = TransformerLM(config).to(param_dtype)
         prepare_model(self.model, recipe, device)
         self.optimizer = make_optimizer(self.model, recipe)
-        self.inputs, self.targets = random_batch(config.vocab_size, batch_size, seq_len,
-                                                 device, seed)  # fmt: skip
+        self.inputs, self.targets = random_batch(
+            config.vocab_size, batch_size, seq_len, device, seed
+        )
         self._loss = make_loss(self.model, recipe, device)
 
-    def loss_and_backward(self, clock: PhaseClock | None = None,
-                          micro_batches: int = 1) -> torch.Tensor:  # fmt: skip
+    def loss_and_backward(
+        self, clock: PhaseClock | None = None, micro_batches: int = 1
+    ) -> torch.Tensor:
         """zero_grad, then forward and backward; with ``micro_batches`` > 1 the batch is
         split and the gradients accumulated, each micro-batch's loss divided by their count,
         which gives the full batch's mean-loss gradient (equal micro-batches)."""
@@ -95,8 +106,9 @@ class TrainingStep:
             )
         self.model.zero_grad(set_to_none=True)
         total = None
-        for inputs, targets in zip(self.inputs.chunk(micro_batches),
-                                   self.targets.chunk(micro_batches), strict=True):  # fmt: skip
+        for inputs, targets in zip(
+            self.inputs.chunk(micro_batches), self.targets.chunk(micro_batches), strict=True
+        ):
             loss = self._loss(inputs, targets) / micro_batches
             mark("forward")
             loss.backward()
@@ -155,9 +167,16 @@ def _wide(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().to(torch.promote_types(tensor.dtype, torch.float32), copy=True)
 
 
-def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, seq_len: int,
-                 device: torch.device, seed: int = 0, param_dtype=torch.float32,
-                 tolerance: float | None = None) -> pd.DataFrame:  # fmt: skip
+def check_ladder(
+    config: ModelConfig,
+    recipes: list[Recipe],
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    seed: int = 0,
+    param_dtype=torch.float32,
+    tolerance: float | None = None,
+) -> pd.DataFrame:
     """Each recipe against the baseline on the same weights and a fresh random batch
     (``seed``): the loss, every gradient, and each optimizer's update (new minus old
     parameters) from the same (the baseline's) gradients, as relative errors against the
@@ -182,25 +201,38 @@ def check_ladder(config: ModelConfig, recipes: list[Recipe], batch_size: int, se
         run.optimizer.step()
         errors = {
             "loss_error": relative_error(loss, base_loss),
-            "grad_error": max(relative_error(a, _wide(b))
-                              for a, b in zip(grads, base_grads, strict=True)),
+            "grad_error": max(
+                relative_error(a, _wide(b)) for a, b in zip(grads, base_grads, strict=True)
+            ),
             "update_error": max(
                 relative_error(_wide(p) - b, u)
                 for p, b, u in zip(run.model.parameters(), before, base_updates, strict=True)
             ),
-        }  # fmt: skip
+        }
         limit = tolerance_for(recipe.dtype) if tolerance is None else tolerance
         update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
-        rows.append({"rung": recipe.name, **errors, "tolerance": limit,
-                     "update_tolerance": update_limit,
-                     "matches_baseline": errors["loss_error"] <= limit
-                     and errors["grad_error"] <= limit
-                     and errors["update_error"] <= update_limit})  # fmt: skip
+        rows.append(
+            {
+                "rung": recipe.name,
+                **errors,
+                "tolerance": limit,
+                "update_tolerance": update_limit,
+                "matches_baseline": errors["loss_error"] <= limit
+                and errors["grad_error"] <= limit
+                and errors["update_error"] <= update_limit,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def check_rung(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
-               device: torch.device, **kwargs) -> dict:  # fmt: skip
+def check_rung(
+    config: ModelConfig,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    **kwargs,
+) -> dict:
     """``check_ladder`` for one recipe, as a dict."""
     return check_ladder(config, [recipe], batch_size, seq_len, device, **kwargs).iloc[0].to_dict()
 
@@ -212,15 +244,41 @@ def keep_rung(verdict: str, peak_bytes: float, best_peak_bytes: float) -> bool:
 
 
 #: ``greedy_ladder``'s columns, present whether or not any change was timed.
-GREEDY_COLUMNS = ["rung", "tried_on", "kept", "reason", "matches_baseline", "verdict",
-                  "vs_best", "ci_low", "ci_high", "confidence", "rounds", "base_step_s",
-                  "step_s", "first_step_s", "peak_bytes", "trace", "trace_base"]  # fmt: skip
+GREEDY_COLUMNS = [
+    "rung",
+    "tried_on",
+    "kept",
+    "reason",
+    "matches_baseline",
+    "verdict",
+    "vs_best",
+    "ci_low",
+    "ci_high",
+    "confidence",
+    "rounds",
+    "base_step_s",
+    "step_s",
+    "first_step_s",
+    "peak_bytes",
+    "trace",
+    "trace_base",
+]
 
 
-def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_len: int,
-                  device: torch.device, *, rounds: int = 6, warmup: int = 1, seed: int = 0,
-                  budget_s: float | None = None, trace_dir: str | Path | None = None,
-                  trace_steps: int = 2) -> tuple[pd.DataFrame, Recipe]:  # fmt: skip
+def greedy_ladder(
+    config: ModelConfig,
+    changes: list[str],
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    *,
+    rounds: int = 6,
+    warmup: int = 1,
+    seed: int = 0,
+    budget_s: float | None = None,
+    trace_dir: str | Path | None = None,
+    trace_steps: int = 2,
+) -> tuple[pd.DataFrame, Recipe]:
     """Each change of ``changes``, in order, tried on top of the best stack so far: checked
     against the baseline (``check_rung``), then timed against the best stack, interleaved
     (``compare``, adaptive rounds within ``budget_s``), and kept only when ``keep_rung`` says so.
@@ -241,8 +299,17 @@ def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_
     first = time.perf_counter() - start
     best_run.model.zero_grad(set_to_none=True)
     best_peak = peak_memory(best_run.loss_and_backward, device)
-    rows = [{"rung": best.name, "tried_on": "", "kept": True, "verdict": "", "reason": "the start",
-             "first_step_s": first, "peak_bytes": best_peak}]  # fmt: skip
+    rows = [
+        {
+            "rung": best.name,
+            "tried_on": "",
+            "kept": True,
+            "verdict": "",
+            "reason": "the start",
+            "first_step_s": first,
+            "peak_bytes": best_peak,
+        }
+    ]
     kept_names: list[str] = []
 
     def trace(run: TrainingStep, index: int, name: str) -> str:
@@ -273,16 +340,33 @@ def greedy_ladder(config: ModelConfig, changes: list[str], batch_size: int, seq_
             continue
         run.model.zero_grad(set_to_none=True)
         row["peak_bytes"] = peak_memory(run.loss_and_backward, device)
-        result = compare(best_run.step, run.step, rounds=rounds, warmup=warmup, device=device,
-                         names=(stack, name), budget_s=budget_s)  # fmt: skip
-        row.update(base_step_s=float(np.median(result.times_a)),
-                   step_s=float(np.median(result.times_b)), vs_best=result.ratio,
-                   ci_low=result.ci[0], ci_high=result.ci[1], confidence=result.confidence,
-                   rounds=result.rounds, verdict=result.verdict,
-                   trace_base=best_row.get("trace", ""), trace=trace(run, index, name))  # fmt: skip
+        result = compare(
+            best_run.step,
+            run.step,
+            rounds=rounds,
+            warmup=warmup,
+            device=device,
+            names=(stack, name),
+            budget_s=budget_s,
+        )
+        row.update(
+            base_step_s=float(np.median(result.times_a)),
+            step_s=float(np.median(result.times_b)),
+            vs_best=result.ratio,
+            ci_low=result.ci[0],
+            ci_high=result.ci[1],
+            confidence=result.confidence,
+            rounds=result.rounds,
+            verdict=result.verdict,
+            trace_base=best_row.get("trace", ""),
+            trace=trace(run, index, name),
+        )
         row["kept"] = keep_rung(result.verdict, row["peak_bytes"], best_peak)
-        row["reason"] = (("faster" if result.verdict == "faster" else "the same, less memory")
-                         if row["kept"] else f"{result.verdict}: dropped")  # fmt: skip
+        row["reason"] = (
+            ("faster" if result.verdict == "faster" else "the same, less memory")
+            if row["kept"]
+            else f"{result.verdict}: dropped"
+        )
         rows.append(row)
         if row["kept"]:  # a change of the same field (SDPA, then FlashAttention) replaces it
             kept_names = [n for n in kept_names if not set(CHANGES[n]) & set(CHANGES[name])]
@@ -298,9 +382,18 @@ def _slug(index: int, name: str) -> str:
     return f"{index:02d}_{re.sub(r'[^a-z0-9]+', '_', name.lower()).strip('_')}.json.gz"
 
 
-def stack_against_baseline(config: ModelConfig, stack: Recipe, batch_size: int, seq_len: int,
-                           device: torch.device, *, rounds: int = 8, warmup: int = 2,
-                           seed: int = 0, budget_s: float | None = None):  # fmt: skip
+def stack_against_baseline(
+    config: ModelConfig,
+    stack: Recipe,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    *,
+    rounds: int = 8,
+    warmup: int = 2,
+    seed: int = 0,
+    budget_s: float | None = None,
+):
     """The kept stack against the baseline, interleaved: the verdict on the whole ladder
     (``Comparison``; its speed-up is ``1 / ratio``, the interval inverted likewise). Two
     warm-up rounds: the baseline's first step here is cold, and the fastest warm-up round plans
@@ -308,24 +401,51 @@ def stack_against_baseline(config: ModelConfig, stack: Recipe, batch_size: int, 
     base = TrainingStep(config, BASELINE, batch_size, seq_len, device, seed)
     best = TrainingStep(config, stack, batch_size, seq_len, device, seed)
     best.step()  # compiles a compiled stack before the timed rounds
-    return compare(base.step, best.step, rounds=rounds, warmup=warmup, device=device,
-                   names=(BASELINE.name, stack.name), budget_s=budget_s)  # fmt: skip
+    return compare(
+        base.step,
+        best.step,
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=(BASELINE.name, stack.name),
+        budget_s=budget_s,
+    )
 
 
-def kv_heads_against_mha(config: ModelConfig, kv_heads: int, recipe: Recipe, batch_size: int,
-                         seq_len: int, device: torch.device, *, rounds: int = 8,
-                         warmup: int = 2, seed: int = 0):  # fmt: skip
+def kv_heads_against_mha(
+    config: ModelConfig,
+    kv_heads: int,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    *,
+    rounds: int = 8,
+    warmup: int = 2,
+    seed: int = 0,
+):
     """The training step of ``config`` with ``kv_heads`` key and value heads (grouped-query
     attention) against the same model with multi-head attention, both run by ``recipe``,
     interleaved: (a row with both parameter counts and the comparison's columns, the
     ``Comparison``; ratio = grouped / multi-head)."""
-    grouped_config = dataclasses.replace(config, name=f"{config.name} ({kv_heads} kv heads)",
-                                         num_kv_heads=kv_heads)  # fmt: skip
+    grouped_config = dataclasses.replace(
+        config, name=f"{config.name} ({kv_heads} kv heads)", num_kv_heads=kv_heads
+    )
     mha = TrainingStep(config, recipe, batch_size, seq_len, device, seed)
     grouped = TrainingStep(grouped_config, recipe, batch_size, seq_len, device, seed)
-    result = compare(mha.step, grouped.step, rounds=rounds, warmup=warmup, device=device,
-                     names=("multi-head", f"{kv_heads} kv heads"))  # fmt: skip
-    row = {"heads": config.num_heads, "kv_heads": kv_heads,
-           "parameters_mha": config.num_parameters(),
-           "parameters_grouped": grouped_config.num_parameters(), **result.as_row()}  # fmt: skip
+    result = compare(
+        mha.step,
+        grouped.step,
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("multi-head", f"{kv_heads} kv heads"),
+    )
+    row = {
+        "heads": config.num_heads,
+        "kv_heads": kv_heads,
+        "parameters_mha": config.num_parameters(),
+        "parameters_grouped": grouped_config.num_parameters(),
+        **result.as_row(),
+    }
     return row, result

@@ -34,8 +34,13 @@ def greedy_bound_table(greedy: pd.DataFrame, steps: int) -> pd.DataFrame:
         base = row.trace_base if isinstance(row.trace_base, str) and row.trace_base else None
         pairs.append((row.rung, Path(row.trace), Path(base) if base else None))
     table = bound_rows(pairs, steps)
-    columns = {"vs_best": "vs_previous", "ci_low": "ci_low", "ci_high": "ci_high",
-               "confidence": "confidence", "verdict": "verdict"}  # fmt: skip
+    columns = {
+        "vs_best": "vs_previous",
+        "ci_low": "ci_low",
+        "ci_high": "ci_high",
+        "confidence": "confidence",
+        "verdict": "verdict",
+    }
     for source, column in columns.items():
         table[column] = list(timed[source])
     return table
@@ -61,9 +66,13 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
     for name, path, base in pairs:
         hotspots = kernel_hotspots(load(path))
         shares = hotspots.groupby("category")["total_us"].sum() / hotspots["total_us"].sum()
-        row = {"rung": name, "source": hotspots["source"].iloc[0],
-               "operators_ms": hotspots["total_us"].sum() / steps / 1e3,
-               "dominant": shares.idxmax(), "dominant_share": float(shares.max())}  # fmt: skip
+        row = {
+            "rung": name,
+            "source": hotspots["source"].iloc[0],
+            "operators_ms": hotspots["total_us"].sum() / steps / 1e3,
+            "dominant": shares.idxmax(),
+            "dominant_share": float(shares.max()),
+        }
         if base is not None:
             comparison = compare_traces(load(base), load(path))
             top = comparison.kernels.iloc[0]
@@ -78,15 +87,17 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
                 hotspot_alone=1 + top["delta_us"] / comparison.baseline_total_us,
                 operators_ratio=comparison.optimized_total_us / comparison.baseline_total_us,
                 device_busy=comparison.optimized_busy,
-            )  # fmt: skip
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def bound_sentence(row: pd.Series) -> str:
     """What a ``greedy_bound_table`` row says, in a sentence computed from its numbers."""
-    text = (f"{row['rung']}: {row['dominant']} operators dominate ({row['dominant_share']:.0%} "
-            f"of {row['operators_ms']:.2f} ms)")  # fmt: skip
+    text = (
+        f"{row['rung']}: {row['dominant']} operators dominate ({row['dominant_share']:.0%} "
+        f"of {row['operators_ms']:.2f} ms)"
+    )
     if pd.isna(row.get("hotspot")):
         return text + "."
     before, after = row["hotspot_before_ms"], row["hotspot_after_ms"]
@@ -95,11 +106,15 @@ def bound_sentence(row: pd.Series) -> str:
     elif after == 0:
         moved = f"is gone (was {before:.2f} ms a step, {row['hotspot_share_before']:.0%})"
     else:
-        moved = (f"{'fell' if after < before else 'rose'} from {before:.2f} to {after:.2f} ms a "
-                 f"step ({row['hotspot_share_before']:.0%} of the time before)")  # fmt: skip
-    text += (f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
-             f"the step take {row['hotspot_alone']:.2f}x as long; all operators take "
-             f"{row['operators_ratio']:.2f}x")  # fmt: skip
+        moved = (
+            f"{'fell' if after < before else 'rose'} from {before:.2f} to {after:.2f} ms a "
+            f"step ({row['hotspot_share_before']:.0%} of the time before)"
+        )
+    text += (
+        f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
+        f"the step take {row['hotspot_alone']:.2f}x as long; all operators take "
+        f"{row['operators_ratio']:.2f}x"
+    )
     busy = row.get("device_busy")
     if busy is not None and not pd.isna(busy) and busy < 0.8:
         text += f"; the GPU is busy only {busy:.0%} of the step: it waits on the host"
@@ -116,22 +131,29 @@ def bound_sentence(row: pd.Series) -> str:
             else "the hotspot alone predicts a change outside the step's interval: other "
             "operators, or time outside them (Python, the allocator), make up for it"
         )
-        return (f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
-                f"CI {low:.2f}-{high:.2f}): {why}.")  # fmt: skip
+        return (
+            f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
+            f"CI {low:.2f}-{high:.2f}): {why}."
+        )
     text += f", the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
         why = "about what the hotspot alone gives"
         if 0 < change < math.inf and abs(math.log(alone)) < abs(math.log(change)):
-            why += (f", less than the hotspot's own change ({change:.2f}x): it held "
-                    f"{row['hotspot_share_before']:.0%} of the time")  # fmt: skip
+            why += (
+                f", less than the hotspot's own change ({change:.2f}x): it held "
+                f"{row['hotspot_share_before']:.0%} of the time"
+            )
     elif (step - 1) * (alone - 1) < 0:
-        why = ("the other way from the hotspot alone: other operators, or time outside them "
-               "(Python, the allocator), outweigh it")  # fmt: skip
+        why = (
+            "the other way from the hotspot alone: other operators, or time outside them "
+            "(Python, the allocator), outweigh it"
+        )
     elif abs(math.log(step)) > abs(math.log(alone)):
-        why = ("more than the hotspot alone: other operators, or time outside them, changed "
-               "as well")  # fmt: skip
+        why = "more than the hotspot alone: other operators, or time outside them, changed as well"
     else:
-        why = ("less than the hotspot alone: other operators, or time outside them (Python, "
-               "the allocator), moved the other way")  # fmt: skip
+        why = (
+            "less than the hotspot alone: other operators, or time outside them (Python, "
+            "the allocator), moved the other way"
+        )
     return f"{text}: {why}."

@@ -66,8 +66,17 @@ class ShardedStep:
         return float(pd.Series(self.step_s).median())
 
 
-def _rank(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int, warmup: int,
-          steps: int, seed: int, param_dtype: torch.dtype, check: bool) -> dict:  # fmt: skip
+def _rank(
+    config: ModelConfig,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    warmup: int,
+    steps: int,
+    seed: int,
+    param_dtype: torch.dtype,
+    check: bool,
+) -> dict:
     device = rank_device()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(seed)  # the same weights as TrainingStep's with this seed
@@ -75,8 +84,9 @@ def _rank(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int, wa
         model = TransformerLM(config).to(param_dtype)
     prepare_model(model, recipe, device)
     compute = parse_dtype(recipe.dtype)
-    sharded = FSDP(LossModel(model, recipe.head),
-                   compute_dtype=None if compute == torch.float32 else compute)  # fmt: skip
+    sharded = FSDP(
+        LossModel(model, recipe.head), compute_dtype=None if compute == torch.float32 else compute
+    )
     optimizer = make_optimizer(sharded, recipe)
     inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, seed)
     share = batch_size // world
@@ -105,15 +115,29 @@ def _rank(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int, wa
         torch.cuda.reset_peak_memory_stats(device)
     timing = time_fn(step, warmup=warmup, steps=steps, device=device)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return {"loss": float(loss) / world, "samples": list(timing.samples), "peak": peak,
-            "grads": grads if rank == 0 else None,
-            "params": params if rank == 0 else None}  # fmt: skip
+    return {
+        "loss": float(loss) / world,
+        "samples": list(timing.samples),
+        "peak": peak,
+        "grads": grads if rank == 0 else None,
+        "params": params if rank == 0 else None,
+    }
 
 
-def sharded_training_step(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
-                          world_size: int, *, warmup: int = 1, steps: int = 3, seed: int = 0,
-                          param_dtype: torch.dtype = torch.float32, check: bool = False,
-                          backend: str = "auto") -> ShardedStep:  # fmt: skip
+def sharded_training_step(
+    config: ModelConfig,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    *,
+    warmup: int = 1,
+    steps: int = 3,
+    seed: int = 0,
+    param_dtype: torch.dtype = torch.float32,
+    check: bool = False,
+    backend: str = "auto",
+) -> ShardedStep:
     """``steps`` timed AdamW steps (after one untimed step, kept for ``check``, and ``warmup``
     more) of ``config`` run by ``recipe`` under FSDP on ``world_size`` ranks, each on
     ``batch_size / world_size`` of the global batch's sequences. A low-precision recipe dtype
@@ -126,32 +150,74 @@ def sharded_training_step(config: ModelConfig, recipe: Recipe, batch_size: int, 
             "rank trains on an equal part of the global batch"
         )
     config = sized_for(config, seq_len)
-    results = launch(_rank, world_size, (config, recipe, batch_size, seq_len, warmup, steps, seed,
-                                          param_dtype, check), backend=backend,
-                     parameters=config.num_parameters())  # fmt: skip
+    results = launch(
+        _rank,
+        world_size,
+        (config, recipe, batch_size, seq_len, warmup, steps, seed, param_dtype, check),
+        backend=backend,
+        parameters=config.num_parameters(),
+    )
     slowest = [max(times) for times in zip(*(r["samples"] for r in results), strict=True)]
     peaks = [r["peak"] for r in results if r["peak"] is not None]
-    return ShardedStep(world_size, batch_size * seq_len, results[0]["loss"], slowest,
-                       max(peaks) if peaks else None, results[0]["grads"],
-                       results[0]["params"])  # fmt: skip
+    return ShardedStep(
+        world_size,
+        batch_size * seq_len,
+        results[0]["loss"],
+        slowest,
+        max(peaks) if peaks else None,
+        results[0]["grads"],
+        results[0]["params"],
+    )
 
 
-def check_sharded_step(config: ModelConfig, recipe: Recipe, batch_size: int, seq_len: int,
-                       world_size: int, *, seed: int = 0, param_dtype=torch.float32,
-                       tolerance: float | None = None) -> dict:  # fmt: skip
+def check_sharded_step(
+    config: ModelConfig,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    *,
+    seed: int = 0,
+    param_dtype=torch.float32,
+    tolerance: float | None = None,
+) -> dict:
     """One sharded step on ``world_size`` ranks against the same recipe in one process
     (``compare_with_one_process``)."""
-    sharded = sharded_training_step(config, recipe, batch_size, seq_len, world_size, warmup=0,
-                                    steps=1, seed=seed, param_dtype=param_dtype,
-                                    check=True)  # fmt: skip
-    return compare_with_one_process(sharded, config, recipe, batch_size, seq_len, seed=seed,
-                                    param_dtype=param_dtype, tolerance=tolerance)  # fmt: skip
+    sharded = sharded_training_step(
+        config,
+        recipe,
+        batch_size,
+        seq_len,
+        world_size,
+        warmup=0,
+        steps=1,
+        seed=seed,
+        param_dtype=param_dtype,
+        check=True,
+    )
+    return compare_with_one_process(
+        sharded,
+        config,
+        recipe,
+        batch_size,
+        seq_len,
+        seed=seed,
+        param_dtype=param_dtype,
+        tolerance=tolerance,
+    )
 
 
-def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: Recipe,
-                             batch_size: int, seq_len: int, *, seed: int = 0,
-                             param_dtype=torch.float32,
-                             tolerance: float | None = None) -> dict:  # fmt: skip
+def compare_with_one_process(
+    sharded: ShardedStep,
+    config: ModelConfig,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    *,
+    seed: int = 0,
+    param_dtype=torch.float32,
+    tolerance: float | None = None,
+) -> dict:
     """A sharded step (run with ``check=True`` and the same arguments) against the same recipe
     in one process on the whole batch (the same weights and batch): the loss, every gradient
     (within ``tolerance``, default ``TOLERANCE`` of the dtype) and every parameter's update in
@@ -162,8 +228,15 @@ def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: 
     so the gradients are checked on their own (as ``check_ladder`` does)."""
     if sharded.grads is None or sharded.params is None:
         raise ValueError("compare_with_one_process needs a sharded step run with check=True")
-    single = TrainingStep(sized_for(config, seq_len), recipe, batch_size, seq_len,
-                          torch.device("cpu"), seed, param_dtype)  # fmt: skip
+    single = TrainingStep(
+        sized_for(config, seq_len),
+        recipe,
+        batch_size,
+        seq_len,
+        torch.device("cpu"),
+        seed,
+        param_dtype,
+    )
     loss = float(single.loss_and_backward())
     named = dict(single.model.named_parameters())
     grads = {name: p.grad.detach().clone() for name, p in named.items()}
@@ -180,19 +253,24 @@ def compare_with_one_process(sharded: ShardedStep, config: ModelConfig, recipe: 
         "grad_error": max(relative(sharded.grads[n], g) for n, g in grads.items()),
         "update_error": max(
             relative(sharded.params[n] - before[n], p - before[n]) for n, p in named.items()
-        ),  # fmt: skip
+        ),
     }
     limit = tolerance_for(recipe.dtype) if tolerance is None else tolerance
     update_limit = UPDATE_TOLERANCE if tolerance is None else tolerance
-    return {"world_size": sharded.world_size, **errors, "tolerance": limit,
-            "update_tolerance": update_limit,
-            "matches_single_process": errors["loss_error"] <= limit
-            and errors["grad_error"] <= limit
-            and errors["update_error"] <= update_limit}  # fmt: skip
+    return {
+        "world_size": sharded.world_size,
+        **errors,
+        "tolerance": limit,
+        "update_tolerance": update_limit,
+        "matches_single_process": errors["loss_error"] <= limit
+        and errors["grad_error"] <= limit
+        and errors["update_error"] <= update_limit,
+    }
 
 
-def block_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.bfloat16,
-                          seq_len: int = 256) -> float:  # fmt: skip
+def block_bytes_per_token(
+    config: ModelConfig, dtype: torch.dtype = torch.bfloat16, seq_len: int = 256
+) -> float:
     """Bytes one block saves for backward per token with FlashAttention (no seq x seq matrix),
     in ``dtype``: the slope between ``seq_len`` and twice that, counted on the meta device."""
     from perflab.attention.flash_torch import flash_attention_torch
@@ -207,9 +285,15 @@ def block_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.bfloat
     return (counts[1] - counts[0]) / seq_len
 
 
-def sharded_step_memory(config: ModelConfig, batch_size: int, seq_len: int,
-                        world_sizes: list[int], *, state_dtype: str = "float32",
-                        compute_dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+def sharded_step_memory(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    world_sizes: list[int],
+    *,
+    state_dtype: str = "float32",
+    compute_dtype: str = "bfloat16",
+) -> pd.DataFrame:
     """Per rank, in GB, a lower bound on what one FSDP step with the fused head, FlashAttention
     and checkpointing at every block holds at its peak: the shards of the parameters, gradients
     and AdamW's two moments (P / W values each, in ``state_dtype``), every block's input kept
@@ -243,9 +327,13 @@ def sharded_step_memory(config: ModelConfig, batch_size: int, seq_len: int,
             "head chunk logits": chunk * config.vocab_size * (4 + width),
             "largest module's transients": largest * (2 * width + 4 + 4),
         }
-        rows.append({"world_size": world, "tokens_per_rank": tokens,
-                     **{k: v / GB for k, v in parts.items()},
-                     "at_least_GB": sum(parts.values()) / GB,
-                     "unchecked_activations_GB":
-                         config.num_layers * per_token * tokens / GB})  # fmt: skip
+        rows.append(
+            {
+                "world_size": world,
+                "tokens_per_rank": tokens,
+                **{k: v / GB for k, v in parts.items()},
+                "at_least_GB": sum(parts.values()) / GB,
+                "unchecked_activations_GB": config.num_layers * per_token * tokens / GB,
+            }
+        )
     return pd.DataFrame(rows)

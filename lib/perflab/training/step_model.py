@@ -114,13 +114,19 @@ class OpCounter(TorchDispatchMode):
 
 
 #: Operators that move no data: aliases the dispatcher does not mark as views, and scalars.
-_FREE = {torch.ops.aten.detach, torch.ops.aten._unsafe_view, torch.ops.aten.promote_types,
-         torch.ops.aten._local_scalar_dense}  # fmt: skip
+_FREE = {
+    torch.ops.aten.detach,
+    torch.ops.aten._unsafe_view,
+    torch.ops.aten.promote_types,
+    torch.ops.aten._local_scalar_dense,
+}
 
 
 #: In-place matmuls whose FLOPs are their out-of-place twin's (the fused head's ``addmm_``).
-_OUT_OF_PLACE = {torch.ops.aten.addmm_: torch.ops.aten.addmm,
-                 torch.ops.aten.baddbmm_: torch.ops.aten.baddbmm}  # fmt: skip
+_OUT_OF_PLACE = {
+    torch.ops.aten.addmm_: torch.ops.aten.addmm,
+    torch.ops.aten.baddbmm_: torch.ops.aten.baddbmm,
+}
 
 
 def count(fn: Callable[[OpCounter], object]) -> pd.DataFrame:
@@ -136,8 +142,9 @@ def _meta(shape: tuple[int, ...], dtype: torch.dtype, grad: bool = False) -> tor
 
 
 @functools.lru_cache(maxsize=32)
-def block_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
-              forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+def block_ops(
+    config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype, forward_only: bool = False
+) -> pd.DataFrame:
     """One Transformer block's forward and backward (or forward only) in eager mode, without its
     attention (counted apart: ``naive_attention_ops``, ``flash_attention_work``)."""
     with torch.device("meta"):
@@ -166,8 +173,9 @@ def block_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
 
 
 @functools.lru_cache(maxsize=32)
-def naive_attention_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
-                        forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+def naive_attention_ops(
+    config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype, forward_only: bool = False
+) -> pd.DataFrame:
     """One layer's naive causal attention (the full score matrix), forward and backward."""
     shape = (batch, config.num_heads, seq_len, config.head_dim)
     q, k, v = (_meta(shape, dtype, grad=not forward_only) for _ in range(3))
@@ -180,8 +188,9 @@ def naive_attention_ops(config: ModelConfig, batch: int, seq_len: int, dtype: to
     return count(run)
 
 
-def flash_attention_work(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
-                         forward_only: bool = False) -> pd.DataFrame:  # fmt: skip
+def flash_attention_work(
+    config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype, forward_only: bool = False
+) -> pd.DataFrame:
     """One layer's causal FlashAttention-2 from formulas (module docstring): FLOPs and HBM bytes
     of the forward and (unless ``forward_only``) the backward, one row each. Under grouped-query
     attention the keys and values (and their gradients) are ``kv_dim`` wide: a FlashAttention
@@ -200,8 +209,14 @@ def flash_attention_work(config: ModelConfig, batch: int, seq_len: int, dtype: t
 
 
 @functools.lru_cache(maxsize=32)
-def head_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
-             head: str, chunk: int | None = None) -> pd.DataFrame:  # fmt: skip
+def head_ops(
+    config: ModelConfig,
+    batch: int,
+    seq_len: int,
+    dtype: torch.dtype,
+    head: str,
+    chunk: int | None = None,
+) -> pd.DataFrame:
     """The output projection and the loss, forward and backward: "plain" (the logits, then
     ``cross_entropy``) or "fused" (``FusedLinearCrossEntropy``, ``chunk`` tokens at a time;
     None: ``default_chunk_size``)."""
@@ -222,16 +237,18 @@ def head_ops(config: ModelConfig, batch: int, seq_len: int, dtype: torch.dtype,
 
 
 @functools.lru_cache(maxsize=32)
-def adamw_ops(config: ModelConfig, world_size: int, dtype: torch.dtype,
-              optimizer: str) -> pd.DataFrame:  # fmt: skip
+def adamw_ops(
+    config: ModelConfig, world_size: int, dtype: torch.dtype, optimizer: str
+) -> pd.DataFrame:
     """One AdamW step over a rank's 1 / ``world_size`` of the parameters: "for-loop" (PyTorch's
     single-tensor AdamW, counted) or "fused" (one kernel: parameter, gradient and both moments
     read, three written)."""
     params = config.num_parameters() / world_size
     width = torch.finfo(dtype).bits // 8
     if optimizer == "fused":
-        return pd.DataFrame([("fused AdamW", 1, 0.0, 7 * width * params)],
-                            columns=["op", "calls", "flops", "bytes"])  # fmt: skip
+        return pd.DataFrame(
+            [("fused AdamW", 1, 0.0, 7 * width * params)], columns=["op", "calls", "flops", "bytes"]
+        )
     # PyTorch's for-loop AdamW does the same operators on every parameter: count one (the
     # first step initialises the moments, so count the second) and scale by its size.
     p = torch.nn.Parameter(_meta((1024, 1024), dtype))
@@ -266,8 +283,11 @@ class StepPlan:
     head_chunk: int | None = None  # the fused head's tokens per chunk; None: the default
 
     def __post_init__(self) -> None:
-        for field, valid in (("attention", ("naive", "flash")), ("head", ("plain", "fused")),
-                             ("optimizer", ("for-loop", "fused"))):  # fmt: skip
+        for field, valid in (
+            ("attention", ("naive", "flash")),
+            ("head", ("plain", "fused")),
+            ("optimizer", ("for-loop", "fused")),
+        ):
             if getattr(self, field) not in valid:
                 raise ValueError(
                     f"unknown {field} {getattr(self, field)!r}; valid: {', '.join(valid)}"
@@ -277,20 +297,37 @@ class StepPlan:
             raise ValueError(f"head_chunk must be a positive number of tokens, got {chunk!r}")
 
 
-def _timed(ops: pd.DataFrame, gpu: GPUSpec, eff: Efficiency, flops_rate: float,
-           part: str, repeat: float = 1) -> pd.DataFrame:  # fmt: skip
+def _timed(
+    ops: pd.DataFrame,
+    gpu: GPUSpec,
+    eff: Efficiency,
+    flops_rate: float,
+    part: str,
+    repeat: float = 1,
+) -> pd.DataFrame:
     """``ops`` repeated ``repeat`` times, each operator at its roofline."""
-    ops = ops.assign(calls=ops["calls"] * repeat, flops=ops["flops"] * repeat,
-                     bytes=ops["bytes"] * repeat)  # fmt: skip
+    ops = ops.assign(
+        calls=ops["calls"] * repeat, flops=ops["flops"] * repeat, bytes=ops["bytes"] * repeat
+    )
     compute = ops["flops"] / (flops_rate * gpu.bf16_flops)
     memory = ops["bytes"] / (eff.memory * gpu.hbm_bytes_per_s)
-    return ops.assign(part=part, time_s=pd.concat([compute, memory], axis=1).max(axis=1),
-                      memory_bound=memory > compute)  # fmt: skip
+    return ops.assign(
+        part=part,
+        time_s=pd.concat([compute, memory], axis=1).max(axis=1),
+        memory_bound=memory > compute,
+    )
 
 
-def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
-             world_size: int, gpu: GPUSpec = B200, eff: Efficiency = Efficiency(),
-             dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+def step_ops(
+    config: ModelConfig,
+    plan: StepPlan,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    gpu: GPUSpec = B200,
+    eff: Efficiency = Efficiency(),
+    dtype: str = "bfloat16",
+) -> pd.DataFrame:
     """Every operator of one rank's step under FSDP on ``world_size`` GPUs (``batch_size``
     sequences in all, split over the ranks), with its roofline time: columns part, op, calls,
     flops, bytes, time_s, memory_bound. A compiled plan drops the memory-bound operators of the
@@ -303,22 +340,51 @@ def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
     attention = {"naive": naive_attention_ops, "flash": flash_attention_work}[plan.attention]
     attention_rate = eff.matmul if plan.attention == "naive" else eff.attention
     parts = [
-        _timed(block_ops(config, batch, seq_len, torch_dtype), gpu, eff, eff.matmul,
-               "blocks", layers),
-        _timed(attention(config, batch, seq_len, torch_dtype), gpu, eff, attention_rate,
-               "attention", layers),
-        _timed(head_ops(config, batch, seq_len, torch_dtype, plan.head, plan.head_chunk), gpu,
-               eff, eff.matmul, "loss head"),
-        _timed(adamw_ops(config, world_size, torch_dtype, plan.optimizer), gpu, eff,
-               eff.matmul, "AdamW"),
-    ]  # fmt: skip
+        _timed(
+            block_ops(config, batch, seq_len, torch_dtype), gpu, eff, eff.matmul, "blocks", layers
+        ),
+        _timed(
+            attention(config, batch, seq_len, torch_dtype),
+            gpu,
+            eff,
+            attention_rate,
+            "attention",
+            layers,
+        ),
+        _timed(
+            head_ops(config, batch, seq_len, torch_dtype, plan.head, plan.head_chunk),
+            gpu,
+            eff,
+            eff.matmul,
+            "loss head",
+        ),
+        _timed(
+            adamw_ops(config, world_size, torch_dtype, plan.optimizer),
+            gpu,
+            eff,
+            eff.matmul,
+            "AdamW",
+        ),
+    ]
     if plan.checkpointing:
         parts += [
-            _timed(block_ops(config, batch, seq_len, torch_dtype, forward_only=True), gpu, eff,
-                   eff.matmul, "recomputed forward", layers),
-            _timed(attention(config, batch, seq_len, torch_dtype, forward_only=True), gpu, eff,
-                   attention_rate, "recomputed forward", layers),
-        ]  # fmt: skip
+            _timed(
+                block_ops(config, batch, seq_len, torch_dtype, forward_only=True),
+                gpu,
+                eff,
+                eff.matmul,
+                "recomputed forward",
+                layers,
+            ),
+            _timed(
+                attention(config, batch, seq_len, torch_dtype, forward_only=True),
+                gpu,
+                eff,
+                attention_rate,
+                "recomputed forward",
+                layers,
+            ),
+        ]
     ops = pd.concat(parts, ignore_index=True)
     if plan.compiled:
         fusible = ops["part"].isin(["blocks", "loss head", "recomputed forward"])
@@ -329,15 +395,32 @@ def step_ops(config: ModelConfig, plan: StepPlan, batch_size: int, seq_len: int,
     wire = 3 * (world_size - 1) / world_size * config.num_parameters() * width
     comm_s = wire / (eff.link * gpu.nvlink_bytes_per_s)
     exposed = max(0.0, comm_s - ops["time_s"].sum())
-    comm = pd.DataFrame([{"part": "communication", "op": "FSDP collectives", "calls": 3,
-                          "flops": 0.0, "bytes": wire, "time_s": exposed,
-                          "memory_bound": False, "hidden_s": comm_s - exposed}])  # fmt: skip
+    comm = pd.DataFrame(
+        [
+            {
+                "part": "communication",
+                "op": "FSDP collectives",
+                "calls": 3,
+                "flops": 0.0,
+                "bytes": wire,
+                "time_s": exposed,
+                "memory_bound": False,
+                "hidden_s": comm_s - exposed,
+            }
+        ]
+    )
     return pd.concat([ops, comm], ignore_index=True)
 
 
-def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: int,
-                gpu: GPUSpec = B200, eff: Efficiency = Efficiency(),
-                dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+def price_rungs(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    gpu: GPUSpec = B200,
+    eff: Efficiency = Efficiency(),
+    dtype: str = "bfloat16",
+) -> pd.DataFrame:
     """Each of ``RUNGS`` on top of the ones before: the estimated step time per rank, its FLOPs
     and bytes, the share of time in memory-bound operators, and the rung's speed-up over the
     one before (``speedup_over_previous``: the time before over the time after; below 1, the
@@ -347,11 +430,16 @@ def price_rungs(config: ModelConfig, batch_size: int, seq_len: int, world_size: 
         plan = replace(plan, **change)
         ops = step_ops(config, plan, batch_size, seq_len, world_size, gpu, eff, dtype)
         total = ops["time_s"].sum()
-        rows.append({"rung": name, "step_s": total,
-                     "TFLOP_per_rank": ops["flops"].sum() / 1e12,
-                     "TB_per_rank": ops["bytes"].sum() / 1e12,
-                     "memory_bound_share": ops.loc[ops["memory_bound"], "time_s"].sum() / total,
-                     "comm_hidden_s": ops["hidden_s"].sum()})  # fmt: skip
+        rows.append(
+            {
+                "rung": name,
+                "step_s": total,
+                "TFLOP_per_rank": ops["flops"].sum() / 1e12,
+                "TB_per_rank": ops["bytes"].sum() / 1e12,
+                "memory_bound_share": ops.loc[ops["memory_bound"], "time_s"].sum() / total,
+                "comm_hidden_s": ops["hidden_s"].sum(),
+            }
+        )
     table = pd.DataFrame(rows)
     before = table["step_s"].shift().fillna(table["step_s"])
     return table.assign(speedup_over_previous=before / table["step_s"])
@@ -363,13 +451,26 @@ def time_by_part(ops: pd.DataFrame) -> pd.DataFrame:
     return parts.assign(share=parts["time_s"] / parts["time_s"].sum()).reset_index()
 
 
-def price_rungs_at(config: ModelConfig, batch_size: int, seq_len: int, world_size: int,
-                   gpus: list[GPUSpec], eff: Efficiency = Efficiency(),
-                   dtype: str = "bfloat16") -> pd.DataFrame:  # fmt: skip
+def price_rungs_at(
+    config: ModelConfig,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    gpus: list[GPUSpec],
+    eff: Efficiency = Efficiency(),
+    dtype: str = "bfloat16",
+) -> pd.DataFrame:
     """``price_rungs`` on each GPU of ``gpus`` (the datasheet's B200 and the handout's figure,
     say), one block of rows per GPU with its name in ``gpu``."""
-    return pd.concat([price_rungs(config, batch_size, seq_len, world_size, gpu, eff, dtype)
-                      .assign(gpu=gpu.name) for gpu in gpus], ignore_index=True)  # fmt: skip
+    return pd.concat(
+        [
+            price_rungs(config, batch_size, seq_len, world_size, gpu, eff, dtype).assign(
+                gpu=gpu.name
+            )
+            for gpu in gpus
+        ],
+        ignore_index=True,
+    )
 
 
 def rung_findings(table: pd.DataFrame, config: ModelConfig) -> list[Finding]:
@@ -384,15 +485,18 @@ def rung_findings(table: pd.DataFrame, config: ModelConfig) -> list[Finding]:
         saved = -rows["step_s"].diff().fillna(0.0)
         naive_s, best_s = rows["step_s"].iloc[0], rows["step_s"].iloc[-1]
         costly = ", ".join(f"{name} ({-saved[name]:.2f} s)" for name in saved.index[saved < 0])
-        findings.append(Finding(
-            f"leaderboard step model on {gpu}",
-            f"{gpu}: the naive eager step {naive_s:.1f} s by this model, "
-            f"{rows['memory_bound_share'].iloc[0]:.0%} of it in memory-bound operators (its score "
-            f"matrix alone is {scores_gb:.0f} GB per sequence and layer in bf16: it could not hold "
-            f"its saved activations); every rung {best_s:.2f} s ({naive_s / best_s:.1f}x faster); "
-            f"the largest saving {saved.idxmax()} ({saved.max():.2f} s)"
-            + (f"; costing time: {costly}" if costly else "")
-            + f"; FSDP's collectives ({rows['comm_hidden_s'].iloc[-1] * 1e3:.0f} ms a step) "
-            "hide behind compute",
-        ))  # fmt: skip
+        findings.append(
+            Finding(
+                f"leaderboard step model on {gpu}",
+                f"{gpu}: the naive eager step {naive_s:.1f} s by this model, "
+                f"{rows['memory_bound_share'].iloc[0]:.0%} of it in memory-bound operators (its "
+                f"score matrix alone is {scores_gb:.0f} GB per sequence and layer in bf16: it "
+                f"could not hold its saved activations); every rung {best_s:.2f} s "
+                f"({naive_s / best_s:.1f}x faster); "
+                f"the largest saving {saved.idxmax()} ({saved.max():.2f} s)"
+                + (f"; costing time: {costly}" if costly else "")
+                + f"; FSDP's collectives ({rows['comm_hidden_s'].iloc[-1] * 1e3:.0f} ms a step) "
+                "hide behind compute",
+            )
+        )
     return findings

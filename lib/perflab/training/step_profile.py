@@ -47,11 +47,17 @@ def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFr
         seconds = np.array([s[phase] for s in timed])
         shares = seconds / totals
         interval = median_interval(shares)
-        rows.append({"phase": phase, "median_ms": float(np.median(seconds)) * 1e3,
-                     "share": float(np.median(shares)), "share_ci_low": interval.low,
-                     "share_ci_high": interval.high,
-                     "share_ci_level": interval.level,
-                     "unstable": is_unstable(seconds)})  # fmt: skip
+        rows.append(
+            {
+                "phase": phase,
+                "median_ms": float(np.median(seconds)) * 1e3,
+                "share": float(np.median(shares)),
+                "share_ci_low": interval.low,
+                "share_ci_high": interval.high,
+                "share_ci_level": interval.level,
+                "unstable": is_unstable(seconds),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -75,19 +81,28 @@ def step_memory(run: TrainingStep) -> pd.DataFrame:
     rows = [
         ("parameters", tensor_bytes(params), 4 * n, "4 P"),
         ("gradients", tensor_bytes(p.grad for p in params), 4 * n, "4 P"),
-        ("AdamW state", optimizer_state_bytes(run.optimizer), adamw_state_bytes(n, len(params)),
-         "8 P + 4 per tensor"),
+        (
+            "AdamW state",
+            optimizer_state_bytes(run.optimizer),
+            adamw_state_bytes(n, len(params)),
+            "8 P + 4 per tensor",
+        ),
         ("saved activations, one block", block_saved, None, "measured (saved_tensors)"),
         ("logits", logits.numel() * logits.element_size(), logits_bytes, "B S V x 4"),
-        ("forward + backward peak above parameters and state", backward_peak, None,
-         "allocator peak"),
+        (
+            "forward + backward peak above parameters and state",
+            backward_peak,
+            None,
+            "allocator peak",
+        ),
         ("AdamW step's temporaries", optimizer_peak, None, "allocator peak"),
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=["category", "measured_bytes", "formula_bytes", "formula"])
 
 
-def batch_size_table(config, batch_sizes: list[int], seq_len: int, device: torch.device, *,
-                     steps: int = 3) -> pd.DataFrame:  # fmt: skip
+def batch_size_table(
+    config, batch_sizes: list[int], seq_len: int, device: torch.device, *, steps: int = 3
+) -> pd.DataFrame:
     """Tokens per second (median of ``steps`` timed steps after one untimed) and the peak of
     forward and backward above parameters and AdamW's state, for each batch size."""
     rows = []
@@ -97,14 +112,27 @@ def batch_size_table(config, batch_sizes: list[int], seq_len: int, device: torch
         timing = time_fn(run.step, warmup=0, steps=steps, device=device)
         run.model.zero_grad(set_to_none=True)
         peak = peak_memory(run.loss_and_backward, device)
-        rows.append({"batch_size": batch_size, "tokens": batch_size * seq_len,
-                     "step_s": timing.median, "tokens_per_s": batch_size * seq_len / timing.median,
-                     "peak_bytes": peak})  # fmt: skip
+        rows.append(
+            {
+                "batch_size": batch_size,
+                "tokens": batch_size * seq_len,
+                "step_s": timing.median,
+                "tokens_per_s": batch_size * seq_len / timing.median,
+                "peak_bytes": peak,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def accumulation_table(config, global_batch: int, micro_batch_counts: list[int], seq_len: int,
-                       device: torch.device, *, steps: int = 3) -> pd.DataFrame:  # fmt: skip
+def accumulation_table(
+    config,
+    global_batch: int,
+    micro_batch_counts: list[int],
+    seq_len: int,
+    device: torch.device,
+    *,
+    steps: int = 3,
+) -> pd.DataFrame:
     """The same global batch as 1, 2, 4, ... micro-batches with gradient accumulation: time
     per optimizer step and the peak of forward and backward (activations shrink with the
     micro-batch; the gradients do not)."""
@@ -112,30 +140,45 @@ def accumulation_table(config, global_batch: int, micro_batch_counts: list[int],
     run.step()
     rows = []
     for count in micro_batch_counts:
-        timing = time_fn(lambda count=count: run.step(micro_batches=count), warmup=0,
-                         steps=steps, device=device)  # fmt: skip
+        timing = time_fn(
+            lambda count=count: run.step(micro_batches=count), warmup=0, steps=steps, device=device
+        )
         run.model.zero_grad(set_to_none=True)
         peak = peak_memory(lambda count=count: run.loss_and_backward(micro_batches=count), device)
-        rows.append({"micro_batches": count, "micro_batch": global_batch // count,
-                     "step_s": timing.median, "peak_bytes": peak})  # fmt: skip
+        rows.append(
+            {
+                "micro_batches": count,
+                "micro_batch": global_batch // count,
+                "step_s": timing.median,
+                "peak_bytes": peak,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-def attention_masking_in_place(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-                               is_causal: bool = False) -> torch.Tensor:  # fmt: skip
+def attention_masking_in_place(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, is_causal: bool = False
+) -> torch.Tensor:
     """``naive_attention`` with the causal mask written into the fresh scores
     (``masked_fill_``) instead of into a copy of them: the same numbers, one (n x n) copy per
     head and call fewer. Autograd allows it: the division before it keeps nothing of its
     output for backward, and softmax keeps its own output."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if is_causal:
-        scores.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], device=q.device),
-                            float("-inf"))  # fmt: skip
+        scores.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], device=q.device), float("-inf"))
     return weighted_sum(attention_softmax(scores), v)
 
 
-def compare_mask_copy(config, batch_size: int, seq_len: int, device: torch.device, *,
-                      rounds: int = 8, warmup: int = 2, seed: int = 0):  # fmt: skip
+def compare_mask_copy(
+    config,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    *,
+    rounds: int = 8,
+    warmup: int = 2,
+    seed: int = 0,
+):
     """The baseline step against the same step whose attention masks in place
     (``attention_masking_in_place``): whether the loss and every gradient are equal (bit for
     bit: the same operations on the same numbers), and the interleaved ``Comparison``
@@ -147,6 +190,12 @@ def compare_mask_copy(config, batch_size: int, seq_len: int, device: torch.devic
         torch.equal(a.grad, b.grad)
         for a, b in zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
     )
-    result = compare(runs[0].step, runs[1].step, rounds=rounds, warmup=warmup, device=device,
-                     names=("masked_fill (a copy)", "masked_fill_ (in place)"))  # fmt: skip
+    result = compare(
+        runs[0].step,
+        runs[1].step,
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=("masked_fill (a copy)", "masked_fill_ (in place)"),
+    )
     return {"same_loss_and_gradients": same, **result.as_row()}, result
