@@ -2,12 +2,13 @@
 this CPU machine (Triton's CUDA backend and the ptxas in its wheel; no GPU), since the
 interpreter that runs them in the other tests does not type-check what the compiler rejects.
 
-Covered: every kernel, every autotune configuration, causal and not, float16 and bfloat16 at
-head dimension 128 (the most registers and shared memory) on all three targets; on sm_90 also
-float32 (at the smallest configuration: larger float32 tiles at d = 128 spill tens of thousands
-of instructions and take ptxas seconds each, and the autotuner never picks them) and the
-smaller head dimensions. Compiles run in child processes without the interpreter; Triton's
-cache makes a second run fast.
+Covered: every kernel, every configuration ``flash_configs`` keeps, causal and not, float16
+and bfloat16 at head dimension 128 (the most registers and shared memory) on all three targets,
+each of which must compile without spilling and within shared memory (the rule of
+``flash_configs``); float32 at head dimension 128 on all three targets too (causal), where
+only the kernels ``flash_configs.SPILLING`` names may spill; on sm_90 the smaller head
+dimensions in float16. Compiles run in child processes without the interpreter; Triton's cache
+makes a second run fast.
 """
 
 import json
@@ -26,10 +27,10 @@ if not triton_available():
     pytest.skip("Triton is not installed (Linux-only): nothing to compile", allow_module_level=True)
 
 from perflab.attention.aot import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
-from perflab.attention.flash_triton import AUTOTUNE_CONFIGS
+from perflab.attention.flash_configs import KERNELS as FLASH_KERNELS
+from perflab.attention.flash_configs import SPILLING, kept_configs
 from perflab.attention.triton_compile import TARGETS, get_target, kernel_source
 
-SMALLEST = [min(AUTOTUNE_CONFIGS, key=lambda c: (c[0] * c[1], c[3]))]
 LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
 
 
@@ -37,10 +38,21 @@ LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
 def table():
     job_list = (
         jobs(targets=TARGETS, dtypes=("fp16", "bf16"), head_dims=(128,))
-        + jobs(targets=("sm_90",), dtypes=("fp32",), head_dims=(128,), configs=SMALLEST)
-        + jobs(kernels=KERNEL_NAMES[:3], targets=("sm_90",), dtypes=("fp16",),
-               head_dims=(16, 32, 64), configs=AUTOTUNE_CONFIGS[:1])
-    )  # fmt: skip
+        + jobs(
+            kernels=FLASH_KERNELS,
+            targets=TARGETS,
+            dtypes=("fp32",),
+            head_dims=(128,),
+            causal=(True,),
+        )
+        + jobs(
+            kernels=FLASH_KERNELS,
+            targets=("sm_90",),
+            dtypes=("fp16",),
+            head_dims=(16, 32, 64),
+            causal=(True,),
+        )
+    )
     return compile_table(job_list)
 
 
@@ -60,11 +72,12 @@ def test_every_triton_kernel_of_the_library_is_in_the_catalogue():
 def test_every_kernel_compiles_for_every_target_config_and_dtype(table):
     failed = table[table["status"] != "ok"]
     assert failed.empty, failed[["kernel", "target", "dtype", "causal", "error"]].to_string()
-    flash = table[table["kernel"].str.startswith("flash")]
+    flash = table[table["kernel"].isin(FLASH_KERNELS)]
     half = flash[flash["dtype"].isin(["fp16", "bf16"]) & (flash["head_dim"] == 128)]
     per_case = half.groupby(["kernel", "target", "dtype", "causal"]).size()
     assert len(per_case) == 3 * len(TARGETS) * 2 * 2
-    assert set(per_case) == {len(AUTOTUNE_CONFIGS)}
+    for (kernel, *_), count in per_case.items():
+        assert count == len(kept_configs(kernel, 128, 2))
     assert set(table["target"]) == set(TARGETS)
     assert set(table["kernel"]) == set(KERNEL_NAMES)
     assert set(flash["causal"]) == {True, False}
@@ -75,20 +88,35 @@ def test_compiled_metadata_is_read(table):
     assert (ok["registers"] > 0).all() and (ok["registers"] <= 255).all()
     assert (ok["shared_bytes"] >= 0).all() and (ok["stack_bytes"] >= 0).all()
     # A flash kernel keeps K and V tiles in shared memory: more for larger tiles and stages.
-    fwd = ok.query("kernel == 'flash_forward' and target == 'sm_90' and dtype == 'fp16' "
-                   "and head_dim == 128 and causal == False")  # fmt: skip
-    small = fwd[(fwd["block_k"] == 64) & (fwd["block_q"] == 32) & (fwd["num_stages"] == 2)]
-    large = fwd[(fwd["block_k"] == 128) & (fwd["block_q"] == 128) & (fwd["num_stages"] == 3)]
+    fwd = ok.query(
+        "kernel == 'flash_forward' and target == 'sm_90' and dtype == 'fp16' "
+        "and head_dim == 128 and causal == False"
+    )
+    small = fwd[(fwd["block_k"] == 64) & (fwd["block_q"] == 32)]
+    large = fwd[(fwd["block_k"] == 64) & (fwd["block_q"] == 128)]
     assert small["shared_bytes"].iloc[0] < large["shared_bytes"].iloc[0]
     rows = summary(table)
     assert len(rows) == len(KERNEL_NAMES) * len(TARGETS)
     assert (rows["failed"] == 0).all()
 
 
+def test_float32_spills_only_where_no_configuration_fits(table):
+    """float32 at head dimension 128 on every target: within shared memory everywhere, and no
+    spill but in the kernels ``SPILLING`` names (their least-spilling configuration)."""
+    fp32 = table[table["kernel"].isin(FLASH_KERNELS) & (table["dtype"] == "fp32")]
+    assert set(fp32["target"]) == set(TARGETS) and (fp32["status"] == "ok").all()
+    assert (fp32["shared_bytes"] <= fp32["max_shared_bytes"]).all()
+    spilled = set(fp32.loc[fp32["spill_stores"] > 0, "kernel"])
+    assert spilled <= {kernel for kernel, head_dim in SPILLING[4] if head_dim == 128}
+    assert fp32[fp32["kernel"] == "flash_backward_q"]["spill_stores"].eq(0).all()
+
+
 #: Strides that multiply a program-dependent index which can pass 2^31 elements: the batch
 #: element's offset in the flash kernels, the row offset in the weighted sum.
 WIDE_STRIDES = {
     "flash_forward": "stride_kb stride_lb stride_ob stride_qb stride_vb",
+    "flash_forward_plain": "stride_kb stride_lb stride_ob stride_qb stride_vb",
+    "flash_backward_preprocess": "stride_lb stride_ob",
     "flash_backward_kv": "stride_kb stride_lb stride_qb stride_vb",
     "flash_backward_q": "stride_kb stride_lb stride_qb stride_vb",
     "weighted_sum_forward": "stride_x",
@@ -105,42 +133,58 @@ def test_large_offsets_are_computed_in_64_bits(table):
         assert set(rows["int64_strides"]) == {WIDE_STRIDES[kernel]}, kernel
 
 
-def test_autotuner_prunes_exactly_the_configs_over_the_shared_memory_limit(table):
-    """``configs_that_fit`` (the autotuner's early prune on a GPU) run here for named targets
-    with a fake launch's arguments; it keeps exactly the configurations the table says fit."""
+def test_every_kept_configuration_spills_nothing_and_fits_every_target(table):
+    """The rule of ``flash_configs``, held to the kernels as they are now: at head dimension
+    128 (the most registers and shared memory), float16 and bfloat16, causal and not, every
+    kept configuration of every FlashAttention kernel compiles for sm_80, sm_90 and sm_100
+    without a spill and within the target's shared memory; each main loop's SASS counted."""
+    flash = table[table["kernel"].isin(FLASH_KERNELS) & table["dtype"].isin(["fp16", "bf16"])]
+    rows = summary(flash[flash["head_dim"] == 128])
+    assert len(rows) == len(FLASH_KERNELS) * len(TARGETS)
+    assert (rows[["failed", "compiles_spilling", "compiles_over_shared_limit"]] == 0).all().all()
+    assert (rows["main_loop_min"] > 0).all()
+    # The unmasked stage is the smallest loop: a forward has two (unmasked, then masked).
+    forward = flash[(flash["kernel"] == "flash_forward") & (flash["head_dim"] == 128)]
+    assert forward["loop_instructions"].str.split().map(len).eq(2).all()
+
+
+def test_the_pruner_keeps_exactly_what_fits_a_smaller_gpu():
+    """On a GPU whose architecture the table was not compiled for (99 KiB of shared memory,
+    as sm_86), the autotuner's prune step compiles the kept configurations for it and keeps
+    exactly those within its shared memory (``configs_that_fit``, run here for a named
+    target with a fake launch's arguments)."""
     script = textwrap.dedent("""
-        import json, torch, triton
+        import json, torch
         from perflab.attention import flash_triton as ft
-        from perflab.attention.triton_compile import get_target
+        from perflab.attention.flash_configs import autotune_configs, configs_for
+        from perflab.attention.triton_compile import Target, compile_kernel
         q = torch.empty(2, 256, 128, dtype=torch.float16)
         lse = torch.empty(2, 256)
         args = dict(Q=q, K=q, V=q, DO=q, L=lse, DELTA=lse, DQ=q, stride_qb=256 * 128,
                     stride_qn=128, stride_kb=256 * 128, stride_kn=128, stride_vb=256 * 128,
                     stride_vn=128, stride_lb=256, N_Q=256, N_K=256, scale=128 ** -0.5)
-        kept = {}
-        for target in ("sm_80", "sm_90"):
-            configs = ft.configs_that_fit(ft._flash_backward_q_kernel, ft._triton_configs(), args,
-                                          dict(D=128, IS_CAUSAL=True, PRECISION="tf32"),
-                                          get_target(target))
-            kept[target] = [[c.kwargs["BQ"], c.kwargs["BK"], c.num_warps, c.num_stages]
-                            for c in configs]
-        print(json.dumps(kept))
+        constexprs = dict(D=128, IS_CAUSAL=True, PRECISION="tf32", EVEN_Q=False, EVEN_K=False)
+        target = Target("sm_86", 86, "RTX 3090", 99 * 1024)
+        configs = configs_for("flash_backward_q", 128, 2, autotune_configs("flash_backward_q"))
+        kept = ft.configs_that_fit(ft._flash_backward_q_kernel, configs, args, constexprs, target)
+        types, divisible = ft.argument_types(args)
+        shared = [compile_kernel(ft._flash_backward_q_kernel, types, {**constexprs, **c.kwargs},
+                                 num_warps=c.num_warps, num_stages=c.num_stages, target=target,
+                                 divisible=divisible).metadata.shared for c in configs]
+        print(json.dumps({"configs": len(configs), "kept": [str(c) for c in kept],
+                          "fit": [str(c) for c, b in zip(configs, shared) if b <= 99 * 1024]}))
     """)
     env = {"TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         env={**os.environ, **env}, check=True).stdout  # fmt: skip
-    kept = json.loads(out.strip().splitlines()[-1])
-    rows = table[(table["kernel"] == "flash_backward_q") & (table["dtype"] == "fp16")
-                 & (table["head_dim"] == 128) & table["causal"].astype(bool)]  # fmt: skip
-    for target, configs in kept.items():
-        here = rows[rows["target"] == target]
-        fits = here[here["shared_bytes"] <= get_target(target).max_shared_bytes]
-        expected = {tuple(int(x) for x in r) for r in
-                    fits[["block_q", "block_k", "num_warps", "num_stages"]].to_numpy()}  # fmt: skip
-        assert {tuple(c) for c in configs} == expected
-        assert 0 < len(configs) <= len(AUTOTUNE_CONFIGS)
-    # At head dimension 128 some configuration needs more than an A100's 163 KiB.
-    assert len(kept["sm_80"]) < len(AUTOTUNE_CONFIGS)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    ).stdout
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["kept"] == found["fit"]
+    assert 0 < len(found["kept"]) < found["configs"]  # some need more than 99 KiB
 
 
 def test_bad_names_get_one_clear_error():
@@ -153,11 +197,31 @@ def test_bad_names_get_one_clear_error():
 
 
 def test_kernel_source_is_the_kernels_own_code():
-    from perflab.attention.flash_triton import _flash_forward_kernel
+    from perflab.attention.flash_triton import _flash_forward_kernel, _forward_stage
     from perflab.attention.weighted_sum import _weighted_sum_forward_kernel
 
     source = kernel_source(_flash_forward_kernel)
-    assert source.startswith("@triton.jit\ndef _flash_forward_kernel(") and "tl.dot" in source
+    assert source.startswith("@triton.jit\ndef _flash_forward_kernel(")
+    assert "_forward_stage(" in source  # the kernel runs its loop twice: unmasked, then masked
+    assert "tl.dot" in kernel_source(_forward_stage)
     assert "def _weighted_sum_forward_kernel(" in kernel_source(_weighted_sum_forward_kernel)
     with pytest.raises(ValueError, match="not a Triton kernel or a function"):
         kernel_source(3)
+
+
+def test_the_structure_costs_what_the_instruction_counts_say():
+    """The plain one-loop forward against the lean two-stage one, compiled alike for sm_90:
+    the lean one's unmasked loop issues fewer instructions per tile than the plain loop, its
+    masked stage more than its unmasked one; the sentence reads the table."""
+    from perflab.attention.aot import structure_cost, structure_findings
+
+    table = structure_cost(("sm_90",))
+    by = table.set_index("kernel")
+    plain, lean = (
+        by.loc[k, "main_loop_instructions"] for k in ("flash_forward_plain", "flash_forward")
+    )
+    assert lean < plain
+    unmasked, masked = map(int, by.loc["flash_forward", "loop_instructions"].split())
+    assert unmasked == lean < masked
+    (sentence,) = structure_findings(table)
+    assert f"issues {plain:.0f} SASS" in sentence and f"unmasked loop {lean:.0f}" in sentence

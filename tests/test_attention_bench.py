@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from perflab.bench.attention import attention_flops, flash_speed, host_ms
+from perflab.bench.comparison import comparison_frame
 
 CPU = torch.device("cpu")
 
@@ -19,17 +20,31 @@ def test_host_time_is_per_call_in_milliseconds():
 
 
 def test_flash_speed_rows_and_the_comparisons_against_sdpa():
-    timed, versus = flash_speed(["sdpa", "flash_torch", "naive"], heads=[2], seq_lens=[32, 64],
-                                head_dim=16, dtype="float32", device=CPU, rounds=2,
-                                max_seq_len={"flash_torch": 32})  # fmt: skip
+    timed, versus = flash_speed(
+        ["sdpa", "flash_torch", "naive"],
+        heads=[2],
+        seq_lens=[32, 64],
+        head_dim=16,
+        dtype="float32",
+        device=CPU,
+        rounds=2,
+        max_seq_len={"flash_torch": 32},
+    )
     assert sorted(zip(timed["implementation"], timed["seq_len"], strict=True)) == [
-        ("flash_torch", 32), ("naive", 32), ("naive", 64), ("sdpa", 32), ("sdpa", 64),
-    ]  # fmt: skip
+        ("flash_torch", 32),
+        ("naive", 32),
+        ("naive", 64),
+        ("sdpa", 32),
+        ("sdpa", 64),
+    ]
     flops = attention_flops(2, 64, 64, 16, True)["end_to_end"]
     row = timed[(timed["implementation"] == "naive") & (timed["seq_len"] == 64)].iloc[0]
     assert row["tflops"] == pytest.approx(flops / row["device_ms"] / 1e9)
     assert set(timed["method"]) == {"perflab time_fn"}
+    versus = comparison_frame(versus)
     assert sorted(zip(versus["b"], versus["seq_len"], strict=True)) == [
-        ("flash_torch", 32), ("naive", 32), ("naive", 64),
-    ]  # fmt: skip
+        ("flash_torch", 32),
+        ("naive", 32),
+        ("naive", 64),
+    ]
     assert set(versus["a"]) == {"sdpa"} and (versus["rounds"] == 2).all()

@@ -25,13 +25,16 @@ from perflab.model import PRESETS, TransformerLM, cross_entropy
 HAVE_TRITON = triton_available()
 NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
 if HAVE_TRITON:
+    from perflab.attention.flash_configs import KERNELS, all_configs
     from perflab.attention.flash_triton import (
-        AUTOTUNE_CONFIGS,
         INTERPRETED,
         FlashAttentionTriton,
         flash_attention_triton,
         pinned_config,
     )
+
+    #: Every configuration the autotuner may pick for any of the kernels.
+    AUTOTUNE_CONFIGS = list(dict.fromkeys(c for name in KERNELS for c in all_configs(name)))
 else:
     AUTOTUNE_CONFIGS, INTERPRETED = [], True
     FlashAttentionTriton = flash_attention_triton = None
@@ -309,15 +312,15 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
         qs, ks, vs = (t.contiguous().cpu().double().requires_grad_() for t in (q, k, k))
         ref = naive_attention(qs, ks, vs, is_causal=True)
         ref.backward(q.contiguous().cpu().double())  # dO = q's values, read through its strides
-        delta = (q.float() * out.float()).sum(-1).contiguous()
         with ft.pinned_config():
-            ft.launch_backward(q, k, k, q, lse, delta, dq, dk, dv, True)
+            ft.launch_backward(q, k, k, out, q, lse, dq, dk, dv, True)
         for got, want in ((out, ref), (dq, qs.grad), (dk, ks.grad), (dv, vs.grad)):
             assert (got.cpu().double() - want.detach()).abs().max() < 1e-2
         print("ok")
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
 
 
@@ -326,3 +329,58 @@ def test_pinned_config_rejects_tiles_the_kernels_cannot_take():
     with pytest.raises(ValueError, match="tile sizes must be 16, 32, 64 or 128, got BQ=48"):
         with pinned_config((48, 64, 4, 2)):
             pass
+
+
+@NEEDS_TRITON
+def test_a_call_launches_its_kernels_and_nothing_else():
+    """After the first call of a shape, a forward launches one kernel and a backward three
+    (D = rowsum(dO * O), then dK and dV, then dQ); the only PyTorch operators outside the
+    kernels are the allocations of their outputs (autograd's own ``detach`` of what it saves
+    aside): no arithmetic, no float32 copies. The interpreter runs the same host code as a
+    GPU, so this holds there too."""
+    from perflab.attention.flash_triton import host_calls
+
+    calls = host_calls(FlashAttentionTriton, *_inputs(2, 40, 56, 16, torch.float32, seed=5))
+    assert calls["forward_launches"] == ["_flash_forward_kernel"]
+    assert calls["forward_operators"] == ["empty_like", "empty"]  # the output and the L
+    assert calls["backward_launches"] == [
+        "_flash_backward_preprocess_kernel",
+        "_flash_backward_kv_kernel",
+        "_flash_backward_q_kernel",
+    ]
+    assert calls["backward_operators"] == ["empty_like"] * 4  # D, dQ, dK, dV
+    tiled = host_calls(FlashAttentionTorch, *_inputs(2, 40, 56, 16, torch.float32, seed=5))
+    assert tiled["forward_launches"] == [] and len(tiled["forward_operators"]) > 20
+
+
+@NEEDS_TRITON
+@pytest.mark.parametrize("batch, n_q, n_k, d, causal", CASES)
+def test_the_plain_kernel_computes_what_the_lean_one_does(batch, n_q, n_k, d, causal):
+    """The one-loop kernel notebook 06 compiles for contrast: the same function."""
+    from perflab.attention.flash_triton_plain import plain_flash_forward
+
+    q, k, v = (t.detach() for t in _inputs(batch, n_q, n_k, d, torch.float32, seed=n_q + n_k))
+    out, lse = plain_flash_forward(q, k, v, causal)
+    ref_out, ref_lse, _, _ = reference(q, k, v, causal)
+    torch.testing.assert_close(out.double().cpu(), ref_out, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse.double().cpu(), ref_lse, atol=2e-5, rtol=2e-5)
+
+
+@NEEDS_TRITON
+def test_a_compiled_model_runs_the_triton_attention_between_its_graphs():
+    """The compile rung with FlashAttention in the stack: dynamo does not trace into the
+    kernels' host code (on a GPU, the autotuner's prune step); the attention runs as it is,
+    and the compiled model computes what the eager one does."""
+    torch.manual_seed(0)
+    model = TransformerLM(PRESETS["cpu-tiny"]).to(DEVICE)
+    model.set_attention(flash_attention_triton)
+    tokens = torch.randint(10_000, (1, 40)).to(DEVICE)
+    eager = model(tokens)
+    try:
+        explained = torch._dynamo.explain(model)(tokens)
+        compiled = torch.compile(model)(tokens)
+    finally:
+        torch._dynamo.reset()
+    assert explained.graph_break_count >= PRESETS["cpu-tiny"].num_layers  # one per attention
+    assert any("disable" in str(reason.reason) for reason in explained.break_reasons)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)

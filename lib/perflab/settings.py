@@ -78,6 +78,9 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "kernel_targets": ["sm_80", "sm_90", "sm_100"],
         "kernel_dtypes": ["fp16", "bf16"],
         "kernel_causal": [False, True],
+        "structure_targets": ["sm_80", "sm_90", "sm_100"],
+        "memory_dtype": "bfloat16",
+        "memory_implementations": ["naive", "sdpa", "flash_triton"],
     },
     "07_distributed_ddp": {
         "sizes_mb": [1, 10, 100, 1000],

@@ -57,8 +57,15 @@ def _first_visible_tile_end(q_end: int, offset: int, n_keys: int) -> int:
     return min(n_keys, q_end + offset)
 
 
-def _tile_scores(q_tile: Tensor, k_tile: Tensor, scale: float, q_start: int, k_start: int,
-                 offset: int, is_causal: bool) -> Tensor:  # fmt: skip
+def _tile_scores(
+    q_tile: Tensor,
+    k_tile: Tensor,
+    scale: float,
+    q_start: int,
+    k_start: int,
+    offset: int,
+    is_causal: bool,
+) -> Tensor:
     """Scaled scores of one tile (accumulation precision), -inf where the causal mask forbids."""
     scores = (_acc(q_tile) @ _acc(k_tile).transpose(-2, -1)) * scale
     if is_causal:
@@ -84,8 +91,9 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, 
         row_max = torch.full((batch, rows), float("-inf"), device=q.device, dtype=acc_dtype)
         k_end = _first_visible_tile_end(q_start + rows, offset, n_k) if is_causal else n_k
         for k_start in range(0, max(k_end, 0), K_TILE):
-            scores = _tile_scores(q_tile, k[:, k_start : k_start + K_TILE], scale, q_start,
-                                  k_start, offset, is_causal)  # fmt: skip
+            scores = _tile_scores(
+                q_tile, k[:, k_start : k_start + K_TILE], scale, q_start, k_start, offset, is_causal
+            )
             new_max = torch.maximum(row_max, scores.amax(dim=-1))
             safe_max = torch.where(torch.isinf(new_max), 0.0, new_max)  # rows with no key yet
             probabilities = torch.exp(scores - safe_max[..., None])
@@ -104,9 +112,19 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> tuple[Tensor, 
     return out, lse
 
 
-def _backward_tile(q_tile: Tensor, k_tile: Tensor, v_tile: Tensor, grad_out: Tensor,
-                   lse: Tensor, delta: Tensor, scale: float, q_start: int, k_start: int,
-                   offset: int, is_causal: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _backward_tile(
+    q_tile: Tensor,
+    k_tile: Tensor,
+    v_tile: Tensor,
+    grad_out: Tensor,
+    lse: Tensor,
+    delta: Tensor,
+    scale: float,
+    q_start: int,
+    k_start: int,
+    offset: int,
+    is_causal: bool,
+) -> tuple[Tensor, Tensor, Tensor]:
     """dQ, dK, dV contributions of one (query tile, key tile) pair (accumulation precision)."""
     scores = _tile_scores(q_tile, k_tile, scale, q_start, k_start, offset, is_causal)
     safe_lse = torch.where(torch.isinf(lse), 0.0, lse)
@@ -119,8 +137,16 @@ def _backward_tile(q_tile: Tensor, k_tile: Tensor, v_tile: Tensor, grad_out: Ten
     return grad_q, grad_k, grad_v
 
 
-def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
-              is_causal: bool, tile_fn) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _backward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    grad_out: Tensor,
+    is_causal: bool,
+    tile_fn,
+) -> tuple[Tensor, Tensor, Tensor]:
     n_q, n_k, d = q.shape[1], k.shape[1], q.shape[2]
     scale = 1 / math.sqrt(d)
     offset = n_k - n_q
@@ -133,10 +159,18 @@ def _backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_ou
         for k_start in range(0, max(k_end, 0), K_TILE):
             k_stop = min(k_start + K_TILE, n_k)
             dq, dk, dv = tile_fn(
-                q[:, q_start:q_stop], k[:, k_start:k_stop], v[:, k_start:k_stop],
-                grad_out[:, q_start:q_stop], lse[:, q_start:q_stop], delta[:, q_start:q_stop],
-                scale, q_start, k_start, offset, is_causal,
-            )  # fmt: skip
+                q[:, q_start:q_stop],
+                k[:, k_start:k_stop],
+                v[:, k_start:k_stop],
+                grad_out[:, q_start:q_stop],
+                lse[:, q_start:q_stop],
+                delta[:, q_start:q_stop],
+                scale,
+                q_start,
+                k_start,
+                offset,
+                is_causal,
+            )
             grad_q[:, q_start:q_stop] += dq
             grad_k[:, k_start:k_stop] += dk
             grad_v[:, k_start:k_stop] += dv
@@ -177,15 +211,18 @@ class FlashAttentionTorch(torch.autograd.Function):
         return grad_q, grad_k, grad_v, None
 
 
-def as_model_attention(function: type[torch.autograd.Function]):
+def as_model_attention(function: type[torch.autograd.Function], *, opaque: bool = False):
     """An attention function for ``TransformerLM.set_attention`` (which passes q, k, v of shape
     (batch, heads, seq, head_dim)) from a FlashAttention ``autograd.Function`` taking
-    (batch, seq, d): the leading dimensions are flattened into one batch dimension."""
+    (batch, seq, d): the leading dimensions are flattened into one batch dimension. ``opaque``:
+    under ``torch.compile`` the function runs as it is, between the compiled graphs, instead of
+    being traced (``torch.compiler.disable``)."""
+    apply = torch.compiler.disable(function.apply) if opaque else function.apply
 
     def attention(q: Tensor, k: Tensor, v: Tensor, *, is_causal: bool = False) -> Tensor:
         lead = q.shape[:-2]
         flat = [t.reshape(-1, *t.shape[-2:]) for t in (q, k, v)]
-        out = function.apply(*flat, is_causal)
+        out = apply(*flat, is_causal)
         return out.reshape(*lead, *out.shape[-2:])
 
     attention.__name__ = f"{function.__name__}_attention"

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from perflab.hardware import GPUS
+
 #: Triton's names of tensor element types (the workbook's kernels take the first three; a
 #: student's may take any, ``perflab.adapters.kernel_compile``).
 TRITON_DTYPES = {
@@ -49,10 +51,19 @@ class Target:
         return GPUTarget("cuda", self.arch, 32)
 
 
+def _target(example: str, gpu: str) -> Target:
+    spec = GPUS[gpu]
+    return Target(f"sm_{spec.arch}", spec.arch, example, spec.max_shared_bytes)
+
+
+#: One target per architecture of ``perflab.hardware``'s table.
 TARGETS = {
-    "sm_80": Target("sm_80", 80, "A100", 163 * 1024),
-    "sm_90": Target("sm_90", 90, "H100", 227 * 1024),
-    "sm_100": Target("sm_100", 100, "B200", 227 * 1024),
+    target.name: target
+    for target in (
+        _target("A100", "A100 SXM4 80GB"),
+        _target("H100", "H100 SXM5 80GB"),
+        _target("B200", "HGX B200"),
+    )
 }
 
 
@@ -74,8 +85,16 @@ def get_target(name: str) -> Target:
     return TARGETS[name]
 
 
-def compile_kernel(kernel, types: dict[str, str], constexprs: dict, *, num_warps: int,
-                   num_stages: int, target: Target, divisible: tuple[str, ...] = ()):  # fmt: skip
+def compile_kernel(
+    kernel,
+    types: dict[str, str],
+    constexprs: dict,
+    *,
+    num_warps: int,
+    num_stages: int,
+    target: Target,
+    divisible: tuple[str, ...] = (),
+):
     """``triton.compile`` of ``kernel`` for ``target``.
 
     ``types`` gives every runtime argument's Triton type ("*fp16", "i32", "fp32"),
@@ -93,8 +112,11 @@ def compile_kernel(kernel, types: dict[str, str], constexprs: dict, *, num_warps
     source = ASTSource(kernel, signature, constexprs=dict(constexprs), attrs=attrs)
     import triton
 
-    return triton.compile(source, target=target.gpu_target(),
-                          options={"num_warps": num_warps, "num_stages": num_stages})  # fmt: skip
+    return triton.compile(
+        source,
+        target=target.gpu_target(),
+        options={"num_warps": num_warps, "num_stages": num_stages},
+    )
 
 
 def _cuobjdump() -> str:
@@ -103,16 +125,54 @@ def _cuobjdump() -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
+#: A loop of fewer SASS instructions is a wait (a spin on a barrier), not a loop of the kernel.
+MIN_LOOP_INSTRUCTIONS = 16
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", re.IGNORECASE)
+_BRANCH = re.compile(r"(?:@!?U?P\w+\s+)?BRA(?:\.\w+)*\s+(?:!?U?P\w+\s*,\s*)?0x([0-9a-f]+)")
+
+
+def loop_instructions(sass: str) -> list[int]:
+    """The SASS instructions in each loop of a kernel, in program order: a branch back to an
+    earlier address closes a loop whose body runs from that address to the branch. Only
+    outermost loops of at least ``MIN_LOOP_INSTRUCTIONS`` are counted (a barrier's spin-wait
+    is a two-instruction loop; the waits that a pipelined loop jumps out to are not counted).
+    A static count: what one trip around the loop issues, not a timing."""
+    lines = [(int(address, 16), text.strip()) for address, text in _SASS_LINE.findall(sass)]
+    # Code after the last unconditional EXIT is out of line (spin-waits, slow paths); its
+    # branches back into the body return from it, they do not close loops.
+    body_end = max((a for a, text in lines if text == "EXIT"), default=float("inf"))
+    loops = []
+    for address, instruction in lines:
+        branch = _BRANCH.match(instruction)
+        if branch and address < body_end:
+            end, start = address, int(branch.group(1), 16)
+            if start < end and (end - start) // 16 + 1 >= MIN_LOOP_INSTRUCTIONS:
+                loops.append((start, end))
+    outermost = [
+        (a, b)
+        for a, b in loops
+        if not any(c <= a and b <= d and (c, d) != (a, b) for c, d in loops)
+    ]
+    return [(end - start) // 16 + 1 for start, end in sorted(set(outermost))]
+
+
 def resource_usage(compiled) -> dict:
-    """Registers per thread, stack bytes per thread, spill stores and loads (SASS instructions)
-    and shared memory bytes per block of a compiled kernel."""
+    """Registers per thread, stack bytes per thread, spill stores and loads (SASS instructions),
+    shared memory bytes per block of a compiled kernel, and the SASS instructions of each of
+    its loops (``loop_instructions``; the smallest is the unmasked stage of the workbook's
+    FlashAttention kernels, whose masked stages are the same code plus masks)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(compiled.asm["cubin"])
         cubin.flush()
-        usage = subprocess.run([_cuobjdump(), "--dump-resource-usage", cubin.name],
-                               capture_output=True, text=True, check=True).stdout  # fmt: skip
-        sass = subprocess.run([_cuobjdump(), "--dump-sass", cubin.name],
-                              capture_output=True, text=True, check=True).stdout  # fmt: skip
+        usage = subprocess.run(
+            [_cuobjdump(), "--dump-resource-usage", cubin.name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        sass = subprocess.run(
+            [_cuobjdump(), "--dump-sass", cubin.name], capture_output=True, text=True, check=True
+        ).stdout
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     if found is None:
         raise RuntimeError(f"cuobjdump printed no resource usage for {compiled.name}:\n{usage}")
@@ -122,4 +182,6 @@ def resource_usage(compiled) -> dict:
         "spill_stores": len(re.findall(r"\bSTL(?:\.\w+)*\s", sass)),
         "spill_loads": len(re.findall(r"\bLDL(?:\.\w+)*\s", sass)),
         "shared_bytes": int(compiled.metadata.shared),
+        "loop_instructions": " ".join(map(str, loop_instructions(sass))),
+        "main_loop_instructions": min(loop_instructions(sass), default=None),
     }

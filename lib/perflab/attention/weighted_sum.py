@@ -31,8 +31,11 @@ def _weighted_sum_forward_kernel(
     acc = tl.zeros((ROWS,), tl.float32)
     for start in range(0, D, COLS):
         offs_c = start + tl.arange(0, COLS)
-        x = tl.load(X + offs_r[:, None] * stride_x + offs_c[None, :],
-                    mask=(offs_r[:, None] < N_ROWS) & (offs_c[None, :] < D), other=0.0)  # fmt: skip
+        x = tl.load(
+            X + offs_r[:, None] * stride_x + offs_c[None, :],
+            mask=(offs_r[:, None] < N_ROWS) & (offs_c[None, :] < D),
+            other=0.0,
+        )
         w = tl.load(W + offs_c, mask=offs_c < D, other=0.0)
         acc += tl.sum(x.to(tl.float32) * w.to(tl.float32)[None, :], axis=1)
     tl.store(Y + offs_r, acc.to(Y.dtype.element_ty), mask=offs_r < N_ROWS)
@@ -52,10 +55,16 @@ def _weighted_sum_backward_kernel(
         mask = (offs_r[:, None] < N_ROWS) & (offs_c[None, :] < D)
         x = tl.load(X + offs_r[:, None] * stride_x + offs_c[None, :], mask=mask, other=0.0)
         w = tl.load(W + offs_c, mask=offs_c < D, other=0.0).to(tl.float32)
-        tl.store(DX + offs_r[:, None] * stride_dx + offs_c[None, :],
-                 (dy[:, None] * w[None, :]).to(DX.dtype.element_ty), mask=mask)  # fmt: skip
-        tl.store(DW_PARTIAL + tile * D + offs_c, tl.sum(dy[:, None] * x.to(tl.float32), axis=0),
-                 mask=offs_c < D)  # fmt: skip
+        tl.store(
+            DX + offs_r[:, None] * stride_dx + offs_c[None, :],
+            (dy[:, None] * w[None, :]).to(DX.dtype.element_ty),
+            mask=mask,
+        )
+        tl.store(
+            DW_PARTIAL + tile * D + offs_c,
+            tl.sum(dy[:, None] * x.to(tl.float32), axis=0),
+            mask=offs_c < D,
+        )
 
 
 class WeightedSumTriton(torch.autograd.Function):
@@ -93,8 +102,21 @@ class WeightedSumTriton(torch.autograd.Function):
         grad_x = torch.empty_like(x2)
         partial = torch.empty(tiles, x2.shape[1], device=x2.device, dtype=torch.float32)
         _weighted_sum_backward_kernel[(tiles,)](
-            x2, w, grad_y, grad_x, partial, x2.stride(0), grad_x.stride(0), x2.shape[0],
-            x2.shape[1], ROWS=ROWS, COLS=COLS,
-        )  # fmt: skip
+            x2,
+            w,
+            grad_y,
+            grad_x,
+            partial,
+            x2.stride(0),
+            grad_x.stride(0),
+            x2.shape[0],
+            x2.shape[1],
+            ROWS=ROWS,
+            COLS=COLS,
+        )
         grad_w = partial.sum(dim=0).to(w.dtype)
         return grad_x.reshape(*ctx.lead, x2.shape[1]), grad_w
+
+
+#: The kernels by role, for showing their source (``triton_compile.kernel_source``).
+SOURCES = {"forward": _weighted_sum_forward_kernel, "backward": _weighted_sum_backward_kernel}

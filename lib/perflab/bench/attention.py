@@ -224,13 +224,28 @@ def compare_attention(
         _attention_calls(name, batch, seq_len, head_dim, dtype, causal, device)[1]
         for name in (implementation_a, implementation_b)
     ]
-    return compare(*calls, rounds=rounds, warmup=warmup, device=device,
-                   names=(implementation_a, implementation_b))  # fmt: skip
+    return compare(
+        *calls,
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=(implementation_a, implementation_b),
+    )
 
 
-def attention_configs(*, implementations, batch: int, head_dims, seq_lens, dtypes, warmup: int,
-                      steps: int, device: torch.device, causal: bool = False,
-                      max_seq_len: dict[str, int] | None = None) -> list[dict]:  # fmt: skip
+def attention_configs(
+    *,
+    implementations,
+    batch: int,
+    head_dims,
+    seq_lens,
+    dtypes,
+    warmup: int,
+    steps: int,
+    device: torch.device,
+    causal: bool = False,
+    max_seq_len: dict[str, int] | None = None,
+) -> list[dict]:
     """The grid of notebooks 05 and 06: every implementation, dtype, d and length, skipping
     lengths above an implementation's ``max_seq_len`` and what the device cannot run
     (bfloat16 in the Triton interpreter). Interpreted Triton rows get one call, no warm-up:
@@ -246,17 +261,28 @@ def attention_configs(*, implementations, batch: int, head_dims, seq_lens, dtype
                 for n in seq_lens:
                     if n > limits.get(impl, n):
                         continue
-                    configs.append({
-                        "implementation": impl, "batch": batch, "seq_len": n,
-                        "head_dim": d, "dtype": dtype, "causal": causal, "device": str(device),
-                        "warmup": 0 if runs_interpreted else warmup,
-                        "steps": 1 if runs_interpreted else steps,
-                    })  # fmt: skip
+                    configs.append(
+                        {
+                            "implementation": impl,
+                            "batch": batch,
+                            "seq_len": n,
+                            "head_dim": d,
+                            "dtype": dtype,
+                            "causal": causal,
+                            "device": str(device),
+                            "warmup": 0 if runs_interpreted else warmup,
+                            "steps": 1 if runs_interpreted else steps,
+                        }
+                    )
     return configs
 
 
-def ratios_to(rows: pd.DataFrame, baseline: str, value: str, index=("head_dim", "seq_len"),
-              ) -> pd.DataFrame:  # fmt: skip
+def ratios_to(
+    rows: pd.DataFrame,
+    baseline: str,
+    value: str,
+    index=("head_dim", "seq_len"),
+) -> pd.DataFrame:
     """``value`` of every implementation divided by ``baseline``'s, per ``index`` (rows with
     status "ok" only): e.g. compiled over naive forward seconds."""
     ok = rows[rows["status"] == "ok"]
@@ -281,18 +307,25 @@ def naive_memory_check(rows: pd.DataFrame) -> pd.DataFrame:
     ).assign(measured_over_formula=lambda t: t["measured_held_MiB"] / t["formula_held_MiB"])
 
 
-def attention_peak_memory(implementation: str, batch: int, seq_len: int, head_dim: int,
-                          device: torch.device, causal: bool = False,
-                          dtype: torch.dtype = torch.float32) -> dict:  # fmt: skip
+def attention_peak_memory(
+    implementation: str,
+    batch: int,
+    seq_len: int,
+    head_dim: int,
+    device: torch.device,
+    causal: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> dict:
     """Peak bytes of one forward + backward (after a warm-up one that allocates the input
     gradients), and the bytes held between forward and backward."""
     fn = get_implementation(implementation)
     generator = torch.Generator(device=device).manual_seed(0)
     q, k, v = (
-        torch.randn(batch, seq_len, head_dim, device=device, dtype=dtype,
-                    generator=generator).requires_grad_()
+        torch.randn(
+            batch, seq_len, head_dim, device=device, dtype=dtype, generator=generator
+        ).requires_grad_()
         for _ in range(3)
-    )  # fmt: skip
+    )
 
     def forward():
         return fn(q, k, v, is_causal=causal)
@@ -301,15 +334,23 @@ def attention_peak_memory(implementation: str, batch: int, seq_len: int, head_di
         forward().sum().backward()
 
     forward_backward()
-    return {"implementation": implementation, "peak_bytes": peak_memory(forward_backward, device),
-            "held_before_backward_bytes": _held_after_forward(forward, device)}  # fmt: skip
+    return {
+        "implementation": implementation,
+        "peak_bytes": peak_memory(forward_backward, device),
+        "held_before_backward_bytes": _held_after_forward(forward, device),
+    }
 
 
 #: The 2025 FlashAttention leaderboard's case (CS336 2025, section 1.3.3): batch 1, 16 heads of
 #: d 64 at 16,384 tokens, causal, bfloat16, forward + backward. The heads are the batch of the
 #: (batch, seq, d) functions here. Best posted time: 5.364 ms on an H100.
-LEADERBOARD_CASE = {"heads": 16, "seq_len": 16384, "head_dim": 64, "causal": True,
-                    "dtype": "bfloat16"}  # fmt: skip
+LEADERBOARD_CASE = {
+    "heads": 16,
+    "seq_len": 16384,
+    "head_dim": 64,
+    "causal": True,
+    "dtype": "bfloat16",
+}
 
 
 def host_ms(fn: Callable[[], object], device: torch.device, calls: int = 20) -> float:
@@ -336,15 +377,24 @@ def device_ms(fn: Callable[[], object], device: torch.device, steps: int = 10) -
     return time_fn(fn, warmup=1, steps=steps, device=device).median * 1e3, "perflab time_fn"
 
 
-def flash_speed(implementations: list[str], *, heads: list[int], seq_lens: list[int],
-                head_dim: int = 64, dtype: str = "bfloat16", causal: bool = True,
-                device: torch.device, rounds: int = 10, against: str = "sdpa",
-                max_seq_len: dict[str, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def flash_speed(
+    implementations: list[str],
+    *,
+    heads: list[int],
+    seq_lens: list[int],
+    head_dim: int = 64,
+    dtype: str = "bfloat16",
+    causal: bool = True,
+    device: torch.device,
+    rounds: int = 10,
+    against: str = "sdpa",
+    max_seq_len: dict[str, int] | None = None,
+) -> tuple[pd.DataFrame, list]:
     """Forward + backward of each implementation at each (heads, length): device time per call
     (``device_ms``), host time per call (``host_ms``) and TFLOP/s, one row each; and every
-    implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds: the
-    ratio of the implementation's time to SDPA's, its interval and verdict), one row per pair.
-    ``max_seq_len`` skips an implementation beyond a length (the tiled PyTorch version)."""
+    implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds), as
+    (labels, Comparison) pairs (``comparison_frame`` makes them a table). ``max_seq_len`` skips
+    an implementation beyond a length (the tiled PyTorch version)."""
     limits, timed, versus = max_seq_len or {}, [], []
     dtype_ = parse_dtype(dtype)
     for n_heads in heads:
@@ -358,16 +408,27 @@ def flash_speed(implementations: list[str], *, heads: list[int], seq_lens: list[
             for name, call in calls.items():
                 ms, method = device_ms(call, device)
                 shape = {"heads": n_heads, "seq_len": n, "head_dim": head_dim, "dtype": dtype}
-                timed.append({"implementation": name, **shape, "causal": causal, "device_ms": ms,
-                              "host_ms": host_ms(call, device), "tflops": flops / ms / 1e9,
-                              "method": method})  # fmt: skip
+                timed.append(
+                    {
+                        "implementation": name,
+                        **shape,
+                        "causal": causal,
+                        "device_ms": ms,
+                        "host_ms": host_ms(call, device),
+                        "tflops": flops / ms / 1e9,
+                        "method": method,
+                    }
+                )
             for name, call in calls.items():
                 if name == against or against not in calls:
                     continue
                 result = compare(
-                    calls[against], call, rounds=rounds, warmup=2, device=device,
+                    calls[against],
+                    call,
+                    rounds=rounds,
+                    warmup=2,
+                    device=device,
                     names=(against, name),
-                )  # fmt: skip
-                versus.append({"heads": n_heads, "seq_len": n, **result.as_row(),
-                               "sentence": result.sentence()})  # fmt: skip
-    return pd.DataFrame(timed), pd.DataFrame(versus)
+                )
+                versus.append(({"heads": n_heads, "seq_len": n}, result))
+    return pd.DataFrame(timed), versus
