@@ -50,17 +50,17 @@ resume = True                        # skip configurations already in this devic
 model = None                         # your model class, package.module:Class (the course's BasicsTransformerLM arguments)
 
 # %%
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from perflab.adapters import results_name
 from perflab.bench import MODES, BenchConfig
-from perflab.bench.crosscheck import compare_timers, matmul_size_for
-from perflab.bench.plots import plot_phases, plot_warmup
-from perflab.bench.steps import benchmark_sweep, compare_configs
-from perflab.bench.checks import check_results
+from perflab.bench.checks import check_results, contradictions_line
 from perflab.bench.comparison import describe_ratio
 from perflab.bench.conclusions import conclude, conclude_all
+from perflab.bench.crosscheck import compare_timers, matmul_size_for
+from perflab.bench.peak import measure_peak_matmul
+from perflab.bench.plots import plot_phases, plot_warmup
+from perflab.bench.steps import benchmark_sweep, compare_configs
 from perflab.bench.tables import phase_breakdown, phase_findings, throughput, timing_table
 from perflab.bench.warmup import (
     measure_in_fresh_process,
@@ -69,11 +69,14 @@ from perflab.bench.warmup import (
     warmup_effect,
     warmup_samples,
 )
-from perflab.bench.peak import measure_peak_matmul
 from perflab.device import describe, parse_dtype, resolve_device
 from perflab.model import presets_table
 from perflab.paths import (
-    display_path, results_dir, results_elsewhere, save_figure, save_table,
+    listing,
+    results_dir,
+    results_elsewhere,
+    save_figure,
+    save_table,
 )
 from perflab.settings import record_settings
 from perflab.widgets import MeasureNow, results_explorer
@@ -128,7 +131,7 @@ configs = [
     for p in presets
     for mode in MODES
 ]
-results = benchmark_sweep(configs, out / "timings.csv", resume=resume,
+results = benchmark_sweep(out / "timings.csv", configs, resume=resume,
                           metadata=provenance)
 timing_table(results)
 
@@ -232,7 +235,7 @@ else:
 base = BenchConfig(preset=warmup_study_preset, context_length=context_length,
                    mode="train-step", batch_size=batch_size, warmup=0,
                    steps=warmup_study_steps, dtype=dtype, device=str(dev), model=model or "")
-study = benchmark_sweep(warmup_configs(base, warmup_study_warmups), out / "warmup.csv",
+study = benchmark_sweep(out / "warmup.csv", warmup_configs(base, warmup_study_warmups),
                         measure=measure_in_fresh_process, resume=resume, desc="warm-up study",
                         metadata=provenance)
 samples = warmup_samples(study)
@@ -311,8 +314,7 @@ measure.planned()
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do the results contradict themselves?** `perflab check-results` (also run in CI over
@@ -322,5 +324,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

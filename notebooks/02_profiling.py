@@ -51,18 +51,13 @@ grid_seq_lens = [64, 128, 256]            # by three contexts (full: 256, 512, 1
 # %%
 from dataclasses import replace
 
-import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from torch.profiler import ProfilerActivity
 
-from perflab.bench.checks import check_results
-from perflab.attention import ATTENTION_RANGES
 from perflab.bench import BenchConfig, run_benchmark
-from perflab.bench.comparison import NOISE_BAND
-from perflab.bench.conclusions import conclude
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth
-from perflab.bench.stats import level_text
 from perflab.device import resolve_device
 from perflab.layer_norm import (
     LAYER_NORMS,
@@ -72,18 +67,17 @@ from perflab.layer_norm import (
     statistics_times,
 )
 from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, results_dir, save_figure, save_table
+from perflab.paths import REPO_ROOT, display_path, listing, results_dir, save_figure, save_table
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling.capture import profiling, record_step_trace
-from perflab.profiling.copies import copy_sites
+from perflab.profiling import findings as say
+from perflab.profiling.capture import record_step_trace
 from perflab.profiling.grid import grid_answers, profile_grid
-from perflab.training.ladder import BASELINE, TrainingStep
-from perflab.training.step_profile import compare_mask_copy
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
 from perflab.profiling.plots import plot_category_comparison, plot_hotspots
 from perflab.profiling.summary import attention_time_vs_flops, range_names, range_totals
 from perflab.settings import record_settings
+from perflab.training.step_profile import compare_mask_copy, step_copy_sites
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", 70)
@@ -143,48 +137,29 @@ step.table.head(top)
 # its own.
 
 # %%
-forward_range = range_totals(trace, ["forward"]).iloc[0]
-profiled_ms = forward_range.total_us / forward_range.instances / 1e3
 timer_row, _ = run_benchmark(replace(step_config, mode="forward", steps=timer_steps))
-low, high = timer_row["median_ci_low_s"] * 1e3, timer_row["median_ci_high_s"] * 1e3
-level = level_text(timer_row["median_ci_level"])
-inside = low <= profiled_ms <= high
-print(f"forward per step: profiler {profiled_ms:.1f} ms ({forward_range.instances} ranges), timer "
-      f"{timer_row['median_s'] * 1e3:.1f} ms ({level} CI {low:.1f}–{high:.1f} ms): "
-      + ("the profiler's figure lies inside the timer's interval" if inside else
-         f"the profiler's figure is {profiled_ms / (timer_row['median_s'] * 1e3):.2f}x the timer's"))
+print(say.timer_line(range_totals(trace, ["forward"]).iloc[0], timer_row))
 
 # %% [markdown]
 # **Which kernel dominates the forward pass, and how often does it run?**
 
 # %%
-first = forward.table.iloc[0]
-print(f"{first['Name']} dominates the forward pass: {first['Time (%)']:.1f}% of its time in "
-      f"{first['Instances']} calls over {steps} steps ({first['Instances'] / steps:.0f} "
-      f"per step; the model's forward has {config.num_layers} layers x 5 weight matmuls (fused "
-      f"QKV, output, three SwiGLU) + 1 LM head = {config.num_layers * 5 + 1}, plus the two "
-      f"attention products per layer)")
+print(say.dominant_line(forward, steps, config))
 
 # %% [markdown]
 # **What besides matrix multiplies takes time?** Everything that is not compute-bound, with at
 # least 1% of the forward pass (the handout's question), and what the training step adds:
 
 # %%
-others = forward.not_matmul(at_least=1.0)
-added = step.not_matmul(at_least=1.0)
-added = added[~added["Name"].isin(others["Name"])]
-print("only in the training step: " + (", ".join(
-    f"{name} {share:.1f}%" for name, share in zip(added["Name"], added["Time (%)"], strict=True))
-    or "nothing above 1%"))
-others[["Time (%)", "Instances", "Avg (ns)", "Name", "category"]]
+print(say.training_only_line(forward, step))
+forward.not_matmul(at_least=1.0)[["Time (%)", "Instances", "Avg (ns)", "Name", "category"]]
 
 # %% [markdown]
 # **How does the matmul share change from inference to a training step?**
 
 # %%
-shares = pd.DataFrame({"forward": forward.category_shares(), "training step": step.category_shares()})
-print(f"matmuls (compute-bound) hold {shares.loc['compute-bound', 'forward']:.1%} of the forward "
-      f"pass and {shares.loc['compute-bound', 'training step']:.1%} of the training step")
+shares = say.category_frame(forward, step)
+print(say.matmul_share_line(shares))
 shares
 
 # %% [markdown]
@@ -202,12 +177,11 @@ attention = attention_time_vs_flops(trace, batch_size, config.num_heads, context
 attention
 
 # %%
-soft = attention.set_index("range").loc["attention/softmax"]
-matmul = attention.set_index("range").loc[["attention/scores", "attention/weighted_sum"]]
-time_ratio = soft["total_us"] / matmul["total_us"].sum()
-flop_ratio = soft["flops"] / matmul["flops"].sum()
-print(f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls for "
-      f"{flop_ratio:.3f}x their FLOPs: per FLOP it is {time_ratio / flop_ratio:.0f}x slower")
+# scores read + probabilities written per call, 4 bytes each (float32, the dtype of this step)
+score_bytes = 2 * batch_size * config.num_heads * context_length**2 * 4
+softmax_ratio, softmax_bandwidth = say.softmax_lines(attention, measure_copy_bandwidth(dev),
+                                                    score_bytes)
+print(softmax_ratio)
 
 # %% [markdown]
 # Softmax does about 5 FLOPs per score against the matmuls' 4·d, yet it reads and writes the
@@ -216,25 +190,13 @@ print(f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls fo
 # device (the best of several large copies, `perflab.bench.peak`), answer that from the numbers:
 
 # %%
-copy = measure_copy_bandwidth(dev)
-# scores read + probabilities written, 4 bytes each (float32, the dtype of this step)
-score_bytes = 2 * batch_size * config.num_heads * context_length**2 * 4
-softmax_bytes_per_s = score_bytes * soft["instances"] / (soft["total_us"] * 1e-6)
-fraction = softmax_bytes_per_s / copy.bytes_per_s
-print(f"softmax moves {softmax_bytes_per_s / 1e9:.1f} GB/s, {fraction:.0%} of the copy bandwidth "
-      f"({copy.bytes_per_s / 1e9:.1f} GB/s, the best of {copy.steps} copies; the median copy "
-      f"{copy.median_bytes_per_s / 1e9:.1f} GB/s): "
-      + ("at 70% of it or more: near the memory bound, so its time is set by memory traffic"
-         if fraction >= 0.7 else
-         "below 70% of it, so not at the memory bound, and it is "
-         f"{time_ratio / flop_ratio:.0f}x slower per FLOP than the matmuls: "
-         "neither bandwidth nor arithmetic explains its time alone here; what else does (the "
-         "passes it makes over the scores, its per-operator overhead) is not measured here"))
+print(softmax_bandwidth)
 
 # %% [markdown]
-# Either way, softmax's time is out of all proportion to its FLOPs, and it exists only because
-# the score matrix is written out: fusing it into the matmuls so the scores never leave fast
-# memory is what FlashAttention does (notebook 06).
+# Either way, softmax's cost is set by the score matrix it reads and writes, not by its few FLOPs
+# (the lines above say how many times slower per FLOP it ran here), and that traffic exists only
+# because the score matrix is written out: fusing softmax into the matmuls so the scores never
+# leave fast memory is what FlashAttention does (notebook 06).
 #
 # ### The same answers for two model sizes and three contexts
 #
@@ -301,13 +263,7 @@ real.head(top).assign(name=real["name"].map(short_name)).drop(columns="source")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-real_shares = category_shares(real)
-busy = busy_fraction(load_trace(real_path))
-print(f"{len(real)} kernel names, {real['instances'].sum()} launches, "
-      f"{real['total_us'].sum() / 1e3:.1f} ms of kernel time")
-print(f"top kernel: {short_name(real['name'].iloc[0])} ({real['share'].iloc[0]:.1%})")
-print(", ".join(f"{c} {s:.1%}" for c, s in real_shares.items()))
-print(f"the GPU runs a kernel during {busy:.1%} of the traced span")
+print("\n".join(say.real_trace_lines(real, category_shares(real), busy_fraction(load_trace(real_path)))))
 
 # %% [markdown]
 # The all-reduce of gradients (NCCL) is the single largest kernel: data-parallel training pays
@@ -339,25 +295,7 @@ save_figure(fig, out / "naive_vs_sdpa.png")
 comparison.categories
 
 # %%
-change = comparison.optimized_total_us / comparison.baseline_total_us - 1
-totals = (f"{comparison.baseline_total_us / 1e3:.2f} ms -> "
-          f"{comparison.optimized_total_us / 1e3:.2f} ms")
-if abs(change) < NOISE_BAND:
-    print(f"The total time ({totals}, {change:+.1%}) differs by less than the ±{NOISE_BAND:.0%} "
-          "noise band: no "
-          "change is established from this one pair of traces (one trace each, not interleaved "
-          "rounds).")
-else:
-    print(f"The total time {'fell' if change < 0 else 'rose'} by {abs(change):.1%} ({totals}) in "
-          "this one pair of traces (one trace each, not interleaved rounds, so without an "
-          "interval).")
-print(comparison.verdict.partition(". ")[2])  # the rest of the verdict: categories, busy time
-both = comparison.kernels[(comparison.kernels["baseline_us"] > 0)
-                          & (comparison.kernels["optimized_us"] > 0)]
-untouched = both.loc[both["baseline_us"].idxmax()]
-print(f"{short_name(untouched['name'])}, whose work the change leaves the same, moved by "
-      f"{untouched['delta_pct']:+.1f}%: run-to-run noise of this size is the yardstick for "
-      "which deltas mean something")
+print("\n".join(say.trace_change_lines(comparison)))
 
 # %% [markdown]
 # The same analysis runs from the shell on any pair of traces:
@@ -381,10 +319,7 @@ print(f"{short_name(untouched['name'])}, whose work the change leaves the same, 
 # %%
 # NBVAL_CHECK_OUTPUT
 exact = check_layer_norms(37, 129, mean=3.0)
-ours = exact[exact["way"].isin(list(LAYER_NORMS))]
-worst = ours[["output_error", "grad_x_error", "grad_weight_error", "grad_bias_error"]].max().max()
-print(f"every way within 1e-12 of F.layer_norm in float64 (output and the gradients of x, weight "
-      f"and bias): {bool(worst <= 1e-12)}; outputs float64: {set(ours['out_dtype']) == {'float64'}}")
+print(say.layer_norm_exact_line(exact, LAYER_NORMS))
 
 # %%
 cancelling = check_layer_norms(37, 129, dtype=torch.float32, mean=1000.0)
@@ -402,12 +337,7 @@ counts
 
 # %%
 # NBVAL_CHECK_OUTPUT
-by_way = counts.set_index("way")
-print(f"one pass: {by_way.loc['mean, then var', 'reduction_calls'] - by_way.loc['var_mean', 'reduction_calls']}"
-      f" reduction fewer; the hand-written backward: "
-      f"{by_way.loc['var_mean', 'operator_calls'] - by_way.loc['var_mean, own backward', 'operator_calls']}"
-      f" of {by_way.loc['var_mean', 'operator_calls']} operator calls fewer; F.layer_norm: "
-      f"{by_way.loc['F.layer_norm', 'operator_calls']} calls in all")
+print(say.reduction_line(counts))
 
 # %% [markdown]
 # **What it costs.** The statistics alone, each timed on its own, then forward + backward of
@@ -417,23 +347,12 @@ print(f"one pass: {by_way.loc['mean, then var', 'reduction_calls'] - by_way.loc[
 stats = statistics_times(ln_tokens, ln_width, steps=ln_steps, device=dev)
 save_table(stats, out / "layer_norm_statistics.csv", {"settings": settings})
 steps_ln = compare_layer_norms(ln_tokens, ln_width, rounds=ln_rounds, device=dev)
-for result in steps_ln:
-    print(conclude(out, f"layer norm: {result.name_b} vs {result.name_a}", result))
+print("\n".join(conclude_all(out, [Finding(f"layer norm: {r.name_b} vs {r.name_a}", r.sentence(), r)
+                                   for r in steps_ln])))
 stats[["statistic", "median_s", "median_ci_low_s", "median_ci_high_s", "unstable"]]
 
 # %%
-median = stats.set_index("statistic")["median_s"]
-if stats["unstable"].any():
-    print("a statistic's timing is unstable: no share is drawn from it")
-else:
-    both = median["mean"] + median["var"]
-    print(f"{ln_tokens} x {ln_width} float32 on {dev.type}: x.var takes "
-          f"{median['var'] / median['mean']:.1f}x x.mean, and var_mean "
-          f"{median['var_mean'] / median['var']:.2f}x x.var, though all three read the same "
-          f"bytes: on this device the variance costs arithmetic, not memory traffic. One pass "
-          f"saves at most the cheaper reduction it merges: here x.mean's "
-          f"{median['mean'] * 1e3:.2f} ms of the {both * 1e3:.2f} ms that the two statistics "
-          f"take apart (separate medians, not interleaved).")
+print(say.statistics_line(stats, ln_tokens, ln_width, dev.type))
 
 # %% [markdown]
 # Reading the numbers: the profile counts what each remedy removes, the comparisons say whether
@@ -450,12 +369,7 @@ else:
 # (`perflab.profiling.copies.copy_sites`), with its share of the step's operator time:
 
 # %%
-copy_run = TrainingStep(config, BASELINE, batch_size, copy_seq_len, dev)
-copy_run.step()  # warm-up: AdamW's state exists before the profiled step
-with profiling(activities=[ProfilerActivity.CPU]
-               + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as copy_profile:
-    copy_run.step()
-copies = copy_sites(copy_profile)
+copies = step_copy_sites(config, batch_size, copy_seq_len, dev)
 save_table(copies, out / "copy_sites.csv", {"settings": settings})
 copies.head(top)
 
@@ -467,18 +381,9 @@ copies.head(top)
 
 # %%
 mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
-                                          rounds=copy_rounds)  # fmt: skip
+                                          rounds=copy_rounds)
 save_table(pd.DataFrame([mask_row]), out / "mask_copy.csv", {"settings": settings})
-masked = copies[copies["made_by"].str.contains("masked_fill")].set_index("phase")
-forward_mask = masked.loc[["forward"]] if "forward" in masked.index else masked.iloc[:0]
-backward_calls = int(masked.loc[masked.index != "forward", "calls"].sum())
-print(f"all copies: {copies['time_ms'].sum():.1f} ms, {copies['share_of_step'].sum():.1%} of "
-      f"the step's operator time, in {copies['calls'].sum()} calls; masked_fill's in the "
-      f"forward pass: {forward_mask['time_ms'].sum():.2f} ms "
-      f"({forward_mask['share_of_step'].sum():.1%}, {int(forward_mask['calls'].sum())} calls), "
-      "the most writing the mask in place can save (its backward masks the gradient out of "
-      f"place either way: {backward_calls} more calls). The same loss and gradients in place: "
-      f"{mask_row['same_loss_and_gradients']}. Measured: {mask_result.sentence()}")
+print(say.mask_copy_sentence(copies, mask_row, mask_result.sentence()))
 
 # %% [markdown]
 # A saving below the noise band cannot be shown by timing the step, however many rounds run:
@@ -489,18 +394,13 @@ print(f"all copies: {copies['time_ms'].sum():.1f} ms, {copies['share_of_step'].s
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
 # rules; CI runs it over `data/results`):
 
 # %%
-if any(out.glob("*.csv")):
-    findings = check_results(out)
-    print(f"{len(findings)} contradictions in {display_path(out)}")
-    display(findings)
-else:
-    print(f"no tables saved in {display_path(out)} (this notebook saves figures): nothing for "
-          "check-results to read")
+findings = check_results(out)
+print(contradictions_line(findings, out))
+findings

@@ -39,21 +39,33 @@ scaler_init_scale = 16777216.0       # GradScaler's first scale (2^24: large eno
 device = "auto"                      # "cuda" when present, else "cpu"
 
 # %%
-from dataclasses import replace
-
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results
-from perflab.bench import BenchConfig
-from perflab.bench.conclusions import conclude
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.plots import plot_comparisons
-from perflab.bench.steps import compare_configs
+from perflab.bench.steps import bf16_against_fp32
 from perflab.device import describe, resolve_device
-from perflab.loss_scaling import byte_vocabulary, gradient_underflow, train_with_scaler
+from perflab.loss_scaling import (
+    byte_vocabulary,
+    scaler_lines,
+    train_with_scaler,
+    underflow_lines,
+    underflow_table,
+)
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_figure, save_table
-from perflab.precision import ToyModel, accumulation_experiment, dtype_audit, layernorm_sensitivity
+from perflab.paths import listing, results_dir, save_figure, save_table
+from perflab.precision import (
+    ToyModel,
+    accumulation_experiment,
+    accumulation_sentence,
+    audit_lines,
+    dtype_audit,
+    layernorm_sensitivity,
+    sensitivity_line,
+)
 from perflab.settings import record_settings
 
 pd.set_option("display.precision", 6)
@@ -96,14 +108,7 @@ accumulation.apply(lambda c: c.map(lambda v: float(f"{v:.4g}")) if c.dtype.kind 
 # (matmul units accumulate in float32; optimizers keep float32 master weights).
 
 # %%
-errors = accumulation.set_index(["accumulator", "increment", "added_as"])["error"]
-implicit, explicit = errors["float32", "float16", "as stored"], errors["float32", "float16",
-                                                                       ".type(float32)"]
-print(f"float16 throughout is off by {abs(errors['float16', 'float16', 'as stored']):.3f}, "
-      f"{abs(errors['float16', 'float16', 'as stored'] / implicit):.0f}x the error of "
-      f"a float32 sum of float16 increments; upcasting each increment explicitly gives "
-      f"{'the same sum' if explicit == implicit else 'a different sum'} "
-      f"(error {explicit:.6f} against {implicit:.6f})")
+print(accumulation_sentence(accumulation))
 
 # %% [markdown]
 # ## 2. Which dtype autocast gives each tensor
@@ -124,14 +129,7 @@ audit
 # %%
 # NBVAL_CHECK_OUTPUT
 # What holds on every device (the table above also shows what differs: the normalisation).
-for name in ("float16", "bfloat16"):
-    column = audit[name]
-    print(f"{name} autocast: parameters float32: "
-          f"{all(column[t] == 'float32' for t in column.index if t.startswith('parameter'))}; "
-          f"gradients float32: "
-          f"{all(column[t] == 'float32' for t in column.index if t.startswith('grad'))}; "
-          f"loss float32: {column['loss'] == 'float32'}; first linear layer's output {name}: "
-          f"{column['output of fc1'] == name}")
+print("\n".join(audit_lines(audit)))
 
 # %% [markdown]
 # What the table shows here (and PyTorch's autocast op lists give for CUDA too): parameters
@@ -166,9 +164,7 @@ sensitivity = layernorm_sensitivity(means=(0.0, 10.0, 100.0, 1000.0), std=0.1, d
 sensitivity.pivot_table(index="input_mean", columns="dtype", values="max_abs_error")
 
 # %%
-worst = sensitivity[sensitivity["input_mean"] == 100.0].set_index("dtype")["max_abs_error"]
-print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by "
-      f"{worst['float16']:.2f} and bfloat16 by {worst['bfloat16']:.2f} on outputs of size ~1")
+print(sensitivity_line(sensitivity))
 
 # %% [markdown]
 # bfloat16 has float32's range but only 8 significant bits: at mean 100 its neighbouring
@@ -191,27 +187,19 @@ print(f"at mean 100, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by
 # inside it, and "inconclusive" otherwise.
 
 # %%
-comparisons, too_large = {}, []
-for p in presets:
-    fp32 = BenchConfig(preset=p, context_length=context_length, mode="train-step",
-                       batch_size=batch_size, dtype="float32", device=str(dev))
-    try:
-        comparisons[p] = compare_configs(fp32, replace(fp32, dtype="bfloat16"), dev,
-                                         rounds=rounds, warmup=warmup, budget_s=budget_s)
-    except torch.OutOfMemoryError:  # two models with their AdamW states at once (xl on 80 GB)
-        too_large.append(p)
-        torch.cuda.empty_cache()
+comparisons, too_large = bf16_against_fp32(presets, context_length, batch_size, dev, rounds=rounds,
+                                           warmup=warmup, budget_s=budget_s)
 if too_large:
     print("not compared (both training steps do not fit in memory together):", too_large)
-table = pd.DataFrame([{"preset": p, **c.as_row()} for p, c in comparisons.items()])
+table = comparison_frame([({"preset": p}, c) for p, c in comparisons.items()])
 save_table(table, out / "bf16_vs_fp32.csv", provenance)
 fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
 save_figure(fig, out / "bf16_vs_fp32.png")
 table
 
 # %%
-for p, comparison in comparisons.items():
-    print(f"{p}: " + conclude(out, f"bf16 vs fp32 {p}", comparison))
+print("\n".join(conclude_all(out, [Finding(f"bf16 vs fp32 {p}", f"{p}: {c.sentence()}", c)
+                                   for p, c in comparisons.items()])))
 
 # %% [markdown]
 # This device's answer is printed above; whether it has bfloat16 matrix units is one likely
@@ -237,35 +225,18 @@ for p, comparison in comparisons.items():
 
 # %%
 fp16_config = byte_vocabulary(get_preset(fp16_preset))
-underflow = pd.concat([gradient_underflow(fp16_config, b, fp16_seq_len, scales=tuple(fp16_scales),
-                                          device=dev) for b in fp16_batch_sizes],
-                      ignore_index=True)  # fmt: skip
+underflow = underflow_table(fp16_config, fp16_batch_sizes, fp16_seq_len, fp16_scales, dev)
 save_table(underflow, out / "loss_scale_underflow.csv", provenance)
 underflow
 
 # %%
 # NBVAL_CHECK_OUTPUT
-rows = underflow.set_index(["tokens", "dtype", "loss_scale"])
-most = max(underflow["tokens"])
-plain, scaled, overflowing = (rows.loc[(most, "float16", s)] for s in fp16_scales)
-brain = rows.loc[(most, "bfloat16", fp16_scales[0])]
-print(f"bfloat16 flushes no gradient at any size: {bool((underflow.loc[underflow['dtype'] == 'bfloat16', 'flushed'] == 0).all())}")
-print(f"at {most} tokens a scale of {fp16_scales[1]:,.0f} cuts float16's gradient error: "
-      f"{bool(scaled['max_relative_error'] < plain['max_relative_error'])}; a scale of "
-      f"{fp16_scales[2]:,.0f} overflows: {bool(overflowing['nonfinite'] > 0)}")
+bf16_flushes, scales_help, scale_errors = underflow_lines(underflow, fp16_scales)
+print(bf16_flushes)
+print(scales_help)
 
 # %%
-by_size = rows.xs(("float16", fp16_scales[0]), level=("dtype", "loss_scale"))["max_relative_error"]
-print(f"float16 without a scale: the gradient error grows from {by_size.iloc[0]:.2%} at "
-      f"{by_size.index[0]} tokens to {by_size.iloc[-1]:.2%} at {by_size.index[-1]}, with "
-      f"{int(plain['flushed'])} gradient elements flushed to zero "
-      f"({plain['flushed_share']:.4%} of float32's non-zero ones); with a scale of "
-      f"{fp16_scales[1]:,.0f}, {scaled['max_relative_error']:.2%} and {int(scaled['flushed'])} "
-      f"flushed; at {fp16_scales[2]:,.0f}, {int(overflowing['nonfinite']):,} gradient elements "
-      f"are inf or NaN. bfloat16 errs by {brain['max_relative_error']:.2%} whatever the scale: "
-      f"its 8 significant bits, not its range. Scaled float16 is "
-      f"{brain['max_relative_error'] / scaled['max_relative_error']:.1f}x as accurate as "
-      f"bfloat16 here; unscaled, {brain['max_relative_error'] / plain['max_relative_error']:.1f}x.")
+print(scale_errors)
 
 # %% [markdown]
 # **What GradScaler does with an overflow.** A scale too large makes some scaled gradient inf;
@@ -276,24 +247,17 @@ print(f"float16 without a scale: the gradient error grows from {by_size.iloc[0]:
 
 # %%
 scaler = train_with_scaler(fp16_config, fp16_batch_sizes[0], fp16_seq_len, scaler_steps,
-                           init_scale=scaler_init_scale, device=dev)  # fmt: skip
+                           init_scale=scaler_init_scale, device=dev)
 save_table(scaler, out / "grad_scaler_steps.csv", provenance)
 scaler
 
 # %%
 # NBVAL_CHECK_OUTPUT
-skipped = scaler[scaler["skipped"]]
-print(f"skipped steps moved no weight: {not skipped['parameters_moved'].any()}; every other "
-      f"step did: {bool(scaler.loc[~scaler['skipped'], 'parameters_moved'].all())}")
+scaler_checks, scaler_sentence = scaler_lines(scaler, scaler_init_scale)
+print(scaler_checks)
 
 # %%
-settled = scaler.loc[~scaler["skipped"], "scale"]
-first_gap = abs(scaler["loss_float16"].iloc[0] - scaler["loss_float32"].iloc[0])
-print(f"from {scaler_init_scale:,.0f}, GradScaler skipped {len(skipped)} of {scaler_steps} steps, "
-      f"halving the scale each time" + (f", and stepped from {settled.iloc[0]:,.0f} on"
-      if len(settled) else "; no step went through") + f". At the first step (the same weights) "
-      f"the float16 loss differs from float32's by {first_gap:.1e}: precision alone; later the "
-      "gap also holds the updates float16 skipped.")
+print(scaler_sentence)
 
 # %% [markdown]
 # On a GPU the formats are the same, so the same gradients flush or overflow; what differs is the
@@ -304,8 +268,7 @@ print(f"from {scaler_init_scale:,.0f}, GradScaler skipped {len(skipped)} of {sca
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
@@ -313,5 +276,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

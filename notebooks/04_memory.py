@@ -43,26 +43,16 @@ device = "auto"                    # "cuda" when present, else "cpu"
 resume = True                      # skip peak-memory configurations already in the results file
 
 # %%
-from dataclasses import replace
 import inspect
-import math
+from dataclasses import replace
 
-import pandas as pd
-
-from perflab.bench.checks import check_results
 from perflab.bench import BenchConfig
-from perflab.bench.steps import build_step
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.conclusions import Finding, conclude_all
+from perflab.checkpointing import run_nested
 from perflab.device import describe, resolve_device
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
-from perflab.bench.conclusions import conclude
-from perflab.memory.checkpoint_study import (
-    best_group_size,
-    modelled_group_peaks,
-    compare_checkpointing,
-    depth_sweep,
-    group_size_sweep,
-)
-from perflab.checkpointing import forward_counts, run_nested
+from perflab.memory import findings as say
 from perflab.memory.at_scale import (
     handout_example,
     handout_sizes,
@@ -70,21 +60,27 @@ from perflab.memory.at_scale import (
     modelled_step_peaks,
     whole_step_table,
 )
+from perflab.memory.checkpoint_study import (
+    best_group_size,
+    checkpointing_costs,
+    depth_sweep,
+    group_size_sweep,
+)
 from perflab.memory.measure import (
     block_saved_tensors,
     compile_backend,
     full_step_peak,
-    log_fit,
     measured_residual_bytes,
+    peak_configs,
     residual_stream_bytes,
     rmsnorm_saved_tensors,
     step_peak_memory,
+    step_timelines,
 )
 from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
 from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
-from perflab.memory.timeline import record_timeline
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_figure, save_table
+from perflab.paths import listing, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -104,13 +100,7 @@ print(f"{preset}, batch {batch_size}, on {dev}")
 # so gradients and optimizer state already exist), at context length `context`.
 
 # %%
-timelines = {}
-for mode in ("forward", "train-step"):
-    step = build_step(BenchConfig(preset=preset, context_length=context, mode=mode,
-                                  batch_size=batch_size, device=str(dev)), dev)
-    step()  # warm-up: allocates gradients and AdamW state for the training step
-    timelines[mode] = record_timeline(step, dev, snapshot_path=out / f"{mode}_snapshot.pickle",
-                                      python_stack=True)
+timelines = step_timelines(preset, context, batch_size, dev, out)
 fig = plot_timelines(timelines)
 save_figure(fig, out / "timelines.png")
 print(timelines["forward"].source)
@@ -124,11 +114,7 @@ print(timelines["forward"].source)
 # operator, and the innermost Python frames that ran it, from the profiler's `with_stack`):
 
 # %%
-for mode, timeline in timelines.items():
-    peak = timeline.at_peak()
-    print(f"{mode}: peak {peak['peak_bytes'] / MiB:.1f} MiB above the memory held before, "
-          f"{peak['time_share']:.0%} of the way through, in {peak['origin']} "
-          f"({peak['python_stack']}); {peak['end_bytes'] / MiB:.1f} MiB still held at the end")
+print("\n".join(say.peak_lines(timelines)))
 
 # %% [markdown]
 # **The largest allocations of the training step**, the operator that made each and the
@@ -140,10 +126,7 @@ largest = timelines["train-step"].largest_allocations(top=8)
 largest.assign(MiB=largest["delta_bytes"] / MiB)
 
 # %%
-logits_bytes = batch_size * context * config.vocab_size * 4
-print(f"logits of batch x context x vocabulary = {batch_size} x {context} x "
-      f"{config.vocab_size} float32 = {logits_bytes / MiB:.2f} MiB; the largest allocation is "
-      f"{largest['delta_bytes'].iloc[0] / MiB:.2f} MiB ({largest['origin'].iloc[0]})")
+print(say.logits_line(config, batch_size, context, largest))
 
 # %% [markdown]
 # With a 10,000-word vocabulary and a small model, the logits and their gradient (and their
@@ -153,28 +136,14 @@ print(f"logits of batch x context x vocabulary = {batch_size} x {context} x "
 # ## 2. Peak memory against context length and precision
 
 # %%
-peak_configs = [
-    BenchConfig(preset=preset, context_length=n, mode=mode, batch_size=batch_size,
-                warmup=1, steps=1, dtype=dtype, device=str(dev))
-    for n in context_lengths
-    for dtype in ("float32", "bfloat16")
-    for mode in ("forward", "train-step")
-]
 sweep = BenchConfig.sweep(out / "peak_memory.csv", metadata=provenance)
-peaks = sweep.run([c.as_dict() for c in peak_configs], step_peak_memory, resume=resume)
-table = peaks.pivot_table(index="context_length", columns=["mode", "dtype"],
-                          values="peak_bytes") / MiB
+peaks = sweep.run(peak_configs(preset, context_lengths, batch_size, dev), step_peak_memory,
+                  resume=resume)
+table = say.peak_table(peaks)
 table.round(2)
 
 # %%
-growth = table.iloc[-1] / table.iloc[0]
-ratio = context_lengths[-1] / context_lengths[0]
-print(f"from context {context_lengths[0]} to {context_lengths[-1]} ({ratio:.0f}x), "
-      "peak memory grows " + ", ".join(f"{m}/{d} {g:.1f}x" for (m, d), g in growth.items()))
-longest = table.iloc[-1]
-print(f"at context {context_lengths[-1]}, bfloat16 autocast changes the peak by " + ", ".join(
-    f"{longest[mode, 'bfloat16'] / longest[mode, 'float32'] - 1:+.1%} ({mode})"
-    for mode in ("forward", "train-step")) + " against float32")
+print("\n".join(say.growth_lines(table)))
 
 # %% [markdown]
 # Activations grow linearly with the context length, the attention scores
@@ -213,10 +182,7 @@ print(f"compile backend here: {compile_backend(dev)}")
 # NBVAL_CHECK_OUTPUT
 rms = {name: rmsnorm_saved_tensors(config.d_model, batch_size, context, compiled, dev)
        for name, compiled in (("eager", False), ("compiled", True))}
-for name, saved in rms.items():
-    print(f"{name} RMSNorm saves {saved_bytes(saved)} bytes in {int(saved['counted'].sum())} "
-          f"tensors: {list(saved.loc[saved['counted'], 'shape'])}")
-print(f"compiled / eager: {saved_bytes(rms['compiled']) / saved_bytes(rms['eager']):.3f}")
+print("\n".join(say.rmsnorm_lines(rms)))
 
 # %% [markdown]
 # One TransformerBlock of `checkpoint_preset`'s shape: which operations produce what it keeps.
@@ -241,10 +207,7 @@ saved_by_producer(block, top=5)
 # NBVAL_CHECK_OUTPUT
 whole = model_saved_tensors(config, batch_size, context, dev)
 by_module = saved_by_module(whole)
-top_module = by_module.iloc[0]
-print(f"the whole {preset} model and its loss save {saved_bytes(whole) / MiB:.2f} MiB at context "
-      f"{context}; the most, {top_module['share']:.1%}, is saved by {top_module['module']} "
-      f"({top_module['producers']})")
+print(say.module_line(whole, by_module, preset, context))
 by_module[["module", "tensors", "bytes", "share", "producers"]].round(3)
 
 # %% [markdown]
@@ -263,15 +226,8 @@ sizes = handout_sizes(["xl", "xl-2025"], [128, 512, 2048], batch_size=4)
 sizes.round(2)
 
 # %%
-xl, xl_config = sizes[sizes["preset"] == "xl"].set_index("seq_len"), get_preset("xl")
-print(f"xl residual stream at context 2048: 4 x 2048 x {xl_config.d_model} x 4 bytes = "
-      f"{xl.loc[2048, 'residual_stream_MiB']:.2f} MiB (at context 512, the 2025 handout's 2.7B: "
-      f"{xl.loc[512, 'residual_stream_MiB']:.2f} MiB). One block's gradients: "
-      f"{xl.loc[2048, 'block_gradients_MiB']:.2f} MiB, its parameters x 4 bytes, whatever the "
-      f"context; over {xl_config.num_layers} blocks "
-      f"{xl_config.num_layers * xl.loc[2048, 'block_gradients_MiB'] / 1024:.2f} GiB. At context "
-      f"2048 one block saves {xl.loc[2048, 'block_saves_MiB'] / xl.loc[2048, 'block_gradients_MiB']:.1f}x "
-      f"its gradients' size for backward")
+xl_config = get_preset("xl")
+print(say.xl_sizes_sentence(sizes, xl_config))
 
 # %% [markdown]
 # The handout's own worked figures (2026, section 3: xl blocks with 16 heads, batch 4, context
@@ -284,16 +240,7 @@ example = handout_example()
 example.round(2)
 
 # %%
-pairs = example.loc["four blocks as two checkpointed pairs"]
-score_MiB = 4 * 16 * 2048 * 2048 * 4 / MiB
-gap = example.loc["one block, compiled", "handout_MiB"] - example.loc["one block, compiled",
-                                                                      "this_workbook_MiB"]
-print(f"two checkpointed pairs save {pairs['this_workbook_MiB']:.2f} MiB here, "
-      f"{'the handout figure exactly' if pairs['difference_MiB'] == 0 else 'not the handout figure'}"
-      f" (two pair inputs of {xl.loc[2048, 'residual_stream_MiB']:.2f} MiB). One compiled block "
-      f"saves {gap:.2f} MiB {'less' if gap > 0 else 'more'} here than the handout's "
-      f"implementation: {abs(gap) / score_MiB:.3f}x the size of one (4, 16, 2048, 2048) float32 "
-      f"score tensor ({score_MiB:.0f} MiB)")
+print(say.handout_example_sentence(example, sizes))
 
 # %% [markdown]
 # ### The whole step's peak, counted on meta and held against the measured one
@@ -311,13 +258,9 @@ print(f"two checkpointed pairs save {pairs['this_workbook_MiB']:.2f} MiB here, "
 # figure held against them is its rise too: the activation peak.
 
 # %%
-measured = peaks[peaks["dtype"] == "float32"][["context_length", "mode", "peak_bytes"]]
-held = measured.merge(modelled_step_peaks(config, batch_size, context_lengths, dev),
-                      on=["context_length", "mode"])
-held["model_over_measured"] = held["model_bytes"] / held["peak_bytes"]
-worst = (held["model_over_measured"] - 1).abs().max()
-print(f"the model is within {worst:.2%} of all {len(held)} measured float32 peaks "
-      f"(forward and training step at contexts {', '.join(map(str, context_lengths))})")
+held = say.model_against_measured(peaks, modelled_step_peaks(config, batch_size, context_lengths,
+                                                             dev))
+print(say.model_line(held))
 held.assign(measured_MiB=held["peak_bytes"] / MiB, model_MiB=held["model_bytes"] / MiB)[
     ["context_length", "mode", "measured_MiB", "model_MiB", "model_over_measured"]].round(3)
 
@@ -333,19 +276,7 @@ xl_steps = whole_step_table(["xl"], [128, 256, 512, 2048], batch_size=4, foreach
 xl_steps.set_index("seq_len").drop(columns=["preset", "batch_size"]).T.round(2)
 
 # %%
-xl_step = xl_steps.set_index("seq_len")
-short, long = xl_step.loc[128], xl_step.loc[2048]
-held_GiB = short["parameters_GiB"] + short["optimizer_state_GiB"]
-print(f"xl holds {held_GiB:.2f} GiB in every step (parameters and AdamW's moments). At context "
-      f"128 the step peaks in the {short['step_peak_in']} at {short['step_peak_GiB']:.2f} GiB "
-      f"(a forward pass alone, parameters and activations with no optimizer state: "
-      f"{short['forward_peak_GiB']:.2f} GiB); at 2048 in the "
-      f"{long['step_peak_in']} at {long['step_peak_GiB']:.2f} GiB, of which "
-      f"{long['saved_activations_GiB']:.2f} GiB are saved activations "
-      f"({long['largest_saver_share']:.0%} of them by {long['largest_saver']}). Against a "
-      f"{memory_gib:.1f} GiB GPU: " + ", ".join(
-          f"context {n} {'fits' if row['step_peak_GiB'] <= memory_gib else 'does not fit'}"
-          for n, row in xl_step.iterrows()))
+print(say.xl_step_sentence(xl_steps, memory_gib))
 
 # %% [markdown]
 # ## 5. Activation checkpointing
@@ -370,10 +301,7 @@ groups.assign(peak_MiB=groups["peak_bytes"] / MiB)
 
 # %%
 best = optimum["best"]
-print(f"L = {layers}: measured best group size {best}; nearest to sqrt(L) = "
-      f"{optimum['sqrt_layers']:.1f}: {optimum['nearest_to_sqrt']} ({optimum['steps_from_sqrt']} "
-      f"grid steps away); cost-model optimum sqrt(L*b/A) = {optimum['model_optimum']:.2f} -> "
-      f"{optimum['nearest_to_model']} ({optimum['steps_from_model']} grid steps away)")
+print(say.group_line(optimum, layers))
 
 # %% [markdown]
 # A Transformer block keeps many times its input (the table in section 4: attention scores,
@@ -386,14 +314,7 @@ print(f"L = {layers}: measured best group size {best}; nearest to sqrt(L) = "
 # eager saved tensors), for every group size:
 
 # %%
-xl_peaks = modelled_group_peaks(xl_config.num_layers, xl.loc[2048, "residual_stream_MiB"] * MiB,
-                                xl.loc[2048, "block_saves_MiB"] * MiB)
-xl_best = int(xl_peaks.loc[xl_peaks["peak_bytes"].idxmin(), "group_size"])
-print(f"xl: the cost model's best group size is {xl_best} (sqrt(L*b/A) = "
-      f"{math.sqrt(xl_config.num_layers * xl.loc[2048, 'residual_stream_MiB'] / xl.loc[2048, 'block_saves_MiB']):.2f}), "
-      "activation peaks: " + ", ".join(
-          f"g={g} {b / 2**30:.2f} GiB" for g, b in zip(xl_peaks["group_size"][:4],
-                                                      xl_peaks["peak_bytes"][:4], strict=True)))
+print(say.xl_group_line(sizes, xl_config))
 
 # %% [markdown]
 # Measuring those peaks needs a GPU with room for xl (`perflab run 04 --full -p
@@ -416,8 +337,7 @@ print(f"xl: the cost model's best group size is {xl_best} (sqrt(L*b/A) = "
 # %%
 # NBVAL_CHECK_OUTPUT
 print(inspect.getsource(run_nested))
-print("inputs held per ln L for a k-way split, k / ln k:",
-      ", ".join(f"k={k}: {k / math.log(k):.2f}" for k in (2, 3, 4, 8)))
+print(say.k_way_line())
 
 # %% [markdown]
 # **Nested checkpointing against depth**, measured: peak against log2(L).
@@ -430,17 +350,7 @@ save_figure(fig, out / "depth.png")
 depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
 
 # %%
-nested = depth[depth["strategy"] == "nested"]
-fit = log_fit(list(nested["layers"]), list(nested["peak_bytes"]))
-plain = depth[depth["strategy"] == "none"]
-print(f"nested: peak = {fit['intercept'] / MiB:.2f} MiB + {fit['slope_per_doubling'] / MiB:.3f} "
-      f"MiB per doubling of depth (R^2 = {fit['r2']:.3f}), {fit['slope_per_doubling'] / residual:.2f} "
-      f"residual streams of {residual / MiB:.3f} MiB: "
-      + ("between one and two inputs held per level, as argued" if 1 <= fit['slope_per_doubling']
-         / residual <= 2 else "outside the one-to-two inputs per level argued above"))
-print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak grows "
-      f"{plain['peak_bytes'].iloc[-1] / plain['peak_bytes'].iloc[0]:.1f}x without checkpointing "
-      f"and {nested['peak_bytes'].iloc[-1] / nested['peak_bytes'].iloc[0]:.2f}x nested")
+print("\n".join(say.depth_lines(depth, residual)))
 
 # %% [markdown]
 # And what nesting costs in compute: how many times each block's forward runs in one forward +
@@ -449,17 +359,8 @@ print(f"from {plain['layers'].min()} to {plain['layers'].max()} layers the peak 
 
 # %%
 # NBVAL_CHECK_OUTPUT
-recompute = pd.DataFrame([
-    {"layers": n, **{name: sum(forward_counts(n, *how)) / n for name, how in
-                     (("none", ("none",)), ("single, g=2", ("single", 2)),
-                      ("nested", ("nested",)))}, "1 + log2(L)": 1 + math.log2(n)}
-    for n in checkpoint_layers
-]).set_index("layers")
-print(recompute)
-every_block = all(count == 1 + math.log2(n) for n in checkpoint_layers
-                  for count in forward_counts(n, "nested"))
-print("nested: every block runs 1 + log2(L) forwards, so O(L log L) forward compute for "
-      f"O(log L) memory: {every_block}")
+print(say.recompute_table(checkpoint_layers))
+print(say.nested_forwards_line(checkpoint_layers))
 
 # %% [markdown]
 # **What recomputation costs**: forward + backward through the same blocks with and without
@@ -468,23 +369,12 @@ print("nested: every block runs 1 + log2(L) forwards, so O(L log L) forward comp
 # checkpointing runs each group's forward once more; nested recomputes about log2(L) times.
 
 # %%
-deepest_layers = max(checkpoint_layers)
-deepest = depth[depth["layers"] == deepest_layers].set_index("strategy")
-costs = {
-    f"single g={best}, L={layers}": compare_checkpointing(
-        checkpoint_preset, layers, batch_size, checkpoint_seq_len, "single", best, dev,
-        rounds=cost_rounds),
-    f"nested, L={deepest_layers}": compare_checkpointing(
-        checkpoint_preset, deepest_layers, batch_size, checkpoint_seq_len, "nested", None, dev,
-        rounds=cost_rounds),
-}
-save_table(pd.DataFrame([{"case": k, **c.as_row()} for k, c in costs.items()]),
-           out / "checkpointing_cost.csv", provenance)
-for case, comparison in costs.items():
-    print(conclude(out, f"checkpointing cost {case}", comparison))
-print(f"nested checkpointing at {deepest_layers} layers keeps "
-      f"{deepest.loc['nested', 'peak_bytes'] / deepest.loc['none', 'peak_bytes']:.1%} of the "
-      "plain peak memory")
+costs = checkpointing_costs(checkpoint_preset, layers, best, max(checkpoint_layers), batch_size,
+                            checkpoint_seq_len, dev, rounds=cost_rounds)
+save_table(costs, out / "checkpointing_cost.csv", provenance)
+print("\n".join(conclude_all(out, [Finding.from_row(f"checkpointing cost {row['case']}", row)
+                                   for row in costs.to_dict("records")])))
+print(say.nested_keep_line(depth))
 
 # %% [markdown]
 # ## 6. A whole training step with and without the best checkpointing
@@ -493,11 +383,8 @@ print(f"nested checkpointing at {deepest_layers} layers keeps "
 deep = replace(get_preset(checkpoint_preset), num_layers=layers)
 step_plain = full_step_peak(deep, batch_size, checkpoint_seq_len, "none", device=dev)
 step_best = full_step_peak(deep, batch_size, checkpoint_seq_len, "single", best, dev)
-print(f"{layers}-layer {checkpoint_preset} training step: peak {step_plain / MiB:.1f} MiB "
-      f"plain, {step_best / MiB:.1f} MiB with single-level checkpointing (g={best}): "
-      f"ratio {step_best / step_plain:.2f}")
-activation_ratio = groups["peak_bytes"].min() / plain["peak_bytes"][plain["layers"] == layers].iloc[0]
-print(f"the block stack alone: ratio {activation_ratio:.2f}")
+print("\n".join(say.full_step_lines(step_plain, step_best, groups, depth, layers,
+                                    checkpoint_preset, best)))
 
 # %% [markdown]
 # What checkpointing leaves alone (the logits, their gradient, the optimizer's temporaries)
@@ -506,8 +393,7 @@ print(f"the block stack alone: ratio {activation_ratio:.2f}")
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
@@ -515,5 +401,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

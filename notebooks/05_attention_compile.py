@@ -58,35 +58,21 @@ resume = True                    # skip configurations already in this device's 
 adapters = None                  # your course tests/adapters.py (or a module): checked and timed beside naive
 
 # %%
-import pandas as pd
 import torch
 
-from perflab.adapters import (
-    attention_functions,
-    check_adapters,
-    format_table,
-    passing_adapters,
-    results_name,
-)
-from perflab.bench.checks import check_results
-from perflab.bench.attention import (
-    add_implementation,
-    attention_configs,
-    compare_attention,
-    interpreted,
-    measure_attention,
-    naive_memory_bytes,
-    naive_memory_check,
-    ratios_to,
-)
+from perflab.adapters import results_name
+from perflab.adapters.timing import attention_of_yours
 from perflab.bench import Sweep
-from perflab.bench.compiled import compile_findings, compile_vs_eager
+from perflab.bench import attention_findings as say
+from perflab.bench.attention import attention_configs, measure_attention, naive_memory_check
+from perflab.bench.checks import check_results, contradictions_line
 from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude, conclude_all
+from perflab.bench.compiled import compile_findings, compile_vs_eager
+from perflab.bench.conclusions import conclude_all
 from perflab.bench.plots import plot_attention_sweep, plot_comparisons
 from perflab.device import describe, resolve_device
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
-from perflab.paths import display_path, results_dir, save_figure, save_table
+from perflab.paths import listing, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -106,18 +92,8 @@ print(f"batch {batch}, d {head_dims}, sequence {seq_lens}, "
 # about speed, so it is timed on a GPU only.
 
 # %%
-yours = {}  # name -> your autograd.Function, timed beside naive attention
-if adapters:
-    yours_check = check_adapters(adapters, parts=("attention",), device=dev.type)
-    save_table(yours_check, out / "yours_check.csv", provenance)
-    print(format_table(yours_check))
-    for name, function in attention_functions(adapters, passing_adapters(yours_check)).items():
-        add_implementation(name, function, triton=name == "yours_triton")
-        if not interpreted(name):
-            yours[name] = function
-    print("timed below:", ", ".join(yours) or "none")
-else:
-    print("no adapters given: perflab run 05 -p adapters PATH checks and times yours here")
+yours, yours_lines = attention_of_yours(adapters, out, provenance, dev)  # name -> your Function
+print("\n".join(yours_lines))
 
 # %% [markdown]
 # ## 1. Naive and compiled attention over the grid
@@ -155,25 +131,8 @@ save_figure(fig, out / "attention_times.png");
 # whatever d is: that is what runs out first.
 
 # %%
-failed = results[results["status"] == "oom"]
-if len(failed):
-    smallest = failed.sort_values(["seq_len", "head_dim"]).iloc[0]
-    accounting = naive_memory_bytes(batch, int(smallest.seq_len), int(smallest.head_dim),
-                                    torch.float32)
-    total = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
-    print(f"smallest failing size: seq {smallest.seq_len}, d {smallest.head_dim} "
-          f"({smallest.implementation}): forward peak by the formula "
-          f"{accounting['forward_peak'] / 2**30:.1f} GiB, held for backward "
-          f"{accounting['held_for_backward'] / 2**30:.1f} GiB"
-          + (f", against {total / 2**30:.1f} GiB on the device" if total else ""))
-else:
-    print("no configuration ran out of memory on this device at these sizes")
-full = naive_memory_bytes(batch, 16384, 128, torch.float32)
-fits = full["forward_peak"] <= memory_gib * 2**30
-print(f"by the formula, the full grid's largest size (batch {batch}, n 16384, d 128, float32) "
-      f"needs {full['forward_peak'] / 2**30:.1f} GiB at the forward peak: "
-      + (f"it fits a {memory_gib:.1f} GiB GPU" if fits else
-         f"more than a {memory_gib:.1f} GiB GPU has"))
+device_memory = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
+print("\n".join(say.oom_lines(results, batch, memory_gib, device_memory)))
 
 # %%
 naive_memory_check(results)
@@ -191,15 +150,9 @@ naive_memory_check(results)
 # the sweep above.
 
 # %%
-grid_comparisons = [
-    ({"head_dim": d, "seq_len": n},
-     compare_attention("naive", "naive_compiled", batch=batch, seq_len=n, head_dim=d,
-                       device=dev, rounds=steps, warmup=warmup))
-    for d in head_dims for n in seq_lens
-]
-grid = comparison_frame(grid_comparisons)
-memory_ratio = ratios_to(results, "naive", "peak_bytes")["naive_compiled_over_naive"]
-grid = grid.join(memory_ratio.rename("peak_memory_ratio"), on=["head_dim", "seq_len"])
+grid_comparisons = say.compiled_against_naive(batch, head_dims, seq_lens, dev, rounds=steps,
+                                              warmup=warmup)
+grid = say.compiled_grid(grid_comparisons, results)
 save_table(grid, out / "compiled_vs_naive.csv", provenance)
 fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
                                    grid["seq_len"].astype(str)),
@@ -209,26 +162,17 @@ grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "confidence"
       "peak_memory_ratio"]]
 
 # %%
-counts = grid["verdict"].value_counts()
-largest = grid.iloc[-1]
-print(f"compiled attention over {len(grid)} grid points: {counts.get('faster', 0)} faster, "
-      f"{counts.get('same', 0)} the same within the noise band, {counts.get('slower', 0)} "
-      f"slower, {counts.get('inconclusive', 0)} inconclusive")
-largest_comparison = grid_comparisons[-1][1]
-print(conclude(out, "compiled attention at the largest size",
-               f"{largest_comparison.sentence()} at d {largest.head_dim}, n {largest.seq_len}; "
-               f"peak memory {largest.peak_memory_ratio:.2f}x of naive",
-               comparison=largest_comparison))
+tally, at_largest = say.grid_findings(grid, grid_comparisons)
+print(tally)
+print(conclude_all(out, [at_largest])[0])
 
 # %%
 # Yours (with -p adapters PATH), against naive and compiled attention at the largest size
-for name in yours:
-    for base in ("naive", "naive_compiled"):
-        versus = compare_attention(base, name, batch=batch, seq_len=int(largest.seq_len),
-                                   head_dim=int(largest.head_dim), device=dev, rounds=steps,
-                                   warmup=warmup)
-        print(conclude(out, f"{name} vs {base}", versus)
-              + f" at d {largest.head_dim}, n {largest.seq_len}")
+largest = grid.iloc[-1]
+for sentence in conclude_all(out, say.yours_against_naive(
+        yours, int(largest.head_dim), int(largest.seq_len), batch, dev, rounds=steps,
+        warmup=warmup)):
+    print(sentence)
 
 # %% [markdown]
 # `torch.compile` fuses the scaling, masking and softmax into fewer kernels, which should read
@@ -255,8 +199,7 @@ model_comparisons = (
 )
 model = comparison_frame(model_comparisons)
 save_table(model, out / "model_compile.csv", provenance)
-print(f"the train step runs {model['matmul_shapes'].iloc[-1]} distinct matmul shapes: what "
-      f"max-autotune tunes, each once, at compile time")
+print(say.matmul_shapes_line(model))
 model.drop(columns=["sentence"])
 
 # %%
@@ -271,8 +214,7 @@ for sentence in conclude_all(out, compile_findings(model_comparisons)):
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
@@ -280,5 +222,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

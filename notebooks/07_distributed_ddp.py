@@ -58,40 +58,45 @@ adapters = None                       # your course tests/adapters.py (or a modu
 # %%
 import pandas as pd
 
-from perflab.adapters import check_adapters, format_table, passing_adapters, results_name
-from perflab.adapters.timing import adapters_setup, yours_ddp_configs
-from perflab.bench.checks import check_results
-from perflab.distributed import RankError, launch, max_world_size
-from perflab.distributed.allreduce_benchmark import allreduce_sweep, bus_factor, check_allreduce_rank
-from perflab.bench.conclusions import conclude, conclude_all
+from perflab.adapters import results_name
+from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.conclusions import conclude_all
 from perflab.bench.plots import plot_comparisons
+from perflab.device import resolve_device
+from perflab.distributed import RankError, launch
+from perflab.distributed import findings as say
+from perflab.distributed.allreduce_benchmark import (
+    allreduce_sweep,
+    bus_factor,
+    check_allreduce_rank,
+)
 from perflab.distributed.ddp_benchmark import (
-    DDP_COLLECTIVES,
-    fit_bucket_overhead,
     ddp_comparisons,
     ddp_configs,
     ddp_findings,
     ddp_sweep,
+    fit_bucket_overhead,
     relative_to_naive,
 )
-from perflab.device import resolve_device
-from perflab.distributed.launch import place_ranks, raise_on_rank
 from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
+from perflab.distributed.launch import raise_on_rank
 from perflab.distributed.parity import ddp_parity_all
-from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.distributed.plots import (
-    plot_allreduce, plot_bucket_sweep, plot_ddp_steps, plot_rank_timelines,
+    plot_allreduce,
+    plot_bucket_sweep,
+    plot_ddp_steps,
+    plot_rank_timelines,
 )
-from perflab.paths import display_path, results_dir, save_figure, save_table
+from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
+from perflab.paths import listing, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 settings = record_settings("07_distributed_ddp", globals())
 out = results_dir("07_distributed_ddp" + (f"/{results_name(adapters)}" if adapters else ""),
                   resolve_device("auto"))
 provenance = {"settings": settings}
-print(f"this machine holds up to {max_world_size()} ranks; all-reduce {sizes_mb} MB on "
-      f"{world_sizes} ranks: {place_ranks(max(world_sizes), ('all_reduce',)).describe()}; data "
-      f"parallelism: {place_ranks(ddp_world_size, DDP_COLLECTIVES).describe()}")
+print(say.ddp_placement_line(sizes_mb, world_sizes, ddp_world_size))
 
 # %% [markdown]
 # ## 1. Launching ranks, and what happens when one fails
@@ -140,9 +145,7 @@ fig = plot_allreduce(allreduce)
 save_figure(fig, out / "allreduce.png");
 
 # %%
-at_100 = allreduce[(allreduce["size_mb"] == 100) & (allreduce["status"] == "ok")]
-print("bus bandwidth at 100 MB: " + ", ".join(
-    f"{r.world_size} ranks {r.busbw_gbps:.2f} GB/s" for r in at_100.itertuples()))
+print(say.busbw_line(allreduce))
 
 # %% [markdown]
 # Small all-reduces are dominated by a fixed cost per call (latency), so their bandwidth is
@@ -162,13 +165,12 @@ print("bus bandwidth at 100 MB: " + ", ".join(
 
 # %%
 ring_errors = {n: max(launch(check_ring_rank, n, (1001, n))) for n in ring_world_sizes}
-print("largest difference from all_reduce: "
-      + ", ".join(f"{n} ranks {error:.1e}" for n, error in ring_errors.items()))
+ring_largest, ring_checks = say.ring_error_lines(ring_errors)
+print(ring_largest)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for n, error in ring_errors.items():
-    print(f"{n} ranks: the ring equals all_reduce within 1e-12: {error < 1e-12}")
+print("\n".join(ring_checks))
 
 # %% [markdown]
 # Then its time beside `all_reduce`, alternated call by call, and the line time = latency +
@@ -185,24 +187,7 @@ display(ring[["world_size", "size_mb", "status", "ring_ms", "all_reduce_ms",
 ring_fit
 
 # %%
-largest_ring = ring[(ring["status"] == "ok") & (ring["size_mb"] == max(ring_sizes_mb))]
-print(f"at {max(ring_sizes_mb)} MB the alternate ring takes " + ", ".join(
-    f"{r.ring_over_all_reduce:.2f}x all_reduce's time on {r.world_size} ranks "
-    f"(model: {r.world_size / 2:.1f}x)" for r in largest_ring.itertuples()))
-if len(ring_fit) >= 2:
-    spread = ring_fit["egress_gbps"].max() / ring_fit["egress_gbps"].min()
-    off = (largest_ring["ring_over_all_reduce"] / (largest_ring["world_size"] / 2)).tolist()
-    holds = spread <= 1.25 and all(0.8 <= x <= 1.25 for x in off)
-    print("egress implied by each world size's fit: " + ", ".join(
-        f"N={r.world_size}: {r.egress_gbps:.2f} GB/s (R^2 {r.r2:.3f})"
-        for r in ring_fit.itertuples())
-        + f"; they differ {spread:.2f}x, and the measured ratios are "
-        + ", ".join(f"{x:.2f}" for x in off) + " of N/2: time = (N-1) S / W with one W "
-        + ("describes" if holds else "does not describe") + " these measurements "
-        "(within 25%)")
-for r in ring_fit[ring_fit["latency_at_bound"]].itertuples():
-    print(f"N={r.world_size}: the free line crossed below zero (a negative latency, noise at "
-          f"{r.points} sizes); fitted through the origin instead, latency taken as 0")
+print("\n".join(say.ring_lines(ring, ring_fit)))
 
 # %% [markdown]
 # On a CPU the "link" is Gloo's TCP over the loopback device and the ranks share two cores,
@@ -229,10 +214,7 @@ parity[["model", "parameter_tensors", "variant", "max_param_diff", "grad_spread_
 
 # %%
 # NBVAL_CHECK_OUTPUT
-verdict = parity.assign(matches_one_process=parity["max_param_diff"] < 1e-10,
-                        same_grads_on_all_ranks=parity["grad_spread_across_ranks"] == 0)
-print(verdict[["model", "variant", "matches_one_process", "same_grads_on_all_ranks",
-               "grads_match_params", "frozen_untouched"]].to_string(index=False))
+print(say.ddp_parity_checks(parity).to_string(index=False))
 
 # %% [markdown]
 # **Yours** (with `-p adapters PATH`): `perflab check --adapters`'s data-parallel checks on
@@ -241,15 +223,8 @@ print(verdict[["model", "variant", "matches_one_process", "same_grads_on_all_ran
 # wrappers that pass every check are timed in section 4.
 
 # %%
-yours_passing = set()
-if adapters:
-    yours_check = check_adapters(adapters, parts=("ddp",))
-    save_table(yours_check, out / "yours_check.csv", provenance)
-    yours_passing = passing_adapters(yours_check)
-    print(format_table(yours_check))
-    print("timed in section 4:", ", ".join(sorted(yours_passing)) or "none")
-else:
-    print("no adapters given: perflab run 07 -p adapters PATH checks and times yours here")
+yours_passing, yours_lines = ddp_of_yours(adapters, out, provenance)
+print("\n".join(yours_lines))
 
 # %% [markdown]
 # ## 4. Step time, and the share spent communicating
@@ -293,11 +268,8 @@ save_figure(fig, out / "ddp_vs_naive.png")
 against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
 
 # %%
-bucketed = steps[steps["variant"] == "bucketed"]
-print(f"{int(bucketed.iloc[0].parameter_tensors)} parameter tensors, "
-      f"{bucketed.iloc[0].gradient_mb:.1f} MB of gradients")
-for sentence in conclude_all(out, ddp_findings(steps)):  # yours too, with -p adapters PATH
-    print(sentence)
+print(say.gradients_line(steps))
+print("\n".join(conclude_all(out, ddp_findings(steps))))  # yours too, with -p adapters PATH
 
 # %% [markdown]
 # What to read from it: no variant can beat the compute-only step (`none`), which bounds what
@@ -331,9 +303,7 @@ save_table(overlap, out / "ddp_overlap.csv", provenance)
 overlap.round(2)
 
 # %%
-shares = overlap.set_index("variant")["share_during_backward"]
-print(", ".join(f"{variant}: {share:.0%} of its all-reduce time overlaps backward"
-                for variant, share in shares.items()))
+print(say.overlap_line(overlap))
 
 # %% [markdown]
 # One profiled step per variant: the timeline shows the mechanism (naive sends everything after
@@ -351,27 +321,11 @@ print(", ".join(f"{variant}: {share:.0%} of its all-reduce time overlaps backwar
 # paired by round, and that bound:
 
 # %%
-versus_flat = ddp_comparisons(steps, "flat").set_index("b")
-by_size = bucketed.sort_values("bucket_size_mb").assign(
-    name=lambda t: [f"bucketed {s:g} MB" for s in t["bucket_size_mb"]])
-by_size = by_size.assign(vs_flat=[versus_flat.loc[n, "ratio_b_over_a"] for n in by_size["name"]],
-                         verdict=[versus_flat.loc[n, "verdict"] for n in by_size["name"]])
+by_size = say.bucket_table(steps, ddp_comparisons(steps, "flat"))
 by_size[["bucket_size_mb", "buckets", "step_ms", "sync_ms", "vs_flat", "verdict"]].round(3)
 
 # %%
-flat = steps[steps["variant"] == "flat"].iloc[0]
-counts = by_size["verdict"].value_counts()
-bound = flat["sync_ms"] - by_size["sync_ms"].min()
-backward_ms = overlap.set_index("variant")["backward_ms"]
-print(f"against flat: {counts.get('faster', 0)} of {len(by_size)} bucket sizes faster, "
-      f"{counts.get('slower', 0)} slower, {counts.get('same', 0)} the same, "
-      f"{counts.get('inconclusive', 0)} not established. Flat waits {flat['sync_ms']:.0f} ms after "
-      f"backward in a {flat['step_ms']:.0f} ms step; the bucketed size that waits least, "
-      f"{by_size['sync_ms'].min():.0f} ms: at most {bound:.0f} ms ({bound / flat['step_ms']:.0%} "
-      f"of the step) to gain. In the profiled steps, backward took {backward_ms['naive']:.0f} ms "
-      f"with nothing sent during it (naive), {backward_ms['bucketed']:.0f} ms bucketed and "
-      f"{backward_ms['individual']:.0f} ms with an all-reduce per parameter beside it (one step "
-      "each: a mechanism, not a measurement).")
+print(say.bucket_sentence(steps, by_size, overlap))
 
 # %% [markdown]
 # Reading it: where the bound is a small share of the step, or backward grows when all-reduces
@@ -399,26 +353,7 @@ print(f"against flat: {counts.get('faster', 0)} of {len(by_size)} bucket sizes f
 
 # %%
 overhead = fit_bucket_overhead(steps)
-print({k: round(v, 4) if isinstance(v, float) else v for k, v in overhead.items()})
-measured_algbw = allreduce[(allreduce["status"] == "ok")
-                           & (allreduce["world_size"] == ddp_world_size)]
-if overhead["valid"]:
-    print(f"o = {overhead['per_call_ms']:.2f} ms per call, w = {overhead['w_gbps']:.2f} GB/s "
-          f"(R^2 {overhead['r2']:.2f} over {overhead['distinct_bucket_counts']} bucket counts); "
-          f"the model's optimum (not a measured one): {overhead['best_buckets']:.1f} buckets of "
-          f"{overhead['best_bucket_mb']:.1f} MB")
-    if len(measured_algbw):
-        nearest = measured_algbw.iloc[
-            (measured_algbw["size_mb"] - overhead["gradient_bytes"] / 1e6).abs().argmin()]
-        print(f"the fitted w is {overhead['w_gbps'] / nearest.algbw_gbps:.2f}x the all-reduce "
-              f"bandwidth measured in section 2 at {nearest.size_mb:g} MB on {ddp_world_size} "
-              f"ranks ({nearest.algbw_gbps:.2f} GB/s)")
-    print("a fit to trust" if overhead["r2"] >= 0.9 and overhead["distinct_bucket_counts"] >= 4
-          else "too few bucket counts or too loose a fit to trust the optimum "
-               "(R^2 below 0.9 or fewer than 4 bucket counts)")
-else:
-    print("no usable fit (a non-positive o or s/w, or fewer than 3 bucket counts): the model "
-          "does not describe these times")
+print("\n".join(say.overhead_lines(overhead, allreduce, ddp_world_size)))
 
 # %% [markdown]
 # The model assumes equal buckets and a bucket's compute time equal to its transfer; buckets
@@ -430,8 +365,7 @@ else:
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
@@ -439,5 +373,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

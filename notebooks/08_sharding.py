@@ -54,68 +54,46 @@ resume = True                               # skip configurations already in thi
 adapters = None                             # your course tests/adapters.py (or a module): checked and timed beside perflab's
 
 # %%
-import json
-
 import pandas as pd
-import torch
 
-from perflab.adapters import check_adapters, format_table, passing_adapters, results_name
-from perflab.adapters.timing import adapters_setup, yours_zero_comparisons, yours_zero_configs
-from perflab.bench.checks import check_results
-from perflab.distributed import launch
-from perflab.distributed.comm_accounting import (
-    H100_80GB,
-    HANDOUT_MESH,
-    TPU_V5P,
-    XXL,
-    compute_bound_conditions,
-    devices_needed,
-    fsdp_memory_per_device,
-    mesh_batch,
-    min_fsdp_devices,
-    smaller_batch_options,
-    training_state_bytes,
-)
-from perflab.distributed.calculators import (
-    H100_NODE,
-    STRATEGIES,
-    Workload,
-    estimate,
-    max_compute_bound_devices,
-    max_devices_table,
-)
+from perflab.adapters import results_name
+from perflab.adapters.timing import sharding_of_yours
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.conclusions import conclude_all
 from perflab.device import resolve_device
-import perflab.distributed.ffn_calcs as ffn_symbols
-from perflab.distributed.ffn_calcs import TP_BACKWARD, tp_backward
+from perflab.distributed import findings as say
+from perflab.distributed import launch
+from perflab.distributed.calculators import H100_NODE, Workload, max_devices_table
+from perflab.distributed.comm_accounting import (
+    compute_bound_conditions,
+    fsdp_memory_per_device,
+    smaller_batch_options,
+)
+from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+from perflab.distributed.ffn_calcs import TP_BACKWARD
 from perflab.distributed.ffn_calcs import answers as ffn_answers
-from perflab.bench.comparison import paired_comparison
-from perflab.bench.stats import level_text
-from perflab.bench.conclusions import conclude
-from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES, ZERO_KEY, ddp_sweep, zero_configs
-from perflab.distributed.launch import place_ranks
-from perflab.distributed.memory_per_rank import zero_communication
+from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
 from perflab.distributed.memory_per_rank import (
     fsdp_memory,
     memory_per_rank_formula,
+    zero_communication,
     zero_memory,
     zero_memory_points,
 )
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
-from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
-from perflab.distributed.plots import plot_rank_timelines, plot_max_devices, plot_memory_per_rank
+from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
 from perflab.distributed.toy import build_model
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_figure, save_table
-from perflab.widgets import calculator_controls
+from perflab.paths import listing, results_dir, save_figure, save_table
 from perflab.settings import record_settings
+from perflab.widgets import calculator_controls
 
 MiB = 2**20
 settings = record_settings("08_sharding", globals())
 out = results_dir("08_sharding" + (f"/{results_name(adapters)}" if adapters else ""),
                   resolve_device("auto"))
 provenance = {"settings": settings}
-print(f"{world_size} ranks, memory measured on {memory_model}: {place_ranks(world_size).describe()}; "
-      f"the ZeRO step timing: {place_ranks(world_size, DDP_COLLECTIVES).describe()}")
+print(say.placement_line(world_size, memory_model))
 
 # %% [markdown]
 # ## 1. ZeRO stage 1: each rank keeps the optimizer state of its own parameters
@@ -135,11 +113,7 @@ zero
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(zero.assign(matches_one_process=zero["max_param_diff"] < 1e-10,
-                  same_params_on_all_ranks=zero["param_spread_across_ranks"] == 0,
-                  state_smaller=zero["sharded_state_bytes"] < zero["unsharded_state_bytes"])
-      [["optimizer", "rank", "groups", "matches_one_process", "same_params_on_all_ranks",
-        "state_smaller"]].to_string(index=False))
+print(say.zero_parity_checks(zero).to_string(index=False))
 
 # %% [markdown]
 # ### Optimizer-state memory per rank, measured and computed
@@ -155,19 +129,11 @@ zero_mem
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("measured == computed, sharded:",
-      bool((zero_mem["state_measured_sharded"] == zero_mem["state_computed_sharded"]).all()))
-print("measured == computed, unsharded:",
-      bool((zero_mem["state_measured_unsharded"] == zero_mem["state_computed_unsharded"]).all()))
-print("shards add up to the unsharded state:",
-      int(zero_mem["state_measured_sharded"].sum()) == int(zero_mem["state_measured_unsharded"][0]))
+for line in say.zero_memory_lines(zero_mem):
+    print(line)
 
 # %%
-saving = zero_mem["state_measured_sharded"].max() / zero_mem["state_measured_unsharded"][0]
-print(f"{memory_model}: {zero_mem['parameters'][0] / 1e6:.2f} M parameters; AdamW state "
-      f"per rank {zero_mem['state_measured_unsharded'][0] / MiB:.1f} MiB unsharded, "
-      f"{zero_mem['state_measured_sharded'].max() / MiB:.1f} MiB on the fuller rank "
-      f"({saving:.2f}x; the ideal is 1/{world_size})")
+print(say.zero_state_sentence(zero_mem, memory_model, world_size))
 
 # %% [markdown]
 # ### Memory at three points of a step, with and without sharding
@@ -187,33 +153,11 @@ rank0.div(MiB).round(1).rename(columns=lambda c: c.replace("bytes", "MiB"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-n_params = int(zero_mem["parameters"][0])
-held = points.set_index(["rank", "optimizer", "point"])
-print("parameters = 4 P bytes at every point:", bool((points["parameter_bytes"] == 4 * n_params).all()))
-print("gradients = 4 P bytes from backward on:",
-      bool((held.xs("after init", level="point")["gradient_bytes"] == 0).all()
-           and (points.loc[points["point"] != "after init", "gradient_bytes"] == 4 * n_params).all()))
-after = held.xs("after step", level="point")
-print("state after the step = the measured state of section 1:",
-      bool((after.xs("AdamW", level="optimizer")["optimizer_state_bytes"].to_numpy()
-            == zero_mem["state_measured_unsharded"].to_numpy()).all()
-           and (after.xs("sharded AdamW", level="optimizer")["optimizer_state_bytes"].to_numpy()
-                == zero_mem["state_measured_sharded"].to_numpy()).all()))
-print("nothing else grows between the points:",
-      bool(points.groupby(["rank", "optimizer"])["other_bytes"].nunique().eq(1).all()))
+for line in say.memory_point_lines(points, zero_mem):
+    print(line)
 
 # %%
-final = rank0.xs("after step", level="point")
-peak_saving = final.loc["AdamW", "peak_bytes_so_far"] - final.loc["sharded AdamW", "peak_bytes_so_far"]
-print(f"Rank 0 of {world_size}: after the step it holds "
-      f"{final.loc['AdamW', 'allocated_bytes'] / MiB:.1f} MiB with AdamW and "
-      f"{final.loc['sharded AdamW', 'allocated_bytes'] / MiB:.1f} MiB sharded; the peak so far "
-      f"drops by {peak_saving / MiB:.1f} MiB, the AdamW state it no longer keeps "
-      f"({(final.loc['AdamW', 'optimizer_state_bytes'] - final.loc['sharded AdamW', 'optimizer_state_bytes']) / MiB:.1f} MiB). "
-      f"Before the step both hold the same: parameters and gradients "
-      f"({rank0.loc[('AdamW', 'before step'), 'allocated_bytes'] / MiB:.1f} MiB); the peaks "
-      f"during each phase add temporaries (initialisation's random draws, AdamW's foreach "
-      f"buffers) on top.")
+print(say.rank0_sentence(points, world_size))
 
 # %% [markdown]
 # For xl on two GPUs (the handout's setting), the same accounting in fp32: parameters 4 P and
@@ -222,14 +166,8 @@ print(f"Rank 0 of {world_size}: after the step it holds "
 
 # %%
 xl_params = get_preset("xl").num_parameters()
-xl_points = pd.DataFrame({
-    "point": ["after init", "before step", "after step"],
-    "AdamW_GB": [4 * xl_params / 1e9, 8 * xl_params / 1e9, 16 * xl_params / 1e9],
-    "sharded_AdamW_GB": [4 * xl_params / 1e9, 8 * xl_params / 1e9,
-                         (8 + 8 / 2) * xl_params / 1e9],
-})
 print(f"xl: {xl_params / 1e9:.2f} B parameters")
-xl_points.round(1)
+say.handout_points(xl_params).round(1)
 
 # %% [markdown]
 # With more ranks, only the state shrinks; parameters and gradients stay whole. The formula
@@ -255,32 +193,11 @@ formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).r
 zero_steps = ddp_sweep(out / "zero_step.csv", zero_configs(world_size, zero_time_model),
                        batch_size=zero_batch_per_rank, seq_len=zero_seq_len, warmup=zero_warmup,
                        rounds=zero_rounds, resume=resume, metadata=provenance, key=ZERO_KEY)
-if resume and (zero_steps["rounds"] != zero_rounds).any():  # stored with another round count
-    zero_steps = ddp_sweep(out / "zero_step.csv", zero_configs(world_size, zero_time_model),
-                           batch_size=zero_batch_per_rank, seq_len=zero_seq_len,
-                           warmup=zero_warmup, rounds=zero_rounds, resume=False,
-                           metadata=provenance, key=ZERO_KEY)
 zero_steps[["optimizer", "status", "rounds", "step_ms", "sync_ms"]]
 
 # %%
-if (zero_steps["status"] == "ok").all():
-    by_optimizer = zero_steps.set_index("optimizer")["round_ms"].map(json.loads)
-    zero_cost = paired_comparison(by_optimizer["adamw"], by_optimizer["sharded-adamw"],
-                                  names=("AdamW", "sharded AdamW"))
-    print(conclude(out, "sharded vs unsharded AdamW step", zero_cost)
-          + f" ({zero_time_model}, {world_size} ranks)")
-    outcome = {"faster": "sharding makes the step faster",
-               "slower": "sharding makes the step slower",
-               "same": f"the two steps take the same time within ±{zero_cost.noise_band:.0%}",
-               "inconclusive": "a difference in step time is not established"}[zero_cost.verdict]
-    enough = zero_cost.confidence >= zero_cost.required - 1e-12
-    print(f"{zero_cost.rounds} paired rounds give a {level_text(zero_cost.confidence)} interval "
-          f"of the time ratio ({zero_cost.ci[0]:.3f}–{zero_cost.ci[1]:.3f}), "
-          + ("enough" if enough else "below the "
-             f"{level_text(zero_cost.required)} needed") + f" for a verdict: {outcome}.")
-else:
-    print("no comparison: the ZeRO step timing failed ("
-          + ", ".join(zero_steps.loc[zero_steps["status"] != "ok", "status"]) + ")")
+for sentence in conclude_all(out, say.zero_step_findings(zero_steps, zero_time_model, world_size)):
+    print(sentence)
 
 # %% [markdown]
 # Sharding trades memory for traffic: each rank steps only its own parameters (less optimizer
@@ -301,10 +218,7 @@ zero_volume.set_index("scheme").div(MiB).round(2).rename(columns=lambda c: c.rep
                                                                                      "MiB"))
 
 # %%
-volume = zero_volume.set_index("scheme")["bytes_sent"]
-print(f"per step this wrapper sends {volume.iloc[1] / volume.iloc[0]:.2f}x the bytes of plain "
-      f"data parallelism, ZeRO-1 {volume.iloc[2] / volume.iloc[0]:.2f}x, for the same "
-      f"optimizer-state saving ({world_size} ranks)")
+print(say.volume_sentence(zero_volume, world_size))
 
 # %% [markdown]
 # ## 2. Fully sharded data parallel
@@ -331,16 +245,7 @@ fsdp
 
 # %%
 # NBVAL_CHECK_OUTPUT
-tolerance = fsdp["compute_dtype"].map({"float32": 1e-6, "float16": 1e-4})
-print(fsdp.assign(within_tolerance=fsdp["max_param_diff"] < tolerance,
-                  tolerance=tolerance,
-                  replicated_grads_identical=fsdp["replicated_grad_spread"] == 0,
-                  regathered_for_backward=fsdp["backward_gathers"] > 0,
-                  none_kept_for_backward=fsdp["full_weights_kept_for_backward"] == 0)
-      [["compute_dtype", "rank", "tolerance", "within_tolerance", "grads_fp32_shard_shaped",
-        "replicated_grads_identical", "regathered_for_backward", "none_kept_for_backward",
-        "names_complete"]]
-      .to_string(index=False))
+print(say.fsdp_parity_checks(fsdp).to_string(index=False))
 
 # %% [markdown]
 # ### Parameter, gradient and optimizer memory per rank under FSDP
@@ -355,16 +260,11 @@ fsdp_mem
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print("parameters measured == computed:",
-      bool((fsdp_mem["param_bytes_measured"] == fsdp_mem["param_bytes_computed"]).all()))
-print("optimizer state measured == computed:",
-      bool((fsdp_mem["state_bytes_measured"] == fsdp_mem["state_bytes_computed"]).all()))
+for line in say.fsdp_memory_lines(fsdp_mem, world_size)[:2]:
+    print(line)
 
 # %%
-ratio = fsdp_mem["param_bytes_measured"] / fsdp_mem["param_bytes_replicated"]
-print(f"parameter bytes per rank / full replication: {ratio.max():.3f} on {world_size} "
-      f"ranks ({fsdp_mem['param_bytes_measured'].max() / MiB:.2f} MiB vs "
-      f"{fsdp_mem['param_bytes_replicated'][0] / MiB:.2f} MiB)")
+print(say.fsdp_memory_lines(fsdp_mem, world_size)[2])
 
 # %% [markdown]
 # ### Do the weight gathers finish before the forward needs them?
@@ -392,21 +292,7 @@ holders = [m for m in build_model(memory_model, seed=0).modules()
 print("one row per module that gathers weights:", gather_stats["modules_gathering"] == len(holders))
 
 # %%
-late = gather_stats["late_wait_ms"] / gather_stats["forward_wall_ms"]
-print(f"{memory_model} on {world_size} ranks ({resolve_device('auto')}): the median module's "
-      f"all-gathers took {gather_stats['median_gather_ms']:.2f} ms, its forward "
-      f"{gather_stats['median_forward_ms']:.2f} ms. {gather_stats['ready_in_time']} of the "
-      f"{gather_stats['prefetched']} prefetched modules had their weights before they needed "
-      f"them; the others waited {gather_stats['late_wait_ms']:.1f} ms in all ({late:.0%} of the "
-      f"{gather_stats['forward_wall_ms']:.1f} ms forward), besides the first module's "
-      f"unprefetched {gather_stats['first_wait_ms']:.1f} ms: "
-      + ("every prefetched gather was in time." if gather_stats["ready_in_time"]
-         == gather_stats["prefetched"] else "prefetching one module ahead does not hide every "
-         "gather here" + (": the median gather takes longer than the median module's forward "
-                          "that should hide it." if gather_stats["median_gather_ms"]
-                          > gather_stats["median_forward_ms"] else
-                          " (a module after a norm gets its prefetch only a norm's time "
-                          "ahead).")))
+print(say.gather_sentence(gather_stats, memory_model, world_size, str(resolve_device("auto"))))
 
 # %% [markdown]
 # ### Against PyTorch's FSDP
@@ -436,28 +322,10 @@ print("same parameters as torch's FSDP (|diff| < 1e-6):",
 # holds, about 1 / world size for an FSDP that shards it.
 
 # %%
-if adapters:
-    yours_check = check_adapters(adapters, parts=("fsdp", "optimizer"))
-    save_table(yours_check, out / "yours_check.csv", provenance)
-    print(format_table(yours_check))
-    yours_steps = ddp_sweep(
-        out / "yours_step.csv",
-        zero_configs(world_size, zero_time_model)
-        + yours_zero_configs(adapters, passing_adapters(yours_check), world_size, zero_time_model),
-        batch_size=zero_batch_per_rank, seq_len=zero_seq_len, warmup=zero_warmup,
-        rounds=zero_rounds, resume=False, metadata=provenance, key=ZERO_KEY,  # all in one launch
-        setup=adapters_setup)
-    print(yours_steps[["variant", "optimizer", "status", "step_ms", "sync_ms",
-                       "held_fraction"]].to_string())
-    for row in yours_steps[yours_steps["variant"] == "yours fsdp"].itertuples():
-        if row.held_fraction >= 1:
-            print(f"your FSDP holds all of {zero_time_model}'s parameters on each rank: it "
-                  "sharded none of this model's modules (perhaps only cs336_basics' Linear and "
-                  "Embedding); its time here is not a sharded step's")
-    for comparison in yours_zero_comparisons(yours_steps):
-        print(conclude(out, f"{comparison.name_b} vs {comparison.name_a}", comparison))
-else:
-    print("no adapters given: perflab run 08 -p adapters PATH checks and times yours here")
+for line in sharding_of_yours(adapters, out, provenance, world_size=world_size,
+                              model=zero_time_model, batch_size=zero_batch_per_rank,
+                              seq_len=zero_seq_len, warmup=zero_warmup, rounds=zero_rounds):
+    print(line)
 
 # %% [markdown]
 # ## 3. How many devices stay compute-bound?
@@ -483,19 +351,12 @@ print(H100_NODE)
 # %%
 config = get_preset("xl")
 work = Workload.from_config(config, batch_size=256, seq_len=calculator_seq_len)
-examples = pd.DataFrame([
-    estimate("dp", work, H100_NODE, 64).as_dict(),
-    estimate("fsdp", work, H100_NODE, 64).as_dict(),
-    estimate("tp", work, H100_NODE, 8).as_dict(),
-    estimate("fsdp+tp", work, H100_NODE, 32, tp_degree=8).as_dict(),
-])
+examples = say.example_estimates(work, H100_NODE)
 examples  # comm_over_compute: the largest pass's communication / that pass's compute
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{config.name}, batch 256 x {calculator_seq_len} tokens: largest compute-bound "
-      "device count: " + ", ".join(
-          f"{s} {max_compute_bound_devices(s, work, H100_NODE)}" for s in STRATEGIES))
+print(say.compute_bound_line(config.name, work, H100_NODE, calculator_seq_len))
 
 # %% [markdown]
 # The same calculator with sliders: choose the model, the global batch, the sequence length,
@@ -543,8 +404,7 @@ shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devic
 # %%
 # NBVAL_CHECK_OUTPUT
 ffn = ffn_answers()
-for row in ffn.itertuples():
-    print(f"{row.problem}, {row.quantity}:\n    {row.expression}\n    ({row.reason})")
+print("\n".join(say.ffn_lines(ffn)))
 
 # %% [markdown]
 # Data parallelism and FSDP stop at 1 + B W / C devices, whatever the model's width: both
@@ -562,16 +422,7 @@ for row in ffn.itertuples():
 # %%
 # NBVAL_CHECK_OUTPUT
 print("\n".join(TP_BACKWARD))
-torch.manual_seed(0)
-x_, w1_, w2_ = (torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-                for shape in ((5, 8), (8, 12), (8, 12)))
-w3_ = torch.randn(12, 8, dtype=torch.float64, requires_grad=True)
-dy_ = torch.randn(5, 8, dtype=torch.float64)
-((torch.nn.functional.silu(x_ @ w1_) * (x_ @ w2_)) @ w3_).backward(dy_)
-sharded = tp_backward(x_.detach(), w1_.detach(), w2_.detach(), w3_.detach(), dy_, n_tp=3)
-print("equal to autograd within 1e-12:", all(
-    torch.allclose(a, b, rtol=1e-12, atol=1e-12)
-    for a, b in zip(sharded, (w1_.grad, w2_.grad, w3_.grad, x_.grad), strict=True)))
+print("equal to autograd within 1e-12:", say.tp_backward_matches_autograd(n_tp=3))
 
 # %% [markdown]
 # The same bounds in numbers, for xl's FFN (D = 2560, D_FF = 10240) on the H100 node above
@@ -580,14 +431,7 @@ print("equal to autograd within 1e-12:", all(
 # B = 2^20 tokens (data parallelism needs a large batch: its bound is 1 + B W / C):
 
 # %%
-values = {ffn_symbols.B: 2**20, ffn_symbols.D: 2560, ffn_symbols.F: 10240,
-          ffn_symbols.C: H100_NODE.flops_per_s}
-bounds = ffn[ffn["quantity"].str.startswith("largest")]
-for row in bounds.itertuples():
-    link = H100_NODE.tp_bandwidth if "N_TP" in row.quantity and "N_FSDP" not in row.quantity \
-        else H100_NODE.bandwidth
-    value = row.sympy.subs(values | {ffn_symbols.W: link})
-    print(f"{row.problem}, {row.quantity}: {float(value):.1f} (W = {link / 1e9:.0f} GB/s)")
+print("\n".join(say.ffn_bound_lines(ffn, H100_NODE)))
 
 # %% [markdown]
 # The calculator above and this derivation count data parallelism's bound the same way: the
@@ -597,17 +441,7 @@ for row in bounds.itertuples():
 
 # %%
 # NBVAL_CHECK_OUTPUT
-dp_ffn = bounds.loc[bounds["problem"] == "data_parallel_calcs", "sympy"].iloc[0]
-ffn_dp = float(dp_ffn.subs({ffn_symbols.B: work.tokens, ffn_symbols.W: H100_NODE.bandwidth,
-                            ffn_symbols.C: H100_NODE.flops_per_s}))
-dp_pass = max_compute_bound_devices("dp", work, H100_NODE)
-dp_step = max_compute_bound_devices("dp", work, H100_NODE, overlap="step")
-print(f"{config.name}, {work.tokens:,} tokens per step, {H100_NODE.name}: data parallelism "
-      f"stays compute-bound up to {dp_pass} devices in the calculator (all-reduce against the "
-      f"backward's 4 N B S FLOPs) and {ffn_dp:.1f} -> {int(ffn_dp)} in the FFN derivation "
-      f"(1 + B W / C, also the backward). Against the whole step's 6 N B S it would be "
-      f"{dp_step}: 1.5x the compute to hide behind, but the all-reduce cannot start before "
-      f"backward has produced the gradients, and the optimizer step waits for it.")
+print(say.dp_bound_sentence(ffn, config.name, work, H100_NODE))
 
 # %% [markdown]
 # ### The 2025 handout's communication accounting: XXL on TPU v5p
@@ -623,15 +457,7 @@ print(f"{config.name}, {work.tokens:,} tokens per step, {H100_NODE.name}: data p
 
 # %%
 # NBVAL_CHECK_OUTPUT
-state = training_state_bytes(XXL)
-print(state.assign(GB=state["bytes"] / 1e9).round(1).to_string(index=False))
-total_state = int(state["bytes"].iloc[-1])
-per_token = XXL.saved_bytes_per_token()
-print(f"{XXL.parameters / 1e9:.1f} B parameters; the FP32 state is {total_state / 1e12:.2f} TB, "
-      f"the memory of {devices_needed(total_state, H100_80GB)} {H100_80GB.name} GPUs. Saved for "
-      f"backward (BF16, each linear's input: x and h): 2 (d_model + d_ff) x 126 = "
-      f"{per_token / 1e6:.1f} MB per token, so one H100's worth every "
-      f"{H100_80GB.memory_bytes / per_token:,.0f} tokens.")
+print("\n".join(say.xxl_state_lines()))
 
 # %% [markdown]
 # **(b) Sharded over N_FSDP devices**: weights, gradients, optimizer state and every second
@@ -642,14 +468,9 @@ print(f"{XXL.parameters / 1e9:.1f} B parameters; the FP32 state is {total_state 
 # %%
 # NBVAL_CHECK_OUTPUT
 print("bytes per device =", fsdp_memory_per_device())
-fits = pd.DataFrame({"tokens_per_device": accounting_tokens,
-                     "activations_GB": [per_token * t / 1e9 for t in accounting_tokens],
-                     "min_N_FSDP": [min_fsdp_devices(XXL, TPU_V5P, t) for t in accounting_tokens]})
+fits = say.xxl_fsdp_fits(accounting_tokens)
 print(fits.round(1).to_string(index=False))
-print(f"Without activations {fits['min_N_FSDP'].iloc[0]} v5p chips hold the state "
-      f"({total_state / TPU_V5P.memory_bytes:.2f} rounded up); the unsharded half of the "
-      f"activations eats into every chip, so the count grows quickly with the tokens and no "
-      f"count fits beyond {2 * TPU_V5P.memory_bytes / per_token:,.0f} tokens per device.")
+print(say.xxl_fits_sentence(fits))
 
 # %% [markdown]
 # **(c) Forward only, on a v5p mesh** of X = 16 (FSDP, over M_X = 2 torus axes) by Y = 4
@@ -664,15 +485,9 @@ print(f"Without activations {fits['min_N_FSDP'].iloc[0]} v5p chips hold the stat
 for convention, ring in (("large-mesh (Scaling Book)", False), ("ring factors (n-1)/n", True)):
     bounds = compute_bound_conditions(ring=ring)
     print(f"{convention}: B/X >= {bounds['min B/X']},  Y <= {bounds['max Y']}")
-mesh = pd.DataFrame([mesh_batch(XXL, TPU_V5P, HANDOUT_MESH, ring=r) for r in (False, True)])
-print(mesh[["ring_factors", "min_tokens_per_fsdp_shard", "min_tokens_per_device",
-            "min_total_batch", "max_Y_tp_hidden", "tp_hidden"]].round(1).to_string(index=False))
-first = mesh.iloc[0]
-print(f"Each device must compute on at least {first['min_tokens_per_fsdp_shard']:,.0f} tokens "
-      f"(C / (W_ici M_X); the 4 chips of a tensor-parallel group share them, "
-      f"{first['min_tokens_per_device']:,.0f} per chip), a total batch of "
-      f"{first['min_total_batch']:,.0f} tokens over the {16 * 4} chips; Y = 4 is well under "
-      f"the {first['max_Y_tp_hidden']:.1f} at which the tensor-parallel collectives stop hiding.")
+mesh = say.mesh_table()
+print(mesh.round(1).to_string(index=False))
+print(say.mesh_sentence(mesh))
 
 # %% [markdown]
 # **(d) A smaller total batch, still compute-bound.** The bound is B/X >= C / (W_ici M_X) per
@@ -686,13 +501,7 @@ options[["option", "X", "Y", "weight_bytes", "min_tokens_per_fsdp_shard", "min_t
 
 # %%
 # NBVAL_CHECK_OUTPUT
-by_option = options.set_index("option")["min_total_batch"]
-base = by_option.iloc[0]
-print(f"Moving devices from FSDP to tensor parallelism (X 4, Y 16: still under the "
-      f"{options['max_Y_tp_hidden'].iloc[0]:.1f} where TP's own collectives surface) cuts the "
-      f"total batch {base / by_option.iloc[1]:.0f}x to {by_option.iloc[1]:,.0f} tokens; "
-      f"gathering the weights as an 8-bit copy halves the gather and the batch "
-      f"({by_option.iloc[2]:,.0f}); both together give {by_option.iloc[3]:,.0f} tokens.")
+print(say.options_sentence(options))
 
 # %% [markdown]
 # Pipeline parallelism (GPipe, Huang et al. 2019) is the other way to take chips off the FSDP
@@ -706,8 +515,7 @@ print(f"Moving devices from FSDP to tensor parallelism (X 4, Y 16: still under t
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %% [markdown]
 # **Do these results contradict themselves?** `perflab check-results` (notebook 01 lists its
@@ -715,5 +523,5 @@ for path in sorted(out.iterdir()):
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

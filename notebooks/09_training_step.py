@@ -71,27 +71,23 @@ device = "auto"                 # "cuda" when present, else "cpu"
 # %%
 import dataclasses
 import json
-import os
 
-import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.comparison import paired_table
+from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.peak import measure_peak_matmul
-from perflab.bench.steps import BenchConfig
 from perflab.bench.recipe import Recipe
-from perflab.bench.sweep import is_out_of_memory
+from perflab.bench.steps import BenchConfig
 from perflab.device import parse_dtype, resolve_device
-from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
-from perflab.distributed.launch import max_world_size
+from perflab.hardware import HANDOUT_B200
 from perflab.model import TransformerLM, get_preset
-from perflab.paths import display_path, results_dir, save_table
+from perflab.paths import listing, results_dir, save_table
 from perflab.settings import record_settings
-from perflab.bench.comparison import describe_ratio, paired_table
-from perflab.bench.stats import is_unstable, level_text
-from perflab.training.data import CPU_DATA_PATHS, DATA_PATHS, data_path_steps
-from perflab.training.data import ByteTokenizer, read_corpus
+from perflab.training import default_chunk_size
+from perflab.training import findings as say
 from perflab.training.batching import (
     check_bucketing,
     check_loss_batching,
@@ -99,13 +95,14 @@ from perflab.training.batching import (
     compare_loss_batching,
     speeches,
 )
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.training import default_chunk_size
-from perflab.training.head_memory import (
-    chunk_size_sweep,
-    compare_with_torch_head,
-    head_peak_memory,
+from perflab.training.data import (
+    CPU_DATA_PATHS,
+    DATA_PATHS,
+    ByteTokenizer,
+    data_path_steps,
+    read_corpus,
 )
+from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head, head_peak_memory
 from perflab.training.ladder import (
     BASELINE,
     TrainingStep,
@@ -114,12 +111,7 @@ from perflab.training.ladder import (
     stack_against_baseline,
 )
 from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
-from perflab.training.sharded_step import (
-    compare_with_one_process,
-    sharded_step_memory,
-    sharded_training_step,
-)
-from perflab.hardware import HANDOUT_B200
+from perflab.training.sharded_step import sharded_step_row
 from perflab.training.step_model import (
     B200,
     Efficiency,
@@ -142,12 +134,9 @@ config = get_preset(preset)
 settings = record_settings("09_training_step", globals())
 out = results_dir("09_training_step", dev)
 provenance = {"settings": settings}
-print(f"{config.name}: {config.num_parameters() / 1e6:.2f} M parameters, batch {batch_size} x "
-      f"{seq_len} tokens, on {dev.type}")
 leaderboard = get_preset("leaderboard-8B")
-print(f"the leaderboard's logits, 2 x 32,768 tokens x {leaderboard.vocab_size:,}: "
-      f"{2 * 32768 * leaderboard.vocab_size * 2 / 1e9:.1f} GB in bfloat16, "
-      f"{2 * 32768 * leaderboard.vocab_size * 4 / 1e9:.1f} GB in float32")
+for line in say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard):
+    print(line)
 
 # %% [markdown]
 # ## 1. The baseline step: where the time and the memory go
@@ -165,15 +154,7 @@ save_table(phases, out / "baseline_phases.csv", provenance)
 phases.round(3)
 
 # %%
-by_phase = phases.set_index("phase")
-backward_over_forward = by_phase.loc["backward", "median_ms"] / by_phase.loc["forward", "median_ms"]
-print(f"forward {by_phase.loc['forward', 'share']:.0%}, backward "
-      f"{by_phase.loc['backward', 'share']:.0%}, optimizer {by_phase.loc['optimizer', 'share']:.0%} "
-      f"of the step (median shares); the median backward takes {backward_over_forward:.1f}x the "
-      "median forward (the matmuls alone would take 2x: two gradient matmuls per forward one)"
-      + ("; less here, where at so few tokens each operation's fixed cost weighs more and the "
-         "forward phase also holds zero_grad, the logits and the loss"
-         if backward_over_forward < 2 else ""))
+print(say.phase_sentence(phases))
 
 # %% [markdown]
 # Memory by category after a step, each measured (the tensors' bytes) next to its formula, and
@@ -190,19 +171,10 @@ memory.assign(measured_MiB=memory["measured_bytes"] / MiB,
 
 # %%
 # NBVAL_CHECK_OUTPUT
-with_formula = memory.dropna(subset=["formula_bytes"])
-print("every category with a formula matches it:",
-      bool((with_formula["measured_bytes"] == with_formula["formula_bytes"]).all()))
+print("every category with a formula matches it:", say.formulas_match(memory))
 
 # %%
-by = memory.set_index("category")["measured_bytes"]
-print(f"The logits ({by['logits'] / MiB:.1f} MiB) are larger than one block's saved activations "
-      f"({by['saved activations, one block'] / MiB:.1f} MiB) and than the parameters "
-      f"({by['parameters'] / MiB:.1f} MiB): with a vocabulary of {config.vocab_size:,} and "
-      f"d_model {config.d_model}, each token's logits are {config.vocab_size / config.d_model:.0f}x "
-      "its hidden state."
-      if by["logits"] > max(by["saved activations, one block"], by["parameters"]) else
-      f"The logits ({by['logits'] / MiB:.1f} MiB) are not the largest category here.")
+print(say.logits_sentence(memory, config))
 
 # %% [markdown]
 # ## 2. The loss head without the logits
@@ -224,11 +196,7 @@ head.assign(peak_MiB=head["peak_bytes"] / MiB, full_logits_MiB=head["logits_byte
     columns=["peak_bytes", "logits_bytes"]).round(3)
 
 # %%
-fused_share = head.set_index("method").loc["fused", "of_plain"]
-print(f"{head_tokens} tokens x vocabulary {head_vocab:,} x d {head_d_model}, float32: the fused "
-      f"head peaks at {fused_share:.3f}x the plain head's memory "
-      + ("(the goal: at most 0.25x; met)" if fused_share <= 0.25
-         else "(the goal: at most 0.25x; NOT met)"))
+print(say.head_sentence(head, head_tokens, head_vocab, head_d_model))
 
 # %% [markdown]
 # **PyTorch's own fused head.** torch 2.13 ships `F.linear_cross_entropy` with a chunked path
@@ -257,19 +225,7 @@ chunks.assign(median_ms=chunks["median_s"] * 1e3, peak_MiB=chunks["peak_bytes"] 
     ["chunk_size", "median_ms", "unstable", "peak_MiB", "peak_over_hidden", "default"]].round(3)
 
 # %%
-steady = chunks[~chunks["unstable"]]
-if steady.empty:
-    print("every chunk size's timing is unstable: no choice is drawn from them")
-else:
-    fastest = steady.loc[steady["median_s"].idxmin()]
-    lean = steady.loc[steady["peak_bytes"].idxmin()]
-    picked = default_chunk_size(head_tokens, head_vocab, head_d_model)
-    print(f"fastest median: chunk {int(fastest.chunk_size)} ({fastest.median_s * 1e3:.1f} ms, "
-          f"peak {fastest.peak_over_hidden:.1f}x the hidden states); least memory: chunk "
-          f"{int(lean.chunk_size)} ({lean.median_s * 1e3:.1f} ms, {lean.peak_over_hidden:.1f}x); "
-          f"the default is {picked} here"
-          + (" (not among the sizes swept)" if picked not in set(chunks["chunk_size"]) else "")
-          + ". Separate medians, not interleaved: differences within their intervals are noise.")
+print(say.chunk_sentence(chunks, default_chunk_size(head_tokens, head_vocab, head_d_model)))
 
 # %% [markdown]
 # ## 3. The ladder: keep what helps on this machine
@@ -320,27 +276,9 @@ checked = greedy[greedy["matches_baseline"].notna()]
 print(checked[["rung", "matches_baseline"]].to_string(index=False))
 
 # %%
-for row in greedy.iloc[1:].itertuples():
-    if not isinstance(row.verdict, str) or not row.verdict:
-        print(f"{row.rung}: {row.reason}")
-        continue
-    print(f"{row.rung} on {row.tried_on}: {row.vs_best:.2f}x its time "
-          f"({level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, "
-          f"{int(row.rounds)} rounds, {row.verdict}): {'kept' if row.kept else 'dropped'}; "
-          f"peak {row.peak_bytes / MiB:.1f} MiB; first step {row.first_step_s:.2f} s")
-print(f"kept: {stack.name}")
-gradients = memory.set_index("category").loc["gradients", "measured_bytes"]
-if greedy["peak_bytes"].max() < 1.25 * gradients:
-    print(f"At {batch_size} x {seq_len} tokens the peaks stay within 1.25x the gradients "
-          f"({gradients / MiB:.1f} MiB): the activations and logits are too small here to move "
-          "them; section 2 measures the head where they are not.")
-phase_sum_ms = phases["median_ms"].sum()
-base_ms = greedy["base_step_s"].iloc[1] * 1e3
-print(f"the baseline's phases (section 1, {phase_steps} steps with synchronised marks) add up to "
-      f"{phase_sum_ms:.1f} ms against its {base_ms:.1f} ms median in the first comparison: "
-      f"{phase_sum_ms / base_ms:.2f}x, two separate measurements at different moments (a sum "
-      "of medians is not the median of sums, the marks' synchronisations add their own cost, "
-      "and the machine drifts between them)")
+for sentence in say.ladder_sentences(greedy, stack.name, memory, phases, batch_size, seq_len,
+                                     phase_steps):
+    print(sentence)
 
 # %% [markdown]
 # **The kept stack against the baseline**, taking turns in the same rounds: the ladder's verdict
@@ -352,16 +290,9 @@ print(f"the baseline's phases (section 1, {phase_steps} steps with synchronised 
 whole = stack_against_baseline(config, stack, batch_size, seq_len, dev, rounds=rounds,
                                budget_s=budget_s)
 peaks = {d: measure_peak_matmul(dev, parse_dtype(d)) for d in dict.fromkeys(["float32", stack.dtype])}
-base_peak, stack_peak = peaks["float32"].flops_per_s, peaks[stack.dtype].flops_per_s
-flops = config.train_step_flops(batch_size, seq_len)
-base_s, stack_s = np.median(whole.times_a), np.median(whole.times_b)
-speedup, (slow, fast) = 1 / whole.ratio, (1 / whole.ci[1], 1 / whole.ci[0])
 print(conclude(out, "kept stack vs baseline", whole))
-print(f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI {slow:.2f}-{fast:.2f}x); MFU, "
-      f"against the matmul peak in each step's dtype: baseline {flops / base_s / base_peak:.0%} "
-      f"of {base_peak / 1e9:.0f} GFLOP/s (float32), kept stack {flops / stack_s / stack_peak:.0%} "
-      f"of {stack_peak / 1e9:.0f} GFLOP/s ({stack.dtype}); at the float32 peak the baseline's "
-      f"step would take {flops / base_peak * 1e3:.1f} ms against its {base_s * 1e3:.1f} ms")
+print(say.stack_sentence(whole, config.train_step_flops(batch_size, seq_len),
+                         peaks["float32"].flops_per_s, peaks[stack.dtype].flops_per_s, stack.dtype))
 
 # %% [markdown]
 # **The final table: which bound dominates each rung.** A profiler trace of `trace_steps` steps
@@ -390,10 +321,7 @@ final.assign(step_ms=final["step_s"] * 1e3, peak_MiB=final["peak_bytes"] / MiB)[
 # %%
 for _, row in bounds.iterrows():
     print(bound_sentence(row))
-kept_bounds = bounds.set_index("rung").loc[greedy.loc[greedy["kept"], "rung"]]
-last = kept_bounds.iloc[-1]
-print(f"in the kept stack ({stack.name}), {last['dominant']} operators hold "
-      f"{last['dominant_share']:.0%} of the operator time: that is what holds the rest")
+print(say.kept_bound_sentence(bounds, greedy, stack.name))
 
 # %% [markdown]
 # The kept stack as `perflab bench` flags, saved as `fastest_step.json` beside the results, to
@@ -418,13 +346,9 @@ print("perflab bench " + " ".join(command.command_line()))
 
 # %%
 gqa_row, gqa_result = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len,
-                                           dev, rounds=gqa_rounds)  # fmt: skip
+                                           dev, rounds=gqa_rounds)
 save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
-print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads: "
-      f"{gqa_row['parameters_grouped'] / 1e6:.2f} M parameters against "
-      f"{gqa_row['parameters_mha'] / 1e6:.2f} M "
-      f"({1 - gqa_row['parameters_grouped'] / gqa_row['parameters_mha']:.1%} fewer); "
-      + gqa_result.sentence())
+print(say.gqa_sentence(gqa_row, gqa_result, config.num_heads, gqa_kv_heads))
 
 # %% [markdown]
 # ## 4. The data path on real text
@@ -448,15 +372,8 @@ save_table(data_table, out / "data_path.csv", provenance)
 data_table.round(3)
 
 # %%
-for row in data_table.iloc[1:].itertuples():
-    print(f"{row.data_path}: {row.median_ms:.1f} ms a step; "
-          + describe_ratio("synthetic data", row.data_path, row.vs_reference,
-                           (row.ci_low, row.ci_high), confidence=row.confidence))
-if dev.type == "cpu" and any("worker" in m for m in modes):
-    print(f"(the DataLoader's worker processes share this machine's {os.cpu_count()} cores "
-          "with the step)")
-if dev.type != "cuda":
-    print("pinned memory with non_blocking copies: GPU only (no host-to-device copy here)")
+for sentence in say.data_path_sentences(data_table, modes, dev.type):
+    print(sentence)
 
 # %% [markdown]
 # **The loss one example at a time.** A loop calling the loss on each sequence's logits and
@@ -492,12 +409,10 @@ print(conclude(out, "loss in one call vs a loop over examples", loss_batching))
 
 # %%
 all_speeches = speeches(text, seq_len)
-lengths = pd.Series([len(s) - 1 for s in all_speeches])
 chosen = torch.randperm(len(all_speeches), generator=torch.Generator().manual_seed(0))
 picked = [all_speeches[i] for i in chosen[:bucket_sequences].tolist()]
 byte_config = dataclasses.replace(get_preset(bucket_preset), vocab_size=vocab)
-print(f"{len(all_speeches):,} speeches: {lengths.median():.0f} tokens at the median, "
-      f"{(lengths == seq_len).mean():.0%} cut at {seq_len}")
+print(say.speeches_line(all_speeches, seq_len))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -508,16 +423,10 @@ print("random order, bucketed and one at a time give the same summed loss in flo
 # %%
 torch.manual_seed(0)
 byte_model = TransformerLM(byte_config).to(dev)
-bucketing, bucket_rows = compare_bucketing(byte_model, picked, bucket_batch, rounds=data_rounds)
+bucket_rows, bucketing = compare_bucketing(byte_model, picked, bucket_batch, rounds=data_rounds)
 save_table(bucket_rows, out / "bucketing.csv", provenance)
 print(conclude(out, "bucketed by length vs random order", bucketing))
-by_order = bucket_rows.set_index("order")
-print(f"{bucket_sequences} speeches in batches of {bucket_batch}: padding is "
-      f"{by_order.loc['random', 'padding_share']:.0%} of the positions in a random order and "
-      f"{by_order.loc['bucketed', 'padding_share']:.0%} bucketed ("
-      f"{by_order.loc['bucketed', 'positions'] / by_order.loc['random', 'positions']:.2f}x the "
-      f"positions); real tokens/s at the medians: {by_order.loc['random', 'tokens_per_s']:,.0f} "
-      f"against {by_order.loc['bucketed', 'tokens_per_s']:,.0f}")
+print(say.bucketing_sentence(bucket_rows, bucket_sequences, bucket_batch))
 bucket_rows.round(3)
 
 # %% [markdown]
@@ -537,24 +446,15 @@ sizes.assign(step_ms=sizes["step_s"] * 1e3, peak_MiB=sizes["peak_bytes"] / MiB).
     columns=["step_s", "peak_bytes"]).round(2)
 
 # %%
-micro = [n for n in (1, 2, 4, 8, 16, 32) if n <= global_batch and global_batch % n == 0]
-accumulated = accumulation_table(config, global_batch, micro, batch_seq_len, dev)
+accumulated = accumulation_table(config, global_batch, say.micro_batch_sizes(global_batch),
+                                 batch_seq_len, dev)
 save_table(accumulated, out / "accumulation.csv", provenance)
 accumulated.assign(step_ms=accumulated["step_s"] * 1e3,
                    peak_MiB=accumulated["peak_bytes"] / MiB).drop(
     columns=["step_s", "peak_bytes"]).round(2)
 
 # %%
-small, large = sizes.iloc[0], sizes.iloc[-1]
-whole, finest = accumulated.iloc[0], accumulated.iloc[-1]
-print(f"batch {int(large['batch_size'])}: {large['tokens_per_s']:,.0f} tokens/s against "
-      f"{small['tokens_per_s']:,.0f} at batch {int(small['batch_size'])} (medians of "
-      f"separate runs), peak {large['peak_bytes'] / small['peak_bytes']:.1f}x. "
-      f"{int(finest['micro_batches'])} micro-batches of {int(finest['micro_batch'])} instead "
-      f"of one batch of {global_batch}: peak {finest['peak_bytes'] / whole['peak_bytes']:.2f}x"
-      + (" (one micro-batch's activations at a time)" if finest["peak_bytes"] < whole["peak_bytes"]
-         else " (no lower: here the gradients, not the activations, set the peak)")
-      + f", step {finest['step_s'] / whole['step_s']:.2f}x the time (separate medians).")
+print(say.batch_size_sentence(sizes, accumulated, global_batch))
 
 # %% [markdown]
 # ## 6. The leaderboard's step: one model over several devices
@@ -570,32 +470,14 @@ print(f"batch {int(large['batch_size'])}: {large['tokens_per_s']:,.0f} tokens/s 
 # leaderboard's model is built, in bfloat16:
 
 # %%
-leaderboard_memory = pd.concat([
-    sharded_step_memory(leaderboard, 2, leaderboard.context_length, [1, 2], state_dtype=state)
-    .assign(state=state) for state in ("float32", "bfloat16")
-], ignore_index=True)
+leaderboard_memory = say.leaderboard_memory(leaderboard)
 save_table(leaderboard_memory, out / "leaderboard_memory.csv", provenance)
 leaderboard_memory.round(2)
 
 # %%
-for state, rows in leaderboard_memory.groupby("state", sort=False):
-    per_rank = rows.set_index("world_size")["at_least_GB"]
-    verdicts = []
-    for gpu in (H100_80GB, B200_180GB):
-        fit = [w for w, total in per_rank.items() if total <= gpu.memory_bytes / 1e9]
-        verdicts.append(f"{gpu.name}: " + (f"may fit on {min(fit)}" if fit
-                                           else f"does not fit on {per_rank.index.max()}"))
-    print(f"{state} state, per rank on 1 / 2 GPUs: at least {per_rank[1]:.1f} / "
-          f"{per_rank[2]:.1f} GB; " + "; ".join(verdicts))
-print("(lower bounds: the allocator's fragmentation and the CUDA context come on top, so "
-      "'may fit' still needs a run to confirm)")
-on_two = leaderboard_memory.set_index(["state", "world_size"]).loc[("bfloat16", 2)]
-print(f"Without checkpointing, the {leaderboard.num_layers} blocks' saved activations alone "
-      f"would take {on_two['unchecked_activations_GB']:.0f} GB per rank on 2 GPUs, against "
-      f"{on_two['block inputs (checkpoints)'] + on_two['one block recomputed']:.1f} GB with it: "
-      "at this size memory requires checkpointing"
-      + (", while the ladder above, whose peaks stay near its gradients, does not."
-         if greedy["peak_bytes"].max() < 1.25 * gradients else "."))
+for sentence in say.memory_sentences(leaderboard_memory, leaderboard,
+                                     say.peaks_near_gradients(greedy, memory)):
+    print(sentence)
 
 # %% [markdown]
 # How fast could that step be? This is a **model, not a measurement** (no B200 ran it):
@@ -612,10 +494,8 @@ print(f"Without checkpointing, the {leaderboard.num_layers} blocks' saved activa
 
 # %%
 leaderboard_gpus, leaderboard_efficiency = [B200, HANDOUT_B200], Efficiency()
-for gpu in leaderboard_gpus:
-    print(f"{gpu.name}: {gpu.bf16_flops / 1e12:,.0f} TFLOP/s dense bf16, "
-          f"{gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, NVLink {gpu.nvlink_bytes_per_s / 1e9:.0f} GB/s a "
-          f"direction; source: {gpu.source}")
+for line in say.gpu_lines(leaderboard_gpus):
+    print(line)
 print(leaderboard_efficiency)
 leaderboard_estimate = price_rungs_at(leaderboard, 2, leaderboard.context_length, 2,
                                       leaderboard_gpus, leaderboard_efficiency)
@@ -637,22 +517,10 @@ best_plan = StepPlan(attention="flash", head="fused", optimizer="fused", compile
 best_parts = time_by_part(step_ops(leaderboard, best_plan, 2, leaderboard.context_length, 2,
                                    B200, leaderboard_efficiency))
 save_table(best_parts, out / "leaderboard_estimate_parts.csv", provenance)
-chunks = pd.DataFrame([
-    {"head_chunk": chunk, "step_s": step_ops(
-        leaderboard, dataclasses.replace(best_plan, head_chunk=chunk), 2,
-        leaderboard.context_length, 2, B200, leaderboard_efficiency)["time_s"].sum(),
-     "chunk_logits_GB": chunk * leaderboard.vocab_size * 4 / 1e9}
-    for chunk in (128, 1024, 4096)])
+chunks = say.head_chunk_estimates(leaderboard, best_plan, B200, leaderboard_efficiency)
 save_table(chunks, out / "leaderboard_estimate_chunks.csv", provenance)
-matmul_floor = (best_parts["flops"].sum()
-                / (leaderboard_efficiency.matmul * B200.bf16_flops))
-print(f"best step {best_parts['time_s'].sum():.2f} s: " + ", ".join(
-    f"{row.part} {row.share:.0%}" for row in best_parts.itertuples())
-    + f"; its FLOPs alone at {leaderboard_efficiency.matmul:.0%} of the peak take "
-    f"{matmul_floor:.2f} s.")
-print("fused head chunks of " + ", ".join(
-    f"{row.head_chunk} tokens: {row.step_s:.2f} s ({row.chunk_logits_GB:.1f} GB of logits)"
-    for row in chunks.itertuples()))
+for sentence in say.best_step_sentences(best_parts, chunks, leaderboard_efficiency, B200):
+    print(sentence)
 best_parts.round(3)
 
 # %% [markdown]
@@ -668,55 +536,27 @@ best_parts.round(3)
 # %%
 sharded_recipe = Recipe("sharded", dtype=sharded_dtype, head="fused", attention="flash",
                         optimizer="fused", checkpoint_group=1)
-sharded_config = get_preset(sharded_preset)
-sharded = None
-if sharded_world_size > max_world_size():
-    print(f"the sharded step needs {sharded_world_size} ranks; this machine holds "
-          f"{max_world_size()}: not run here")
+sharded_row, why_not = sharded_step_row(sharded_preset, sharded_recipe, sharded_batch_size,
+                                        sharded_seq_len, sharded_world_size, steps=sharded_steps,
+                                        state=sharded_state, check=sharded_check)
+if sharded_row is None:
+    print(why_not)
 else:
-    try:
-        sharded = sharded_training_step(sharded_config, sharded_recipe, sharded_batch_size,
-                                        sharded_seq_len, sharded_world_size, warmup=0,
-                                        steps=sharded_steps,
-                                        param_dtype=parse_dtype(sharded_state),
-                                        check=sharded_check)
-    except RuntimeError as error:
-        if not is_out_of_memory(error):
-            raise
-        print(f"out of memory on a rank: {sharded_state} state does not fit, as counted above")
-if sharded is not None:
-    sharded_row = {"preset": sharded_preset, "world_size": sharded_world_size,
-                   "dtype": sharded_dtype, "state": sharded_state,
-                   "tokens": sharded.tokens, "step_s": sharded.median_s,
-                   "tokens_per_s": sharded.tokens / sharded.median_s, "loss": sharded.loss,
-                   "peak_bytes": sharded.peak_bytes, "unstable": is_unstable(sharded.step_s)}
-    if sharded_check:
-        sharded_row.update(compare_with_one_process(
-            sharded, sharded_config, sharded_recipe, sharded_batch_size, sharded_seq_len,
-            param_dtype=parse_dtype(sharded_state)))
-    sharded_table = pd.DataFrame([sharded_row])
-    save_table(sharded_table, out / "sharded_step.csv", provenance)
-    print(f"{sharded_preset} on {sharded_world_size} ranks: {sharded.median_s * 1e3:.1f} ms a "
-          f"step (median of {sharded_steps}, the slowest rank's"
-          + ("; unstable: too few or too spread samples to conclude from"
-             if sharded_row["unstable"] else "") + "), "
-          f"{sharded.tokens / sharded.median_s:,.0f} tokens/s"
-          + (f", peak {sharded.peak_bytes / 1e9:.1f} GB on the fullest GPU"
-             if sharded.peak_bytes else ""))
+    save_table(pd.DataFrame([sharded_row]), out / "sharded_step.csv", provenance)
+    print(say.sharded_sentence(sharded_row))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-if sharded_check and sharded is not None:
+if sharded_check and sharded_row is not None:
     print("the sharded step matches one process:", bool(sharded_row["matches_single_process"]))
 
 # %% [markdown]
 # ## Where the results are
 
 # %%
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

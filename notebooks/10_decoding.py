@@ -86,13 +86,12 @@ device = "auto"                               # "cuda" when present, else "cpu"
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results
+from perflab.bench.checks import check_results, contradictions_line
 from perflab.bench.conclusions import Finding, conclude, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
-from perflab.bench.stats import level_text
 from perflab.decode import CACHES, generate
+from perflab.decode import findings as say
 from perflab.decode.bench import (
-    PARTS,
     compare_caches,
     compare_kv_heads,
     compare_rotary_tables,
@@ -101,19 +100,18 @@ from perflab.decode.bench import (
     count_compilations,
     kv_memory,
     prefill_vs_decode,
-    profile_step,
+    profile_steps,
     throughput_by_batch,
 )
-from perflab.decode.costs import kv_bytes_per_token, matmul_weights
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
 from perflab.decode.quantize import compare_int8
+from perflab.decode.roofline import compiled_graphs, yardstick_columns
 from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
-from perflab.distributed.launch import max_world_size
-from perflab.decode.roofline import compiled_graphs, decode_step
 from perflab.device import parse_dtype, resolve_device
+from perflab.distributed.launch import max_world_size
 from perflab.model import get_preset
-from perflab.paths import display_path, results_dir, save_figure, save_table
+from perflab.paths import listing, results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 MiB = 2**20
@@ -126,10 +124,7 @@ provenance = {"settings": settings}
 model = build_model(config, dev, param_dtype)
 element = torch.finfo(param_dtype).bits // 8
 mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
-print(f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
-      f"{matmul_weights(config) * element / MiB:.1f} MiB of matmul weights in {dtype}, "
-      f"{kv_bytes_per_token(config, element) / 1024:.1f} KiB of keys and values per token; "
-      f"on {dev.type}")
+print(say.model_line(config, element, dtype, dev.type))
 
 # %% [markdown]
 # The two yardsticks of a roofline, measured on this device (not taken from a datasheet): the
@@ -140,14 +135,8 @@ print(f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
 # %%
 bandwidth = measure_copy_bandwidth(dev)
 peak = measure_peak_matmul(dev, param_dtype, sizes=(512, 1024) if dev.type == "cpu" else None)
-yardsticks = ({f"copy_{key}": value for key, value in bandwidth.as_dict().items()}
-              | {f"peak_{key}": value for key, value in peak.as_dict().items()})
-save_table(pd.DataFrame([yardsticks]), out / "yardsticks.csv", provenance)
-print(f"copy bandwidth {bandwidth.bytes_per_s / 1e9:.1f} GB/s (the best of {bandwidth.steps} "
-      f"copies; median {bandwidth.median_bytes_per_s / 1e9:.1f} GB/s), matmul peak "
-      f"{peak.flops_per_s / 1e9:.0f} GFLOP/s in {dtype} (the best of {peak.steps} runs at n = "
-      f"{peak.size}; median {peak.median_flops_per_s / 1e9:.0f} GFLOP/s): a kernel needs "
-      f"{peak.flops_per_s / bandwidth.bytes_per_s:.1f} FLOPs per byte to be compute-bound")
+save_table(pd.DataFrame([yardstick_columns(bandwidth, peak)]), out / "yardsticks.csv", provenance)
+print(say.yardstick_line(bandwidth, peak, dtype))
 
 # %% [markdown]
 # ## 1. Prefill against decode
@@ -164,22 +153,8 @@ save_table(phases, out / "prefill_vs_decode.csv", provenance)
 phases.round(4)
 
 # %%
-by_phase = phases.set_index("phase")
 ridge = peak.flops_per_s / bandwidth.bytes_per_s  # FLOPs per byte where the two bounds meet
-
-
-def bound_of(phase: str) -> str:
-    return "compute" if by_phase.loc[phase, "flops_per_byte"] > ridge else "memory"
-
-
-per_token = by_phase.loc["decode", "s_per_token"] / by_phase.loc["prefill", "s_per_token"]
-print(f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medians of {steps}): "
-      f"prefill does {by_phase.loc['prefill', 'flops_per_byte']:.0f} FLOPs per byte of weights "
-      f"and KV, decode {by_phase.loc['decode', 'flops_per_byte']:.2f}, "
-      + ("below" if by_phase.loc["decode", "flops_per_byte"] < ridge else "above")
-      + f" the {ridge:.1f} this device needs to be compute-bound: by the roofline, decode at "
-      "batch 1 is bound by " + bound_of("decode") + ", prefill by " + bound_of("prefill")
-      + " (the time ratio is of two medians, not an interleaved comparison)")
+print(say.phase_sentence(phases, ridge, steps))
 
 # %% [markdown]
 # ## 2. Decode tokens/s against batch size, and the roofline
@@ -204,34 +179,13 @@ throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_pe
 save_table(throughput, out / "decode_throughput.csv", provenance)
 fig = plot_decode_roofline(throughput, dev.type)
 save_figure(fig, out / "decode_roofline.png")
-print(f"error bars: the median's {', '.join(sorted({level_text(v) for v in throughput['median_ci_level']}))} "
-      f"interval ({steps} steps); unstable points: {int(throughput['unstable'].sum())} of {len(throughput)}")
+print(say.error_bar_line(throughput, steps))
 throughput[["batch", "step", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
             "compute_bound_tokens_per_s", "fraction_of_roofline"]].round(3)
 
 # %%
-share = throughput.pivot(index="batch", columns="step", values="fraction_of_roofline")
-gain = share["compiled"] / share["eager"]  # the same roofline: the ratio of tokens/s
-fastest = throughput.loc[throughput.groupby("batch")["tokens_per_s"].idxmax()].set_index("batch")
-first_batch, last_batch = fastest.index[0], fastest.index[-1]
-best, last = fastest.loc[first_batch], fastest.loc[last_batch]
-print("share of the roofline per batch, eager -> compiled: "
-      + "; ".join(f"{b}: {r['eager']:.0%} -> {r['compiled']:.0%}" for b, r in share.iterrows()))
-print(f"batch {first_batch}: the fastest step is the {best['step']} one, {best['tokens_per_s']:.0f} "
-      f"tokens/s, {best['fraction_of_roofline']:.0%} of its {best['bound']}-bound roofline "
-      f"({best['roofline_tokens_per_s']:.0f} tokens/s); batch {last_batch}: {last['tokens_per_s']:.0f} "
-      f"tokens/s ({last['tokens_per_s'] / best['tokens_per_s']:.1f}x), "
-      f"{last['fraction_of_roofline']:.0%} of a roofline that is {last['bound']}-bound there. "
-      + (f"At batch {first_batch} the {best['step']} step reaches half its roofline or more."
-         if best["fraction_of_roofline"] >= 0.5 else
-         f"At batch {first_batch} even the fastest step stays below half its roofline.")
-      + (f" Compiling gains most at batch {gain.idxmax()} ({gain.max():.2f}x the eager "
-         f"tokens/s, {gain.min():.2f}x at batch {gain.idxmin()}): the eager step pays a fixed "
-         "cost per operator call whatever the batch (section 5's profile counts the calls), "
-         "which weighs most where the step is smallest."
-         if gain.idxmax() == first_batch else
-         f" Compiling gains {gain.loc[first_batch]:.2f}x the eager tokens/s at batch "
-         f"{first_batch} and most at batch {gain.idxmax()} ({gain.max():.2f}x)."))
+for sentence in say.roofline_sentences(throughput):
+    print(sentence)
 
 # %% [markdown]
 # The batch-1 eager decode step is timed twice in this notebook: in section 1 (at `prompt_len`
@@ -240,27 +194,7 @@ print(f"batch {first_batch}: the fastest step is the {best['step']} one, {best['
 # same work can differ on this machine:
 
 # %%
-if 1 in batch_sizes and prompt_len == context:
-    in_1 = by_phase.loc["decode"]
-    in_2 = throughput[throughput["step"] == "eager"].set_index("batch").loc[1]
-    apart = in_2["median_s"] / in_1["median_s"]
-
-    def shown(row):
-        return (f"{row['median_s'] * 1e3:.2f} ms ({level_text(row['median_ci_level'])} CI "
-                f"{row['median_ci_low_s'] * 1e3:.2f}–{row['median_ci_high_s'] * 1e3:.2f} ms"
-                + (", unstable)" if row["unstable"] else ")"))
-
-    overlap = (in_1["median_ci_low_s"] <= in_2["median_ci_high_s"]
-               and in_2["median_ci_low_s"] <= in_1["median_ci_high_s"])
-    print(f"the batch-1 decode step at {context} tokens: {shown(in_1)} in section 1, "
-          f"{shown(in_2)} here; the second is {apart:.2f}x the first ({apart - 1:+.0%}), and "
-          + ("their intervals overlap" if overlap else "their intervals do not overlap")
-          + ". Separate, non-interleaved measurements of the same work: a gap of this size "
-          "is how far apart two such medians lie here, and medians from different cells should "
-          "not be compared more finely than that.")
-else:
-    print(f"not compared: section 1 decodes at {prompt_len} tokens of context and section 2 at "
-          f"{context}" + ("" if 1 in batch_sizes else ", without batch 1"))
+print(say.repeat_sentence(phases, throughput, prompt_len, context))
 
 # %% [markdown]
 # ## 3. The KV cache: none, contiguous, paged
@@ -294,9 +228,7 @@ caches[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low"
 # %%
 for row in caches.to_dict("records"):
     print(conclude_all(out, [Finding.from_row(f"cache {row['b']} vs {row['a']}", row)])[0])
-print("tokens/s per mode, the median of its rounds in each comparison: "
-      + "; ".join(f"{row.a} {row.tokens_per_s_a:.0f} and {row.b} {row.tokens_per_s_b:.0f}"
-                  for row in caches.itertuples()))
+print(say.cache_rates_line(caches))
 
 # %% [markdown]
 # The paged cache gathers each sequence's blocks through its block table, per sequence and
@@ -322,25 +254,12 @@ kv.assign(kv_MiB=kv["kv_bytes"] / MiB)[["cache", "block_size", "kv_MiB", "table_
 
 # %%
 # NBVAL_CHECK_OUTPUT
-requests = list(zip(kv_prompt_lens, kv_new_tokens, strict=True))
-print(f"{len(requests)} requests (prompt, new tokens): {requests}")
-contiguous_row, paged = kv.iloc[0], kv.iloc[1:].set_index("block_size")
-best_block = int(paged["kv_bytes"].idxmin())
-print(f"contiguous: {contiguous_row['kv_bytes'] / MiB:.2f} MiB; paged: "
-      + ", ".join(f"{r.kv_bytes / MiB:.2f} MiB with blocks of {int(b)}"
-                  for b, r in paged.iterrows())
-      + f"; the tokens themselves at the peak: {contiguous_row['peak_token_bytes'] / MiB:.2f} MiB")
+requests, held, saved = say.kv_sentences(kv, kv_prompt_lens, kv_new_tokens)
+print(requests)
 
 # %%
-worst_block = int(paged["vs_contiguous"].idxmax())
-print(f"the paged cache needs {paged['vs_contiguous'].min():.0%} of the contiguous cache's "
-      f"memory with block size {best_block} ({paged.loc[best_block, 'waste']:.0%} of it "
-      f"wasted) and {paged['vs_contiguous'].max():.0%} with block size {worst_block} "
-      f"({paged.loc[worst_block, 'waste']:.0%} wasted); the contiguous cache wastes "
-      f"{contiguous_row['waste']:.0%}. The pool given to the paged cache here held "
-      f"{paged['pool_bytes'].max() / MiB:.2f} MiB at most (room for every sequence at its "
-      "longest); a server sizes one pool to its memory and shares it, so what this batch "
-      "costs it is the peak in use.")
+print(held)
+print(saved)
 
 # %% [markdown]
 # ## 5. Static shapes and graph capture
@@ -366,26 +285,10 @@ compilations.pivot(index="call", columns="shapes", values=["graphs", "seconds"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-graphs = compilations.groupby("shapes")["graphs"].max()
-print(f"over {compile_calls} decode steps: the growing-shape step was traced into "
-      f"{graphs['growing']} graphs, the fixed-shape step into {graphs['fixed']}")
+print(say.graphs_line(compilations, compile_calls))
 
 # %%
-traced = compilations.groupby("shapes")["seconds"].agg(["sum", "median"])
-print(f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over {compile_calls} "
-      f"calls, the fixed one {traced.loc['fixed', 'sum']:.1f} s; a steady call takes about "
-      f"{traced.loc['fixed', 'median'] * 1e3:.0f} ms"
-      + ("; dynamo reached its recompile limit and runs the step eagerly from there: "
-         + compilations.attrs["dynamo_warnings"][0].splitlines()[0]
-         if compilations.attrs["dynamo_warnings"] else
-         "; after its first recompilation dynamo made the lengths symbolic (automatic dynamic "
-         "shapes) and reused that graph, and the cache's lengths, Python values that change at "
-         "every step, are guards dynamo checks at every call (on a GPU with "
-         "mode=\"reduce-overhead\", every new length would also need a new CUDA graph "
-         "recorded: a GPU claim, not measured here, where the counting backend counts dynamo's "
-         "graphs only)" if 1 < graphs["growing"] < compile_calls else
-         "; the growing step was traced anew at every call" if graphs["growing"] >= compile_calls
-         else ""))
+print(say.tracing_sentence(compilations, compile_calls))
 
 # %% [markdown]
 # Then the fixed-shape step compiled for real (inductor), against the same step run eagerly:
@@ -394,13 +297,8 @@ print(f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over 
 # %%
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
 save_table(pd.DataFrame([compiled]), out / "compiled_step.csv", provenance)
-print(f"mode {compiled['mode']}: first call {compiled['compile_s']:.1f} s (compilation, or "
-      "less where inductor finds the kernels in its on-disk cache from an earlier run), then "
-      f"{compiled['median_b_s'] * 1e3:.2f} ms a step against {compiled['median_a_s'] * 1e3:.2f} ms "
-      f"eager: {compiled['tokens_per_s_compiled']:.0f} against "
-      f"{compiled['tokens_per_s_eager']:.0f} tokens/s; "
-      + conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]
-      + f" ({compiled['graphs_compiled']} graph compiled by this call)")
+print(say.compiled_step_sentence(
+    compiled, conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]))
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -426,63 +324,15 @@ print("the compiled step picks the same next tokens as the eager one:",
 
 # %%
 largest = max(batch_sizes)
-profiled = {"eager": (1, False), "compiled": (1, True), f"compiled, batch {largest}": (largest, True)}
-profiles = []
-for name, (batch, flag) in profiled.items():
-    step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
-    profiles.append(profile_step(step, dev).assign(step=name, batch=batch))
-    torch._dynamo.reset()  # each compiled step its own graph, as in section 2
-profiles = pd.concat(profiles)
+profiles, parts, calls = profile_steps(model, context, largest, mode, dev)
 save_table(profiles, out / "decode_profile.csv", provenance)
-parts = profiles.pivot(index="part", columns="step", values="ms_per_step").loc[list(PARTS), list(profiled)]
-calls = profiles.pivot(index="part", columns="step", values="calls_per_step").loc[list(PARTS)]
 parts.round(3)
 
 # %%
-weights = matmul_weights(config) * element  # bytes every step reads, whatever the batch
-at_copy_ms = weights / bandwidth.bytes_per_s * 1e3
-matmul_ms, rest = parts.loc["matmuls", "compiled"], parts["compiled"].drop("matmuls")
-matmul_rate = weights / (matmul_ms / 1e3)
-if dev.type == "cpu":
-    print(f"batch 1 compiled, profiled: {parts['compiled'].sum():.2f} ms a step (eager "
-          f"{parts['eager'].sum():.2f} ms). The matmuls take {matmul_ms:.2f} ms, reading "
-          f"{weights / 1e6:.1f} MB of weights at {matmul_rate / 1e9:.1f} GB/s, "
-          f"{matmul_rate / bandwidth.bytes_per_s:.0%} of the copy bandwidth (which would move "
-          f"them in {at_copy_ms:.2f} ms); the other {rest.sum():.2f} ms "
-          f"({rest.sum() / parts['compiled'].sum():.0%} of the step) are "
-          + ", ".join(f"{name} {ms:.2f} ms" for name, ms in rest.items() if ms > 0)
-          + f". Eager, the same step made {calls.loc['other operators', 'eager']:.0f} calls to "
-          f"other operators per token, {parts.loc['other operators', 'eager']:.2f} ms, and spent "
-          f"{parts.loc['Python between operators', 'eager']:.2f} ms in Python between them; "
-          f"compiled, those are one call to inductor's fused kernels "
-          f"({parts.loc['compiled kernels', 'compiled']:.2f} ms) and "
-          f"{calls.loc['other operators', 'compiled']:.0f} small operator calls. What is left "
-          "between the compiled step and its roofline is "
-          + ("mostly outside the matmuls: the fused kernels, the guards and the Python"
-             if rest.sum() > max(matmul_ms - at_copy_ms, 0) else
-             "mostly the matmuls reading the weights slower than a copy")
-          + ".")
-    big = parts[f"compiled, batch {largest}"]
-    big_rate = largest * 2 * matmul_weights(config) / (big["matmuls"] / 1e3)
-    print(f"at batch {largest}, compiled: the matmuls take {big['matmuls']:.2f} ms of "
-          f"{big.sum():.2f}, {big['matmuls'] / matmul_ms:.1f}x their time at batch 1 for "
-          f"{largest}x the FLOPs, at {big_rate / 1e9:.0f} GFLOP/s against the {peak.flops_per_s / 1e9:.0f} "
-          f"GFLOP/s of the square matmul peak ({big_rate / peak.flops_per_s:.0%}): "
-          + (f"with {largest} rows these products are bound neither by reading the weights "
-             f"(a copy would take {at_copy_ms:.2f} ms) nor by the peak; the BLAS's kernels for "
-             "such thin matrices hold the larger batches below the roofline."
-             if big_rate < 0.5 * peak.flops_per_s and big["matmuls"] > 2 * at_copy_ms else
-             "close to what reading the weights or the peak allows."))
-else:
-    print("on a GPU the profile above is the host's side (launches, guards, Python); the "
-          "device kernels are in notebook 02's profiles")
 timed_ms = throughput[throughput["batch"] == 1].set_index("step")["median_s"] * 1e3
-for name in timed_ms.index:
-    slower = parts[name].sum() / timed_ms[name]
-    print(f"the profiled {name} batch-1 step took {parts[name].sum():.2f} ms, {slower:.1f}x its "
-          f"timed median in section 2 ({timed_ms[name]:.2f} ms)"
-          + (": more than the profiler's own cost, so the machine was slower while it ran; read "
-             "its parts as shares, not as times" if slower > 2 else ""))
+for sentence in say.profile_sentences(parts, calls, config, element, bandwidth.bytes_per_s,
+                                      peak.flops_per_s, largest, dev.type, timed_ms):
+    print(sentence)
 
 # %% [markdown]
 # ## 6. Rotary tables, and choosing the next token on the device
@@ -502,12 +352,8 @@ for sentence in conclude_all(out, [Finding.from_row("rotary tables once", rotary
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"the same logits with tables computed every step (largest difference below 1e-5): "
-      f"{rotary['max_abs_diff'] < 1e-5}")
-print(f"the same ids picked on the device and on the host: {sampling['same_ids']}")
-print(f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (one int64 id) "
-      f"against {sampling['host_bytes_per_token']:,.0f} (the logits: {config.vocab_size:,} x "
-      f"{element} bytes), {sampling['bytes_ratio']:,.0f}x fewer")
+for line in say.sampling_lines(rotary, sampling, config.vocab_size, element):
+    print(line)
 
 # %% [markdown]
 # On a CPU the "host copy" is a memory copy in the same memory; on a GPU it is a transfer over
@@ -530,7 +376,7 @@ print(f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (o
 
 # %%
 int8_row, int8_result = compare_int8(model, int8_batch, context, rounds=rounds,
-                                     new_tokens=int8_new_tokens)  # fmt: skip
+                                     new_tokens=int8_new_tokens)
 save_table(pd.DataFrame([int8_row]), out / "int8_weights.csv", provenance)
 print(conclude(out, "int8 weights", int8_result))
 pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
@@ -539,27 +385,8 @@ pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s
                      "first_differing_token", "tokens_agreeing"]]
 
 # %%
-same_batch = throughput[throughput["batch"] == int8_batch]
-roofline_note = (f", against the roofline of {same_batch['roofline_tokens_per_s'].iloc[0]:,.0f} "
-                 f"tokens/s that section 2 computed for the original weights at this batch"
-                 if len(same_batch) else "")
-print(f"weights {int8_row['weight_bytes_original'] / 1e6:.1f} MB -> "
-      f"{int8_row['weight_bytes_int8'] / 1e6:.1f} MB "
-      f"({int8_row['weight_bytes_original'] / int8_row['weight_bytes_int8']:.2f}x fewer); "
-      f"{int8_row['tokens_per_s_original']:,.0f} -> {int8_row['tokens_per_s_int8']:,.0f} tokens/s "
-      f"at the medians{roofline_note}; the logits move by "
-      f"{int8_row['logits_relative_error']:.2%} (relative); of {int8_new_tokens} greedy tokens "
-      f"per sequence, " + ("none differs" if int8_row["first_differing_token"] == int8_new_tokens
-                           else f"the first to differ is token {int8_row['first_differing_token']}")
-      + f" ({int8_row['tokens_agreeing']:.0%} of all agree).")
-speedup = int8_row["tokens_per_s_int8"] / int8_row["tokens_per_s_original"]
-byte_ratio = int8_row["weight_bytes_original"] / int8_row["weight_bytes_int8"]
-if len(same_batch) and speedup > byte_ratio:
-    print(f"The speed-up at the medians, {speedup:.2f}x, is more than the {byte_ratio:.2f}x fewer "
-          "bytes stored (the embedding, which a step reads one row of, counted whole): the "
-          f"float32 step ran at {same_batch['fraction_of_roofline'].max():.0%} of its roofline "
-          "in section 2, far from its memory bound, so bytes alone do not set these steps' "
-          "times here.")
+for sentence in say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens):
+    print(sentence)
 
 # %% [markdown]
 # int8 weights are a lossy change: the tokens above say how much it changed this random model's
@@ -626,7 +453,7 @@ if tp is not None:
 # %%
 gqa_row, gqa_result = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev,
                                        param_dtype, rounds=gqa_rounds,
-                                       compiled=gqa_compiled)  # fmt: skip
+                                       compiled=gqa_compiled)
 save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
 pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
                     "kv_cache_bytes_mha", "kv_cache_bytes_grouped", "step_bytes_mha",
@@ -634,19 +461,10 @@ pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
                     "decodes_like_recomputation"]]
 
 # %%
-print(f"{config.num_heads} query heads, {gqa_kv_heads} key and value heads, batch {gqa_batch} "
-      f"at context {gqa_context}: the cache holds {gqa_row['kv_cache_bytes_grouped'] / 1e6:.1f} "
-      f"MB instead of {gqa_row['kv_cache_bytes_mha'] / 1e6:.1f} MB, and a step must move "
-      f"{gqa_row['step_bytes_ratio']:.2f}x the bytes. Measured: "
-      + conclude(out, "grouped-query decode step", gqa_result)
-      + f". A step bound by memory would take {gqa_row['step_bytes_ratio']:.2f}x the time; the "
-      f"measured median ratio is {gqa_row['ratio_b_over_a']:.2f}.")
-at_batch = throughput[throughput["batch"] == gqa_batch]
-if len(at_batch) and gqa_row["ratio_b_over_a"] > gqa_row["step_bytes_ratio"]:
-    print(f"Less than the bytes would give: at batch {gqa_batch} the multi-head step reached "
-          f"{at_batch['fraction_of_roofline'].max():.0%} of its roofline in section 2 (context "
-          f"{context}), far from its memory bound, so moving fewer bytes saves only part of "
-          "a step's time here.")
+gqa_conclusion = conclude(out, "grouped-query decode step", gqa_result)
+for sentence in say.gqa_sentences(gqa_row, gqa_conclusion, throughput, config.num_heads,
+                                  gqa_kv_heads, gqa_batch, gqa_context, context):
+    print(sentence)
 
 # %% [markdown]
 # Everything above ran on this device. Not run on a CPU, written for a GPU: CUDA graphs
@@ -655,11 +473,7 @@ if len(at_batch) and gqa_row["ratio_b_over_a"] > gqa_row["step_bytes_ratio"]:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-eight_b = get_preset("leaderboard-8B")
-print(f"{eight_b.name} in bfloat16: {matmul_weights(eight_b) * 2 / 1e9:.1f} GB of matmul weights "
-      f"read per decode step, {kv_bytes_per_token(eight_b, 2) / 1e6:.2f} MB of keys and values "
-      f"per token of context ({kv_bytes_per_token(eight_b, 2) * 32768 / 1e9:.1f} GB for one "
-      "sequence at its full 32,768-token context)")
+print(say.leaderboard_decode_line(get_preset("leaderboard-8B")))
 
 # %% [markdown]
 #
@@ -669,10 +483,9 @@ print(f"{eight_b.name} in bfloat16: {matmul_weights(eight_b) * 2 / 1e9:.1f} GB o
 print(f"graphs torch.compile built in this run: {compiled_graphs()} (the fixed-shape step once "
       "per model shape, batch and context, reused across sections; section 5's traced graphs "
       "of the growing-shape study among them)")
-for path in sorted(out.iterdir()):
-    print(display_path(path))
+print(listing(out))
 
 # %%
 findings = check_results(out)
-print(f"{len(findings)} contradictions in {display_path(out)}")
+print(contradictions_line(findings, out))
 findings

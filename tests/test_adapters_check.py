@@ -227,7 +227,8 @@ def test_notebook_06_checks_and_times_adapters_outside_the_repository(tmp_path):
         env={**os.environ, "PERFLAB_DATA_DIR": str(tmp_path)},
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (folder,) = (tmp_path / "results" / "06_flash_attention" / "yours-tests-adapters").iterdir()
+    (yours,) = (tmp_path / "results" / "06_flash_attention").glob("yours-*")  # name + file hash
+    (folder,) = yours.iterdir()
     flash = pd.read_csv(folder / "flash.csv")
     assert (flash[flash.implementation == "yours_pytorch"].status == "ok").all()
     assert "yours_pytorch" in set(flash.implementation)
@@ -484,7 +485,8 @@ def test_notebooks_07_and_08_check_then_time_your_distributed_code(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     name = {"07": "07_distributed_ddp", "08": "08_sharding"}[notebook]
-    (folder,) = (tmp_path / "results" / name / "yours-tests-adapters").iterdir()
+    (yours,) = (tmp_path / "results" / name).glob("yours-*")  # name + file hash
+    (folder,) = yours.iterdir()
     check = pd.read_csv(folder / "yours_check.csv")
     steps = pd.read_csv(folder / timed[0])
     assert (steps["status"] == "ok").all()
@@ -538,7 +540,8 @@ def test_notebook_05_checks_then_times_your_flashattention(tmp_path):
         cwd=tmp_path,  # the path is relative to where perflab run starts, not to notebooks/
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (folder,) = (tmp_path / "results" / "05_attention_compile" / "yours-tests-adapters").iterdir()
+    (yours,) = (tmp_path / "results" / "05_attention_compile").glob("yours-*")  # name + file hash
+    (folder,) = yours.iterdir()
     check = pd.read_csv(folder / "yours_check.csv").set_index("adapter")["status"]
     assert (check["get_flashattention_autograd_function_pytorch"] == "pass").all()
     timed = pd.read_csv(folder / "attention.csv")
@@ -583,7 +586,9 @@ def test_notebook_01_times_your_model_class_against_perflabs(tmp_path):
         cwd=FIXTURES,  # the model's module imports from where perflab run starts
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    results = tmp_path / "results" / "01_benchmarking" / "yours-course-model-courseshapedlm"
+    (results,) = (tmp_path / "results" / "01_benchmarking").glob(
+        "yours-course-model-courseshapedlm-*"
+    )
     (folder,) = results.iterdir()
     timings = pd.read_csv(folder / "timings.csv")
     assert set(timings["model"]) == {spec} and len(timings) == 3

@@ -103,7 +103,7 @@ def test_the_bucketing_rows_count_the_same_real_tokens():
     torch.manual_seed(0)
     model = batching.TransformerLM(BYTES)
     sequences = _sequences([3, 20, 7, 33, 2, 15, 9, 25])
-    result, rows = compare_bucketing(model, sequences, 4, rounds=2, warmup=0)
+    rows, result = compare_bucketing(model, sequences, 4, rounds=2, warmup=0)
     rows = rows.set_index("order")
     assert (rows["real_tokens"] == sum(len(s) - 1 for s in sequences)).all()
     assert rows.loc["bucketed", "positions"] < rows.loc["random", "positions"]

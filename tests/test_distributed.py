@@ -450,6 +450,32 @@ def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
     assert zero.confidence == 0.75 and zero.verdict == "inconclusive"  # too few rounds
 
 
+def test_a_resumed_ddp_sweep_measures_again_at_other_rounds_batch_or_length(tmp_path, monkeypatch):
+    """Rows are keyed by the rounds, batch and length they were measured at: resuming with the
+    same settings measures nothing, with other rounds everything (a stand-in measures)."""
+    from perflab.distributed import ddp_benchmark
+    from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+
+    measured = []
+
+    def fake_launch_sweep(sweep, configs, measure_rank, args, *, resume, **kwargs):
+        for config in sweep.todo(configs, resume=resume):
+            measured.append(config)
+            sweep.record({**config, "status": "ok", "error": "", "step_ms": 1.0})
+        return sweep.select(configs)
+
+    monkeypatch.setattr(ddp_benchmark, "launch_sweep", fake_launch_sweep)
+    path, settings = tmp_path / "zero.csv", {"batch_size": 2, "seq_len": 8, "key": ZERO_KEY}
+    frame = ddp_sweep(path, zero_configs(2, "toy"), rounds=6, **settings)
+    assert len(measured) == 2 and (frame["rounds"] == 6).all()
+    ddp_sweep(path, zero_configs(2, "toy"), rounds=6, **settings)
+    assert len(measured) == 2  # nothing new
+    frame = ddp_sweep(path, zero_configs(2, "toy"), rounds=12, **settings)
+    assert len(measured) == 4 and (frame["rounds"] == 12).all()
+    ddp_sweep(path, zero_configs(2, "toy"), rounds=12, batch_size=4, seq_len=8, key=ZERO_KEY)
+    assert len(measured) == 6
+
+
 def test_zero_communication_accounting():
     from perflab.distributed.memory_per_rank import zero_communication
 

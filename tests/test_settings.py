@@ -59,8 +59,11 @@ def test_papermill_reads_every_line_of_the_parameters_cell(notebook):
 
     cells = nbformat.read(cli.resolve_notebook(notebook), 4).cells
     (cell,) = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
-    assigned = [line.split("=")[0].strip() for line in cell.source.splitlines()
-                if line.strip() and not line.startswith("#")]  # fmt: skip
+    assigned = [
+        line.split("=")[0].strip()
+        for line in cell.source.splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert assigned == list(parameter_names(notebook))
 
 
@@ -139,10 +142,12 @@ def test_gpu_check_prints_the_plan(tmp_path):
 
     script = Path(cli.__file__).resolve().parents[2] / ".ci" / "gpu-check"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(script), "plan"], capture_output=True, text=True,
-                          env=env, check=True)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(script), "plan"], capture_output=True, text=True, env=env, check=True
+    )
     assert "10_decoding" in done.stdout and "lease B:" in done.stdout
-    wrong = subprocess.run(["bash", str(script), "lease", "B", "9"], capture_output=True,
-                           text=True, env=env)  # fmt: skip
+    wrong = subprocess.run(
+        ["bash", str(script), "lease", "B", "9"], capture_output=True, text=True, env=env
+    )
     assert wrong.returncode == 2
     assert wrong.stderr.strip() == "perflab.lease: lease B has no command 9; valid: 1, 2, 3, 4"

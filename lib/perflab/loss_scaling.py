@@ -159,3 +159,66 @@ def byte_vocabulary(config: ModelConfig) -> ModelConfig:
     """``config`` with the 256 byte ids as its vocabulary: float16 matmuls are slow on a CPU
     without float16 arithmetic, and the LM head is most of a small model's."""
     return dataclasses.replace(config, name=f"{config.name}-bytes", vocab_size=256)
+
+
+def underflow_table(config: ModelConfig, batch_sizes, seq_len: int, scales, device) -> pd.DataFrame:
+    """``gradient_underflow`` at each batch size, one frame."""
+    return pd.concat(
+        [
+            gradient_underflow(config, b, seq_len, scales=tuple(scales), device=device)
+            for b in batch_sizes
+        ],
+        ignore_index=True,
+    )
+
+
+def underflow_lines(underflow: pd.DataFrame, scales) -> list[str]:
+    """The checks of ``underflow_table`` (bfloat16 flushes nothing; the middle scale cuts
+    float16's error at the most tokens; the largest overflows), then what the errors were: by
+    size unscaled, with each scale, and bfloat16's whatever the scale. ``scales``: none, a
+    good one, one too large."""
+    rows = underflow.set_index(["tokens", "dtype", "loss_scale"])
+    most = max(underflow["tokens"])
+    plain, scaled, overflowing = (rows.loc[(most, "float16", s)] for s in scales)
+    brain = rows.loc[(most, "bfloat16", scales[0])]
+    by_size = rows.xs(("float16", scales[0]), level=("dtype", "loss_scale"))["max_relative_error"]
+    none_flushed = bool((underflow.loc[underflow["dtype"] == "bfloat16", "flushed"] == 0).all())
+    return [
+        f"bfloat16 flushes no gradient at any size: {none_flushed}",
+        f"at {most} tokens a scale of {scales[1]:,.0f} cuts float16's gradient error: "
+        f"{bool(scaled['max_relative_error'] < plain['max_relative_error'])}; a scale of "
+        f"{scales[2]:,.0f} overflows: {bool(overflowing['nonfinite'] > 0)}",
+        f"float16 without a scale: the gradient error grows from {by_size.iloc[0]:.2%} at "
+        f"{by_size.index[0]} tokens to {by_size.iloc[-1]:.2%} at {by_size.index[-1]}, with "
+        f"{int(plain['flushed'])} gradient elements flushed to zero "
+        f"({plain['flushed_share']:.4%} of float32's non-zero ones); with a scale of "
+        f"{scales[1]:,.0f}, {scaled['max_relative_error']:.2%} and {int(scaled['flushed'])} "
+        f"flushed; at {scales[2]:,.0f}, {int(overflowing['nonfinite']):,} gradient elements are "
+        f"inf or NaN. bfloat16 errs by {brain['max_relative_error']:.2%} whatever the scale: its "
+        "8 significant bits, not its range. Scaled float16 is "
+        f"{brain['max_relative_error'] / scaled['max_relative_error']:.1f}x as accurate as "
+        "bfloat16 here; unscaled, "
+        f"{brain['max_relative_error'] / plain['max_relative_error']:.1f}x.",
+    ]
+
+
+def scaler_lines(scaler: pd.DataFrame, init_scale: float) -> list[str]:
+    """From ``train_with_scaler``: whether skipped steps left the weights alone and the others
+    moved them, then how many were skipped, where the scale settled, and the first step's gap
+    in loss against float32."""
+    skipped = scaler[scaler["skipped"]]
+    settled = scaler.loc[~scaler["skipped"], "scale"]
+    gap = abs(scaler["loss_float16"].iloc[0] - scaler["loss_float32"].iloc[0])
+    stepped = (
+        f", and stepped from {settled.iloc[0]:,.0f} on"
+        if len(settled)
+        else ("; no step went through")
+    )
+    return [
+        f"skipped steps moved no weight: {not skipped['parameters_moved'].any()}; every other "
+        f"step did: {bool(scaler.loc[~scaler['skipped'], 'parameters_moved'].all())}",
+        f"from {init_scale:,.0f}, GradScaler skipped {len(skipped)} of {len(scaler)} steps, "
+        f"halving the scale each time{stepped}. At the first step (the same weights) the float16 "
+        f"loss differs from float32's by {gap:.1e}: precision alone; later the gap also holds "
+        "the updates float16 skipped.",
+    ]

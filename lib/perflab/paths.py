@@ -84,6 +84,11 @@ def display_path(path: str | Path) -> str:
         return path.name
 
 
+def listing(directory: str | Path) -> str:
+    """The files in ``directory``, one ``display_path`` a line (what a notebook saved)."""
+    return "\n".join(display_path(path) for path in sorted(Path(directory).iterdir()))
+
+
 def git_commit() -> str | None:
     """The repository's current commit (short hash, '+dirty' with uncommitted changes), or
     None outside a git checkout. ``$PERFLAB_COMMIT`` wins when set: a copy of the tree without

@@ -163,3 +163,46 @@ def layernorm_sensitivity(
                 }
             )
     return pd.DataFrame(results)
+
+
+def accumulation_sentence(accumulation: pd.DataFrame) -> str:
+    """From ``accumulation_experiment``: float16 throughout against a float32 sum of float16
+    increments, and whether upcasting each increment explicitly changes that sum."""
+    errors = accumulation.set_index(["accumulator", "increment", "added_as"])["error"]
+    implicit = errors["float32", "float16", "as stored"]
+    explicit = errors["float32", "float16", ".type(float32)"]
+    half = abs(errors["float16", "float16", "as stored"])
+    return (
+        f"float16 throughout is off by {half:.3f}, {abs(half / implicit):.0f}x the error of a "
+        "float32 sum of float16 increments; upcasting each increment explicitly gives "
+        f"{'the same sum' if explicit == implicit else 'a different sum'} (error "
+        f"{explicit:.6f} against {implicit:.6f})"
+    )
+
+
+def audit_lines(audit: pd.DataFrame) -> list[str]:
+    """What holds under every autocast dtype of ``audit`` (one ``dtype_audit`` column per
+    dtype): parameters, gradients and the loss float32, the first linear layer's output in the
+    autocast dtype."""
+    lines = []
+    for name in audit.columns:
+        column = audit[name]
+
+        def all_float32(prefix: str, column=column) -> bool:
+            return all(column[t] == "float32" for t in column.index if t.startswith(prefix))
+
+        lines.append(
+            f"{name} autocast: parameters float32: {all_float32('parameter')}; gradients "
+            f"float32: {all_float32('grad')}; loss float32: {column['loss'] == 'float32'}; first "
+            f"linear layer's output {name}: {column['output of fc1'] == name}"
+        )
+    return lines
+
+
+def sensitivity_line(sensitivity: pd.DataFrame, mean: float = 100.0) -> str:
+    """Each dtype's LayerNorm error at input ``mean`` (``layernorm_sensitivity``)."""
+    worst = sensitivity[sensitivity["input_mean"] == mean].set_index("dtype")["max_abs_error"]
+    return (
+        f"at mean {mean:g}, std 0.1: float32 errs by {worst['float32']:.1e}, float16 by "
+        f"{worst['float16']:.2f} and bfloat16 by {worst['bfloat16']:.2f} on outputs of size ~1"
+    )

@@ -227,6 +227,6 @@ class MeasureNow(widgets.interactive):
         timing table."""
         config = self.config(**chosen)
         rows = benchmark_sweep(
-            [config], self.path, resume=False, metadata=self.metadata, desc="measure now"
+            self.path, [config], resume=False, metadata=self.metadata, desc="measure now"
         )
         return timing_table(rows, keys=CHOSEN_FIELDS)

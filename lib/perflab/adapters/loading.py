@@ -175,7 +175,15 @@ def results_name(spec: str) -> str:
     """A folder name for results measured with the adapters ``spec``, apart for every
     implementation and version: ``yours-`` with the repository's folder name (a course
     checkout's, for its ``tests/adapters.py``) or the module's name, and the first 8 hex
-    digits of the adapters file's SHA-1, e.g. ``yours-assignment2-systems-3f2a9c1d``."""
+    digits of the adapters file's SHA-1, e.g. ``yours-assignment2-systems-3f2a9c1d``. A model
+    class, ``package.module:Class`` (notebook 01), is named by the spec and its module's file:
+    ``yours-course-model-courseshapedlm-1b2c3d4e``."""
+    if ":" in spec:
+        from perflab.model import load_model_class  # one line if it does not import
+
+        file = getattr(sys.modules[load_model_class(spec).__module__], "__file__", None)
+        digest = hashlib.sha1(Path(file).read_bytes()).hexdigest()[:8] if file else "nofile"
+        return f"yours-{re.sub(r'[^a-z0-9]+', '-', spec.lower()).strip('-')}-{digest}"
     module = load_adapters(spec)
     file = getattr(module, "__file__", None)
     root = student_root(module)

@@ -15,15 +15,23 @@ import json
 import torch
 from torch import nn
 
+from perflab.adapters.attention_checks import attention_functions
+from perflab.adapters.battery import check_adapters, format_table, passing_adapters
 from perflab.adapters.distributed_checks import DDP_ADAPTERS
 from perflab.adapters.loading import call, load_adapters
+from perflab.bench.attention import add_implementation, interpreted
 from perflab.bench.comparison import paired_comparison
+from perflab.bench.conclusions import conclude
 from perflab.distributed.ddp_benchmark import (
     LEARNING_RATE,
+    ZERO_KEY,
     TrainingSetup,
+    ddp_sweep,
     make_optimizer,
     perflab_setup,
+    zero_configs,
 )
+from perflab.paths import save_table
 
 #: Your variants, by the adapter that builds each.
 YOURS_VARIANTS = {
@@ -122,3 +130,98 @@ def yours_zero_comparisons(frame) -> list:
         for yours, base in ZERO_PAIRS
         if yours in rounds and base in rounds
     ]
+
+
+def sharding_of_yours(
+    spec: str | None,
+    out,
+    provenance: dict,
+    *,
+    world_size: int,
+    model: str,
+    batch_size: int,
+    seq_len: int,
+    warmup: int,
+    rounds: int,
+) -> list[str]:
+    """Notebook 08's "Yours": your FSDP and sharded optimizer checked (``check_adapters``),
+    those that pass timed in one launch with perflab's (``zero_configs`` and
+    ``yours_zero_configs`` taking turns), each against perflab's concluded in ``out``; the
+    check table and the step rows saved beside it. Returns the lines to print (the tables, a
+    note for an FSDP that sharded nothing of the timed model, the conclusions), or how to give
+    your adapters where ``spec`` is None."""
+    if not spec:
+        return ["no adapters given: perflab run 08 -p adapters PATH checks and times yours here"]
+    checked = check_adapters(spec, parts=("fsdp", "optimizer"))
+    save_table(checked, out / "yours_check.csv", provenance)
+    configs = zero_configs(world_size, model) + yours_zero_configs(
+        spec, passing_adapters(checked), world_size, model
+    )
+    steps = ddp_sweep(
+        out / "yours_step.csv",
+        configs,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        warmup=warmup,
+        rounds=rounds,
+        resume=False,
+        metadata=provenance,
+        key=ZERO_KEY,
+        setup=adapters_setup,
+    )
+    columns = ["variant", "optimizer", "status", "step_ms", "sync_ms", "held_fraction"]
+    lines = [format_table(checked), steps.reindex(columns=columns).to_string()]
+    for _ in steps[(steps["variant"] == "yours fsdp") & (steps["held_fraction"] >= 1)].itertuples():
+        lines.append(
+            f"your FSDP holds all of {model}'s parameters on each rank: it sharded none of this "
+            "model's modules (perhaps only cs336_basics' Linear and Embedding); its time here is "
+            "not a sharded step's"
+        )
+    for comparison in yours_zero_comparisons(steps):
+        lines.append(conclude(out, f"{comparison.name_b} vs {comparison.name_a}", comparison))
+    return lines
+
+
+def ddp_of_yours(spec: str | None, out, provenance: dict) -> tuple[set[str], list[str]]:
+    """Notebook 07's "Yours": your data-parallel wrappers checked (``check_adapters``, saved
+    beside the results); the adapters that pass every check (timed with perflab's variants),
+    and the lines to print, or how to give your adapters where ``spec`` is None."""
+    if not spec:
+        return set(), [
+            "no adapters given: perflab run 07 -p adapters PATH checks and times yours here"
+        ]
+    checked = check_adapters(spec, parts=("ddp",))
+    save_table(checked, out / "yours_check.csv", provenance)
+    passing = passing_adapters(checked)
+    return passing, [
+        format_table(checked),
+        "timed in section 4: " + (", ".join(sorted(passing)) or "none"),
+    ]
+
+
+def attention_of_yours(
+    spec: str | None,
+    out,
+    provenance: dict,
+    device,
+    *,
+    parts: tuple[str, ...] = ("attention",),
+    interpreted_too: bool = False,
+) -> tuple[dict, list[str]]:
+    """Notebooks 05 and 06's "Yours": your attention checked (``check_adapters`` with
+    ``parts``, saved beside the results); those that pass registered as implementations and
+    returned by name, with the lines to print, or how to give your adapters where ``spec`` is
+    None. An interpreted Triton kernel (on a CPU) measures nothing about speed: it is left out
+    unless ``interpreted_too``."""
+    notebook = "06" if "kernels" in parts else "05"
+    if not spec:
+        how = f"perflab run {notebook} -p adapters PATH"
+        return {}, [f"no adapters given: {how} checks and times yours here"]
+    checked = check_adapters(spec, parts=parts, device=device.type)
+    save_table(checked, out / "yours_check.csv", provenance)
+    passing = {}
+    for name, function in attention_functions(spec, passing_adapters(checked)).items():
+        add_implementation(name, function, triton=name == "yours_triton")
+        if interpreted_too or not interpreted(name):
+            passing[name] = function
+    return passing, [format_table(checked), "timed below: " + (", ".join(passing) or "none")]

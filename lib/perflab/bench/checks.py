@@ -58,7 +58,7 @@ import pandas as pd
 from perflab.bench.comparison import NOISE_BAND
 from perflab.bench.stats import CONFIDENCE
 from perflab.model import PRESET_ALIASES, PRESETS, get_preset
-from perflab.paths import library_tree
+from perflab.paths import display_path, library_tree
 
 _SAME_CONFIGURATION = (
     "mode",
@@ -506,3 +506,8 @@ def check_results(directory: str | Path, library: str | None = "current") -> pd.
 def checked_files(directory: str | Path) -> int:
     """How many CSV files ``check_results`` reads under ``directory``."""
     return sum(1 for _ in Path(directory).rglob("*.csv"))
+
+
+def contradictions_line(findings: pd.DataFrame, directory: str | Path) -> str:
+    """How many contradictions ``check_results`` found in ``directory``."""
+    return f"{len(findings)} contradictions in {display_path(directory)}"

@@ -462,8 +462,8 @@ def measure_in_process(config: dict) -> dict:
 
 
 def benchmark_sweep(
-    configs: Sequence[BenchConfig],
     path: str | Path,
+    configs: Sequence[BenchConfig],
     *,
     measure: Callable[[dict], dict] = measure_in_process,
     resume: bool = True,
@@ -471,7 +471,8 @@ def benchmark_sweep(
     desc: str | None = None,
 ) -> pd.DataFrame:
     """Benchmark every configuration through a ``Sweep`` keyed by all of ``BenchConfig``'s
-    fields: each row lands in ``path`` as soon as it is measured, and a re-run skips it."""
+    fields: each row lands in ``path`` as soon as it is measured, and a re-run skips it. (Every
+    sweep of the workbook takes its file first, then what it measures.)"""
     meta = {"timing_method": TIMING_METHOD, **(metadata or {})}
     sweep = BenchConfig.sweep(path, metadata=meta)
     return sweep.run([c.as_dict() for c in configs], measure, resume=resume, desc=desc)
@@ -505,6 +506,44 @@ def compare_configs(
     finally:
         del step_a, step_b
         gc.collect()
+
+
+def bf16_against_fp32(
+    presets,
+    context_length: int,
+    batch_size: int,
+    device: torch.device,
+    *,
+    rounds: int = 10,
+    warmup: int = 2,
+    budget_s: float | None = None,
+) -> tuple[dict[str, Comparison], list[str]]:
+    """Per preset, the bfloat16-autocast training step against the float32 one
+    (``compare_configs``); the presets whose two steps do not fit in memory together are
+    returned apart instead (two models with their AdamW states at once: xl on 80 GB)."""
+    comparisons, too_large = {}, []
+    for preset in presets:
+        fp32 = BenchConfig(
+            preset=preset,
+            context_length=context_length,
+            mode="train-step",
+            batch_size=batch_size,
+            dtype="float32",
+            device=str(device),
+        )
+        try:
+            comparisons[preset] = compare_configs(
+                fp32,
+                dataclasses.replace(fp32, dtype="bfloat16"),
+                device,
+                rounds=rounds,
+                warmup=warmup,
+                budget_s=budget_s,
+            )
+        except torch.OutOfMemoryError:
+            too_large.append(preset)
+            torch.cuda.empty_cache()
+    return comparisons, too_large
 
 
 def _difference(config: BenchConfig, other: BenchConfig) -> str:

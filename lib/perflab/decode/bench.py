@@ -462,6 +462,29 @@ def profile_step(
     return frame
 
 
+def profile_steps(
+    model: TransformerLM, context: int, largest: int, mode: str | None, device: torch.device
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``profile_step`` of the contiguous-cache step at ``context``: eager and compiled at
+    batch 1, and compiled at batch ``largest`` (each compiled step its own graph). Returns
+    the rows of all three, and two tables by part (``PARTS``) and step: milliseconds and calls
+    per step."""
+    steps = {
+        "eager": (1, False),
+        "compiled": (1, True),
+        f"compiled, batch {largest}": (largest, True),
+    }
+    frames = []
+    for name, (batch, compiled) in steps.items():
+        step = decode_step(model, "contiguous", batch, context, compiled=compiled, mode=mode)
+        frames.append(profile_step(step, device).assign(step=name, batch=batch))
+        torch._dynamo.reset()
+    profiles = pd.concat(frames, ignore_index=True)
+    by_part = profiles.pivot(index="part", columns="step", values="ms_per_step")
+    calls = profiles.pivot(index="part", columns="step", values="calls_per_step")
+    return profiles, by_part.loc[list(PARTS), list(steps)], calls.loc[list(PARTS), list(steps)]
+
+
 def compare_kv_heads(
     config: ModelConfig,
     kv_heads: int,

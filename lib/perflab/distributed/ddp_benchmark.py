@@ -216,7 +216,13 @@ def ddp_sweep(
     take turns; a failed launch or a world size the machine cannot hold becomes "error"
     rows. ``setup`` builds each configuration on every rank (a module-level function, as the
     ranks import it): ``perflab_setup``, or ``perflab.adapters.timing.adapters_setup`` for
-    a student's variants."""
+    a student's variants. Rows are keyed by ``key`` and the batch, sequence length and rounds
+    they were measured at."""
+    # A row stands for its batch, sequence length and rounds too: a resumed sweep measures
+    # again what was measured at other settings.
+    measured_at = {"batch_size": batch_size, "seq_len": seq_len, "rounds": rounds}
+    configs = [{**config, **measured_at} for config in configs]
+    key = (*key, *measured_at)
     sweep = Sweep(path, key, metadata={**describe(resolve_device("auto")), **(metadata or {})})
     args = (batch_size, seq_len, warmup, rounds, setup)
     # perflab's data-parallel variants and ZeRO only all-reduce and broadcast (Gloo runs both

@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare
+from perflab.bench.comparison import Comparison, compare, comparison_frame
 from perflab.checkpointing import check_strategy
 from perflab.memory.measure import (
     block_stack,
@@ -108,6 +108,37 @@ def compare_checkpointing(
         warmup=warmup,
         device=device,
         names=("no checkpointing", label),
+    )
+
+
+def checkpointing_costs(
+    preset: str,
+    layers: int,
+    group_size: int,
+    deepest_layers: int,
+    batch_size: int,
+    seq_len: int,
+    device: torch.device,
+    *,
+    rounds: int = 5,
+) -> pd.DataFrame:
+    """What recomputation costs, two ways (``compare_checkpointing``): single level with
+    ``group_size`` at ``layers`` blocks, and nested at ``deepest_layers``; one row each
+    (``comparison_frame``, the case in the column ``case``)."""
+    cases = [
+        (f"single g={group_size}, L={layers}", layers, "single", group_size),
+        (f"nested, L={deepest_layers}", deepest_layers, "nested", None),
+    ]
+    return comparison_frame(
+        [
+            (
+                {"case": case},
+                compare_checkpointing(
+                    preset, n, batch_size, seq_len, strategy, g, device, rounds=rounds
+                ),
+            )
+            for case, n, strategy, g in cases
+        ]
     )
 
 

@@ -18,7 +18,7 @@ from perflab.bench.timer import time_fn
 from perflab.checkpointing import check_strategy, run_blocks
 from perflab.device import CPU, resolve_device
 from perflab.memory.saved import saved_tensors
-from perflab.memory.timeline import peak_memory
+from perflab.memory.timeline import peak_memory, record_timeline
 from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset, sized_for
 
 
@@ -175,3 +175,44 @@ def rmsnorm_saved_tensors(
     if compiled:
         fn(x)  # compile outside the recording
     return saved_tensors(lambda: fn(x), norm.parameters())
+
+
+def step_timelines(preset: str, context: int, batch_size: int, device, out) -> dict:
+    """Memory over time (``record_timeline``, Python stacks on) of one forward and one training
+    step of ``preset``, each after a warm-up call (which allocates the gradients and AdamW's
+    state), by mode; each snapshot saved in ``out`` as ``{mode}_snapshot.pickle``."""
+    timelines = {}
+    for mode in ("forward", "train-step"):
+        config = BenchConfig(
+            preset=preset,
+            context_length=context,
+            mode=mode,
+            batch_size=batch_size,
+            device=str(device),
+        )
+        step = build_step(config, device)
+        step()
+        timelines[mode] = record_timeline(
+            step, device, snapshot_path=out / f"{mode}_snapshot.pickle", python_stack=True
+        )
+    return timelines
+
+
+def peak_configs(preset: str, context_lengths, batch_size: int, device) -> list[dict]:
+    """The peak-memory sweep of notebook 04: forward and training step, float32 and bfloat16
+    autocast, at each context length (one warm-up and one measured step each)."""
+    return [
+        BenchConfig(
+            preset=preset,
+            context_length=n,
+            mode=mode,
+            batch_size=batch_size,
+            warmup=1,
+            steps=1,
+            dtype=dtype,
+            device=str(device),
+        ).as_dict()
+        for n in context_lengths
+        for dtype in ("float32", "bfloat16")
+        for mode in ("forward", "train-step")
+    ]

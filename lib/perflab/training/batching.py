@@ -181,12 +181,13 @@ def compare_bucketing(
     rounds: int,
     warmup: int = 1,
     seed: int = 0,
-) -> tuple[Comparison, pd.DataFrame]:
+) -> tuple[pd.DataFrame, Comparison]:
     """The same ``sequences`` batched in a random order against bucketed by length, each call
     a forward and backward over all their batches (the loss summed over real tokens),
-    interleaved (``compare``). Returns the comparison and one row per order: batches, padded
-    positions and their share, real tokens, the median of its rounds (each the faster of the
-    round's two runs) with ``unstable``, and real tokens per second at the median."""
+    interleaved (``compare``). Returns, as every ``compare_*`` that also has a table does, the
+    table and then the comparison. The table has one row per order: batches, padded positions
+    and their share, real tokens, the median of its rounds (each the faster of the round's two
+    runs) with ``unstable``, and real tokens per second at the median."""
     device = next(model.parameters()).device
     orders = {order: length_batches(sequences, batch_size, order, seed=seed) for order in ORDERS}
 
@@ -225,7 +226,7 @@ def compare_bucketing(
                 "tokens_per_s": real / median,
             }
         )
-    return result, pd.DataFrame(rows)
+    return pd.DataFrame(rows), result
 
 
 def check_bucketing(

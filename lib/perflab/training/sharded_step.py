@@ -19,14 +19,16 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from perflab.bench.recipe import Recipe, head_loss, make_optimizer, prepare_model
+from perflab.bench.stats import is_unstable
 from perflab.bench.steps import random_batch
+from perflab.bench.sweep import is_out_of_memory
 from perflab.bench.timer import time_fn
 from perflab.device import parse_dtype
 from perflab.distributed.fsdp import FSDP
-from perflab.distributed.launch import launch, rank_device
+from perflab.distributed.launch import launch, max_world_size, rank_device
 from perflab.fused_cross_entropy import default_chunk_size
 from perflab.memory.saved import saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, sized_for
+from perflab.model import ModelConfig, TransformerLM, get_preset, sized_for
 from perflab.training.ladder import (
     UPDATE_TOLERANCE,
     TrainingStep,
@@ -337,3 +339,61 @@ def sharded_step_memory(
             }
         )
     return pd.DataFrame(rows)
+
+
+def sharded_step_row(
+    preset: str,
+    recipe: Recipe,
+    batch_size: int,
+    seq_len: int,
+    world_size: int,
+    *,
+    steps: int,
+    state: str = "float32",
+    check: bool = False,
+) -> tuple[dict | None, str]:
+    """``sharded_training_step`` of ``preset`` as one row (time, tokens/s, peak, whether its
+    samples are unstable; with ``check`` also ``compare_with_one_process``'s columns), or None
+    and why not: more ranks than this machine holds, or a rank out of memory."""
+    if world_size > max_world_size():
+        return None, (
+            f"the sharded step needs {world_size} ranks; this machine holds {max_world_size()}: "
+            "not run here"
+        )
+    config, param_dtype = get_preset(preset), parse_dtype(state)
+    try:
+        sharded = sharded_training_step(
+            config,
+            recipe,
+            batch_size,
+            seq_len,
+            world_size,
+            warmup=0,
+            steps=steps,
+            param_dtype=param_dtype,
+            check=check,
+        )
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        return None, f"out of memory on a rank: {state} state does not fit, as counted above"
+    row = {
+        "preset": preset,
+        "world_size": world_size,
+        "dtype": recipe.dtype,
+        "state": state,
+        "tokens": sharded.tokens,
+        "steps": len(sharded.step_s),
+        "step_s": sharded.median_s,
+        "tokens_per_s": sharded.tokens / sharded.median_s,
+        "loss": sharded.loss,
+        "peak_bytes": sharded.peak_bytes,
+        "unstable": is_unstable(sharded.step_s),
+    }
+    if check:
+        row.update(
+            compare_with_one_process(
+                sharded, config, recipe, batch_size, seq_len, param_dtype=param_dtype
+            )
+        )
+    return row, ""

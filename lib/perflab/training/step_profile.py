@@ -19,6 +19,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity
 
 from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
 from perflab.bench.comparison import compare
@@ -28,6 +29,8 @@ from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.memory.timeline import peak_memory
+from perflab.profiling.capture import profiling
+from perflab.profiling.copies import copy_sites
 from perflab.training.ladder import BASELINE, TrainingStep
 
 PHASES = ("forward", "backward", "optimizer")
@@ -167,6 +170,17 @@ def attention_masking_in_place(
     if is_causal:
         scores.masked_fill_(~causal_mask(q.shape[-2], k.shape[-2], device=q.device), float("-inf"))
     return weighted_sum(attention_softmax(scores), v)
+
+
+def step_copy_sites(config, batch_size: int, seq_len: int, device: torch.device) -> pd.DataFrame:
+    """``copy_sites`` of one profiled training step of the baseline (naive attention, eager,
+    for-loop AdamW), after a warm-up step (AdamW's state exists before the profiled one)."""
+    run = TrainingStep(config, BASELINE, batch_size, seq_len, device)
+    run.step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profiling(activities=activities) as profile:
+        run.step()
+    return copy_sites(profile)
 
 
 def compare_mask_copy(

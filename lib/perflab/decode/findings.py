@@ -1,0 +1,409 @@
+"""What notebook 10's measurements say, as sentences computed from their tables.
+
+Each function reads the frames or rows that ``perflab.decode.bench`` returned and returns the
+sentences the notebook prints; where a sentence states a verdict it comes from the comparison
+behind it (``Finding``), so that ``conclude_all`` stores it and ``perflab check-results`` can
+hold it to the numbers. Every branch, GPU ones included, is tested on small frames
+(``tests/test_decode_findings.py``).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perflab.bench.stats import level_text
+from perflab.decode.costs import kv_bytes_per_token, matmul_weights
+from perflab.model import ModelConfig
+
+MiB = 2**20
+
+
+def model_line(config: ModelConfig, element: int, dtype: str, device_type: str) -> str:
+    """The model's size, its matmul weights and its keys and values per token."""
+    return (
+        f"{config.name}: {config.num_parameters() / 1e6:.1f} M parameters, "
+        f"{matmul_weights(config) * element / MiB:.1f} MiB of matmul weights in {dtype}, "
+        f"{kv_bytes_per_token(config, element) / 1024:.1f} KiB of keys and values per token; "
+        f"on {device_type}"
+    )
+
+
+def yardstick_line(bandwidth, peak, dtype: str) -> str:
+    """The copy bandwidth and the matmul peak (each a best of several), and the ridge point."""
+    return (
+        f"copy bandwidth {bandwidth.bytes_per_s / 1e9:.1f} GB/s (the best of {bandwidth.steps} "
+        f"copies; median {bandwidth.median_bytes_per_s / 1e9:.1f} GB/s), matmul peak "
+        f"{peak.flops_per_s / 1e9:.0f} GFLOP/s in {dtype} (the best of {peak.steps} runs at n = "
+        f"{peak.size}; median {peak.median_flops_per_s / 1e9:.0f} GFLOP/s): a kernel needs "
+        f"{peak.flops_per_s / bandwidth.bytes_per_s:.1f} FLOPs per byte to be compute-bound"
+    )
+
+
+def phase_sentence(phases: pd.DataFrame, ridge: float, steps: int) -> str:
+    """Prefill against decode (``prefill_vs_decode``): the time per token, and which bound
+    each phase's FLOPs per byte puts it under against the ``ridge`` (peak / bandwidth)."""
+    by = phases.set_index("phase")
+
+    def bound(phase: str) -> str:
+        return "compute" if by.loc[phase, "flops_per_byte"] > ridge else "memory"
+
+    per_token = by.loc["decode", "s_per_token"] / by.loc["prefill", "s_per_token"]
+    side = "below" if by.loc["decode", "flops_per_byte"] < ridge else "above"
+    return (
+        f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medians of "
+        f"{steps}): "
+        f"prefill does {by.loc['prefill', 'flops_per_byte']:.0f} FLOPs per byte of weights and "
+        f"KV, decode {by.loc['decode', 'flops_per_byte']:.2f}, {side} the {ridge:.1f} this "
+        f"device needs to be compute-bound: by the roofline, decode at batch 1 is bound by "
+        f"{bound('decode')}, prefill by {bound('prefill')} (the time ratio is of two medians, "
+        "not an interleaved comparison)"
+    )
+
+
+def error_bar_line(throughput: pd.DataFrame, steps: int) -> str:
+    """What the roofline plot's error bars are, and how many points are unstable."""
+    levels = ", ".join(sorted({level_text(v) for v in throughput["median_ci_level"]}))
+    return (
+        f"error bars: the median's {levels} interval ({steps} steps); unstable points: "
+        f"{int(throughput['unstable'].sum())} of {len(throughput)}"
+    )
+
+
+def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
+    """From ``throughput_by_batch`` (eager and compiled steps): the share of the roofline per
+    batch, the fastest step at the smallest and largest batch, whether it reaches half its
+    roofline, and where compiling gains most."""
+    share = throughput.pivot(index="batch", columns="step", values="fraction_of_roofline")
+    fastest = throughput.loc[throughput.groupby("batch")["tokens_per_s"].idxmax()]
+    fastest = fastest.set_index("batch")
+    first, last_batch = fastest.index[0], fastest.index[-1]
+    best, last = fastest.loc[first], fastest.loc[last_batch]
+    sentences = [
+        "share of the roofline per batch, eager -> compiled: "
+        + "; ".join(f"{b}: {r['eager']:.0%} -> {r['compiled']:.0%}" for b, r in share.iterrows())
+    ]
+    text = (
+        f"batch {first}: the fastest step is the {best['step']} one, "
+        f"{best['tokens_per_s']:.0f} tokens/s, {best['fraction_of_roofline']:.0%} of its "
+        f"{best['bound']}-bound roofline ({best['roofline_tokens_per_s']:.0f} tokens/s); "
+        f"batch {last_batch}: {last['tokens_per_s']:.0f} tokens/s "
+        f"({last['tokens_per_s'] / best['tokens_per_s']:.1f}x), "
+        f"{last['fraction_of_roofline']:.0%} of a roofline that is {last['bound']}-bound there. "
+    )
+    if best["fraction_of_roofline"] >= 0.5:
+        text += f"At batch {first} the {best['step']} step reaches half its roofline or more."
+    else:
+        text += f"At batch {first} even the fastest step stays below half its roofline."
+    gain = share["compiled"] / share["eager"]  # the same roofline: the ratio of tokens/s
+    if gain.idxmax() == first:
+        text += (
+            f" Compiling gains most at batch {gain.idxmax()} ({gain.max():.2f}x the eager "
+            f"tokens/s, {gain.min():.2f}x at batch {gain.idxmin()}): the eager step pays a fixed "
+            "cost per operator call whatever the batch (section 5's profile counts the calls), "
+            "which weighs most where the step is smallest."
+        )
+    else:
+        text += (
+            f" Compiling gains {gain.loc[first]:.2f}x the eager tokens/s at batch {first} and "
+            f"most at batch {gain.idxmax()} ({gain.max():.2f}x)."
+        )
+    return [*sentences, text]
+
+
+def _median_text(row) -> str:
+    return (
+        f"{row['median_s'] * 1e3:.2f} ms ({level_text(row['median_ci_level'])} CI "
+        f"{row['median_ci_low_s'] * 1e3:.2f}–{row['median_ci_high_s'] * 1e3:.2f} ms"
+        + (", unstable)" if row["unstable"] else ")")
+    )
+
+
+def repeat_sentence(
+    phases: pd.DataFrame, throughput: pd.DataFrame, prompt_len: int, context: int
+) -> str:
+    """The batch-1 eager decode step timed in section 1 and again in section 2: how far apart
+    two medians of the same work, measured at different moments, lie on this machine."""
+    batches = set(throughput["batch"])
+    if 1 not in batches or prompt_len != context:
+        return (
+            f"not compared: section 1 decodes at {prompt_len} tokens of context and section 2 "
+            f"at {context}" + ("" if 1 in batches else ", without batch 1")
+        )
+    first = phases.set_index("phase").loc["decode"]
+    second = throughput[throughput["step"] == "eager"].set_index("batch").loc[1]
+    apart = second["median_s"] / first["median_s"]
+    overlap = (
+        first["median_ci_low_s"] <= second["median_ci_high_s"]
+        and second["median_ci_low_s"] <= first["median_ci_high_s"]
+    )
+    return (
+        f"the batch-1 decode step at {context} tokens: {_median_text(first)} in section 1, "
+        f"{_median_text(second)} here; the second is {apart:.2f}x the first ({apart - 1:+.0%}), "
+        + ("and their intervals overlap" if overlap else "and their intervals do not overlap")
+        + ". Separate, non-interleaved measurements of the same work: a gap of this size is how "
+        "far apart two such medians lie here, and medians from different cells should not be "
+        "compared more finely than that."
+    )
+
+
+def cache_rates_line(caches: pd.DataFrame) -> str:
+    """Each cache mode's tokens/s in the comparisons of ``compare_caches``."""
+    return "tokens/s per mode, the median of its rounds in each comparison: " + "; ".join(
+        f"{row.a} {row.tokens_per_s_a:.0f} and {row.b} {row.tokens_per_s_b:.0f}"
+        for row in caches.itertuples()
+    )
+
+
+def kv_sentences(kv: pd.DataFrame, prompt_lens: list[int], new_tokens: list[int]) -> list[str]:
+    """From ``kv_memory`` (the contiguous cache first, then the paged one per block size): the
+    requests, the bytes each cache held, the best and worst block size and what each wastes."""
+    requests = list(zip(prompt_lens, new_tokens, strict=True))
+    contiguous, paged = kv.iloc[0], kv.iloc[1:].set_index("block_size")
+    best, worst = int(paged["kv_bytes"].idxmin()), int(paged["vs_contiguous"].idxmax())
+    held = ", ".join(
+        f"{r.kv_bytes / MiB:.2f} MiB with blocks of {int(b)}" for b, r in paged.iterrows()
+    )
+    return [
+        f"{len(requests)} requests (prompt, new tokens): {requests}",
+        f"contiguous: {contiguous['kv_bytes'] / MiB:.2f} MiB; paged: {held}; the tokens "
+        f"themselves at the peak: {contiguous['peak_token_bytes'] / MiB:.2f} MiB",
+        f"the paged cache needs {paged.loc[best, 'vs_contiguous']:.0%} of the contiguous "
+        f"cache's memory with block size {best} ({paged.loc[best, 'waste']:.0%} of it wasted) "
+        f"and {paged.loc[worst, 'vs_contiguous']:.0%} with block size {worst} "
+        f"({paged.loc[worst, 'waste']:.0%} wasted); the contiguous cache wastes "
+        f"{contiguous['waste']:.0%}. The pool given to the paged cache here held "
+        f"{paged['pool_bytes'].max() / MiB:.2f} MiB at most (room for every sequence at its "
+        "longest); a server sizes one pool to its memory and shares it, so what this batch "
+        "costs it is the peak in use.",
+    ]
+
+
+def graphs_line(compilations: pd.DataFrame, calls: int) -> str:
+    """How many graphs dynamo traced for each kind of step (``count_compilations``)."""
+    graphs = compilations.groupby("shapes")["graphs"].max()
+    return (
+        f"over {calls} decode steps: the growing-shape step was traced into "
+        f"{graphs['growing']} graphs, the fixed-shape step into {graphs['fixed']}"
+    )
+
+
+def tracing_sentence(compilations: pd.DataFrame, calls: int) -> str:
+    """The tracing time of each kind of step, and what dynamo did with the growing one: hit
+    its recompile limit (its warning quoted), made the lengths symbolic, or traced every
+    call."""
+    graphs = compilations.groupby("shapes")["graphs"].max()["growing"]
+    traced = compilations.groupby("shapes")["seconds"].agg(["sum", "median"])
+    text = (
+        f"tracing the growing step took {traced.loc['growing', 'sum']:.1f} s over {calls} "
+        f"calls, the fixed one {traced.loc['fixed', 'sum']:.1f} s; a steady call takes about "
+        f"{traced.loc['fixed', 'median'] * 1e3:.0f} ms"
+    )
+    warnings = compilations.attrs.get("dynamo_warnings") or []
+    if warnings:
+        return (
+            text + "; dynamo reached its recompile limit and runs the step eagerly from there: "
+            f"{warnings[0].splitlines()[0]}"
+        )
+    if 1 < graphs < calls:
+        return text + (
+            "; after its first recompilation dynamo made the lengths symbolic (automatic dynamic "
+            "shapes) and reused that graph, and the cache's lengths, Python values that change "
+            "at every step, are guards dynamo checks at every call (on a GPU with "
+            'mode="reduce-overhead", every new length would also need a new CUDA graph '
+            "recorded: a GPU claim, not measured here, where the counting backend counts "
+            "dynamo's graphs only)"
+        )
+    if graphs >= calls:
+        return text + "; the growing step was traced anew at every call"
+    return text
+
+
+def compiled_step_sentence(compiled: dict, conclusion: str) -> str:
+    """The compiled fixed-shape step against the eager one (``compile_static_step``), with the
+    comparison's stored ``conclusion``."""
+    return (
+        f"mode {compiled['mode']}: first call {compiled['compile_s']:.1f} s (compilation, or "
+        "less where inductor finds the kernels in its on-disk cache from an earlier run), then "
+        f"{compiled['median_b_s'] * 1e3:.2f} ms a step against "
+        f"{compiled['median_a_s'] * 1e3:.2f} ms eager: "
+        f"{compiled['tokens_per_s_compiled']:.0f} against {compiled['tokens_per_s_eager']:.0f} "
+        f"tokens/s; {conclusion} ({compiled['graphs_compiled']} graph compiled by this call)"
+    )
+
+
+def profile_sentences(
+    parts: pd.DataFrame,
+    calls: pd.DataFrame,
+    config: ModelConfig,
+    element: int,
+    bandwidth_bytes_per_s: float,
+    peak_flops_per_s: float,
+    largest: int,
+    device_type: str,
+    timed_ms: pd.Series,
+) -> list[str]:
+    """Where the batch-1 step's time goes (``profile_steps``' ``parts`` and ``calls``, ms and
+    calls per step per part and step): on a CPU, the matmuls' share against reading the weights
+    at the copy bandwidth, what else the step spends, and the largest batch's matmul rate
+    against the peak; on a GPU, that the profile is the host's side. Last, each profiled step
+    against its timed median (``timed_ms`` by step name)."""
+    sentences = []
+    weights = matmul_weights(config) * element  # bytes every step reads, whatever the batch
+    at_copy_ms = weights / bandwidth_bytes_per_s * 1e3
+    if device_type == "cpu":
+        step = parts["compiled"]
+        matmul_ms, rest = step["matmuls"], step.drop("matmuls")
+        rate = weights / (matmul_ms / 1e3)
+        left = (
+            "mostly outside the matmuls: the fused kernels, the guards and the Python"
+            if rest.sum() > max(matmul_ms - at_copy_ms, 0)
+            else "mostly the matmuls reading the weights slower than a copy"
+        )
+        sentences.append(
+            f"batch 1 compiled, profiled: {step.sum():.2f} ms a step (eager "
+            f"{parts['eager'].sum():.2f} ms). The matmuls take {matmul_ms:.2f} ms, reading "
+            f"{weights / 1e6:.1f} MB of weights at {rate / 1e9:.1f} GB/s, "
+            f"{rate / bandwidth_bytes_per_s:.0%} of the copy bandwidth (which would move them "
+            f"in {at_copy_ms:.2f} ms); the other {rest.sum():.2f} ms "
+            f"({rest.sum() / step.sum():.0%} of the step) are "
+            + ", ".join(f"{name} {ms:.2f} ms" for name, ms in rest.items() if ms > 0)
+            + f". Eager, the same step made {calls.loc['other operators', 'eager']:.0f} calls to "
+            f"other operators per token, {parts.loc['other operators', 'eager']:.2f} ms, and "
+            f"spent {parts.loc['Python between operators', 'eager']:.2f} ms in Python between "
+            "them; compiled, those are one call to inductor's fused kernels "
+            f"({parts.loc['compiled kernels', 'compiled']:.2f} ms) and "
+            f"{calls.loc['other operators', 'compiled']:.0f} small operator calls. What is left "
+            f"between the compiled step and its roofline is {left}."
+        )
+        big = parts[f"compiled, batch {largest}"]
+        big_rate = largest * 2 * matmul_weights(config) / (big["matmuls"] / 1e3)
+        neither = big_rate < 0.5 * peak_flops_per_s and big["matmuls"] > 2 * at_copy_ms
+        sentences.append(
+            f"at batch {largest}, compiled: the matmuls take {big['matmuls']:.2f} ms of "
+            f"{big.sum():.2f}, {big['matmuls'] / matmul_ms:.1f}x their time at batch 1 for "
+            f"{largest}x the FLOPs, at {big_rate / 1e9:.0f} GFLOP/s against the "
+            f"{peak_flops_per_s / 1e9:.0f} GFLOP/s of the square matmul peak "
+            f"({big_rate / peak_flops_per_s:.0%}): "
+            + (
+                f"with {largest} rows these products are bound neither by reading the weights "
+                f"(a copy would take {at_copy_ms:.2f} ms) nor by the peak; the BLAS's kernels "
+                "for such thin matrices hold the larger batches below the roofline."
+                if neither
+                else "close to what reading the weights or the peak allows."
+            )
+        )
+    else:
+        sentences.append(
+            "on a GPU the profile above is the host's side (launches, guards, Python); the "
+            "device kernels are in notebook 02's profiles"
+        )
+    for name, timed in timed_ms.items():
+        slower = parts[name].sum() / timed
+        sentences.append(
+            f"the profiled {name} batch-1 step took {parts[name].sum():.2f} ms, {slower:.1f}x "
+            f"its timed median in section 2 ({timed:.2f} ms)"
+            + (
+                ": more than the profiler's own cost, so the machine was slower while it ran; "
+                "read its parts as shares, not as times"
+                if slower > 2
+                else ""
+            )
+        )
+    return sentences
+
+
+def sampling_lines(rotary: dict, sampling: dict, vocab_size: int, element: int) -> list[str]:
+    """The correctness of the rotary-table and sampling comparisons, and the bytes that cross
+    to the host per token either way."""
+    return [
+        "the same logits with tables computed every step (largest difference below 1e-5): "
+        f"{rotary['max_abs_diff'] < 1e-5}",
+        f"the same ids picked on the device and on the host: {sampling['same_ids']}",
+        f"bytes to the host per token: {sampling['device_bytes_per_token']:.0f} (one int64 id) "
+        f"against {sampling['host_bytes_per_token']:,.0f} (the logits: {vocab_size:,} x "
+        f"{element} bytes), {sampling['bytes_ratio']:,.0f}x fewer",
+    ]
+
+
+def _roofline_share(throughput: pd.DataFrame, batch: int) -> float | None:
+    rows = throughput[throughput["batch"] == batch]
+    return float(rows["fraction_of_roofline"].max()) if len(rows) else None
+
+
+def int8_sentences(row: dict, throughput: pd.DataFrame, batch: int, new_tokens: int) -> list[str]:
+    """int8 weights against the original (``compare_int8``'s row): bytes, tokens/s against the
+    roofline section 2 computed at this batch, the logits' error and the first token that
+    changes; and, where the speed-up passes the bytes saved, why bytes alone do not set it."""
+    same_batch = throughput[throughput["batch"] == batch]
+    roofline = (
+        f", against the roofline of {same_batch['roofline_tokens_per_s'].iloc[0]:,.0f} tokens/s "
+        "that section 2 computed for the original weights at this batch"
+        if len(same_batch)
+        else ""
+    )
+    byte_ratio = row["weight_bytes_original"] / row["weight_bytes_int8"]
+    differs = (
+        "none differs"
+        if row["first_differing_token"] == new_tokens
+        else f"the first to differ is token {row['first_differing_token']}"
+    )
+    sentences = [
+        f"weights {row['weight_bytes_original'] / 1e6:.1f} MB -> "
+        f"{row['weight_bytes_int8'] / 1e6:.1f} MB ({byte_ratio:.2f}x fewer); "
+        f"{row['tokens_per_s_original']:,.0f} -> {row['tokens_per_s_int8']:,.0f} tokens/s at the "
+        f"medians{roofline}; the logits move by {row['logits_relative_error']:.2%} (relative); "
+        f"of {new_tokens} greedy tokens per sequence, {differs} "
+        f"({row['tokens_agreeing']:.0%} of all agree)."
+    ]
+    speedup = row["tokens_per_s_int8"] / row["tokens_per_s_original"]
+    share = _roofline_share(throughput, batch)
+    if share is not None and speedup > byte_ratio:
+        sentences.append(
+            f"The speed-up at the medians, {speedup:.2f}x, is more than the {byte_ratio:.2f}x "
+            "fewer bytes stored (the embedding, which a step reads one row of, counted whole): "
+            f"the float32 step ran at {share:.0%} of its roofline in section 2, far from its "
+            "memory bound, so bytes alone do not set these steps' times here."
+        )
+    return sentences
+
+
+def gqa_sentences(
+    row: dict,
+    conclusion: str,
+    throughput: pd.DataFrame,
+    num_heads: int,
+    kv_heads: int,
+    batch: int,
+    context: int,
+    roofline_context: int,
+) -> list[str]:
+    """Grouped-query attention against multi-head (``compare_kv_heads``' row and its stored
+    ``conclusion``): the cache and the bytes a step moves, the measured ratio against the bytes'
+    ratio; and, where it falls short of it, the roofline share that explains why."""
+    sentences = [
+        f"{num_heads} query heads, {kv_heads} key and value heads, batch {batch} at context "
+        f"{context}: the cache holds {row['kv_cache_bytes_grouped'] / 1e6:.1f} MB instead of "
+        f"{row['kv_cache_bytes_mha'] / 1e6:.1f} MB, and a step must move "
+        f"{row['step_bytes_ratio']:.2f}x the bytes. Measured: {conclusion}. A step bound by "
+        f"memory would take {row['step_bytes_ratio']:.2f}x the time; the measured median ratio "
+        f"is {row['ratio_b_over_a']:.2f}."
+    ]
+    share = _roofline_share(throughput, batch)
+    if share is not None and row["ratio_b_over_a"] > row["step_bytes_ratio"]:
+        sentences.append(
+            f"Less than the bytes would give: at batch {batch} the multi-head step reached "
+            f"{share:.0%} of its roofline in section 2 (context {roofline_context}), far from "
+            "its memory bound, so moving fewer bytes saves only part of a step's time here."
+        )
+    return sentences
+
+
+def leaderboard_decode_line(config: ModelConfig, context: int = 32768) -> str:
+    """What one decode step of ``config`` reads in bfloat16, and its cache at ``context``."""
+    per_token = kv_bytes_per_token(config, 2)
+    return (
+        f"{config.name} in bfloat16: {matmul_weights(config) * 2 / 1e9:.1f} GB of matmul "
+        f"weights read per decode step, {per_token / 1e6:.2f} MB of keys and values per token "
+        f"of context ({per_token * context / 1e9:.1f} GB for one sequence at its full "
+        f"{context:,}-token context)"
+    )

@@ -1,0 +1,221 @@
+"""Notebook 10's sentences (``perflab.decode.findings``) on small frames made by hand: each
+sentence states the numbers it was given, and each branch (GPU ones included) is taken."""
+
+import pandas as pd
+import pytest
+
+from perflab.bench.peak import CopyBandwidth, PeakMatmul
+from perflab.decode import findings as say
+from perflab.decode.bench import PARTS
+from perflab.decode.costs import matmul_weights
+from perflab.model import get_preset
+
+TINY = get_preset("cpu-tiny")
+
+
+def timing(median_ms, low_ms, high_ms, unstable=False, level=0.968):
+    return {
+        "median_s": median_ms / 1e3,
+        "median_ci_low_s": low_ms / 1e3,
+        "median_ci_high_s": high_ms / 1e3,
+        "median_ci_level": level,
+        "unstable": unstable,
+    }
+
+
+def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7)):
+    """Two batches (1, 16), eager and compiled, with the given shares of the roofline."""
+    rows = []
+    for step, shares in (("eager", eager), ("compiled", compiled)):
+        for batch, share in zip((1, 16), shares, strict=True):
+            roofline = 1000.0 * batch
+            rows.append(
+                {
+                    "batch": batch,
+                    "step": step,
+                    "fraction_of_roofline": share,
+                    "tokens_per_s": share * roofline,
+                    "roofline_tokens_per_s": roofline,
+                    "bound": "memory",
+                    **timing(2.0, 1.9, 2.1),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_the_yardsticks_give_the_ridge_point():
+    bandwidth = CopyBandwidth("cpu", 1 << 28, 0.1, 0.11, 20e9, 18e9, 5)
+    peak = PeakMatmul("cpu", "float32", 1024, 0.01, 0.011, 100e9, 90e9, 5)
+    line = say.yardstick_line(bandwidth, peak, "float32")
+    assert "20.0 GB/s (the best of 5 copies; median 18.0 GB/s)" in line
+    assert "100 GFLOP/s in float32" in line and "needs 5.0 FLOPs per byte" in line
+
+
+@pytest.mark.parametrize("decode_intensity, bound", [(0.9, "memory"), (12.0, "compute")])
+def test_each_phase_is_bound_by_what_its_flops_per_byte_says(decode_intensity, bound):
+    phases = pd.DataFrame(
+        {
+            "phase": ["prefill", "decode"],
+            "s_per_token": [0.001, 0.05],
+            "flops_per_byte": [60.0, decode_intensity],
+        }
+    )
+    sentence = say.phase_sentence(phases, ridge=5.0, steps=20)
+    assert sentence.startswith("a decoded token takes 50x the time of a prefilled one")
+    assert f"decode at batch 1 is bound by {bound}, prefill by compute" in sentence
+    assert ("below the 5.0" if bound == "memory" else "above the 5.0") in sentence
+
+
+def test_roofline_sentences_name_the_fastest_step_and_where_compiling_gains_most():
+    shares, text = say.roofline_sentences(throughput_frame())
+    assert shares.endswith("1: 20% -> 60%; 16: 50% -> 70%")
+    assert "batch 1: the fastest step is the compiled one, 600 tokens/s, 60%" in text
+    assert "reaches half its roofline or more" in text
+    assert "Compiling gains most at batch 1 (3.00x the eager tokens/s, 1.40x at batch 16)" in text
+    _, text = say.roofline_sentences(throughput_frame(eager=(0.3, 0.1), compiled=(0.4, 0.5)))
+    assert "even the fastest step stays below half its roofline" in text
+    assert (
+        "Compiling gains 1.33x the eager tokens/s at batch 1 and most at batch 16 (5.00x)" in text
+    )
+
+
+def test_two_medians_of_the_same_step_are_compared_only_at_the_same_context():
+    phases = pd.DataFrame([{"phase": "decode", **timing(2.0, 1.9, 2.1)}])
+    both = throughput_frame()
+    sentence = say.repeat_sentence(phases, both, prompt_len=128, context=128)
+    assert "the second is 1.00x the first (+0%), and their intervals overlap" in sentence
+    apart = both.assign(**timing(3.0, 2.9, 3.2, unstable=True))
+    sentence = say.repeat_sentence(phases, apart, prompt_len=128, context=128)
+    assert "3.00 ms (96.8% CI 2.90–3.20 ms, unstable) here" in sentence
+    assert "1.50x the first (+50%), and their intervals do not overlap" in sentence
+    assert say.repeat_sentence(phases, both, 64, 128).endswith("at 128")
+    no_one = both[both["batch"] != 1]
+    assert say.repeat_sentence(phases, no_one, 128, 128).endswith(", without batch 1")
+
+
+def test_kv_sentences_pick_the_best_and_worst_block_size():
+    mib = 2**20
+    kv = pd.DataFrame(
+        {
+            "cache": ["contiguous", "paged", "paged"],
+            "block_size": [0, 4, 64],
+            "kv_bytes": [8 * mib, 2 * mib, 4 * mib],
+            "waste": [0.75, 0.1, 0.5],
+            "vs_contiguous": [1.0, 0.25, 0.5],
+            "peak_token_bytes": [1.8 * mib] * 3,
+            "pool_bytes": [0, 8 * mib, 8 * mib],
+        }
+    )
+    requests, held, saved = say.kv_sentences(kv, [3, 9], [4, 1])
+    assert requests == "2 requests (prompt, new tokens): [(3, 4), (9, 1)]"
+    assert held == (
+        "contiguous: 8.00 MiB; paged: 2.00 MiB with blocks of 4, 4.00 MiB with "
+        "blocks of 64; the tokens themselves at the peak: 1.80 MiB"
+    )
+    assert saved.startswith(
+        "the paged cache needs 25% of the contiguous cache's memory with "
+        "block size 4 (10% of it wasted) and 50% with block size 64 (50% "
+        "wasted); the contiguous cache wastes 75%."
+    )
+    with pytest.raises(ValueError):
+        say.kv_sentences(kv, [3, 9, 1], [4, 1])
+
+
+def compilations(growing_graphs, calls=6, warnings=()):
+    rows = [
+        {"shapes": shapes, "call": call, "graphs": min(call, graphs), "seconds": 0.5}
+        for shapes, graphs in (("growing", growing_graphs), ("fixed", 1))
+        for call in range(1, calls + 1)
+    ]
+    frame = pd.DataFrame(rows)
+    frame.attrs["dynamo_warnings"] = list(warnings)
+    return frame
+
+
+def test_tracing_sentence_says_what_dynamo_did_with_the_growing_step():
+    assert say.graphs_line(compilations(2), 6).endswith(
+        "traced into 2 graphs, the fixed-shape step into 1"
+    )
+    assert "made the lengths symbolic" in say.tracing_sentence(compilations(2), 6)
+    assert say.tracing_sentence(compilations(6), 6).endswith("traced anew at every call")
+    assert say.tracing_sentence(compilations(1), 6).endswith("about 500 ms")
+    limited = say.tracing_sentence(compilations(6, warnings=["limit reached\nmore"]), 6)
+    assert limited.endswith("runs the step eagerly from there: limit reached")
+
+
+def profile_parts(matmul_ms, rest_ms, big_matmul_ms):
+    steps = ["eager", "compiled", "compiled, batch 16"]
+    ms = pd.DataFrame(0.0, index=list(PARTS), columns=steps)
+    ms.loc["matmuls"] = [matmul_ms, matmul_ms, big_matmul_ms]
+    ms.loc["other operators"] = [rest_ms, rest_ms / 2, rest_ms / 2]
+    ms.loc["compiled kernels", "compiled"] = rest_ms / 2
+    calls = pd.DataFrame(1.0, index=list(PARTS), columns=steps)
+    return ms, calls
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_profile_sentences_on_a_cpu_and_on_a_gpu(device_type):
+    weights = matmul_weights(TINY) * 4
+    copy_ms = 1.0  # a bandwidth that copies the weights in 1 ms
+    parts, calls = profile_parts(matmul_ms=1.5, rest_ms=4.0, big_matmul_ms=12.0)
+    timed = pd.Series({"eager": 1.0, "compiled": 5.0})
+    sentences = say.profile_sentences(
+        parts, calls, TINY, 4, weights / copy_ms * 1e3, 1e15, 16, device_type, timed
+    )
+    if device_type == "cpu":
+        first, big, eager, compiled = sentences
+        assert "The matmuls take 1.50 ms" in first and "67% of the copy bandwidth" in first
+        assert "mostly outside the matmuls" in first
+        assert "8.0x their time at batch 1 for 16x the FLOPs" in big
+        assert "bound neither by reading the weights" in big
+    else:
+        gpu, eager, compiled = sentences
+        assert gpu.startswith("on a GPU the profile above is the host's side")
+    assert "5.50 ms, 5.5x its timed median" in eager and "read its parts as shares" in eager
+    assert compiled.endswith("1.1x its timed median in section 2 (5.00 ms)")
+
+
+def int8_row(speedup, first_differing=16):
+    return {
+        "weight_bytes_original": 4e6,
+        "weight_bytes_int8": 1e6,
+        "tokens_per_s_original": 100.0,
+        "tokens_per_s_int8": 100.0 * speedup,
+        "logits_relative_error": 0.012,
+        "first_differing_token": first_differing,
+        "tokens_agreeing": 0.9,
+    }
+
+
+def test_int8_sentences_explain_a_speed_up_above_the_bytes_saved():
+    both = throughput_frame()
+    (only,) = say.int8_sentences(int8_row(2.0), both, 1, 16)
+    assert "(4.00x fewer); 100 -> 200 tokens/s" in only and "roofline of 1,000 tokens/s" in only
+    assert "none differs" in only
+    text, why = say.int8_sentences(int8_row(5.0, first_differing=3), both, 1, 16)
+    assert "the first to differ is token 3" in text
+    assert "5.00x, is more than the 4.00x fewer bytes" in why and "at 60% of its roofline" in why
+    (alone,) = say.int8_sentences(int8_row(5.0), both, 7, 16)  # no roofline at batch 7
+    assert "roofline" not in alone
+
+
+def test_gqa_sentences_compare_the_measured_ratio_with_the_bytes():
+    row = {
+        "kv_cache_bytes_grouped": 2e6,
+        "kv_cache_bytes_mha": 8e6,
+        "step_bytes_ratio": 0.6,
+        "ratio_b_over_a": 0.9,
+    }
+    text, why = say.gqa_sentences(row, "faster", throughput_frame(), 8, 2, 16, 256, 128)
+    assert "holds 2.0 MB instead of 8.0 MB" in text and "measured median ratio is 0.90" in text
+    assert "reached 70% of its roofline in section 2 (context 128)" in why
+    (only,) = say.gqa_sentences(
+        {**row, "ratio_b_over_a": 0.5}, "faster", throughput_frame(), 8, 2, 16, 256, 128
+    )
+    assert only == text.replace("0.90", "0.50")
+
+
+def test_the_leaderboard_model_line_counts_its_weights_and_cache():
+    line = say.leaderboard_decode_line(get_preset("leaderboard-8B"))
+    assert line.startswith("leaderboard-8B in bfloat16: ")
+    assert line.endswith("for one sequence at its full 32,768-token context)")
