@@ -64,9 +64,9 @@ from perflab.bench.steps import benchmark_sweep, compare_configs
 from perflab.bench.tables import phase_breakdown, phase_findings, throughput, timing_table
 from perflab.bench.warmup import (
     measure_in_fresh_process,
-    warmup_conclusion,
     warmup_configs,
     warmup_effect,
+    warmup_finding,
     warmup_samples,
 )
 from perflab.device import describe, parse_dtype, resolve_device
@@ -245,7 +245,7 @@ reading = warmup_effect(study)
 reading
 
 # %%
-print(conclude(out, "warm-up", warmup_conclusion(reading)))
+print(conclude_all(out, [warmup_finding(reading)])[0])
 
 # %% [markdown]
 # The first step in a process pays one-off costs: memory touched for the first time, the

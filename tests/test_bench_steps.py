@@ -215,6 +215,27 @@ def test_warmup_conclusion_claims_only_what_the_intervals_show():
     assert "After" not in text  # no setting between none and the most
 
 
+def test_the_warmup_finding_records_the_interval_its_sentence_states(tmp_path):
+    """check-results flags a stated level with no interval recorded (the warm-up sentence
+    states the settled median's): the finding carries that interval into conclusions.csv."""
+    from perflab.bench.checks import check_results
+    from perflab.bench.conclusions import conclude_all
+    from perflab.bench.warmup import warmup_effect, warmup_finding
+
+    study = pd.DataFrame(
+        {
+            "warmup": [0, 5],
+            "samples_s": ["[0.5, 0.1, 0.1, 0.1, 0.1, 0.11]", "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]"],
+        }
+    )
+    finding = warmup_finding(warmup_effect(study))
+    low, high, level = finding.interval
+    assert low <= 0.1 <= high and level == pytest.approx(0.96875)
+    (sentence,) = conclude_all(tmp_path, [finding])
+    assert "96.8% interval" in sentence
+    assert check_results(tmp_path, library=None).empty
+
+
 def test_a_middle_warmup_setting_says_whether_it_paid_the_one_off_costs():
     from perflab.bench.warmup import between_settings, warmup_effect
 

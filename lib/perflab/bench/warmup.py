@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from perflab.bench.conclusions import Finding
 from perflab.bench.stats import level_text, median_interval
 from perflab.bench.steps import BenchConfig
 
@@ -79,6 +80,14 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
     that the intervals support; then, for each setting between none and the most, whether its
     first timed step and its median are the settled ones (``between_settings``)."""
     return _cold_against_settled(effect) + between_settings(effect)
+
+
+def warmup_finding(effect: pd.DataFrame) -> Finding:
+    """``warmup_conclusion`` as a finding, with the settled median's interval it states
+    (seconds, and that interval's level), so that ``conclude`` records it."""
+    settled = effect.iloc[-1]
+    interval = (settled.median_ci_low_s, settled.median_ci_high_s, settled.median_ci_level)
+    return Finding("warm-up", warmup_conclusion(effect), interval=interval)
 
 
 def _cold_against_settled(effect: pd.DataFrame) -> str:
