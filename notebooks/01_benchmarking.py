@@ -251,8 +251,8 @@ print(conclude_all(out, [warmup_finding(reading)])[0])
 # The first step in a process pays one-off costs: memory touched for the first time, the
 # allocator filling its caches, kernel libraries choosing algorithms (oneDNN primitives on a
 # CPU; on a GPU there are further one-off costs, not measured here) and AdamW
-# allocating its state on its first step. A single slow step inflates the mean and, even more,
-# the standard deviation; the median resists it. That is why every measurement here warms up
+# allocating its state on its first step. A single slow step moves the mean and the standard
+# deviation (by how much, the study above prints); the median resists it. That is why every measurement here warms up
 # first and reports the median with its interval.
 #
 # ## Is the workbook's timer right?

@@ -193,10 +193,9 @@ print(softmax_ratio)
 print(softmax_bandwidth)
 
 # %% [markdown]
-# Either way, softmax's cost is set by the score matrix it reads and writes, not by its few FLOPs
-# (the lines above say how many times slower per FLOP it ran here), and that traffic exists only
-# because the score matrix is written out: fusing softmax into the matmuls so the scores never
-# leave fast memory is what FlashAttention does (notebook 06).
+# Whatever bounds it here (the line above says), softmax reads and writes the whole score
+# matrix, and that traffic exists only because the scores are written out: fusing softmax into
+# the matmuls so the scores never leave fast memory is what FlashAttention does (notebook 06).
 #
 # ### The same answers for two model sizes and three contexts
 #

@@ -27,9 +27,8 @@
 # The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
 # them fits a `gpu_memory_gib` GPU. A larger CPU grid, every head dimension of the handout's
-# to n = 4096 (the scores of batch 8 then take 512 MiB), took about 10 minutes on a 2-core
-# Intel Xeon and 6 on a 2-core AMD EPYC, so it stays out of the default run; to keep its
-# results apart from the committed ones:
+# to n = 4096 (the scores of batch 8 then take 512 MiB), takes several minutes on a 2-core CPU,
+# so it stays out of the default run; to keep its results apart from the committed ones:
 #
 # ```
 # PERFLAB_DATA_DIR=/tmp/larger perflab run 05 -p head_dims '[16, 32, 64, 128]' \
@@ -128,7 +127,7 @@ save_figure(fig, out / "attention_times.png");
 #
 # Naive attention keeps the (batch x seq x seq) probabilities for the backward pass, so the
 # memory held between forward and backward grows with the square of the sequence length,
-# whatever d is: that is what runs out first.
+# whatever d is: that is what would run out first (the formula below says where).
 
 # %%
 device_memory = torch.cuda.get_device_properties(dev).total_memory if dev.type == "cuda" else None
@@ -183,7 +182,9 @@ for sentence in conclude_all(out, say.yours_against_naive(
 #
 # ## 4. The whole model, compiled against eager
 #
-#
+# The model's forward and its training step, each compiled by `torch.compile` (default mode)
+# against the same step run eagerly, taking turns (`compile_vs_eager`); the first call of a
+# compiled step holds its compilation, reported apart (`compile_s`).
 # The train step is also compiled with each other mode of `compile_modes`:
 # `max-autotune-no-cudagraphs` times the candidate kernels of every matmul (C++ templates
 # against the library's on a CPU, Triton templates on a GPU) and keeps the fastest, without

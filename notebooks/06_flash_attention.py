@@ -155,7 +155,7 @@ Markdown(f"```python\n{kernel_source(SOURCES['forward'])}\n{kernel_source(SOURCE
 # (float32: 2e-5 for outputs and logsumexp, 5x for gradients; float16: 2e-3).
 # On a GPU the Triton kernels run with one pinned configuration (`CHECK_CONFIG`: tiles, warps,
 # stages) instead of being autotuned: tuning compiles every kept configuration of the kernels
-# for each new shape class (about a second each), which is right for the benchmark below and far
+# for each new shape class (the compile times are in section 3's `compile_s`), which is right for the benchmark below and far
 # too slow for a dozen odd shapes. The test suite checks every autotune configuration this way.
 
 # %%

@@ -436,8 +436,8 @@ print("\n".join(say.ffn_bound_lines(ffn, H100_NODE)))
 # %% [markdown]
 # The calculator above and this derivation count data parallelism's bound the same way: the
 # gradient all-reduce hides behind the backward only. Had it been allowed to hide behind the
-# whole step's forward and backward (`overlap="step"`), the bound would be 1.5x higher, as
-# the calculator once assumed. Both, for the calculator's example batch in tokens:
+# whole step's forward and backward (`overlap="step"`), the compute to hide behind would be 1.5x
+# larger and the bound higher (printed below), as the calculator once assumed. Both, for the calculator's example batch in tokens:
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -210,12 +210,12 @@ against_torch = compare_with_torch_head(head_tokens, head_vocab, head_d_model, r
 print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch))
 
 # %% [markdown]
-# **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from this
-# sweep, run at three head sizes on a 2-core Intel Xeon (the numbers are in `perflab.fused_cross_entropy`):
-# within 8% of the fastest each time, for a peak 1.3-1.6x the smallest. The formula used before,
-# one chunk's logits the size of the hidden states (32 tokens at 2048 x 32000 x 256), was
-# 1.8-2.5x slower. The fused head's time and peak memory at each of `head_chunk_sizes` (larger
-# chunks: fewer, larger matmuls; smaller: fewer logits at a time), measured again here:
+# **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from a
+# sweep at three head sizes on a 2-core Intel Xeon (its figures are in
+# `perflab.fused_cross_entropy`), against the formula used before (one chunk's logits the size
+# of the hidden states: 32 tokens at 2048 x 32000 x 256). This device's numbers: the fused
+# head's time and peak memory at each of `head_chunk_sizes` (larger chunks: fewer, larger
+# matmuls; smaller: fewer logits at a time), measured again here:
 
 # %%
 chunks = chunk_size_sweep(head_tokens, head_vocab, head_d_model, head_chunk_sizes,

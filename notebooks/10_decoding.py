@@ -36,8 +36,8 @@
 #    costs the compiler, and where the compiled step's time goes (a profile);
 # 6. rotary tables computed once against every step; sampling on the device (how many bytes
 #    cross to the host per token);
-# 7. int8 weight-only quantisation: a quarter of float32's bytes, the logits' error and the
-#    tokens that change;
+# 7. int8 weight-only quantisation: a quarter of the linear layers' float32 bytes, the logits'
+#    error and the tokens that change;
 # 8. tensor parallelism: the model split over ranks, each reading its share of the weights and
 #    cache, two all-reduces per layer;
 # 9. grouped-query attention: fewer key and value heads, a smaller cache and fewer bytes a step.
@@ -292,7 +292,8 @@ print(say.tracing_sentence(compilations, compile_calls))
 
 # %% [markdown]
 # Then the fixed-shape step compiled for real (inductor), against the same step run eagerly:
-# the first call includes the compilation.
+# the first call includes whatever compilation an earlier section has not already done (printed
+# with it).
 
 # %%
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
@@ -319,7 +320,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 # the largest batch of section 2. Five parts: the
 # matmuls (they read the weights, most of the bytes the roofline counts), inductor's fused
 # kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
-# operators. The profiler adds its own cost, so a profiled step is slower than a timed one. On a
+# operators. The profiler adds its own cost, so a profiled step is usually slower than a timed
+# one (the last lines below compare them). On a
 # GPU this is the host's side only (launches, not kernels; notebook 02 profiles the device).
 
 # %%
@@ -361,7 +363,7 @@ for line in say.sampling_lines(rotary, sampling, config.vocab_size, element):
 # what comes next); what differs is how many bytes cross. Only greedy picking is timed here;
 # sampling on the device (`pick` with a temperature and top-k) moves the same one id.
 #
-# ## 7. int8 weights: a quarter of the bytes
+# ## 7. int8 linear weights: a quarter of their bytes
 #
 # A decode step at batch 1 reads every weight once per token, so where memory bounds it, its
 # time follows the weights' bytes. Stored as int8 with one scale per output row (`perflab.decode.quantize`: symmetric,

@@ -48,7 +48,7 @@ def phase_sentence(phases: pd.DataFrame) -> str:
     return (
         f"forward {by.loc['forward', 'share']:.0%}, backward {by.loc['backward', 'share']:.0%}, "
         f"optimizer {by.loc['optimizer', 'share']:.0%} of the step (median shares); the median "
-        f"backward takes {ratio:.1f}x the median forward (the matmuls alone would take 2x: two "
+        f"backward takes {ratio:.2f}x the median forward (the matmuls alone would take 2x: two "
         "gradient matmuls per forward one)"
         + (
             "; less here, where at so few tokens each operation's fixed cost weighs more and "
