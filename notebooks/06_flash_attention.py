@@ -276,7 +276,7 @@ fig = plot_attention_sweep(timed[timed["head_dim"] == d],
                            {"end_to_end_s": f"forward + backward (s), d={d}",
                             "peak_bytes": f"peak memory (bytes), d={d}"},
                            hue="implementation", style="dtype")
-save_figure(fig, out / "flash_benchmark.png")
+save_figure(fig, out / "flash_benchmark.png");
 
 # %%
 largest = timed[timed["seq_len"] == timed["seq_len"].max()]
