@@ -153,9 +153,10 @@ Markdown(f"```python\n{kernel_source(SOURCES['forward'])}\n{kernel_source(SOURCE
 # lengths, causal and not; errors are the largest difference from the float64 reference
 # divided by max(1, largest reference value), against the tolerance of the input dtype
 # (float32: 2e-5 for outputs and logsumexp, 5x for gradients; float16: 2e-3).
-# On a GPU the Triton kernels run with one pinned configuration (`CHECK_CONFIG`: tiles, warps,
-# stages) instead of being autotuned: tuning compiles every kept configuration of the kernels
-# for each new shape class (the compile times are in section 3's `compile_s`), which is right for the benchmark below and far
+# On a GPU each Triton kernel runs with one pinned configuration (`CHECK_CONFIG`: the first
+# one `flash_configs` keeps for the head dimension and dtype) instead of being autotuned: tuning
+# compiles every kept configuration of the kernels for each new shape class (section 3's
+# `compile_s` says how long a compile takes), which is right for the benchmark below and far
 # too slow for a dozen odd shapes. The test suite checks every autotune configuration this way.
 
 # %%

@@ -387,7 +387,7 @@ pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s
                      "first_differing_token", "tokens_agreeing"]]
 
 # %%
-for sentence in say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens):
+for sentence in say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens, dtype):
     print(sentence)
 
 # %% [markdown]
@@ -465,7 +465,8 @@ pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
 # %%
 gqa_conclusion = conclude(out, "grouped-query decode step", gqa_result)
 for sentence in say.gqa_sentences(gqa_row, gqa_conclusion, throughput, config.num_heads,
-                                  gqa_kv_heads, gqa_batch, gqa_context, context):
+                                  gqa_kv_heads, gqa_batch, gqa_context, context,
+                                  step="compiled" if gqa_compiled else "eager"):
     print(sentence)
 
 # %% [markdown]

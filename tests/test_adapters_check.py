@@ -739,3 +739,17 @@ def test_numbers_keep_their_format_and_units():
     text = format_table(table)
     assert "163.0 KiB" in text and "227.0 KiB" in text
     assert "2.0e+35" in text and "2.0e-05" in text and "170000" not in text
+
+
+def test_results_name_tells_a_model_class_from_a_windows_path(monkeypatch):
+    """``package.module:Class`` (notebook 01's model) is named by the spec and its module's
+    file; ``C:\\...\\adapters.py`` is an adapters path, not a class."""
+    from perflab.adapters import loading
+
+    name = loading.results_name("perflab.model:TransformerLM")
+    assert name.startswith("yours-perflab-model-transformerlm-") and len(name.split("-")[-1]) == 8
+    asked = []
+    monkeypatch.setattr(loading, "load_adapters", lambda spec: asked.append(spec) or loading)
+    monkeypatch.setattr(loading, "student_root", lambda module: None)
+    loading.results_name("C:\\Users\\me\\a2\\tests\\adapters.py")
+    assert asked == ["C:\\Users\\me\\a2\\tests\\adapters.py"]

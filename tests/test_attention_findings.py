@@ -92,6 +92,10 @@ def test_against_naive_compares_at_the_longest_length_both_ran(monkeypatch):
     assert frame["seq_len"].tolist() == [512, 256] and (frame["dtype"] == "float32").all()
     assert findings[1].key == "flash_torch vs naive"
     assert findings[1].sentence.endswith("(b=4, n=256, d=64, float32, causal)")
+    _, missing = say.against_naive(
+        ["yours_triton"], longest, 4, 64, "cpu", "float32", rounds=6, warmup=1
+    )
+    assert missing[0].sentence == "yours_triton: not compared (no sweep row ran)"
     sdpa = say.against_sdpa_findings([({"heads": 16, "seq_len": 4096}, comparison(1.2, 1.1, 1.3))])
     assert sdpa[0].key == "naive_compiled vs sdpa, 16 heads, n=4096"
 

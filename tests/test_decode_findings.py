@@ -63,7 +63,7 @@ def test_each_phase_is_bound_by_what_its_flops_per_byte_says(decode_intensity, b
     sentence = say.phase_sentence(phases, ridge=5.0, steps=20)
     assert sentence.startswith("a decoded token takes 50x the time of a prefilled one")
     assert f"decode at batch 1 is bound by {bound}, prefill by compute" in sentence
-    assert ("below the 5.0" if bound == "memory" else "above the 5.0") in sentence
+    assert ("not above the 5.0" if bound == "memory" else ", above the 5.0") in sentence
 
 
 def test_roofline_sentences_name_the_fastest_step_and_where_compiling_gains_most():
@@ -188,14 +188,20 @@ def int8_row(speedup, first_differing=16):
 
 
 def test_int8_sentences_explain_a_speed_up_above_the_bytes_saved():
+    # section 2 at batch 1: eager at 20% of its roofline, compiled (what int8 compares) at 60%
     both = throughput_frame()
-    (only,) = say.int8_sentences(int8_row(2.0), both, 1, 16)
+    (only,) = say.int8_sentences(int8_row(2.0), both, 1, 16, "float32")
     assert "(4.00x fewer); 100 -> 200 tokens/s" in only and "roofline of 1,000 tokens/s" in only
     assert "none differs" in only
-    text, why = say.int8_sentences(int8_row(5.0, first_differing=3), both, 1, 16)
+    text, why = say.int8_sentences(int8_row(5.0, first_differing=3), both, 1, 16, "bfloat16")
     assert "the first to differ is token 3" in text
-    assert "5.00x, is more than the 4.00x fewer bytes" in why and "at 60% of its roofline" in why
-    (alone,) = say.int8_sentences(int8_row(5.0), both, 7, 16)  # no roofline at batch 7
+    assert "5.00x, is more than the 4.00x fewer bytes" in why
+    assert "the compiled bfloat16 step ran at 60% of its roofline" in why
+    assert "do not explain the difference" in why and "far from" not in why
+    far = throughput_frame(compiled=(0.3, 0.7))
+    (_, why) = say.int8_sentences(int8_row(5.0), far, 1, 16, "float32")
+    assert "at 30% of its roofline in section 2, far from its memory bound" in why
+    (alone,) = say.int8_sentences(int8_row(5.0), both, 7, 16, "float32")  # no roofline at 7
     assert "roofline" not in alone
 
 
@@ -206,9 +212,16 @@ def test_gqa_sentences_compare_the_measured_ratio_with_the_bytes():
         "step_bytes_ratio": 0.6,
         "ratio_b_over_a": 0.9,
     }
+    # batch 16 in section 2: eager at 50% of its roofline, compiled at 70%
     text, why = say.gqa_sentences(row, "faster", throughput_frame(), 8, 2, 16, 256, 128)
     assert "holds 2.0 MB instead of 8.0 MB" in text and "measured median ratio is 0.90" in text
-    assert "reached 70% of its roofline in section 2 (context 128)" in why
+    assert "the multi-head eager step reached 50% of its roofline in section 2 (context 128)" in why
+    assert "do not explain the difference" in why
+    far = throughput_frame(eager=(0.2, 0.3))
+    (_, why) = say.gqa_sentences(row, "x", far, 8, 2, 16, 256, 128, step="eager")
+    assert "reached 30% of its roofline" in why and "far from its memory bound" in why
+    (_, why) = say.gqa_sentences(row, "x", far, 8, 2, 16, 256, 128, step="compiled")
+    assert "the multi-head compiled step reached 70%" in why
     (only,) = say.gqa_sentences(
         {**row, "ratio_b_over_a": 0.5}, "faster", throughput_frame(), 8, 2, 16, 256, 128
     )

@@ -56,11 +56,12 @@ def test_zero_parity_and_memory_checks_can_fail():
     )
 
 
-def points_frame(other_grows=False):
+def points_frame(other_grows=False, state_bytes=(1000, 600)):
     p = 125_000
     rows = []
     for rank in (0, 1):
-        for optimizer, state in (("AdamW", 1000), ("sharded AdamW", (600, 400)[rank])):
+        sharded = state_bytes[1] if rank == 0 else state_bytes[0] - state_bytes[1]
+        for optimizer, state in (("AdamW", state_bytes[0]), ("sharded AdamW", sharded)):
             for i, point in enumerate(("after init", "before step", "after step")):
                 rows.append(
                     {
@@ -83,8 +84,10 @@ def test_memory_points_are_held_to_the_accounting():
     assert all(line.endswith("True") for line in lines), lines
     grows = say.memory_point_lines(points_frame(other_grows=True), zero_memory_frame())
     assert grows[-1].endswith("False") and grows[0].endswith("True")
-    sentence = say.rank0_sentence(points_frame(), 2)
-    assert "the peak so far drops by 0.0 MiB" in sentence  # 400 bytes round to 0.0 MiB
+    sentence = say.rank0_sentence(points_frame(state_bytes=(8 * MiB, 5 * MiB)), 2)
+    assert "the peak so far drops by 3.0 MiB, the AdamW state it no longer keeps (3.0 MiB)" in (
+        sentence
+    )
     points = say.handout_points(10**9)
     assert points["sharded_AdamW_GB"].tolist() == [4.0, 8.0, 12.0]
 
@@ -265,6 +268,12 @@ def test_ring_lines_say_whether_one_egress_describes_every_world_size():
     assert len(apart) == 2 and "does not describe" in apart[1]
     ring, fit = ring_frames()
     assert len(say.ring_lines(ring, fit.iloc[:1])) == 1
+    # the ring failed at the largest size: its ratios come from the largest size that ran
+    failed = pd.concat([ring, ring.assign(size_mb=128, status="error")], ignore_index=True)
+    assert say.ring_lines(failed, fit)[0].startswith("at 64 MB the alternate ring takes")
+    assert say.ring_lines(ring.assign(status="error"), fit) == [
+        "the alternate ring's timing failed at every size: nothing to compare"
+    ]
 
 
 def test_bucket_table_and_sentence():

@@ -384,3 +384,23 @@ def test_a_compiled_model_runs_the_triton_attention_between_its_graphs():
     assert explained.graph_break_count >= PRESETS["cpu-tiny"].num_layers  # one per attention
     assert any("disable" in str(reason.reason) for reason in explained.break_reasons)
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
+def test_a_pinned_check_runs_each_kernel_at_its_first_kept_configuration(monkeypatch):
+    """On a GPU, ``pinned_config()`` runs each kernel at the first configuration
+    ``flash_configs`` keeps for the launch's head dimension and element size (one the search
+    compiled without a spill for every target), not one tile for all."""
+    pytest.importorskip("triton")
+    from perflab.attention import flash_triton as ft
+    from perflab.attention.flash_configs import kept_configs
+
+    monkeypatch.setattr(ft, "INTERPRETED", False)  # the launch path a GPU takes
+    with ft.pinned_config():
+        for name, tuned in (("flash_forward", ft._forward), ("flash_backward_kv", ft._backward_kv)):
+            for dtype, size in ((torch.float16, 2), (torch.float32, 4)):
+                _, config = ft._kernel_and_config(tuned, name, 128, dtype)
+                bq, bk, warps, stages = kept_configs(name, 128, size)[0]
+                assert config == {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
+    with ft.pinned_config((32, 32, 4, 2)):
+        _, config = ft._kernel_and_config(ft._backward_q, "flash_backward_q", 64, torch.float16)
+        assert config == {"BQ": 32, "BK": 32, "num_warps": 4, "num_stages": 2}

@@ -92,9 +92,12 @@ def test_trace_change_lines_hold_the_total_to_the_noise_band():
     same, rest, noise = say.trace_change_lines(comparison(1000.0, 1010.0))
     assert "differs by less than the ±3% noise band" in same and "+1.0%" in same
     assert rest == "Memory-bound time fell."
-    assert noise.startswith("aten::mm, whose work the change leaves the same, moved by +2.0%")
+    assert noise.startswith("aten::mm, the largest kernel in both traces, moved by +2.0%")
     fell = say.trace_change_lines(comparison(1000.0, 800.0))[0]
     assert fell.startswith("The total time fell by 20.0% (1.00 ms -> 0.80 ms)")
+    apart = comparison(1000.0, 800.0)
+    apart.kernels["optimized_us"] = [0.0, 0.0, 300.0]  # no kernel in both traces
+    assert len(say.trace_change_lines(apart)) == 2
 
 
 def test_layer_norm_lines():
@@ -135,7 +138,11 @@ def test_layer_norm_lines():
     )
     line = say.statistics_line(stats, 4096, 1024, "cpu")
     assert "x.var takes 3.0x x.mean, and var_mean 1.10x x.var" in line
-    assert "here x.mean's 1.00 ms of the 4.00 ms" in line
+    assert (
+        "the variance costs arithmetic" in line and "here x.mean's 1.00 ms of the 4.00 ms" in line
+    )
+    alike = say.statistics_line(stats.assign(median_s=[0.002, 0.0019, 0.002]), 64, 64, "cuda")
+    assert "the two cost about the same" in alike and "here x.var's 1.90 ms of the 3.90 ms" in alike
     unstable = say.statistics_line(stats.assign(unstable=[False, True, False]), 4096, 1024, "cpu")
     assert unstable == "a statistic's timing is unstable: no share is drawn from it"
 

@@ -102,7 +102,7 @@ def greedy_frame(peak_mib=2.2):
             "kept": [True, True, False],
             "peak_bytes": [peak_mib * MiB] * 3,
             "first_step_s": [0.1, 0.1, 0.1],
-            "base_step_s": [0.0, 0.050, 0.040],
+            "base_step_s": [float("nan"), 0.050, 0.040],
         }
     )
 
@@ -119,6 +119,17 @@ def test_ladder_sentences_report_each_rung_and_the_phases_against_the_median():
     assert "add up to 55.0 ms against its 50.0 ms median in the first comparison: 1.10x" in phase
     far = say.ladder_sentences(greedy_frame(peak_mib=3.0), "x", memory, phases, 4, 64, 10)
     assert len(far) == 4 and not say.peaks_near_gradients(greedy_frame(peak_mib=3.0), memory)
+    # the first rung untimed (already in the stack): the phases held to the next timed median
+    later = greedy_frame().assign(base_step_s=[float("nan"), float("nan"), 0.040])
+    assert (
+        "against its 40.0 ms median in the first comparison"
+        in say.ladder_sentences(later, "x", memory, phases, 4, 64, 10)[-1]
+    )
+    none = greedy_frame().assign(base_step_s=float("nan"))
+    assert (
+        "the baseline's phases"
+        not in say.ladder_sentences(none, "x", memory, phases, 4, 64, 10)[-1]
+    )
 
 
 def test_stack_sentence_computes_mfu_against_each_dtypes_peak():
@@ -196,11 +207,15 @@ def test_leaderboard_memory_says_where_the_step_may_fit():
     memory = say.leaderboard_memory(LEADERBOARD)
     assert set(memory["state"]) == {"float32", "bfloat16"} and set(memory["world_size"]) == {1, 2}
     float32, bfloat16, caveat, checkpointing = say.memory_sentences(memory, LEADERBOARD, True)
+    assert "per rank on 1 / 2 GPUs" in float32
     assert float32.startswith("float32 state, per rank on 1 / 2 GPUs: at least")
     assert "does not fit on 2" in float32  # float32 master weights, moments: over 180 GB
     assert caveat.startswith("(lower bounds")
     assert checkpointing.endswith("whose peaks stay near its gradients, does not.")
     assert say.memory_sentences(memory, LEADERBOARD, False)[-1].endswith("requires checkpointing.")
+    small = say.leaderboard_memory(get_preset("small"), world_sizes=(2,))
+    *_, fits = say.memory_sentences(small, get_preset("small"), True)
+    assert "per rank on 2 GPUs" in fits and fits.endswith("though the activations would fit.")
 
 
 def test_the_modelled_best_step_and_its_head_chunks():

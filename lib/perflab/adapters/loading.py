@@ -178,7 +178,7 @@ def results_name(spec: str) -> str:
     digits of the adapters file's SHA-1, e.g. ``yours-assignment2-systems-3f2a9c1d``. A model
     class, ``package.module:Class`` (notebook 01), is named by the spec and its module's file:
     ``yours-course-model-courseshapedlm-1b2c3d4e``."""
-    if ":" in spec:
+    if re.fullmatch(r"[\w.]+:[A-Za-z_]\w*", spec) and not Path(spec).exists():  # not C:\...
         from perflab.model import load_model_class  # one line if it does not import
 
         file = getattr(sys.modules[load_model_class(spec).__module__], "__file__", None)

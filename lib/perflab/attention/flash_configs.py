@@ -11,9 +11,10 @@ Where no candidate fits everywhere (float32 at head dimension 128: ``SPILLING``)
 spills least is kept alone, so that the kernel still runs.
 ``perflab.attention.aot.search`` compiled every candidate on a CPU (``python -m
 perflab.attention.aot search`` prints that table again) and ``aot.choose`` picked among those
-that fit (its docstring says how); ``tests/test_aot_compile.py`` compiles every kept
-configuration for all three targets and fails on any spill or overflow, so the table cannot
-drift from the kernels.
+that fit (its docstring says how). ``tests/test_aot_compile.py`` compiles every kept
+configuration at head dimension 128 (the most registers and shared memory) for all three
+targets, in fp16 and bf16 (causal and not) and fp32 (causal), and fails on any spill or
+overflow outside ``SPILLING``; the smaller head dimensions it compiles for sm_90 in fp16.
 
 On a GPU of another architecture (sm_86 and sm_89 have 99 KiB of shared memory per block,
 sm_120 too) ``flash_triton`` also compiles each kept configuration for the GPU at hand and

@@ -72,6 +72,7 @@ from perflab.attention.flash_configs import (  # noqa: E402
     VERIFIED_ARCHS,
     autotune_configs,
     configs_for,
+    kept_configs,
 )
 from perflab.attention.flash_torch import as_model_attention, check_inputs  # noqa: E402
 from perflab.attention.triton_compile import TRITON_DTYPES, Target, compile_kernel  # noqa: E402
@@ -657,23 +658,27 @@ SOURCES = {
 }
 #: Tile sizes passed explicitly in the interpreter; the autotuner picks them on a GPU.
 _FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED else {}
-#: The configuration of correctness checks on a GPU (see ``pinned_config``).
-CHECK_CONFIG = (64, 64, 4, 2)
-_pinned: list[tuple[int, int, int, int]] = []
+#: The configuration of correctness checks on a GPU (see ``pinned_config``): None pins, for each
+#: kernel, the first configuration ``flash_configs`` keeps for the launch's head dimension and
+#: element size (its smallest tiles, compiled by the search for every target).
+CHECK_CONFIG = None
+_pinned: list[tuple[int, int, int, int] | None] = []
 
 
 @contextlib.contextmanager
-def pinned_config(config: tuple[int, int, int, int] = CHECK_CONFIG):
-    """Inside the block, the kernels run with one (BQ, BK, num_warps, num_stages) instead of
-    being autotuned (GPU; the interpreter always runs 16 x 16 tiles).
+def pinned_config(config: tuple[int, int, int, int] | None = CHECK_CONFIG):
+    """Inside the block, the kernels run with one (BQ, BK, num_warps, num_stages), or with the
+    first kept configuration of each kernel (None), instead of being autotuned (GPU; the
+    interpreter always runs 16 x 16 tiles).
 
     Autotuning compiles every configuration of all three kernels for each new input shape and
     dtype (~0.9 s a compile): right for a benchmark, far too slow for a correctness check over
     many odd shapes. A check pins a configuration; ``tests/test_flash_attention.py`` checks
     every configuration the autotuner may pick this way."""
-    bq, bk, warps, stages = config
-    if bq not in (16, 32, 64, 128) or bk not in (16, 32, 64, 128):
-        raise ValueError(f"tile sizes must be 16, 32, 64 or 128, got BQ={bq} BK={bk}")
+    if config is not None:
+        bq, bk = config[:2]
+        if bq not in (16, 32, 64, 128) or bk not in (16, 32, 64, 128):
+            raise ValueError(f"tile sizes must be 16, 32, 64 or 128, got BQ={bq} BK={bk}")
     _pinned.append(config)
     try:
         yield
@@ -681,13 +686,14 @@ def pinned_config(config: tuple[int, int, int, int] = CHECK_CONFIG):
         _pinned.pop()
 
 
-def _kernel_and_config(tuned) -> tuple[object, dict]:
+def _kernel_and_config(tuned, name: str, head_dim: int, dtype: torch.dtype) -> tuple[object, dict]:
     """The kernel to launch and its extra launch arguments: the autotuner's (none), the
     interpreter's fixed tiles, or the pinned configuration's tiles, warps and stages."""
     if INTERPRETED:
         return tuned, _FIXED_TILES
     if _pinned:
-        bq, bk, warps, stages = _pinned[-1]
+        element_size = torch.tensor([], dtype=dtype).element_size()
+        bq, bk, warps, stages = _pinned[-1] or kept_configs(name, head_dim, element_size)[0]
         return tuned.fn, {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
     return tuned, {}
 
@@ -715,7 +721,7 @@ def launch_forward(
     logsumexp lse (b, n_q, float32). Rows must be contiguous (stride 1 along d); the batch
     stride may be anything, 2^31 elements or more included."""
     batch, n_q, d = q.shape
-    kernel, config = _kernel_and_config(_forward)
+    kernel, config = _kernel_and_config(_forward, "flash_forward", d, q.dtype)
     kernel[lambda meta: launch_grid(batch, n_q, meta["BQ"])](
         q,
         k,
@@ -782,11 +788,11 @@ def launch_backward(
     )
     meta = dict(D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype))
     scale = 1 / math.sqrt(d)
-    kernel, config = _kernel_and_config(_backward_kv)
+    kernel, config = _kernel_and_config(_backward_kv, "flash_backward_kv", d, q.dtype)
     kernel[lambda m: launch_grid(batch, n_k, m["BK"])](
         q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta, **config
     )
-    kernel, config = _kernel_and_config(_backward_q)
+    kernel, config = _kernel_and_config(_backward_q, "flash_backward_q", d, q.dtype)
     kernel[lambda m: launch_grid(batch, n_q, m["BQ"])](
         q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta, **config
     )

@@ -163,6 +163,9 @@ def against_naive(
     one row each (``comparison_frame``) and their findings."""
     compared, findings = [], []
     for name in contenders:
+        if name not in longest or "naive" not in longest:  # no row of it ran in the sweep
+            findings.append(Finding(f"{name} vs naive", f"{name}: not compared (no sweep row ran)"))
+            continue
         seq_len = int(min(longest["naive"], longest[name]))
         result = compare_attention(
             "naive",

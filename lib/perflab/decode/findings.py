@@ -3,7 +3,7 @@
 Each function reads the frames or rows that ``perflab.decode.bench`` returned and returns the
 sentences the notebook prints; where a sentence states a verdict it comes from the comparison
 behind it (``Finding``), so that ``conclude_all`` stores it and ``perflab check-results`` can
-hold it to the numbers. Every branch, GPU ones included, is tested on small frames
+hold it to the numbers. They are tested on small frames, GPU branches included
 (``tests/test_decode_findings.py``).
 """
 
@@ -48,7 +48,7 @@ def phase_sentence(phases: pd.DataFrame, ridge: float, steps: int) -> str:
         return "compute" if by.loc[phase, "flops_per_byte"] > ridge else "memory"
 
     per_token = by.loc["decode", "s_per_token"] / by.loc["prefill", "s_per_token"]
-    side = "below" if by.loc["decode", "flops_per_byte"] < ridge else "above"
+    side = "above" if by.loc["decode", "flops_per_byte"] > ridge else "not above"
     return (
         f"a decoded token takes {per_token:.0f}x the time of a prefilled one (medians of "
         f"{steps}): "
@@ -325,15 +325,22 @@ def sampling_lines(rotary: dict, sampling: dict, vocab_size: int, element: int) 
     ]
 
 
-def _roofline_share(throughput: pd.DataFrame, batch: int) -> float | None:
-    rows = throughput[throughput["batch"] == batch]
-    return float(rows["fraction_of_roofline"].max()) if len(rows) else None
+#: Below this share of its roofline a step is far from its bound: bytes alone do not set its time.
+FAR_FROM_ROOFLINE = 0.5
 
 
-def int8_sentences(row: dict, throughput: pd.DataFrame, batch: int, new_tokens: int) -> list[str]:
-    """int8 weights against the original (``compare_int8``'s row): bytes, tokens/s against the
-    roofline section 2 computed at this batch, the logits' error and the first token that
-    changes; and, where the speed-up passes the bytes saved, why bytes alone do not set it."""
+def _roofline_share(throughput: pd.DataFrame, batch: int, step: str) -> float | None:
+    rows = throughput[(throughput["batch"] == batch) & (throughput["step"] == step)]
+    return float(rows["fraction_of_roofline"].iloc[0]) if len(rows) else None
+
+
+def int8_sentences(
+    row: dict, throughput: pd.DataFrame, batch: int, new_tokens: int, dtype: str
+) -> list[str]:
+    """int8 weights against the original (``compare_int8``'s row, compiled steps): bytes,
+    tokens/s against the roofline section 2 computed at this batch, the logits' error and the
+    first token that changes; and, where the speed-up passes the bytes saved, what section 2's
+    compiled step at this batch says of it (far from its roofline: bytes do not set its time)."""
     same_batch = throughput[throughput["batch"] == batch]
     roofline = (
         f", against the roofline of {same_batch['roofline_tokens_per_s'].iloc[0]:,.0f} tokens/s "
@@ -356,13 +363,17 @@ def int8_sentences(row: dict, throughput: pd.DataFrame, batch: int, new_tokens: 
         f"({row['tokens_agreeing']:.0%} of all agree)."
     ]
     speedup = row["tokens_per_s_int8"] / row["tokens_per_s_original"]
-    share = _roofline_share(throughput, batch)
+    share = _roofline_share(throughput, batch, "compiled")
     if share is not None and speedup > byte_ratio:
+        why = (
+            "far from its memory bound, so bytes alone do not set these steps' times here"
+            if share < FAR_FROM_ROOFLINE
+            else "near enough its bound that these measurements do not explain the difference"
+        )
         sentences.append(
             f"The speed-up at the medians, {speedup:.2f}x, is more than the {byte_ratio:.2f}x "
             "fewer bytes stored (the embedding, which a step reads one row of, counted whole): "
-            f"the float32 step ran at {share:.0%} of its roofline in section 2, far from its "
-            "memory bound, so bytes alone do not set these steps' times here."
+            f"the compiled {dtype} step ran at {share:.0%} of its roofline in section 2, {why}."
         )
     return sentences
 
@@ -376,10 +387,12 @@ def gqa_sentences(
     batch: int,
     context: int,
     roofline_context: int,
+    step: str = "eager",
 ) -> list[str]:
     """Grouped-query attention against multi-head (``compare_kv_heads``' row and its stored
     ``conclusion``): the cache and the bytes a step moves, the measured ratio against the bytes'
-    ratio; and, where it falls short of it, the roofline share that explains why."""
+    ratio; and, where it falls short of it, what section 2's ``step`` (eager or compiled, as
+    compared) at this batch says of it (far from its roofline: bytes do not set its time)."""
     sentences = [
         f"{num_heads} query heads, {kv_heads} key and value heads, batch {batch} at context "
         f"{context}: the cache holds {row['kv_cache_bytes_grouped'] / 1e6:.1f} MB instead of "
@@ -388,12 +401,16 @@ def gqa_sentences(
         f"memory would take {row['step_bytes_ratio']:.2f}x the time; the measured median ratio "
         f"is {row['ratio_b_over_a']:.2f}."
     ]
-    share = _roofline_share(throughput, batch)
+    share = _roofline_share(throughput, batch, step)
     if share is not None and row["ratio_b_over_a"] > row["step_bytes_ratio"]:
+        why = (
+            "far from its memory bound, so moving fewer bytes saves only part of a step's time here"
+            if share < FAR_FROM_ROOFLINE
+            else "near enough its bound that these measurements do not explain the difference"
+        )
         sentences.append(
-            f"Less than the bytes would give: at batch {batch} the multi-head step reached "
-            f"{share:.0%} of its roofline in section 2 (context {roofline_context}), far from "
-            "its memory bound, so moving fewer bytes saves only part of a step's time here."
+            f"Less than the bytes would give: at batch {batch} the multi-head {step} step reached "
+            f"{share:.0%} of its roofline in section 2 (context {roofline_context}), {why}."
         )
     return sentences
 

@@ -3,7 +3,7 @@ computed from their numbers.
 
 Each function reads what ``perflab.distributed`` returned (ZeRO's and FSDP's parity rows, the
 memory each rank holds, the step timings, the gathers' timeline, the calculators and the
-handouts' accounting) and returns the checks or sentences the notebook prints; every branch is
+handouts' accounting) and returns the checks or sentences the notebook prints; they are
 tested on small frames (``tests/test_distributed_findings.py``).
 """
 
@@ -500,8 +500,11 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
     """The alternate ring against ``all_reduce`` at the largest size (model: N/2), whether one
     egress W describes every world size's fit (``fit_ring_model``), and the fits that had to
     pass through the origin."""
-    size = ring["size_mb"].max()
-    largest = ring[(ring["status"] == "ok") & (ring["size_mb"] == size)]
+    ok = ring[ring["status"] == "ok"]
+    if ok.empty:
+        return ["the alternate ring's timing failed at every size: nothing to compare"]
+    size = ok["size_mb"].max()
+    largest = ok[ok["size_mb"] == size]
     lines = [
         f"at {size:g} MB the alternate ring takes "
         + ", ".join(
@@ -513,8 +516,10 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
     if len(fit) >= 2:
         spread = fit["egress_gbps"].max() / fit["egress_gbps"].min()
         off = (largest["ring_over_all_reduce"] / (largest["world_size"] / 2)).tolist()
-        holds = spread <= RING_MODEL_SPREAD and all(
-            1 / RING_MODEL_SPREAD <= x <= RING_MODEL_SPREAD for x in off
+        holds = (
+            spread <= RING_MODEL_SPREAD
+            and len(off) > 0
+            and all(1 / RING_MODEL_SPREAD <= x <= RING_MODEL_SPREAD for x in off)
         )
         lines.append(
             "egress implied by each world size's fit: "

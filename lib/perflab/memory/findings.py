@@ -2,7 +2,7 @@
 
 Each function reads what ``perflab.memory`` returned (timelines, peak tables, saved tensors,
 the meta-device models, the checkpointing sweeps) and returns the lines the notebook prints;
-every branch is tested on small frames (``tests/test_memory_findings.py``).
+they are tested on small frames (``tests/test_memory_findings.py``).
 """
 
 from __future__ import annotations

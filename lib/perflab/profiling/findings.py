@@ -2,7 +2,7 @@
 
 Each function reads what ``perflab.profiling`` returned (kernel summaries, range totals, the
 attention's time against its FLOPs, a real trace, a pair of traces, LayerNorm's counts and
-times, the copies of a step) and returns the lines the notebook prints; every branch is tested
+times, the copies of a step) and returns the lines the notebook prints; they are tested
 on small frames (``tests/test_profiling_findings.py``).
 """
 
@@ -122,8 +122,8 @@ def real_trace_lines(real: pd.DataFrame, shares: pd.Series, busy: float) -> list
 
 def trace_change_lines(comparison: TraceComparison) -> list[str]:
     """One pair of traces (``compare_traces``): whether the total moved past the noise band,
-    the rest of the verdict, and the move of the largest kernel the change leaves alone (the
-    yardstick of run-to-run noise)."""
+    the rest of the verdict, and the move of the largest kernel in both traces (where the
+    change leaves its work the same, the yardstick of run-to-run noise)."""
     change = comparison.optimized_total_us / comparison.baseline_total_us - 1
     totals = (
         f"{comparison.baseline_total_us / 1e3:.2f} ms -> "
@@ -143,14 +143,15 @@ def trace_change_lines(comparison: TraceComparison) -> list[str]:
         )
     kernels = comparison.kernels
     both = kernels[(kernels["baseline_us"] > 0) & (kernels["optimized_us"] > 0)]
-    untouched = both.loc[both["baseline_us"].idxmax()]
-    return [
-        total,
-        comparison.verdict.partition(". ")[2],
-        f"{short_name(untouched['name'])}, whose work the change leaves the same, moved by "
-        f"{untouched['delta_pct']:+.1f}%: run-to-run noise of this size is the yardstick for "
-        "which deltas mean something",
-    ]
+    lines = [total, comparison.verdict.partition(". ")[2]]
+    if len(both):
+        largest = both.loc[both["baseline_us"].idxmax()]
+        lines.append(
+            f"{short_name(largest['name'])}, the largest kernel in both traces, moved by "
+            f"{largest['delta_pct']:+.1f}%: where the change leaves its work the same, run-to-run "
+            "noise of this size is the yardstick for which deltas mean something"
+        )
+    return lines
 
 
 def layer_norm_exact_line(exact: pd.DataFrame, ways) -> str:
@@ -180,20 +181,26 @@ def reduction_line(counts: pd.DataFrame) -> str:
 
 
 def statistics_line(stats: pd.DataFrame, tokens: int, width: int, device_type: str) -> str:
-    """The statistics' times (``statistics_times``): what the variance costs against the mean,
-    and what one pass can save at most; nothing where a timing is unstable."""
+    """The statistics' times (``statistics_times``): what the variance costs against the mean
+    (all three read the same bytes, so a variance dearer than the mean beyond the noise band
+    costs arithmetic, not memory traffic), and what one pass can save at most (the cheaper
+    reduction it merges); nothing where a timing is unstable."""
     if stats["unstable"].any():
         return "a statistic's timing is unstable: no share is drawn from it"
     median = stats.set_index("statistic")["median_s"]
+    ratio = median["var"] / median["mean"]
+    if ratio > 1 + NOISE_BAND:
+        reading = "on this device the variance costs arithmetic, not memory traffic"
+    else:
+        reading = "on this device the two cost about the same: the pass over memory sets both"
+    cheaper = "mean" if median["mean"] <= median["var"] else "var"
     both = median["mean"] + median["var"]
     return (
-        f"{tokens} x {width} float32 on {device_type}: x.var takes "
-        f"{median['var'] / median['mean']:.1f}x x.mean, and var_mean "
-        f"{median['var_mean'] / median['var']:.2f}x x.var, though all three read the same "
-        "bytes: on this device the variance costs arithmetic, not memory traffic. One pass "
-        f"saves at most the cheaper reduction it merges: here x.mean's "
-        f"{median['mean'] * 1e3:.2f} ms of the {both * 1e3:.2f} ms that the two statistics take "
-        "apart (separate medians, not interleaved)."
+        f"{tokens} x {width} float32 on {device_type}: x.var takes {ratio:.1f}x x.mean, and "
+        f"var_mean {median['var_mean'] / median['var']:.2f}x x.var, though all three read the "
+        f"same bytes: {reading}. One pass saves at most the cheaper reduction it merges: here "
+        f"x.{cheaper}'s {median[cheaper] * 1e3:.2f} ms of the {both * 1e3:.2f} ms that the two "
+        "statistics take apart (separate medians, not interleaved)."
     )
 
 
