@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perflab.claims import claims_table, ours_text
 from perflab.handout import Answer, answers_for, problems
 from perflab.report import Entry, Source, device_folders, device_label, find_entries, typst_string
 
@@ -320,6 +321,7 @@ def writeup_source(year: str, sources: list[Source], output: Path) -> tuple[str,
                 )
             writer.add("")
     _appendix(writer)
+    _sources_appendix(writer, sources)
     return "\n".join(writer.lines) + "\n", root
 
 
@@ -371,6 +373,36 @@ def _appendix(writer: _Writer) -> None:
     for (label, notebook, device), values in settings.items():
         text = ", ".join(f"{k}={v!r}" for k, v in (values or {}).items()) or "none recorded"
         writer.add(f"- {_markup(f'{label} · {notebook} · {device}: {text}')}")
+
+
+def _sources_appendix(writer: _Writer, sources: list[Source]) -> None:
+    """The five sources' claims beside each results folder's answers (``perflab.claims``)."""
+    writer.add('#heading(level: 1, numbering: none, "The sources\' claims beside ours")', "")
+    writer.add(
+        "#"
+        + typst_string(
+            "The headline claims of the documents the workbook was designed from: measured or "
+            "estimated there, their own arithmetic redone from their own figures, and the "
+            "workbook's answer to the same question read from each results folder "
+            "(docs/sources.md)."
+        ),
+        "",
+    )
+    for source in sources:
+        table = claims_table(source.path)
+        cells = pd.DataFrame(
+            {
+                "claim": [f"{r.source}: {r.claim} ({r.basis})" for r in table.itertuples()],
+                "its own figures": table["own figures"],
+                "ours": ["; ".join(ours_text(a, code="")) for a in table["answers"]],
+            }
+        )
+        caption = f"The sources' claims{f' ({source.label})' if source.label else ''}"
+        writer.add(
+            "#figure(" + typst_cells_table(cells) + ", kind: table,",
+            f"  caption: {typst_string(caption)})",
+            "",
+        )
 
 
 def build_writeup(year: str, sources: list[Source], output: str | Path) -> tuple[Path, Path | None]:

@@ -1,0 +1,112 @@
+"""The sources' claims beside ours: every claim's own arithmetic redone from its figures, every
+answer read from a committed result (none typed), docs/sources.md rendered from both, and the
+write-up's appendix showing them."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perflab.claims import (
+    CLAIMS,
+    DOC_HEADER,
+    SOURCES,
+    Conclusion,
+    GpuOnly,
+    Rows,
+    attention_growth,
+    claims_table,
+    markdown_table,
+    ours_cells,
+)
+from perflab.report import Source
+from perflab.writeup import writeup_source
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = ROOT / "data" / "results"
+
+
+def _check(fragment: str) -> str:
+    (claim,) = [c for c in CLAIMS if fragment in c.claim]
+    return claim.check()
+
+
+def test_the_sources_own_figures_give_what_the_audit_found():
+    assert "32,768x" in _check("256 KB")  # "33x" in the source
+    assert "2.3–3.6x" in _check("trace capture")  # "2.6–3.1x" in the source
+    assert "4.8–15.6x" in _check("give 2–3x")  # "2–3x" in the source
+    assert "6.25 MiB" in _check("residual stream") and "10 MiB" in _check("residual stream")
+    assert "6.3 GB" in _check("640 MB") and "1.35 bytes" in _check("135 MB")
+    at_8k, at_16k = attention_growth()
+    assert (round(min(at_8k), 1), round(max(at_8k), 1)) == (29.4, 59.1)  # "~80x"
+    assert (round(min(at_16k)), round(max(at_16k))) == (115, 233)  # "~315x"
+
+
+def test_a_check_says_holds_only_when_the_figures_give_the_stated_number():
+    assert _check("45.9%").endswith("holds") and "does not hold" not in _check("var_mean")
+    assert "does not hold" not in _check("6.1%")
+    table = {16: ((1.0, 1.0), (80.0, 80.0), (315.0, 315.0))}  # a table that would bear it out
+    assert attention_growth(table) == ([80.0, 80.0], [315.0, 315.0])
+
+
+def test_every_claim_names_a_known_source_and_an_answer():
+    assert {c.source for c in CLAIMS} == set(SOURCES)
+    assert all(c.ours and c.basis in ("measured", "estimated") for c in CLAIMS)
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.claim[:40])
+def test_every_answer_resolves_to_a_committed_result(claim):
+    for ours in claim.ours:
+        cells = ours_cells(ours, COMMITTED)
+        assert cells, f"{ours} finds nothing in {COMMITTED}"
+        if not isinstance(ours, GpuOnly):
+            assert all((COMMITTED / where.split(" ")[0]).exists() for where, _ in cells)
+
+
+def test_answers_are_read_from_the_results_not_typed(tmp_path):
+    folder = tmp_path / "10_decoding" / "some-cpu"
+    folder.mkdir(parents=True)
+    pd.DataFrame(
+        {"key": ["int8 weights", "int8 other"], "sentence": ["int8 is 9.99x faster", "second"]}
+    ).to_csv(folder / "conclusions.csv", index=False)
+    found = ours_cells(Conclusion("10_decoding", "int8"), tmp_path)
+    assert found == [
+        ("10_decoding/some-cpu", "int8 is 9.99x faster"),
+        ("10_decoding/some-cpu", "second"),
+    ]
+    assert ours_cells(Conclusion("10_decoding", "absent"), tmp_path) == []
+    assert ours_cells(Rows("01_benchmarking", "timings", len), tmp_path) == []
+
+    def answered_here(ours):
+        keys = ("int8 weights", "int8 other")
+        return isinstance(ours, GpuOnly) or (
+            isinstance(ours, Conclusion)
+            and ours.notebook == "10_decoding"
+            and any(key.startswith(ours.key) for key in keys)
+        )
+
+    table = claims_table(tmp_path)
+    answered = set(table.loc[table["answers"].map(bool), "claim"])
+    assert answered == {c.claim for c in CLAIMS if any(answered_here(o) for o in c.ours)}
+    assert "not saved" in markdown_table(tmp_path)
+
+
+def test_docs_sources_is_rendered_from_the_committed_results():
+    expected = DOC_HEADER + markdown_table(COMMITTED)
+    assert (ROOT / "docs" / "sources.md").read_text() == expected, (
+        "docs/sources.md differs from perflab.claims and data/results: render it again with "
+        "python -c 'from perflab.claims import write_doc; write_doc()'"
+    )
+    assert "not saved" not in expected
+
+
+def test_the_writeup_appendix_holds_the_claims_beside_each_folder(tmp_path):
+    folder = tmp_path / "cpu" / "01_benchmarking" / "amd-epyc"
+    folder.mkdir(parents=True)
+    pd.DataFrame({"key": ["warm-up"], "sentence": ["first step 1.23x the median"]}).to_csv(
+        folder / "conclusions.csv", index=False
+    )
+    text, _ = writeup_source("2026", [Source("cpu", tmp_path / "cpu")], tmp_path / "out")
+    appendix = text[text.index("The sources' claims beside ours") :]
+    assert "first step 1.23x the median (01_benchmarking/amd-epyc)" in appendix
+    assert "32,768x" in appendix and "not saved" in appendix
