@@ -167,15 +167,19 @@ print(say.phase_sentence(phases, ridge, steps))
 # below the table). An unstable point (`unstable`: IQR above 25%
 # of the median) is drawn hollow.
 #
-# The step is the fixed-shape one (`StaticDecoder`, section 5): run eagerly, and compiled by
-# `torch.compile` (the default mode on a CPU; on CUDA `mode="reduce-overhead"`, a CUDA graph).
+# The step is the fixed-shape one (`StaticDecoder`, section 5): run eagerly, compiled by
+# `torch.compile` (the default mode on a CPU; on CUDA `mode="reduce-overhead"`, a CUDA graph),
+# and compiled with the weights frozen into the graph (inductor's `freezing`: on a CPU each
+# linear layer's weight is prepacked for MKL once instead of at every call;
+# `perflab bench --mode decode --compile --freeze` measures one such step).
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
 # would mean the weights came from the cache, not an error.
 
 # %%
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
-                                 peak.flops_per_s, compiled=(False, True), mode=mode, steps=steps)
+                                 peak.flops_per_s, compiled=(False, True), mode=mode, freeze=True,
+                                 steps=steps)
 save_table(throughput, out / "decode_throughput.csv", provenance)
 fig = plot_decode_roofline(throughput, dev.type)
 save_figure(fig, out / "decode_roofline.png")
@@ -316,8 +320,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 # ### Where the batch-1 step's time goes
 #
 # A profile of the step of `preset` at `context` tokens (`profile_step`: the self time of every
-# CPU operator under `torch.profiler`, per step): at batch 1 eager and compiled, and compiled at
-# the largest batch of section 2. Five parts: the
+# CPU operator under `torch.profiler`, per step): at batch 1 eager, compiled and frozen (section
+# 2), and compiled at the largest batch of section 2. Five parts: the
 # matmuls (they read the weights, most of the bytes the roofline counts), inductor's fused
 # kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
 # operators. The profiler adds its own cost, so a profiled step is usually slower than a timed

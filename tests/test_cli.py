@@ -48,7 +48,15 @@ def perflab(*args, **kwargs):
         ),
         (
             ["bench", "--preset", "small", "--mode", "forward", "--cache", "paged"],
-            "--mode decode only",
+            "--cache applies to --mode decode only",
+        ),
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--freeze"],
+            "--freeze applies to --mode decode only",
+        ),
+        (
+            ["bench", "--preset", "cpu-small", "--mode", "decode", "--freeze"],
+            "freeze applies to a compiled step: add --compile",
         ),
         (["run", "99_nothing"], "valid: 01_benchmarking"),
         (

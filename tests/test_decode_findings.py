@@ -23,10 +23,12 @@ def timing(median_ms, low_ms, high_ms, unstable=False, level=0.968):
     }
 
 
-def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7)):
-    """Two batches (1, 16), eager and compiled, with the given shares of the roofline."""
+def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None):
+    """Two batches (1, 16), eager and compiled (and frozen), with the given shares of the
+    roofline."""
     rows = []
-    for step, shares in (("eager", eager), ("compiled", compiled)):
+    kinds = (("eager", eager), ("compiled", compiled)) + ((("frozen", frozen),) if frozen else ())
+    for step, shares in kinds:
         for batch, share in zip((1, 16), shares, strict=True):
             roofline = 1000.0 * batch
             rows.append(
@@ -77,6 +79,16 @@ def test_roofline_sentences_name_the_fastest_step_and_where_compiling_gains_most
     assert (
         "Compiling gains 1.33x the eager tokens/s at batch 1 and most at batch 16 (5.00x)" in text
     )
+    assert "Freezing" not in text
+
+
+def test_frozen_steps_join_the_shares_and_say_what_freezing_adds():
+    shares, text = say.roofline_sentences(throughput_frame(frozen=(0.9, 0.35)))
+    assert shares.endswith(
+        "eager -> compiled -> frozen: 1: 20% -> 60% -> 90%; 16: 50% -> 70% -> 35%"
+    )
+    assert "batch 1: the fastest step is the frozen one, 900 tokens/s, 90%" in text
+    assert "gives 1.50x at batch 1, 0.50x at batch 16 the plain compiled step's" in text
 
 
 def test_two_medians_of_the_same_step_are_compared_only_at_the_same_context():
@@ -162,6 +174,7 @@ def test_profile_sentences_on_a_cpu_and_on_a_gpu(device_type):
     sentences = say.profile_sentences(
         parts, calls, TINY, 4, weights / copy_ms * 1e3, 1e15, 16, device_type, timed
     )
+    assert not any("frozen" in sentence for sentence in sentences)  # none profiled
     if device_type == "cpu":
         first, big, eager, compiled = sentences
         assert "The matmuls take 1.50 ms" in first and "67% of the copy bandwidth" in first
@@ -173,6 +186,19 @@ def test_profile_sentences_on_a_cpu_and_on_a_gpu(device_type):
         assert gpu.startswith("on a GPU the profile above is the host's side")
     assert "5.50 ms, 5.5x its timed median" in eager and "read its parts as shares" in eager
     assert compiled.endswith("1.1x its timed median in section 2 (5.00 ms)")
+
+
+def test_the_frozen_steps_profile_gives_its_matmuls_rate_beside_the_plain_one():
+    weights = matmul_weights(TINY) * 4
+    parts, calls = profile_parts(matmul_ms=2.0, rest_ms=4.0, big_matmul_ms=12.0)
+    parts.insert(2, "frozen", parts["compiled"])
+    parts.loc["matmuls", "frozen"] = 1.25
+    calls.insert(2, "frozen", calls["compiled"])
+    timed = pd.Series({"eager": 1.0, "compiled": 5.0, "frozen": 4.0})
+    sentences = say.profile_sentences(parts, calls, TINY, 4, weights * 1e3, 1e15, 16, "cpu", timed)
+    (frozen,) = [s for s in sentences if s.startswith("batch 1 frozen")]
+    assert "its matmuls take 1.25 ms" in frozen and "(80% of the copy bandwidth, 1.60x" in frozen
+    assert sentences[-1].startswith("the profiled frozen batch-1 step took")
 
 
 def int8_row(speedup, first_differing=16):

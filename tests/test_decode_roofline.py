@@ -65,6 +65,33 @@ def test_the_compiled_fixed_shape_step_gives_the_same_logits():
     torch.testing.assert_close(logits, _full_sequence_logits(model, 2, 7), rtol=0, atol=1e-10)
 
 
+def test_the_frozen_step_prepacks_its_weights_and_gives_the_same_logits():
+    """Regression: ``torch.compile(options={"freezing": True})`` compiles without freezing; the
+    frozen step patches inductor's config around its first call. Frozen, inductor's code calls
+    MKL's packed linear (weights prepacked once) where the plain compiled step does not; and
+    the frozen step compiles its own graph after a plain one of the same shape (no reset
+    between them), not reusing it."""
+    from torch._inductor.utils import run_and_get_code
+
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    codes = {}
+    try:
+        for freeze in (False, True):
+            step = decode_step(model, "contiguous", 2, 7, compiled=True, freeze=freeze)
+            logits, found = run_and_get_code(step)
+            codes[freeze] = "\n".join(found)
+            torch.testing.assert_close(
+                logits, _full_sequence_logits(model, 2, 7), rtol=1e-5, atol=1e-5
+            )
+    finally:
+        torch._dynamo.reset()
+    assert "mkl_linear" in codes[True] and "mkl_linear" not in codes[False]
+    with pytest.raises(ValueError, match="freeze applies to a compiled step"):
+        decode_step(model, "contiguous", 1, 4, freeze=True)
+    with pytest.raises(ValueError, match="freeze combines with the default mode"):
+        decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
+
+
 def test_the_compiled_step_writes_one_slot_not_the_whole_cache():
     """Regression: keys and values assigned through a view of the cache buffer made inductor copy
     a layer's whole cache at every layer (at batch 16 of cpu-small, 15.6 of 24 ms a step); the
@@ -106,6 +133,8 @@ def test_only_the_fixed_shape_step_is_compiled():
         ({"cache": "paged", "compile": True}, "compile needs the fixed-shape step"),
         ({"dtype": "int8"}, "unknown dtype 'int8'"),
         ({"steps": True}, "steps must be an integer >= 1, got True"),
+        ({"freeze": True}, "freeze applies to a compiled step: add --compile"),
+        ({"compile": True, "freeze": "yes"}, "freeze must be True or False, got 'yes'"),
     ],
 )
 def test_a_bad_decode_configuration_is_one_clear_error(kwargs, message):

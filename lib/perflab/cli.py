@@ -8,7 +8,8 @@
                   [--head {plain,fused}] [--optimizer {for-loop,foreach,fused}] [--compile]
                   [--checkpoint-group N] [--memory] [--format {table,json}]
     perflab bench --mode decode --preset NAME [--batch-size B] [--context-length N]
-                  [--cache {none,contiguous,paged}] [--compile] [--dtype D] [--format json]
+                  [--cache {none,contiguous,paged}] [--compile [--freeze]] [--dtype D]
+                  [--format json]
     perflab hotspots TRACE [--compare OTHER] [--top K] [--format {table,csv}]
     perflab check-results DIR
     perflab report [--results [LABEL=]DIR ...] [--year 2026|2025] [--output DIR]
@@ -280,6 +281,7 @@ _DECODE_FIELDS = (
     "context_length",
     "cache",
     "compile",
+    "freeze",
     "dtype",
     "device",
     "device_name",
@@ -308,6 +310,7 @@ _DECODE_OPTIONS = (
     "context_length",
     "cache",
     "compile",
+    "freeze",
     "dtype",
     "device",
     "warmup",
@@ -342,7 +345,7 @@ def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         parser.error(
             f"{', '.join(ignored)} {verb} to the training modes, not to --mode decode "
             "(which takes --preset, --batch-size, --context-length, --cache, --compile, "
-            "--dtype, --device, --warmup, --steps, --format)"
+            "--freeze, --dtype, --device, --warmup, --steps, --format)"
         )
     try:
         preset = get_preset(args.preset)
@@ -357,6 +360,7 @@ def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             args.device,
             args.warmup,
             args.steps,
+            args.freeze,
         )
         row, timing = decode_benchmark(config)
     except ValueError as error:
@@ -373,8 +377,9 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     if args.mode == "decode":
         return _bench_decode(args, parser)
-    if args.cache is not None:
-        parser.error("--cache applies to --mode decode only")
+    for name in ("cache", "freeze"):
+        if getattr(args, name) not in (None, False):
+            parser.error(f"--{name} applies to --mode decode only")
     try:
         config = BenchConfig.from_arguments(args)
         row, timing = run_benchmark(config)
@@ -629,6 +634,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("none", "contiguous", "paged"),
         help="--mode decode: the keys and values kept (default contiguous: the fixed-shape step, "
         "the one --compile compiles)",
+    )
+    bench.add_argument(
+        "--freeze",
+        action="store_true",
+        help="--mode decode --compile: fold the weights into the graph (inductor's freezing; on "
+        "a CPU each linear's weight is prepacked once)",
     )
     bench.add_argument(
         "--memory", action="store_true", help="also the peak memory of one step above the model"

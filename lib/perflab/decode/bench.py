@@ -102,11 +102,13 @@ def throughput_by_batch(
     *,
     compiled: tuple[bool, ...] = (False,),
     mode: str | None = None,
+    freeze: bool = False,
     warmup: int = 5,
     steps: int = 5,
 ) -> pd.DataFrame:
     """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one
-    row each: ``step``) for each batch size at ``context``: batch / the median step, with the
+    row each: ``step``; with ``freeze`` also compiled with inductor's freezing, step "frozen",
+    ``decode_step``) for each batch size at ``context``: batch / the median step, with the
     median's interval at the level its ``steps`` samples give (``median_ci_level``) and
     ``unstable``, the first call's seconds (the compilation, for a compiled step: with ``mode``,
     e.g. "reduce-overhead" for CUDA graphs), and the
@@ -118,16 +120,20 @@ def throughput_by_batch(
         raise ValueError(f"compiled must list True and/or False, got {compiled!r}")
     check_context(model, context)
     device, rows = next(model.parameters()).device, []
-    for batch, flag in progress(
-        [(b, f) for b in batch_sizes for f in compiled], desc="batch sizes"
+    kinds = [("compiled" if flag else "eager", flag, False) for flag in compiled]
+    kinds += [("frozen", True, True)] if freeze else []
+    for batch, (kind, flag, frozen) in progress(
+        [(b, k) for b in batch_sizes for k in kinds], desc="batch sizes"
     ):
-        step = decode_step(model, "contiguous", batch, context, compiled=flag, mode=mode)
+        step = decode_step(
+            model, "contiguous", batch, context, compiled=flag, mode=mode, freeze=frozen
+        )
         # No dynamo reset after it: a later section's step of this shape reuses the graph.
         timing, first = time_decode(step, device, warmup=warmup, steps=steps)
         rows.append(
             {
                 "batch": batch,
-                "step": "compiled" if flag else "eager",
+                "step": kind,
                 "first_call_s": first,
                 **roofline_columns(
                     model, "contiguous", batch, context, timing, bandwidth, peak_flops
@@ -413,7 +419,10 @@ def compare_sampling_place(
 
 
 _PARTS = (
-    ("matmuls", re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::")),
+    (
+        "matmuls",
+        re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::|^mkl::"),
+    ),
     ("compiled kernels", re.compile(r"^## Call CompiledFxGraph")),
     (
         "dynamo guards and wrappers",
@@ -465,18 +474,21 @@ def profile_step(
 def profile_steps(
     model: TransformerLM, context: int, largest: int, mode: str | None, device: torch.device
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``profile_step`` of the contiguous-cache step at ``context``: eager and compiled at
-    batch 1, and compiled at batch ``largest`` (each compiled step its own graph). Returns
-    the rows of all three, and two tables by part (``PARTS``) and step: milliseconds and calls
-    per step."""
+    """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and frozen
+    (compiled with the weights frozen, ``decode_step``) at batch 1, and compiled at batch
+    ``largest`` (each compiled step its own graph). Returns the rows of all four, and two
+    tables by part (``PARTS``) and step: milliseconds and calls per step."""
     steps = {
-        "eager": (1, False),
-        "compiled": (1, True),
-        f"compiled, batch {largest}": (largest, True),
+        "eager": (1, False, False),
+        "compiled": (1, True, False),
+        "frozen": (1, True, True),
+        f"compiled, batch {largest}": (largest, True, False),
     }
     frames = []
-    for name, (batch, compiled) in steps.items():
-        step = decode_step(model, "contiguous", batch, context, compiled=compiled, mode=mode)
+    for name, (batch, compiled, freeze) in steps.items():
+        step = decode_step(
+            model, "contiguous", batch, context, compiled=compiled, mode=mode, freeze=freeze
+        )
         frames.append(profile_step(step, device).assign(step=name, batch=batch))
         torch._dynamo.reset()
     profiles = pd.concat(frames, ignore_index=True)

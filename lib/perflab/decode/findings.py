@@ -70,17 +70,21 @@ def error_bar_line(throughput: pd.DataFrame, steps: int) -> str:
 
 
 def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
-    """From ``throughput_by_batch`` (eager and compiled steps): the share of the roofline per
-    batch, the fastest step at the smallest and largest batch, whether it reaches half its
-    roofline, and where compiling gains most."""
+    """From ``throughput_by_batch`` (eager and compiled steps, and frozen ones if measured):
+    the share of the roofline per batch, the fastest step at the smallest and largest batch,
+    whether it reaches half its roofline, where compiling gains most, and what freezing the
+    weights adds to compiling."""
     share = throughput.pivot(index="batch", columns="step", values="fraction_of_roofline")
+    kinds = [k for k in ("eager", "compiled", "frozen") if k in share.columns]
     fastest = throughput.loc[throughput.groupby("batch")["tokens_per_s"].idxmax()]
     fastest = fastest.set_index("batch")
     first, last_batch = fastest.index[0], fastest.index[-1]
     best, last = fastest.loc[first], fastest.loc[last_batch]
     sentences = [
-        "share of the roofline per batch, eager -> compiled: "
-        + "; ".join(f"{b}: {r['eager']:.0%} -> {r['compiled']:.0%}" for b, r in share.iterrows())
+        f"share of the roofline per batch, {' -> '.join(kinds)}: "
+        + "; ".join(
+            f"{b}: " + " -> ".join(f"{r[k]:.0%}" for k in kinds) for b, r in share.iterrows()
+        )
     ]
     text = (
         f"batch {first}: the fastest step is the {best['step']} one, "
@@ -106,6 +110,13 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
         text += (
             f" Compiling gains {gain.loc[first]:.2f}x the eager tokens/s at batch {first} and "
             f"most at batch {gain.idxmax()} ({gain.max():.2f}x)."
+        )
+    if "frozen" in share.columns:
+        frozen = share["frozen"] / share["compiled"]
+        text += (
+            " Freezing the weights into the compiled graph gives "
+            + ", ".join(f"{v:.2f}x at batch {b}" for b, v in frozen.items())
+            + " the plain compiled step's tokens/s (single medians, not interleaved)."
         )
     return [*sentences, text]
 
@@ -275,6 +286,16 @@ def profile_sentences(
             f"{calls.loc['other operators', 'compiled']:.0f} small operator calls. What is left "
             f"between the compiled step and its roofline is {left}."
         )
+        if "frozen" in parts.columns:
+            frozen = parts["frozen"]
+            frozen_rate = weights / (frozen["matmuls"] / 1e3)
+            sentences.append(
+                f"batch 1 frozen (the weights prepacked once), profiled: {frozen.sum():.2f} ms "
+                f"a step; its matmuls take {frozen['matmuls']:.2f} ms, reading the weights at "
+                f"{frozen_rate / 1e9:.1f} GB/s ({frozen_rate / bandwidth_bytes_per_s:.0%} of "
+                f"the copy bandwidth, {frozen_rate / rate:.2f}x the plain compiled step's "
+                "rate)."
+            )
         big = parts[f"compiled, batch {largest}"]
         big_rate = largest * 2 * matmul_weights(config) / (big["matmuls"] / 1e3)
         neither = big_rate < 0.5 * peak_flops_per_s and big["matmuls"] > 2 * at_copy_ms
