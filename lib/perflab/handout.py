@@ -100,7 +100,7 @@ ANSWERS = (
            ("timings", "phases", "warmup"), ("backward/forward", "MFU", "warm-up", "yours")),
     Answer(("nsys_profile",), "nsys_profile (a–e)", "both",
            "02 §1–3 (tables by range; answers printed from the numbers), then the same "
-           "answers for two sizes x three contexts (cpu-tiny, cpu-small x 64, 128, 256; "
+           "answers for two sizes x three contexts (cpu-tiny, cpu-small x 256, 512, 1024; "
            "--full: small, medium x 256, 512, 1024)",
            "measured with torch.profiler; nsys (§4) GPU, not yet run", "02",
            ("naive_vs_sdpa", "a100_hotspots", "profile_grid")),
