@@ -7,6 +7,7 @@ import torch
 from perflab.bench import BenchConfig, make_step, random_batch, run_benchmark
 from perflab.bench.steps import phase_columns
 from perflab.bench.tables import phase_breakdown, throughput
+from perflab.bench.timer import PhaseClock
 from perflab.bench.warmup import warmup_samples
 from perflab.model import PRESETS, TransformerLM
 
@@ -278,6 +279,53 @@ def test_configurations_compared_interleaved_are_named_by_their_difference():
     assert len(result.times_a) == len(result.times_b) == 3
     # 3 rounds give [min, max] at 75%: too few for any verdict at 95%.
     assert result.confidence == 0.75 and result.verdict == "inconclusive"
+
+
+def _clock(phases_per_call):
+    clock = PhaseClock(torch.device("cpu"))
+    clock.steps = [dict(phases) for phases in phases_per_call]
+    return clock
+
+
+def test_phases_are_paired_by_round_from_the_faster_call_of_each():
+    from perflab.bench.comparison import paired_comparison
+    from perflab.bench.steps import phase_comparisons
+
+    warm = {"forward": 9.0, "backward": 9.0}
+    a_calls = [warm] + [{"forward": 1.0, "backward": 2.0}, {"forward": 1.5, "backward": 2.5}] * 3
+    b_calls = [warm] + [{"forward": 0.6, "backward": 2.2}, {"forward": 0.5, "backward": 1.9}] * 3
+    step = paired_comparison([3.0] * 3, [2.4] * 3, names=("float32", "bfloat16"))
+    phases = phase_comparisons(step, _clock(a_calls), _clock(b_calls), warmup=1)
+    assert list(phases) == ["forward", "backward"]  # no optimizer phase was recorded
+    # a's faster call is the first (3.0 < 4.0), b's the second (2.4 < 2.8)
+    assert phases["forward"].times_a == (1.0,) * 3 and phases["forward"].times_b == (0.5,) * 3
+    assert phases["backward"].ratio == pytest.approx(1.9 / 2.0)
+    assert phases["forward"].name_b == "bfloat16"
+    with pytest.raises(ValueError, match="a clock holds 7 steps; 2 warm-up and 2 x 3 rounds"):
+        phase_comparisons(step, _clock(a_calls), _clock(b_calls), warmup=2)
+
+
+def test_a_compared_steps_phases_come_from_its_own_rounds():
+    from dataclasses import replace
+
+    from perflab.bench.steps import compare_configs, phase_comparisons
+
+    a = BenchConfig(
+        preset="cpu-tiny", context_length=8, mode="train-step", batch_size=1, device="cpu"
+    )
+    clocks = (PhaseClock(torch.device("cpu")), PhaseClock(torch.device("cpu")))
+    step = compare_configs(
+        a, replace(a, dtype="bfloat16"), torch.device("cpu"), rounds=3, warmup=1, clocks=clocks
+    )
+    phases = phase_comparisons(step, *clocks, warmup=1)
+    assert list(phases) == ["forward", "backward", "optimizer"]
+    for phase in phases.values():
+        assert len(phase.times_a) == 3 and all(t > 0 for t in phase.times_a + phase.times_b)
+    # The kept call's phases lie inside its timed call, and it is the call whose phases sum
+    # least: they cannot add up to more than the faster call's time the comparison kept.
+    for r in range(3):
+        assert sum(phases[p].times_a[r] for p in phases) <= step.times_a[r]
+        assert sum(phases[p].times_b[r] for p in phases) <= step.times_b[r]
 
 
 def test_context_length_must_be_an_integer():

@@ -119,9 +119,13 @@ def test_a_preset_too_large_for_both_steps_is_reported_apart(monkeypatch):
         return (config_a.dtype, config_b.dtype)
 
     monkeypatch.setattr(steps, "compare_configs", fake_compare)
+    monkeypatch.setattr(steps, "phase_comparisons", lambda step, a, b, warmup: {"forward": step})
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    done, too_large = steps.bf16_against_fp32(["cpu-tiny", "xl"], 64, 2, torch.device("cpu"))
+    done, phases, too_large = steps.bf16_against_fp32(
+        ["cpu-tiny", "xl"], 64, 2, torch.device("cpu")
+    )
     assert done == {"cpu-tiny": ("float32", "bfloat16")} and too_large == ["xl"]
+    assert phases == {"cpu-tiny": {"forward": ("float32", "bfloat16")}}
 
 
 def test_closing_lines(tmp_path, monkeypatch):

@@ -109,9 +109,10 @@ ANSWERS = (
     Answer(("benchmarking_mixed_precision",), "benchmarking_mixed_precision (a, b)", "both",
            "03 §2 dtypes under autocast, §3 LayerNorm's error", "measured", "03"),
     Answer(("benchmarking_mixed_precision",), "benchmarking_mixed_precision (c)", "both",
-           "03 §4 bfloat16 against float32 per preset, interleaved, with verdicts",
-           "measured (training step); GPU sizes not yet run", "03", ("bf16_vs_fp32",),
-           ("bf16 vs fp32",)),
+           "03 §4 bfloat16 against float32 per preset, interleaved, with verdicts: the training "
+           "step, and its forward, backward and optimizer apart (the same rounds)",
+           "measured; GPU sizes not yet run", "03", ("bf16_vs_fp32", "bf16_vs_fp32_phases"),
+           ("bf16 vs fp32", "forward: bf16", "backward: bf16", "optimizer: bf16")),
     Answer(("memory_profiling",), "memory_profiling (a, b, e)", "both",
            "04 §1 timelines, where each peaks (read from the record), and the training step's "
            "largest allocations with the operator and the Python code that made each "

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare
+from perflab.bench.comparison import Comparison, compare, paired_comparison
 from perflab.bench.recipe import (
     ATTENTIONS,
     HEADS,
@@ -487,11 +487,15 @@ def compare_configs(
     warmup: int = 2,
     budget_s: float | None = None,
     names: tuple[str, str] | None = None,
+    clocks: tuple[PhaseClock, PhaseClock] | None = None,
 ) -> Comparison:
     """The steps of two configurations (e.g. float32 and bfloat16 autocast) built side by side
     and timed interleaved by ``perflab.bench.compare`` (adaptive rounds within ``budget_s``
-    seconds when given): b against a, named by ``names`` or by the values they differ in."""
-    step_a, step_b = build_step(config_a, device), build_step(config_b, device)
+    seconds when given): b against a, named by ``names`` or by the values they differ in.
+    ``clocks`` record each call's phases (``phase_comparisons`` reads them)."""
+    clock_a, clock_b = clocks or (None, None)
+    step_a = build_step(config_a, device, clock=clock_a)
+    step_b = build_step(config_b, device, clock=clock_b)
     names = names or (_difference(config_a, config_b), _difference(config_b, config_a))
     try:
         return compare(
@@ -508,6 +512,40 @@ def compare_configs(
         gc.collect()
 
 
+def phase_comparisons(
+    step: Comparison, clock_a: PhaseClock, clock_b: PhaseClock, warmup: int
+) -> dict[str, Comparison]:
+    """Each phase (forward, backward, optimizer) of b against a, paired by the rounds of the
+    interleaved ``step`` comparison the clocks recorded: ``compare`` calls each step ``warmup``
+    times, then twice a round and keeps the faster call; the phases kept are that call's. A
+    secondary reading of the same rounds: their number was chosen for the whole step's
+    verdict, and each phase's interval is the paired one at the default confidence."""
+    rounds = len(step.times_a)
+    for clock in (clock_a, clock_b):
+        if len(clock.steps) != warmup + 2 * rounds:
+            raise ValueError(
+                f"a clock holds {len(clock.steps)} steps; {warmup} warm-up and 2 x {rounds} "
+                "rounds need the clocks of this comparison's calls only"
+            )
+
+    def kept(clock: PhaseClock) -> list[dict[str, float]]:
+        calls = clock.steps[warmup:]
+        pairs = zip(calls[0::2], calls[1::2], strict=True)
+        return [min(first, second, key=lambda c: sum(c.values())) for first, second in pairs]
+
+    phases_a, phases_b = kept(clock_a), kept(clock_b)
+    names = [p for p in PHASES if p in phases_a[0] and p in phases_b[0]]
+    return {
+        phase: paired_comparison(
+            [c[phase] for c in phases_a],
+            [c[phase] for c in phases_b],
+            names=(step.name_a, step.name_b),
+            noise_band=step.noise_band,
+        )
+        for phase in names
+    }
+
+
 def bf16_against_fp32(
     presets,
     context_length: int,
@@ -517,11 +555,13 @@ def bf16_against_fp32(
     rounds: int = 10,
     warmup: int = 2,
     budget_s: float | None = None,
-) -> tuple[dict[str, Comparison], list[str]]:
+) -> tuple[dict[str, Comparison], dict[str, dict[str, Comparison]], list[str]]:
     """Per preset, the bfloat16-autocast training step against the float32 one
-    (``compare_configs``); the presets whose two steps do not fit in memory together are
-    returned apart instead (two models with their AdamW states at once: xl on 80 GB)."""
-    comparisons, too_large = {}, []
+    (``compare_configs``), and each phase of it (forward, backward, optimizer:
+    ``phase_comparisons`` of the same rounds); the presets whose two steps do not fit in
+    memory together are returned apart instead (two models with their AdamW states at once:
+    xl on 80 GB)."""
+    comparisons, phases, too_large = {}, {}, []
     for preset in presets:
         fp32 = BenchConfig(
             preset=preset,
@@ -531,6 +571,7 @@ def bf16_against_fp32(
             dtype="float32",
             device=str(device),
         )
+        clocks = (PhaseClock(device), PhaseClock(device))
         try:
             comparisons[preset] = compare_configs(
                 fp32,
@@ -539,11 +580,14 @@ def bf16_against_fp32(
                 rounds=rounds,
                 warmup=warmup,
                 budget_s=budget_s,
+                clocks=clocks,
             )
         except torch.OutOfMemoryError:
             too_large.append(preset)
             torch.cuda.empty_cache()
-    return comparisons, too_large
+            continue
+        phases[preset] = phase_comparisons(comparisons[preset], *clocks, warmup)
+    return comparisons, phases, too_large
 
 
 def _difference(config: BenchConfig, other: BenchConfig) -> str:
