@@ -70,6 +70,7 @@ from perflab.memory.measure import (
     block_saved_tensors,
     compile_backend,
     full_step_peak,
+    gradient_memory,
     measured_residual_bytes,
     peak_configs,
     residual_stream_bytes,
@@ -209,6 +210,22 @@ whole = model_saved_tensors(config, batch_size, context, dev)
 by_module = saved_by_module(whole)
 print(say.module_line(whole, by_module, preset, context))
 by_module[["module", "tensors", "bytes", "share", "producers"]].round(3)
+
+# %% [markdown]
+# The gradients, read from the allocator in the same way (`gradient_memory`): one forward and
+# backward of the `preset` model recorded, each parameter's `.grad` found among the allocations
+# by its storage's address. Autograd allocates a block's gradients while backward passes
+# through it, so they appear block by block from the last; each block's are held against the
+# formula, 4 bytes (float32's element size) x its parameters.
+
+# %%
+gradients, backward_ms = gradient_memory(preset, batch_size, context, dev)
+save_table(gradients, out / "gradient_memory.csv", provenance)
+gradients.round(2)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(say.gradient_line(gradients, backward_ms))
 
 # %% [markdown]
 # ### At the handout's sizes, counted without memory

@@ -157,7 +157,7 @@ def test_timeline_from_a_cuda_snapshot():
                         {"filename": "/home/me/train.py", "line": 42, "name": "step"},
                     ],
                 },
-                {"action": "alloc", "size": 50, "time_us": 20, "frames": []},
+                {"action": "alloc", "size": 50, "time_us": 20, "frames": [], "addr": 4096},
                 {"action": "free_requested", "size": 100, "time_us": 25, "frames": []},
                 {"action": "free_completed", "size": 100, "time_us": 30, "frames": []},
             ]
@@ -169,6 +169,29 @@ def test_timeline_from_a_cuda_snapshot():
     assert frame["python_stack"].iloc[0] == "train.py:42 step"
     assert frame["python_stack"].iloc[1] == "(no Python frame)"
     assert list(frame["time_ms"]) == [0.0, 0.01, 0.02]
+    assert frame["address"].iloc[1] == 4096  # the block, to find a tensor's allocation by
+
+
+def test_each_blocks_gradients_are_found_in_the_allocator_record():
+    from perflab.memory.findings import gradient_line
+    from perflab.memory.measure import gradient_memory
+
+    gradients, backward_ms = gradient_memory("cpu-tiny", 2, 16, CPU)
+    config = PRESETS["cpu-tiny"]
+    blocks = gradients[gradients["module"].str.startswith("blocks.")]
+    assert list(blocks["module"]) == [f"blocks.{i}" for i in range(config.num_layers)]
+    assert (gradients["found"] == gradients["gradients"]).all()
+    assert (gradients["allocated_bytes"] == 4 * gradients["parameters"]).all()
+    assert gradients["parameters"].sum() == config.num_parameters()
+    assert (gradients["first_ms"] > backward_ms).all()
+    line = gradient_line(gradients, backward_ms)
+    assert "for every module: True; every gradient found as a live allocation: True" in line
+    assert line.endswith(
+        "all allocated after backward began: True; the blocks' gradients "
+        "allocated last block first: True"
+    )
+    wrong = gradients.assign(allocated_bytes=gradients["allocated_bytes"] * 2)
+    assert "for every module: False" in gradient_line(wrong, backward_ms)
 
 
 def test_residual_stream_derived_equals_measured():

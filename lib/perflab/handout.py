@@ -127,9 +127,11 @@ ANSWERS = (
            "04 §3 derived = measured; §4 xl at 128/512/2048", "computed", "04"),
     Answer(("memory_profiling",), "memory_profiling (f)", "2026",
            "04 §4 what one block saves (top producers, cpu-tiny), what the whole model saves "
-           "by module (`ModuleTracker`), an xl block's saved bytes and gradients on `meta`",
+           "by module (`ModuleTracker`), each block's gradients found in the allocator record "
+           "during backward and held against 4 bytes x its parameters, an xl block's saved "
+           "bytes and gradients on `meta`",
            "measured + computed; Nsight views GPU, not yet run",
-           "04"),
+           "04", ("gradient_memory",)),
     Answer(("gradient_checkpointing",), "gradient_checkpointing (a)", "2026",
            "04 §5 the argument and `run_nested`'s code, k / ln k for k-way splits; nested "
            "peak against log2 L fitted, forwards per block = 1 + log2 L",

@@ -90,6 +90,25 @@ def module_line(whole: pd.DataFrame, by_module: pd.DataFrame, preset: str, conte
     )
 
 
+def gradient_line(gradients: pd.DataFrame, backward_ms: float) -> str:
+    """``gradient_memory``'s table as a sentence: each block's gradients as the allocator
+    allocated them, held against 4 bytes (the element size) x the block's parameters, when
+    they were allocated, and in which order."""
+    blocks = gradients[gradients["module"].str.startswith("blocks.")]
+    equal = bool((gradients["allocated_bytes"] == gradients["formula_bytes"]).all())
+    all_found = bool((gradients["found"] == gradients["gradients"]).all())
+    after = bool((gradients["first_ms"] > backward_ms).all())
+    reverse = bool(blocks["first_ms"].is_monotonic_decreasing)
+    sizes = sorted(set(blocks["allocated_bytes"]))
+    per_block = " or ".join(f"{b / MiB:.2f} MiB" for b in sizes)
+    return (
+        f"each block's gradients: {per_block} from the allocator, the element size x its "
+        f"parameters for every module: {equal}; every gradient found as a live allocation: "
+        f"{all_found}; all allocated after backward began: {after}; the blocks' gradients "
+        f"allocated last block first: {reverse}"
+    )
+
+
 def xl_sizes_sentence(sizes: pd.DataFrame, config: ModelConfig) -> str:
     """xl's residual stream, one block's gradients and what it saves (``handout_sizes``)."""
     xl = sizes[sizes["preset"] == "xl"].set_index("seq_len")

@@ -19,7 +19,14 @@ from perflab.checkpointing import check_strategy, run_blocks
 from perflab.device import CPU, resolve_device
 from perflab.memory.saved import saved_tensors
 from perflab.memory.timeline import peak_memory, record_timeline
-from perflab.model import ModelConfig, RMSNorm, TransformerLM, get_preset, sized_for
+from perflab.model import (
+    ModelConfig,
+    RMSNorm,
+    TransformerLM,
+    cross_entropy,
+    get_preset,
+    sized_for,
+)
 
 
 def residual_stream_bytes(
@@ -175,6 +182,64 @@ def rmsnorm_saved_tensors(
     if compiled:
         fn(x)  # compile outside the recording
     return saved_tensors(lambda: fn(x), norm.parameters())
+
+
+def gradient_memory(
+    preset: str, batch_size: int, seq_len: int, device: torch.device
+) -> tuple[pd.DataFrame, float]:
+    """The gradients' bytes per module of ``preset``'s model (each block, and the embedding,
+    final norm and LM head), read from the allocator: one forward and backward recorded
+    (``record_timeline``), each parameter's ``.grad`` found by its storage's address among the
+    allocations, and its bytes, when it was allocated and whether it was freed, beside the
+    formula (the parameter's element size x its numel: 4 bytes in float32). Returns the table
+    and when backward began (ms into the recording): every gradient is allocated after it."""
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = TransformerLM(sized_for(get_preset(preset), seq_len))
+    inputs, targets = random_batch(model.config.vocab_size, batch_size, seq_len, device)
+    marks = {}
+
+    def forward_and_backward() -> None:
+        loss = cross_entropy(model(inputs), targets)
+        marks["backward"] = torch.empty(1, device=device)  # an allocation that marks the moment
+        loss.backward()
+
+    model.zero_grad(set_to_none=True)
+    timeline = record_timeline(forward_and_backward, device)
+    events = timeline.events
+    mark = marks["backward"].untyped_storage().data_ptr()
+    backward_ms = float(events.loc[events["address"] == mark, "time_ms"].iloc[-1])
+    rows = []
+    for name, parameter in model.named_parameters():
+        parts = name.split(".")
+        module = ".".join(parts[:2]) if parts[0] == "blocks" else parts[0]
+        address = parameter.grad.untyped_storage().data_ptr()
+        at = events[events["address"] == address]
+        allocations = at[at["delta_bytes"] > 0]
+        last = allocations.iloc[-1] if len(allocations) else None
+        freed = last is not None and bool((at["time_ms"] > last["time_ms"]).any())
+        rows.append(
+            {
+                "module": module,
+                "parameter": name,
+                "parameters": parameter.numel(),
+                "formula_bytes": parameter.numel() * parameter.element_size(),
+                "allocated_bytes": int(last["delta_bytes"]) if last is not None else 0,
+                "allocated_ms": float(last["time_ms"]) if last is not None else float("nan"),
+                "found": last is not None and not freed,
+            }
+        )
+    per_parameter = pd.DataFrame(rows)
+    table = per_parameter.groupby("module", sort=False).agg(
+        parameters=("parameters", "sum"),
+        formula_bytes=("formula_bytes", "sum"),
+        allocated_bytes=("allocated_bytes", "sum"),
+        gradients=("parameter", "count"),
+        found=("found", "sum"),
+        first_ms=("allocated_ms", "min"),
+        last_ms=("allocated_ms", "max"),
+    )
+    return table.reset_index(), backward_ms
 
 
 def step_timelines(preset: str, context: int, batch_size: int, device, out) -> dict:

@@ -38,8 +38,9 @@ CUDA_SOURCE = "CUDA memory snapshot (torch.cuda.memory._record_memory_history)"
 class MemoryTimeline:
     """Allocator events in order: time_ms (from the first event), delta_bytes (+alloc, -free),
     allocated_bytes (running total since recording began) and the operator or stack frame
-    responsible (``origin``), and the innermost frames of the Python code that ran it
-    (``python_stack``: "file:line function < ...", innermost first)."""
+    responsible (``origin``), the innermost frames of the Python code that ran it
+    (``python_stack``: "file:line function < ...", innermost first), and the block's
+    ``address`` (a tensor's ``untyped_storage().data_ptr()`` finds its allocation)."""
 
     events: pd.DataFrame
     source: str
@@ -176,6 +177,7 @@ def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimelin
             ]
             if python_stack
             else "(not recorded)",
+            "address": [e["args"].get("Addr") for e in memory],
         }
     )
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
@@ -218,12 +220,19 @@ def timeline_from_snapshot(snapshot: dict, device_index: int = 0) -> pd.DataFram
             time_us = entry.get("time_us", position * 1e3)
             frames = entry.get("frames", [])
             rows.append(
-                (time_us, sign * entry["size"], _frame_origin(frames), _snapshot_stack(frames))
+                (
+                    time_us,
+                    sign * entry["size"],
+                    _frame_origin(frames),
+                    _snapshot_stack(frames),
+                    entry.get("addr"),
+                )
             )
-    frame = pd.DataFrame(rows, columns=["time_us", "delta_bytes", "origin", "python_stack"])
+    columns = ["time_us", "delta_bytes", "origin", "python_stack", "address"]
+    frame = pd.DataFrame(rows, columns=columns)
     frame["time_ms"] = (frame["time_us"] - frame["time_us"].min()) / 1e3
     frame["allocated_bytes"] = frame["delta_bytes"].cumsum()
-    return frame[["time_ms", "delta_bytes", "allocated_bytes", "origin", "python_stack"]]
+    return frame[["time_ms", "delta_bytes", "allocated_bytes", "origin", "python_stack", "address"]]
 
 
 #: pytorch.org/memory_viz reads the snapshot with a JavaScript unpickler that knows protocols up
