@@ -49,6 +49,8 @@ zero_batch_per_rank = 4                     # its sequences per rank and step
 zero_seq_len = 64                           # its tokens per sequence
 zero_warmup = 1                             # untimed rounds
 zero_rounds = 6                             # timed rounds (one step of each per round; 6 for a 96.8% interval)
+prefetch_depths = [0, 1, 2]                 # FSDP's gathers started this many modules ahead (1: the handout's rule), timed in turns
+prefetch_rounds = 12                        # their timed rounds (a step each per round)
 accounting_tokens = [0, 1024, 2048, 4096, 8192]  # tokens per device in the XXL accounting
 resume = True                               # skip configurations already in this machine's results
 adapters = None                             # your course tests/adapters.py (or a module): checked and timed beside perflab's
@@ -69,7 +71,13 @@ from perflab.distributed.comm_accounting import (
     fsdp_memory_per_device,
     smaller_batch_options,
 )
-from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+from perflab.distributed.ddp_benchmark import (
+    PREFETCH_KEY,
+    ZERO_KEY,
+    ddp_sweep,
+    prefetch_configs,
+    zero_configs,
+)
 from perflab.distributed.ffn_calcs import TP_BACKWARD
 from perflab.distributed.ffn_calcs import answers as ffn_answers
 from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
@@ -293,6 +301,32 @@ print("one row per module that gathers weights:", gather_stats["modules_gatherin
 
 # %%
 print(say.gather_sentence(gather_stats, memory_model, world_size, str(resolve_device("auto"))))
+
+# %% [markdown]
+# ### How far ahead to prefetch
+#
+# `FSDP(module, prefetch=k)` starts the gathers of the next `k` modules as a module starts its
+# forward, and in backward the gathers of the next `k` weights backward will unpack as it
+# unpacks one. `k = 1` is the handout's rule (module i's gather starts once module i-2 has
+# finished); `k = 2` starts each a module earlier and holds one more module's full weights;
+# `k = 0` gathers every weight when it is needed. The depths take turns in one launch, one
+# training step each per round (as the ZeRO steps above), and each is compared with the one
+# before it; FSDP counts, for each prefetched gather, whether it had finished when its weights
+# were needed (`FSDP.arrivals`, rank 0, the timed steps).
+
+# %%
+prefetch_steps = ddp_sweep(out / "fsdp_prefetch.csv",
+                           prefetch_configs(world_size, zero_time_model, prefetch_depths),
+                           batch_size=zero_batch_per_rank, seq_len=zero_seq_len,
+                           warmup=zero_warmup, rounds=prefetch_rounds, resume=resume,
+                           metadata=provenance, key=PREFETCH_KEY)
+prefetch_steps[["prefetch", "status", "step_ms", "forward_in_time", "forward_prefetched",
+                "backward_in_time", "backward_prefetched"]]
+
+# %%
+for sentence in conclude_all(out, say.prefetch_findings(prefetch_steps, zero_time_model,
+                                                        world_size)):
+    print(sentence)
 
 # %% [markdown]
 # ### Against PyTorch's FSDP

@@ -20,10 +20,12 @@ import time
 import pandas as pd
 import pytest
 import torch
+from torch import nn
 
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.allreduce_benchmark import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
+from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import (
     PERFLAB_DIR,
     _alive,
@@ -102,6 +104,23 @@ def test_fsdp_fp32_matches_exactly_and_fp16_within_1e_4():
     for row in launch(fsdp_parity, 2, ("float16", "lm:64:2")):
         assert row["max_param_diff"] < 1e-4, row
         assert row["grads_fp32_shard_shaped"], row
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_fsdp_trains_the_same_whatever_it_prefetches(prefetch):
+    """Prefetching changes when weights are gathered, not what is computed: with none and
+    two modules ahead (in forward and in backward) the parameters match one process's."""
+    default = launch(fsdp_parity, 2, (None, "lm:32:2"))[0]
+    for row in launch(fsdp_parity, 2, (None, "lm:32:2", 3, 8, 16, 0.05, prefetch)):
+        assert row["max_param_diff"] < 1e-6, row
+        assert row["backward_gathers"] == default["backward_gathers"], row
+        if prefetch == 0:
+            assert row["forward_prefetched"] == row["backward_prefetched"] == 0, row
+        else:  # every gather after each pass's first is prefetched: more than one ahead
+            assert row["forward_prefetched"] == default["forward_prefetched"] > 0, row
+            assert row["backward_prefetched"] >= default["backward_prefetched"] > 0, row
+    with pytest.raises(ValueError, match="prefetch must be an integer >= 0"):
+        FSDP(nn.Linear(2, 2), prefetch=-1)
 
 
 def test_fsdp_matches_torch_fully_shard():
@@ -426,6 +445,28 @@ def test_the_ring_fit_never_reports_a_negative_latency():
     assert bound["latency_ms"] == 0.0 and bound["latency_at_bound"]
     through_origin = (0.6 * 1 + 1.9 * 2 + 4.2 * 4) / (1 + 4 + 16)  # ms per MB
     assert bound["seconds_per_gb"] == pytest.approx(through_origin)
+
+
+def test_fsdp_prefetch_depths_take_turns_and_count_their_gathers_in_time(tmp_path):
+    from perflab.distributed.ddp_benchmark import PREFETCH_KEY, ddp_sweep, prefetch_configs
+
+    frame = ddp_sweep(
+        tmp_path / "prefetch.csv",
+        prefetch_configs(2, "toy"),
+        batch_size=2,
+        seq_len=8,
+        warmup=1,
+        rounds=3,
+        key=PREFETCH_KEY,
+    )
+    assert (frame["status"] == "ok").all() and list(frame["prefetch"]) == [0, 1, 2]
+    rows = frame.set_index("prefetch")
+    assert rows.loc[0, "forward_prefetched"] == rows.loc[0, "backward_prefetched"] == 0
+    for depth in (1, 2):  # 3 timed steps, each prefetching every forward gather but the first
+        assert rows.loc[depth, "forward_prefetched"] == rows.loc[1, "forward_prefetched"] > 0
+        assert 0 < rows.loc[depth, "backward_prefetched"]
+        assert rows.loc[depth, "forward_in_time"] <= rows.loc[depth, "forward_prefetched"]
+    assert (rows["round_ms"].map(lambda text: len(json.loads(text))) == 3).all()
 
 
 def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):

@@ -114,6 +114,37 @@ def test_zero_step_findings_state_the_verdict_and_the_level():
     assert failed.sentence == "no comparison: the ZeRO step timing failed (error)"
 
 
+def prefetch_steps(status="ok"):
+    base = [10.0, 10.5, 10.2, 10.1, 10.3, 10.4]
+    return pd.DataFrame(
+        {
+            "prefetch": [2, 0, 1],  # in any order: compared by depth
+            "status": ["ok", status, "ok"],
+            "round_ms": [json.dumps([t * 0.8 for t in base]), json.dumps(base)]
+            + [json.dumps([t * 0.8 for t in base])],
+            "forward_in_time": [30, 0, 12],
+            "forward_prefetched": [41, 0, 41],
+            "backward_in_time": [20, 0, 5],
+            "backward_prefetched": [40, 0, 40],
+        }
+    )
+
+
+def test_prefetch_findings_compare_each_depth_with_the_one_before():
+    one, two, arrivals = say.prefetch_findings(prefetch_steps(), "toy", 2)
+    assert one.key == "FSDP prefetch 1 vs 0" and one.comparison.verdict == "faster"
+    assert one.sentence.startswith("FSDP step, 1 module ahead against no prefetch: 1 module ahead")
+    assert two.comparison.verdict == "same" and "2 modules ahead against 1 module ahead" in (
+        two.sentence
+    )
+    assert arrivals.sentence.endswith(
+        "1 module ahead: forward 12 of 41, backward 5 of 40; "
+        "2 modules ahead: forward 30 of 41, backward 20 of 40"
+    )
+    (failed,) = say.prefetch_findings(prefetch_steps(status="error"), "toy", 2)
+    assert failed.sentence == "no comparison: a timing failed (error)"
+
+
 def test_volume_fsdp_and_gather_sentences():
     volume = zero_communication(4 * 1000.0, 2)
     assert say.volume_sentence(volume, 2).startswith(

@@ -207,9 +207,11 @@ ANSWERS = (
            "08 §1 formula, §2 memory per rank", "computed + measured", "08", ("fsdp_memory",)),
     Answer(("fsdp_accounting",), "fsdp_accounting (b)", "2026",
            "08 §2 rank 0's profiled forward: each module's wait for its weights against its "
-           "all-gathers and its forward, how many prefetched gathers were ready in time",
+           "all-gathers and its forward, how many prefetched gathers were ready in time; "
+           "prefetching 0, 1 (the handout's rule) and 2 modules ahead in forward and backward, "
+           "timed in turns, with the gathers in time of each",
            "measured (lm:128:8, Gloo); xl on 2 GPUs with Nsight: GPU, not yet run", "08",
-           ("fsdp_forward_timeline",)),
+           ("fsdp_forward_timeline", "fsdp_prefetch"), ("FSDP prefetch", "FSDP gathers")),
     Answer(_CALCS, "data_parallel_calcs, fsdp_calcs, tp_calcs, fsdp_tp_calcs", "2026",
            "08 §3 the handout's FFN in symbols (sympy), the TP backward run against autograd, "
            "numbers for an H100 node", "computed", "08", ("max_devices",)),

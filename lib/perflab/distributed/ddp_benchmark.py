@@ -69,7 +69,7 @@ def perflab_setup(config: dict, module: nn.Module) -> TrainingSetup:
     """perflab's variant ``config["variant"]`` (a ``make_data_parallel`` variant, or "fsdp")
     with ``make_optimizer(config["optimizer"])`` (default AdamW)."""
     if config["variant"] == "fsdp":
-        wrapped = FSDP(module)
+        wrapped = FSDP(module, prefetch=int(config.get("prefetch", 1)))
     else:
         wrapped = make_data_parallel(config["variant"], module, config["bucket_size_mb"])
     optimizer = make_optimizer(config.get("optimizer", "adamw"), wrapped.parameters())
@@ -90,9 +90,13 @@ class _Trainer:
         self.inputs, self.targets = ids[:, :-1], ids[:, 1:]
         self.steps: list[float] = []
         self.syncs: list[float] = []
+        # FSDP's prefetched gathers over the timed steps: pass -> [in time, prefetched]
+        self.arrivals = {"forward": [0, 0], "backward": [0, 0]}
 
     def step(self, device: torch.device, record: bool) -> None:
         optimizer = self.setup.optimizer
+        counted = getattr(self.wrapped, "arrivals", None)
+        before = {k: list(v) for k, v in counted.items()} if isinstance(counted, dict) else None
         synchronize(device)
         dist.barrier()
         start = time.perf_counter()
@@ -109,6 +113,20 @@ class _Trainer:
         if record:
             self.steps.append(time.perf_counter() - start)
             self.syncs.append(sync_end - sync_start)
+            if before is not None:
+                for phase, (ready, total) in before.items():
+                    self.arrivals[phase][0] += counted[phase][0] - ready
+                    self.arrivals[phase][1] += counted[phase][1] - total
+
+    def arrival_columns(self) -> dict:
+        """FSDP's prefetched gathers in the timed steps, by pass (rank 0's); {} for others."""
+        if not hasattr(self.wrapped, "arrivals"):
+            return {}
+        return {
+            f"{phase}_{name}": counts[index]
+            for phase, counts in self.arrivals.items()
+            for index, name in enumerate(("in_time", "prefetched"))
+        }
 
 
 def _bucket_count(wrapped: nn.Module) -> int | str:
@@ -158,6 +176,7 @@ def _ddp_rank(
                 # the share of the model's parameters each rank holds (FSDP: about 1 / world size)
                 "held_fraction": sum(p.numel() for p in trainer.wrapped.parameters())
                 / trainer.total_numel,
+                **trainer.arrival_columns(),
                 "batch_per_rank": batch_size,
                 "seq_len": seq_len,
                 "rounds": rounds,
@@ -180,6 +199,22 @@ def ddp_configs(world_size: int, model: str, bucket_sizes_mb, torch_bucket_mb: f
 
 
 ZERO_KEY = (*SWEEP_KEY, "optimizer")
+PREFETCH_KEY = (*SWEEP_KEY, "prefetch")
+
+
+def prefetch_configs(world_size: int, model: str, depths=(0, 1, 2)) -> list[dict]:
+    """perflab's FSDP prefetching ``depths`` modules ahead (0: none; 1: the handout's rule; 2:
+    a module earlier), in forward and backward, to take turns in one launch (notebook 08)."""
+    return [
+        {
+            "world_size": world_size,
+            "model": model,
+            "variant": "fsdp",
+            "bucket_size_mb": 0,
+            "prefetch": depth,
+        }
+        for depth in depths
+    ]
 
 
 def zero_configs(world_size: int, model: str, variant: str = "flat") -> list[dict]:

@@ -196,6 +196,44 @@ def zero_step_findings(steps: pd.DataFrame, model: str, world_size: int) -> list
     ]
 
 
+def _ahead(depth: int) -> str:
+    return "no prefetch" if depth == 0 else f"{depth} module{'s' if depth > 1 else ''} ahead"
+
+
+def prefetch_findings(steps: pd.DataFrame, model: str, world_size: int) -> list[Finding]:
+    """FSDP's step with each prefetch depth (``prefetch_configs``' sweep), paired by round:
+    each depth against the one before, and how many prefetched gathers had finished when
+    their weights were needed, in forward and in backward (rank 0, the timed steps)."""
+    if not (steps["status"] == "ok").all():
+        failed = ", ".join(steps.loc[steps["status"] != "ok", "status"])
+        return [Finding("FSDP prefetch", f"no comparison: a timing failed ({failed})", None)]
+    rows = steps.sort_values("prefetch").set_index("prefetch")
+    rounds = rows["round_ms"].map(json.loads)
+    depths = [int(d) for d in rows.index]
+    findings = []
+    for shallow, deep in zip(depths, depths[1:], strict=False):
+        result = paired_comparison(
+            rounds[shallow], rounds[deep], names=(_ahead(shallow), _ahead(deep))
+        )
+        text = f"FSDP step, {_ahead(deep)} against {_ahead(shallow)}: {result.sentence()}"
+        findings.append(Finding(f"FSDP prefetch {deep} vs {shallow}", text, result))
+    arrivals = [
+        f"{_ahead(d)}: forward {r.forward_in_time:.0f} of {r.forward_prefetched:.0f}, backward "
+        f"{r.backward_in_time:.0f} of {r.backward_prefetched:.0f}"
+        for d, r in rows.iterrows()
+        if d > 0
+    ]
+    findings.append(
+        Finding(
+            "FSDP gathers in time",
+            f"{model} on {world_size} ranks, prefetched gathers finished before their weights "
+            "were needed (rank 0, the timed steps): " + "; ".join(arrivals),
+            None,
+        )
+    )
+    return findings
+
+
 def volume_sentence(volume: pd.DataFrame, world_size: int) -> str:
     """Bytes each rank sends per step (``zero_communication``): this wrapper and ZeRO-1 against
     plain data parallelism."""

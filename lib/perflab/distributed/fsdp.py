@@ -6,11 +6,16 @@ and PyTorch FSDP (Zhao et al. 2023).
   fp32 (the model's dtype) master ``nn.Parameter``. One-dimensional parameters (norm gains,
   biases) are replicated, their gradients all-reduced in ``finish_gradient_synchronization``.
 - Just before a module's forward, its weights are all-gathered (in ``compute_dtype`` if given)
-  and set on the module; the next module's gather (in registration order) is started
-  asynchronously (prefetch); after its forward they are dropped. Tensors that backward needs
-  from a gathered weight are not kept: a saved-tensor hook stores where they came from and
-  gathers the weight again, synchronously, when backward unpacks it, so full weights live only
-  while in use. (Real FSDP also prefetches in backward, and gathers whole blocks at once.)
+  and set on the module; the gathers of the next ``prefetch`` modules (in registration order)
+  are started asynchronously; after its forward they are dropped. With ``prefetch=1`` (the
+  default) module i's gather starts as module i-1 starts, that is once module i-2 has
+  finished its forward: the handout's rule; 2 starts it a module earlier, 0 never prefetches.
+  Tensors that backward needs from a gathered weight are not kept: a saved-tensor hook stores
+  where they came from and gathers the weight again when backward unpacks it, so full weights
+  live only while in use; as backward unpacks one, the gathers of the ``prefetch`` weights
+  packed just before it (the next ones backward needs, in reverse order) are started
+  asynchronously. ``arrivals`` counts the prefetched gathers that had finished when their
+  weight was needed. (Real FSDP gathers whole blocks at once.)
 - Backward reduce-scatters each weight's gradient in fp32 (float64 for float64 master weights):
   every rank gets the sum over ranks of its shard's gradient, divided by the world size.
 
@@ -97,8 +102,15 @@ class FSDP(nn.Module):
     """Shard ``module``'s weights across ranks; compute in ``compute_dtype`` (None: the
     parameters' dtype) with master weights and gradients in the parameters' dtype."""
 
-    def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
+    def __init__(
+        self, module: nn.Module, compute_dtype: torch.dtype | None = None, prefetch: int = 1
+    ):
         super().__init__()
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
+            raise ValueError(
+                f"prefetch must be an integer >= 0 (modules gathered ahead), got {prefetch!r}"
+            )
+        self.prefetch = prefetch
         if not dist.is_initialized():
             raise RuntimeError(
                 "FSDP needs a process group: run it under perflab.distributed.launch or torchrun"
@@ -144,6 +156,14 @@ class FSDP(nn.Module):
             submodule.register_forward_pre_hook(self._make_pre_hook(len(self.units) - 1))
             submodule.register_forward_hook(self._make_post_hook(len(self.units) - 1))
         self._prefetched: dict[nn.Parameter, tuple[Tensor, dist.Work]] = {}
+        # backward: every packed weight by its pack number (in forward order), the numbers
+        # already unpacked, and the gathers started ahead of their unpacking
+        self._packed: dict[int, nn.Parameter] = {}
+        self._unpacked: set[int] = set()
+        self._backward_prefetched: dict[int, tuple[Tensor, dist.Work]] = {}
+        self._packs = 0
+        #: prefetched gathers by pass: [finished when their weight was needed, prefetched]
+        self.arrivals = {"forward": [0, 0], "backward": [0, 0]}
         self._live: dict[int, nn.Parameter] = {}  # storage address of a gathered weight -> shard
         self.backward_gathers = 0  # weights gathered again for backward, since construction
         self._forward_gathers: list[weakref.ref] = []  # this forward's gathered buffers
@@ -154,10 +174,16 @@ class FSDP(nn.Module):
         return self.compute_dtype or self.flat_params[0].dtype
 
     # --- forward: gather, prefetch, drop --------------------------------------------------
+    def _arrived(self, work: dist.Work, phase: str) -> None:
+        """Count a prefetched gather, and whether it had finished, then wait for it."""
+        self.arrivals[phase][0] += bool(work.is_completed())
+        self.arrivals[phase][1] += 1
+        work.wait()
+
     def _gathered(self, local: nn.Parameter) -> Tensor:
         if local in self._prefetched:
             flat, work = self._prefetched.pop(local)
-            work.wait()
+            self._arrived(work, "forward")
         else:
             flat, _ = _gather(local, self.specs[local], self._dtype)
         self._live[flat.untyped_storage().data_ptr()] = local
@@ -182,7 +208,8 @@ class FSDP(nn.Module):
                     else:
                         full = _Cast.apply(local, self._dtype)
                     setattr(submodule, attr, full)
-            self._prefetch(unit + 1)
+            for ahead in range(1, self.prefetch + 1):
+                self._prefetch(unit + ahead)
             self._compute_ranges[unit] = record_function("fsdp.forward").__enter__()
 
         return pre_hook
@@ -205,21 +232,53 @@ class FSDP(nn.Module):
         local = self._live.get(tensor.untyped_storage().data_ptr())
         if local is None:
             return tensor
-        return (local, tensor.size(), tensor.stride(), tensor.storage_offset())
+        number = self._packs
+        self._packs += 1
+        self._packed[number] = local
+        return (local, tensor.size(), tensor.stride(), tensor.storage_offset(), number)
 
     def _unpack(self, packed):
         if isinstance(packed, Tensor):
             return packed
-        local, size, stride, offset = packed
+        local, size, stride, offset, number = packed
         self.backward_gathers += 1
-        flat, _ = _gather(local, self.specs[local], self._dtype)
+        self._unpacked.add(number)
+        if number in self._backward_prefetched:
+            flat, work = self._backward_prefetched.pop(number)
+            self._arrived(work, "backward")
+        else:
+            flat, _ = _gather(local, self.specs[local], self._dtype)
+        self._prefetch_backward(number)
         return flat.as_strided(size, stride, offset)
+
+    def _prefetch_backward(self, number: int) -> None:
+        """Start the gathers of the ``prefetch`` weights packed just before ``number``: backward
+        unpacks in about the reverse of the order forward packed."""
+        started, earlier = 0, number - 1
+        while started < self.prefetch and earlier in self._packed:
+            if earlier not in self._unpacked and earlier not in self._backward_prefetched:
+                local = self._packed[earlier]
+                self._backward_prefetched[earlier] = _gather(
+                    local, self.specs[local], self._dtype, True
+                )
+                started += 1
+            earlier -= 1
+
+    def _drop_backward_prefetches(self) -> None:
+        """Wait for and drop the gathers started for weights backward never unpacked, and
+        forget the packs (a new forward packs anew)."""
+        for _flat, work in self._backward_prefetched.values():
+            work.wait()
+        self._backward_prefetched.clear()
+        self._packed.clear()
+        self._unpacked.clear()
 
     def forward(self, *args, **kwargs):
         if self.compute_dtype is not None:
             args = [_cast_floating(a, self.compute_dtype) for a in args]
             kwargs = {k: _cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
         self._forward_gathers.clear()
+        self._drop_backward_prefetches()
         # Entries a checkpointed block's recomputation added in the last backward (its
         # post-hook need not run: the recomputation stops early) are stale: their storage is
         # freed, and an activation given the same address must not be packed as a weight (one
@@ -254,6 +313,7 @@ class FSDP(nn.Module):
     def finish_gradient_synchronization(self) -> None:
         """Average the replicated parameters' gradients (the shards' were reduce-scattered
         during backward)."""
+        self._drop_backward_prefetches()
         grads = []
         for local in self.flat_params:
             if local.requires_grad and not self.specs[local].sharded:

@@ -292,16 +292,18 @@ def fsdp_parity(
     batch_size: int = 8,
     seq_len: int = 16,
     lr: float = 0.05,
+    prefetch: int = 1,
 ) -> dict:
-    """Train ``FSDP(compute_dtype)`` and the single-process fp32 model ``steps`` SGD steps;
-    report the largest difference of the full parameters, the gradients' dtypes and shapes,
-    the replicated gradients' spread across ranks, and parameter bytes held per rank."""
+    """Train ``FSDP(compute_dtype, prefetch)`` and the single-process fp32 model ``steps`` SGD
+    steps; report the largest difference of the full parameters, the gradients' dtypes and
+    shapes, the replicated gradients' spread across ranks, parameter bytes held per rank and
+    the prefetched gathers by pass (``FSDP.arrivals``)."""
     dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
     module = build_model(model, seed=dist.get_rank())
     full_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
     broadcast_from_rank0(module)  # FSDP does it too, but takes the parameters off the module
     reference = reference_copy(module, model)
-    sharded = FSDP(module, compute_dtype=dtype)
+    sharded = FSDP(module, compute_dtype=dtype, prefetch=prefetch)
     optimizer = torch.optim.SGD(sharded.parameters(), lr=lr)
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
     alive_before_backward = []
@@ -333,6 +335,9 @@ def fsdp_parity(
         "param_bytes_per_rank": sum(p.numel() * p.element_size() for p in sharded.parameters()),
         "param_bytes_replicated": full_bytes,
         "backward_gathers": sharded.backward_gathers,
+        "prefetch": prefetch,
+        "forward_prefetched": sharded.arrivals["forward"][1],
+        "backward_prefetched": sharded.arrivals["backward"][1],
         "full_weights_kept_for_backward": max(alive_before_backward),
         "exposes_module": sharded.module is module,
         "names_complete": set(full)
