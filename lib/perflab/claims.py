@@ -423,6 +423,13 @@ CLAIMS = (
         (GpuOnly("kernel shares of NCCL collectives need a multi-GPU trace"),),
     ),
     Claim(
+        "fsdp-note",
+        "next step proposed: FSDP prefetch settings to overlap the all-gathers (not tried)",
+        ESTIMATED,
+        lambda: "a proposal: no figure to check",
+        (Conclusion("08_sharding", "FSDP prefetch"), Conclusion("08_sharding", "FSDP gathers")),
+    ),
+    Claim(
         "100m-note",
         "forward 35%, backward 62%, optimizer 3% of a 53 ms step",
         MEASURED,
