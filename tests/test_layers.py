@@ -26,6 +26,7 @@ LAYERS = {
     "memory": 3,
     "report": 3,
     "writeup": 3,
+    "claims": 3,
     "layer_norm": 3,
     "loss_scaling": 3,
     "distributed": 4,

@@ -37,7 +37,6 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "copy_seq_len": 512,
         "copy_rounds": 10,
         "grid_presets": ["small", "medium"],
-        "grid_seq_lens": [256, 512, 1024],
     },
     "03_mixed_precision": {
         "presets": ["small", "medium", "large", "xl", "10B"],

@@ -175,8 +175,11 @@ class FSDP(nn.Module):
 
     # --- forward: gather, prefetch, drop --------------------------------------------------
     def _arrived(self, work: dist.Work, phase: str) -> None:
-        """Count a prefetched gather, and whether it had finished, then wait for it."""
-        self.arrivals[phase][0] += bool(work.is_completed())
+        """Count a prefetched gather, and whether it had finished, then wait for it. Asked of
+        its future: ``Work.is_completed()`` blocks on the work's lock while holding the GIL,
+        and a backend thread finishing the work can need the GIL under that lock (profiled
+        runs deadlocked so, one rank a collective behind the other)."""
+        self.arrivals[phase][0] += bool(work.get_future().done())
         self.arrivals[phase][1] += 1
         work.wait()
 
