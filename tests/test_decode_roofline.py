@@ -92,6 +92,21 @@ def test_the_frozen_step_prepacks_its_weights_and_gives_the_same_logits():
         decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
 
 
+def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
+    from perflab.decode.bench import profile_steps
+
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    try:
+        _, with_frozen, _ = profile_steps(model, 7, 2, None, torch.device("cpu"))
+        _, without, calls = profile_steps(model, 7, 2, None, torch.device("cpu"), freeze=False)
+    finally:
+        torch._dynamo.reset()
+    assert list(with_frozen.columns) == ["eager", "compiled", "frozen", "compiled, batch 2"]
+    assert (
+        list(without.columns) == list(calls.columns) == ["eager", "compiled", "compiled, batch 2"]
+    )
+
+
 def test_the_compiled_step_writes_one_slot_not_the_whole_cache():
     """Regression: keys and values assigned through a view of the cache buffer made inductor copy
     a layer's whole cache at every layer (at batch 16 of cpu-small, 15.6 of 24 ms a step); the

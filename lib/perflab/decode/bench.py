@@ -472,16 +472,21 @@ def profile_step(
 
 
 def profile_steps(
-    model: TransformerLM, context: int, largest: int, mode: str | None, device: torch.device
+    model: TransformerLM,
+    context: int,
+    largest: int,
+    mode: str | None,
+    device: torch.device,
+    freeze: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and frozen
-    (compiled with the weights frozen, ``decode_step``) at batch 1, and compiled at batch
-    ``largest`` (each compiled step its own graph). Returns the rows of all four, and two
-    tables by part (``PARTS``) and step: milliseconds and calls per step."""
+    """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and (with
+    ``freeze``) frozen, compiled with the weights frozen (``decode_step``), at batch 1, and
+    compiled at batch ``largest`` (each compiled step its own graph). Returns the rows of all,
+    and two tables by part (``PARTS``) and step: milliseconds and calls per step."""
     steps = {
         "eager": (1, False, False),
         "compiled": (1, True, False),
-        "frozen": (1, True, True),
+        **({"frozen": (1, True, True)} if freeze else {}),
         f"compiled, batch {largest}": (largest, True, False),
     }
     frames = []
