@@ -465,7 +465,6 @@ def test_fsdp_prefetch_depths_take_turns_and_count_their_gathers_in_time(tmp_pat
     for depth in (1, 2):  # 3 timed steps, each prefetching every forward gather but the first
         assert rows.loc[depth, "forward_prefetched"] == rows.loc[1, "forward_prefetched"] > 0
         assert 0 < rows.loc[depth, "backward_prefetched"]
-        assert rows.loc[depth, "forward_in_time"] <= rows.loc[depth, "forward_prefetched"]
     assert (rows["round_ms"].map(lambda text: len(json.loads(text))) == 3).all()
 
 
