@@ -78,7 +78,7 @@ tp_new_tokens = 8                             # greedy tokens per sequence
 gqa_kv_heads = 2                              # section 9: key and value heads of the grouped-query model (preset's heads: multi-head)
 gqa_batch = 16                                # sequences of its decode step
 gqa_context = 256                             # tokens of context, so that the cache weighs about as much as the weights
-freeze = True                                 # sections 2 and 5 also time the step compiled with its weights frozen (a CPU's MKL prepacking; full: False)
+freeze = True                                 # sections 2 and 5 also time the step compiled with its weights frozen (on a CPU, inductor's own GEMM kernels; full: False)
 gqa_rounds = 16                               # interleaved rounds of its step against multi-head attention's
 gqa_compiled = False                          # the steps compiled (two more compilations, about 30 s on a 2-core CPU; full: True)
 device = "auto"                               # "cuda" when present, else "cpu"
@@ -170,9 +170,10 @@ print(say.phase_sentence(phases, ridge, steps))
 #
 # The step is the fixed-shape one (`StaticDecoder`, section 5): run eagerly, compiled by
 # `torch.compile` (the default mode on a CPU; on CUDA `mode="reduce-overhead"`, a CUDA graph),
-# and, with `freeze`, compiled with the weights frozen into the graph (inductor's `freezing`: on
-# a CPU each linear layer's weight is prepacked for MKL once instead of at every call;
-# `perflab bench --mode decode --compile --freeze` measures one such step).
+# and, with `freeze`, compiled with the weights frozen into the graph (inductor's `freezing`:
+# on a CPU, each linear layer then becomes inductor's C++ GEMM template, its weight packed once
+# into the template's layout and a micro-kernel generated for the step's rows, in place of
+# MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step).
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
 # would mean the weights came from the cache, not an error.
@@ -323,7 +324,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 # A profile of the step of `preset` at `context` tokens (`profile_step`: the self time of every
 # CPU operator under `torch.profiler`, per step): at batch 1 eager, compiled and (with `freeze`)
 # frozen, and compiled at the largest batch of section 2. Five parts: the
-# matmuls (they read the weights, most of the bytes the roofline counts), inductor's fused
+# matmuls (they read the weights, most of the bytes the roofline counts; in the frozen step,
+# inductor's GEMM kernels, which a CPU's compiled steps name to the profiler), inductor's fused
 # kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
 # operators. The profiler adds its own cost, so a profiled step is usually slower than a timed
 # one (the last lines below compare them). On a

@@ -23,9 +23,9 @@ def timing(median_ms, low_ms, high_ms, unstable=False, level=0.968):
     }
 
 
-def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None):
+def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None, cache=32 * 2**20):
     """Two batches (1, 16), eager and compiled (and frozen), with the given shares of the
-    roofline."""
+    (memory-bound) roofline; each step moves 20 MB, the last-level cache is ``cache`` bytes."""
     rows = []
     kinds = (("eager", eager), ("compiled", compiled)) + ((("frozen", frozen),) if frozen else ())
     for step, shares in kinds:
@@ -38,7 +38,10 @@ def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None):
                     "fraction_of_roofline": share,
                     "tokens_per_s": share * roofline,
                     "roofline_tokens_per_s": roofline,
+                    "memory_bound_tokens_per_s": roofline,
                     "bound": "memory",
+                    "step_bytes": 20e6,
+                    "last_level_cache_bytes": cache,
                     **timing(2.0, 1.9, 2.1),
                 }
             )
@@ -188,6 +191,19 @@ def test_profile_sentences_on_a_cpu_and_on_a_gpu(device_type):
     assert compiled.endswith("1.1x its timed median in section 2 (5.00 ms)")
 
 
+def test_steps_above_the_memory_bound_are_held_against_the_last_level_cache():
+    shares, text = say.roofline_sentences(throughput_frame())
+    assert "above the memory-bound roofline" not in shares + text  # none above it
+    sentences = say.roofline_sentences(throughput_frame(frozen=(1.74, 0.48)))
+    assert len(sentences) == 3
+    assert sentences[-1].startswith("above the memory-bound roofline (batch 1 frozen 174% of it)")
+    assert "at most 20.0 MB a step, within this device's 32 MiB last-level cache" in sentences[-1]
+    (beyond,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=2**20))
+    assert "The largest moves 20.0 MB a step, more than this device's 1 MiB" in beyond
+    (unknown,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=None))
+    assert unknown.endswith("This device's last-level cache is unknown, so why is not shown here.")
+
+
 def test_the_frozen_steps_profile_gives_its_matmuls_rate_beside_the_plain_one():
     weights = matmul_weights(TINY) * 4
     parts, calls = profile_parts(matmul_ms=2.0, rest_ms=4.0, big_matmul_ms=12.0)
@@ -199,6 +215,10 @@ def test_the_frozen_steps_profile_gives_its_matmuls_rate_beside_the_plain_one():
     (frozen,) = [s for s in sentences if s.startswith("batch 1 frozen")]
     assert "its matmuls take 1.25 ms" in frozen and "(80% of the copy bandwidth, 1.60x" in frozen
     assert sentences[-1].startswith("the profiled frozen batch-1 step took")
+    parts.loc["matmuls", "frozen"] = 0.0  # a profile that could not tell the GEMMs apart
+    sentences = say.profile_sentences(parts, calls, TINY, 4, weights * 1e3, 1e15, 16, "cpu", timed)
+    (frozen,) = [s for s in sentences if s.startswith("batch 1 frozen")]
+    assert "the profiler saw no matmul in it" in frozen and "GB/s" not in frozen
 
 
 def int8_row(speedup, first_differing=16):

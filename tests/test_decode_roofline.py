@@ -20,10 +20,12 @@ from perflab.decode.costs import decode_cost, matmul_weights, recompute_cost, ro
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.roofline import (
     DecodeConfig,
+    compile_options,
     decode_benchmark,
     decode_step,
     roofline_columns,
 )
+from perflab.device import last_level_cache_bytes
 from perflab.model import ModelConfig, get_preset
 
 TINY = ModelConfig(
@@ -65,27 +67,41 @@ def test_the_compiled_fixed_shape_step_gives_the_same_logits():
     torch.testing.assert_close(logits, _full_sequence_logits(model, 2, 7), rtol=0, atol=1e-10)
 
 
-def test_the_frozen_step_prepacks_its_weights_and_gives_the_same_logits():
+def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_the_same_logits():
     """Regression: ``torch.compile(options={"freezing": True})`` compiles without freezing; the
-    frozen step patches inductor's config around its first call. Frozen, inductor's code calls
-    MKL's packed linear (weights prepacked once) where the plain compiled step does not; and
-    the frozen step compiles its own graph after a plain one of the same shape (no reset
-    between them), not reusing it."""
+    frozen step patches inductor's config around its first call. Frozen on a CPU in float32,
+    inductor's code holds its own C++ GEMM micro-kernels where the plain compiled step calls
+    ATen's; the frozen step compiles its own graph after a plain one of the same shape (no
+    reset between them), not reusing it. In float64, which the template has no kernel for, the
+    frozen step compiles with ATen's matmuls and stays float64."""
     from torch._inductor.utils import run_and_get_code
 
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
     codes = {}
     try:
-        for freeze in (False, True):
+        for dtype, freeze, atol in (
+            (torch.float32, False, 1e-5),
+            (torch.float32, True, 1e-5),
+            (torch.float64, True, 1e-10),
+        ):
+            model = build_model(TINY, torch.device("cpu"), dtype)
             step = decode_step(model, "contiguous", 2, 7, compiled=True, freeze=freeze)
             logits, found = run_and_get_code(step)
-            codes[freeze] = "\n".join(found)
+            codes[dtype, freeze] = "\n".join(found)
+            assert logits.dtype == dtype
             torch.testing.assert_close(
-                logits, _full_sequence_logits(model, 2, 7), rtol=1e-5, atol=1e-5
+                logits, _full_sequence_logits(model, 2, 7), rtol=atol, atol=atol
             )
     finally:
         torch._dynamo.reset()
-    assert "mkl_linear" in codes[True] and "mkl_linear" not in codes[False]
+    assert "micro_gemm" in codes[torch.float32, True]
+    assert "micro_gemm" not in codes[torch.float32, False]
+    assert "micro_gemm" not in codes[torch.float64, True]
+    assert compile_options(True, None, True, torch.device("cpu"), torch.float64) == {
+        "freezing": True
+    }
+    assert compile_options(True, None, True, torch.device("cuda"), torch.float32) == {
+        "freezing": True
+    }
     with pytest.raises(ValueError, match="freeze applies to a compiled step"):
         decode_step(model, "contiguous", 1, 4, freeze=True)
     with pytest.raises(ValueError, match="freeze combines with the default mode"):
@@ -102,6 +118,10 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     finally:
         torch._dynamo.reset()
     assert list(with_frozen.columns) == ["eager", "compiled", "frozen", "compiled, batch 2"]
+    # the frozen step's GEMMs run inside inductor's code: named by the kernel profile, they
+    # count as matmuls, and its other kernels as compiled kernels
+    assert with_frozen.loc["matmuls", "frozen"] > 0
+    assert with_frozen.loc["compiled kernels", "frozen"] > 0
     assert (
         list(without.columns) == list(calls.columns) == ["eager", "compiled", "compiled, batch 2"]
     )
@@ -198,6 +218,8 @@ def test_tokens_per_second_and_the_fraction_from_a_planted_timing():
     assert row["fraction_of_roofline"] == pytest.approx(0.5)
     low, high = timing.median_ci
     assert (row["tokens_per_s_low"], row["tokens_per_s_high"]) == (2 / high, 2 / low)
+    assert row["step_bytes"] == 2 * cost["bytes_per_token"]  # per token, two tokens a step
+    assert row["last_level_cache_bytes"] == last_level_cache_bytes("cpu")
 
 
 def test_perflab_bench_mode_decode_prints_the_roofline_as_json():

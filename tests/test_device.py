@@ -3,7 +3,7 @@ import torch
 
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.peak import measure_peak_matmul
-from perflab.device import describe, parse_dtype, resolve_device
+from perflab.device import describe, last_level_cache_bytes, parse_dtype, resolve_device
 
 CPU = torch.device("cpu")
 
@@ -105,3 +105,22 @@ def test_gpu_memory_is_read_from_the_device_or_the_reference_h100(monkeypatch):
     assert gpu_memory_gib("auto", torch.device("cuda", 0)) == 141.0  # an H200, read
     with pytest.raises(ValueError, match="gpu_memory_gib must be 'auto' or a positive number"):
         gpu_memory_gib("80GB", torch.device("cpu"))
+
+
+def test_the_last_level_cache_is_the_largest_level_that_holds_data(tmp_path):
+    for index, (level, kind, size) in enumerate(
+        [
+            (1, "Data", "48K"),
+            (1, "Instruction", "32K"),
+            (2, "Unified", "1024K"),
+            (3, "Unified", "32768K"),
+        ]
+    ):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(f"{value}\n")
+    assert last_level_cache_bytes("cpu", str(tmp_path)) == 32 * 2**20
+    (tmp_path / "index3" / "size").write_text("2M\n")
+    assert last_level_cache_bytes("cpu", str(tmp_path)) == 2 * 2**20
+    assert last_level_cache_bytes("cpu", str(tmp_path / "missing")) is None

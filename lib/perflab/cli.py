@@ -302,6 +302,8 @@ _DECODE_FIELDS = (
     "compute_bound_tokens_per_s",
     "bound",
     "fraction_of_roofline",
+    "step_bytes",
+    "last_level_cache_bytes",
 )
 # what --mode decode takes from perflab bench's options; the others are the training modes'
 _DECODE_OPTIONS = (
@@ -639,7 +641,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--freeze",
         action="store_true",
         help="--mode decode --compile: fold the weights into the graph (inductor's freezing; on "
-        "a CPU each linear's weight is prepacked once)",
+        "a CPU each linear becomes inductor's own GEMM kernel on weights packed once)",
     )
     bench.add_argument(
         "--memory", action="store_true", help="also the peak memory of one step above the model"

@@ -158,8 +158,8 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "gqa_context": 2048,
         "gqa_rounds": 10,
         "gqa_compiled": True,
-        # Freezing prepacks a CPU's weights for MKL; on a GPU it would fold 16 GB of weights
-        # into each compiled graph for no such gain, at one more compile per shape.
+        # Freezing gives a CPU's linears inductor's GEMM kernels; on a GPU it would fold the
+        # 16 GB of weights into each compiled graph for no such gain, at one more compile.
         "freeze": False,
     },
 }

@@ -421,9 +421,11 @@ def compare_sampling_place(
 _PARTS = (
     (
         "matmuls",
-        re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::|^mkl::"),
+        re.compile(
+            r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|^mkldnn::|^mkl::|^graph_\d+_gemm_"
+        ),
     ),
-    ("compiled kernels", re.compile(r"^## Call CompiledFxGraph")),
+    ("compiled kernels", re.compile(r"^## Call CompiledFxGraph|^graph_\d+_cpp_")),
     (
         "dynamo guards and wrappers",
         re.compile(r"TorchDynamo|Torch-Compiled Region|Pregraph|AOTDispatcher|CompiledFunction"),
@@ -431,12 +433,18 @@ _PARTS = (
 )
 PARTS = (*(name for name, _ in _PARTS), "other operators", "Python between operators")
 
+#: Inductor's option that wraps each C++ kernel of a compiled CPU graph in a profiler range
+#: named after it ("graph_0_gemm_m1n1024k256_kernel", "graph_0_cpp_fused_..."); without it the
+#: profiler sees one call to the whole graph.
+KERNEL_PROFILE = {"cpp.enable_kernel_profile": True}
+
 
 def profile_step(
     step: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 3, steps: int = 20
 ) -> pd.DataFrame:
     """Where a decode step's host time goes, from ``torch.profiler`` (each CPU operator's self
-    time, per step): the matmuls (they read the weights), inductor's compiled kernels, dynamo's
+    time, per step): the matmuls (they read the weights; in a compiled CPU step, inductor's C++
+    GEMM kernels too where ``KERNEL_PROFILE`` named them), inductor's compiled kernels, dynamo's
     guard checks and wrappers, the other operators, and the Python between operators (the
     wall time no operator accounts for). One row per part of ``PARTS``: milliseconds and calls
     per step, and the share. The profiler adds its own cost, so the parts sum to a profiled
@@ -482,7 +490,9 @@ def profile_steps(
     """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and (with
     ``freeze``) frozen, compiled with the weights frozen (``decode_step``), at batch 1, and
     compiled at batch ``largest`` (each compiled step its own graph). Returns the rows of all,
-    and two tables by part (``PARTS``) and step: milliseconds and calls per step."""
+    and two tables by part (``PARTS``) and step: milliseconds and calls per step. On a CPU the
+    frozen step is compiled with ``KERNEL_PROFILE``, so that its GEMM kernels, which run inside
+    inductor's code, are told apart from its other kernels (the other steps call ATen's)."""
     steps = {
         "eager": (1, False, False),
         "compiled": (1, True, False),
@@ -494,6 +504,9 @@ def profile_steps(
         step = decode_step(
             model, "contiguous", batch, context, compiled=compiled, mode=mode, freeze=freeze
         )
+        if freeze and device.type == "cpu":
+            with torch._inductor.config.patch(KERNEL_PROFILE):
+                step()  # the compilation
         frames.append(profile_step(step, device).assign(step=name, batch=batch))
         torch._dynamo.reset()
     profiles = pd.concat(frames, ignore_index=True)

@@ -118,7 +118,41 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
             + ", ".join(f"{v:.2f}x at batch {b}" for b, v in frozen.items())
             + " the plain compiled step's tokens/s (single medians, not interleaved)."
         )
-    return [*sentences, text]
+    return [*sentences, text, *beyond_memory_sentences(throughput)]
+
+
+def beyond_memory_sentences(throughput: pd.DataFrame) -> list[str]:
+    """For the steps above their memory-bound roofline (more than 100% of it), why that can
+    be: the bytes a step moves against the device's last-level cache (``step_bytes``,
+    ``last_level_cache_bytes``), since the bound's bandwidth is a copy through memory."""
+    above = throughput[throughput["tokens_per_s"] > throughput["memory_bound_tokens_per_s"]]
+    if above.empty:
+        return []
+    steps = ", ".join(
+        f"batch {r['batch']} {r['step']} {r['tokens_per_s'] / r['memory_bound_tokens_per_s']:.0%}"
+        for _, r in above.iterrows()
+    )
+    text = (
+        f"above the memory-bound roofline ({steps} of it): these steps moved their bytes faster "
+        "than the measured copy bandwidth, which is a copy through memory, far larger than the "
+        "caches. "
+    )
+    cache = above["last_level_cache_bytes"].iloc[0] if "last_level_cache_bytes" in above else None
+    largest = above["step_bytes"].max() if "step_bytes" in above else None
+    if cache is None or largest is None or pd.isna(cache) or pd.isna(largest):
+        return [text + "This device's last-level cache is unknown, so why is not shown here."]
+    if largest <= cache:
+        return [
+            text + f"Each of them moves at most {largest / 1e6:.1f} MB a step, within this "
+            f"device's {cache / 2**20:.0f} MiB last-level cache, so they can read it from the "
+            "cache: for a model this small the memory roofline is no bound (a model larger "
+            "than the cache, like the 8B one on a GPU, has no such way around it)."
+        ]
+    return [
+        text + f"The largest moves {largest / 1e6:.1f} MB a step, more than this device's "
+        f"{cache / 2**20:.0f} MiB last-level cache: the copy bandwidth understates what this "
+        "machine can read."
+    ]
 
 
 def _median_text(row) -> str:
@@ -281,20 +315,30 @@ def profile_sentences(
             + f". Eager, the same step made {calls.loc['other operators', 'eager']:.0f} calls to "
             f"other operators per token, {parts.loc['other operators', 'eager']:.2f} ms, and "
             f"spent {parts.loc['Python between operators', 'eager']:.2f} ms in Python between "
-            "them; compiled, those are one call to inductor's fused kernels "
+            "them; compiled, those are inductor's fused kernels in one call of its graph "
             f"({parts.loc['compiled kernels', 'compiled']:.2f} ms) and "
             f"{calls.loc['other operators', 'compiled']:.0f} small operator calls. What is left "
             f"between the compiled step and its roofline is {left}."
         )
-        if "frozen" in parts.columns:
+        if "frozen" in parts.columns and parts.loc["matmuls", "frozen"] > 0:
             frozen = parts["frozen"]
             frozen_rate = weights / (frozen["matmuls"] / 1e3)
             sentences.append(
-                f"batch 1 frozen (the weights prepacked once), profiled: {frozen.sum():.2f} ms "
-                f"a step; its matmuls take {frozen['matmuls']:.2f} ms, reading the weights at "
-                f"{frozen_rate / 1e9:.1f} GB/s ({frozen_rate / bandwidth_bytes_per_s:.0%} of "
-                f"the copy bandwidth, {frozen_rate / rate:.2f}x the plain compiled step's "
-                "rate)."
+                f"batch 1 frozen (the weights packed once, each linear a GEMM kernel of its "
+                f"own shape), profiled: {frozen.sum():.2f} ms a step; its matmuls take "
+                f"{frozen['matmuls']:.2f} ms, reading the weights at {frozen_rate / 1e9:.1f} "
+                f"GB/s ({frozen_rate / bandwidth_bytes_per_s:.0%} of the copy bandwidth, "
+                f"{frozen_rate / rate:.2f}x the plain compiled step's rate)"
+                + (
+                    ": more than a copy through memory moves (see the cache above)."
+                    if frozen_rate > bandwidth_bytes_per_s
+                    else "."
+                )
+            )
+        elif "frozen" in parts.columns:
+            sentences.append(
+                f"batch 1 frozen, profiled: {parts['frozen'].sum():.2f} ms a step; the profiler "
+                "saw no matmul in it (its GEMMs ran inside kernels it could not tell apart)."
             )
         big = parts[f"compiled, batch {largest}"]
         big_rate = largest * 2 * matmul_weights(config) / (big["matmuls"] / 1e3)

@@ -52,7 +52,13 @@ from perflab.decode.inputs import (
     random_prompts,
 )
 from perflab.decode.steps import StaticDecoder, cached_logits
-from perflab.device import describe, parse_dtype, resolve_device, synchronize
+from perflab.device import (
+    describe,
+    last_level_cache_bytes,
+    parse_dtype,
+    resolve_device,
+    synchronize,
+)
 from perflab.model import ModelConfig, TransformerLM, get_preset
 from perflab.paths import library_tree, library_versions
 
@@ -82,17 +88,19 @@ def decode_step(
     Dynamo keeps what it compiled by the shapes it guards on, not by the decoder object, so a
     later step of the same model shape, batch and context reuses the compiled graph (no second
     compile) until ``torch._dynamo.reset()``; ``compiled_graphs()`` counts the compilations.
-    ``freeze``: compile with inductor's freezing (``FREEZE_OPTIONS``): the weights become
-    constants of the graph, so on a CPU each linear layer is prepacked once for MKL instead
-    of at every call; a CPU's batch-1 step gains most."""
+    ``freeze``: compile with inductor's freezing (``compile_options``): the weights become
+    constants of the graph, and on a CPU (float32, bfloat16, float16) each linear becomes
+    inductor's C++ GEMM template, its weight packed once into the template's blocked layout
+    and a micro-kernel generated for the step's shape."""
     check_context(model, context)
     check_batch(batch)
     if cache not in CACHES:
         raise ValueError(f"unknown cache {cache!r}; valid: {', '.join(CACHES)}")
     if compiled and cache != "contiguous":
         raise ValueError(COMPILED_NEEDS_FIXED_SHAPES)
-    options = compile_options(compiled, mode, freeze)
-    device = next(model.parameters()).device
+    weight = next(model.parameters())
+    device = weight.device
+    options = compile_options(compiled, mode, freeze, device, weight.dtype)
     prompts = random_prompts(model.config.vocab_size, [context] * batch, seed)
     tokens = torch.zeros(batch, dtype=torch.long, device=device)
     if cache == "contiguous":
@@ -125,16 +133,34 @@ def decode_step(
     return paged_step
 
 
-#: Inductor's options for a frozen step: parameters folded into the graph as constants (and on
-#: a CPU, each linear's weight prepacked once), valid while the weights do not change.
+#: Inductor's options for a frozen step: parameters folded into the graph as constants, valid
+#: while the weights do not change.
 FREEZE_OPTIONS = {"freezing": True}
 
+#: With frozen weights on a CPU, inductor's own C++ GEMM template for every linear layer: the
+#: weight packed once into the template's blocked layout and a micro-kernel generated for the
+#: step's shapes (batch rows), instead of MKL's packed sgemm, which reads the weights of a
+#: few-row product more slowly (notebook 10). "CPP" alone, not "CPP,ATEN": with both, inductor
+#: times each candidate at compile time (about 30 s a batch size on a 2-core CPU); a linear the
+#: template cannot take falls back to ATen's kernel by itself.
+CPU_GEMM_TEMPLATE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP"}
 
-def compile_options(compiled: bool, mode: str | None, freeze: bool) -> dict:
-    """Inductor's configuration for a decode step's compilation: ``FREEZE_OPTIONS`` with
-    ``freeze`` (which needs a compiled step, in the default mode or "reduce-overhead"), else
-    none. It is patched in around the first call, where the compilation happens
-    (``torch.compile``'s own ``options`` do not reach freezing)."""
+#: The dtypes the C++ GEMM template generates kernels for (float64 would find no kernel).
+CPU_GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def compile_options(
+    compiled: bool,
+    mode: str | None,
+    freeze: bool,
+    device: torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> dict:
+    """Inductor's configuration for a decode step's compilation: with ``freeze`` (which needs a
+    compiled step, in the default mode or "reduce-overhead"), ``FREEZE_OPTIONS``, and on a CPU
+    with weights of a dtype in ``CPU_GEMM_DTYPES``, ``CPU_GEMM_TEMPLATE`` too; else none. It is
+    patched in around the first call, where the compilation happens (``torch.compile``'s own
+    ``options`` do not reach freezing)."""
     if not freeze:
         return {}
     if not compiled:
@@ -143,6 +169,9 @@ def compile_options(compiled: bool, mode: str | None, freeze: bool) -> dict:
         raise ValueError(
             f"freeze combines with the default mode or 'reduce-overhead', got mode {mode!r}"
         )
+    on_cpu = device is not None and torch.device(device).type == "cpu"
+    if on_cpu and dtype in CPU_GEMM_DTYPES:
+        return {**FREEZE_OPTIONS, **CPU_GEMM_TEMPLATE}
     return dict(FREEZE_OPTIONS)
 
 
@@ -224,7 +253,8 @@ def roofline_columns(
     """The row of one timed step: its median and interval, tokens/s (batch / the median, and
     the interval inverted), FLOPs and bytes per token, the two bounds from the measured
     ``bandwidth`` (bytes/s) and ``peak_flops`` (FLOP/s), the roofline, which bound it is, and
-    ``fraction_of_roofline``."""
+    ``fraction_of_roofline``; and the device's last-level cache (``last_level_cache_bytes``)
+    beside the bytes a step moves, since a step that fits in it can beat the memory bound."""
     low, high = timing.median_ci
     cost = step_cost(model.config, cache, batch, context, element_bytes(model))
     bounds = rooflines(cost, bandwidth, peak_flops)
@@ -238,6 +268,8 @@ def roofline_columns(
         **cost,
         **bounds,
         "fraction_of_roofline": fraction,
+        "step_bytes": cost["bytes_per_token"] * batch,
+        "last_level_cache_bytes": last_level_cache_bytes(next(model.parameters()).device),
     }
 
 
