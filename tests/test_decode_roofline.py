@@ -108,6 +108,17 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
         decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
 
 
+def test_the_gemm_template_is_asked_for_only_where_pytorch_has_mkl(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
+    assert compile_options(True, None, True, cpu, torch.bfloat16)["max_autotune_gemm_backends"] == (
+        "CPP"
+    )
+    monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
+    assert compile_options(True, None, True, cpu, torch.float32) == {"freezing": True}
+    assert compile_options(True, None, False, cpu, torch.float32) == {}
+
+
 def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     from perflab.decode.bench import profile_steps
 

@@ -158,7 +158,10 @@ def compile_options(
 ) -> dict:
     """Inductor's configuration for a decode step's compilation: with ``freeze`` (which needs a
     compiled step, in the default mode or "reduce-overhead"), ``FREEZE_OPTIONS``, and on a CPU
-    with weights of a dtype in ``CPU_GEMM_DTYPES``, ``CPU_GEMM_TEMPLATE`` too; else none. It is
+    with weights of a dtype in ``CPU_GEMM_DTYPES``, ``CPU_GEMM_TEMPLATE`` too where PyTorch has
+    MKL (an x86 build: frozen, each linear becomes MKL's packed one, which falls back to ATen
+    where the template cannot take it; elsewhere a matmul the template refused would find no
+    kernel at all); else none. It is
     patched in around the first call, where the compilation happens (``torch.compile``'s own
     ``options`` do not reach freezing)."""
     if not freeze:
@@ -170,7 +173,7 @@ def compile_options(
             f"freeze combines with the default mode or 'reduce-overhead', got mode {mode!r}"
         )
     on_cpu = device is not None and torch.device(device).type == "cpu"
-    if on_cpu and dtype in CPU_GEMM_DTYPES:
+    if on_cpu and dtype in CPU_GEMM_DTYPES and torch.backends.mkl.is_available():
         return {**FREEZE_OPTIONS, **CPU_GEMM_TEMPLATE}
     return dict(FREEZE_OPTIONS)
 
