@@ -124,3 +124,10 @@ def test_the_last_level_cache_is_the_largest_level_that_holds_data(tmp_path):
     (tmp_path / "index3" / "size").write_text("2M\n")
     assert last_level_cache_bytes("cpu", str(tmp_path)) == 2 * 2**20
     assert last_level_cache_bytes("cpu", str(tmp_path / "missing")) is None
+
+
+def test_a_gpus_last_level_cache_is_its_l2(monkeypatch):
+    """The CUDA path, with the device's properties faked (an H100 reports 50 MiB of L2)."""
+    props = type("Properties", (), {"L2_cache_size": 50 * 2**20})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    assert last_level_cache_bytes("cuda:0") == 50 * 2**20
