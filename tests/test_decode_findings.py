@@ -25,7 +25,7 @@ def timing(median_ms, low_ms, high_ms, unstable=False, level=0.968):
 
 def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None, cache=32 * 2**20):
     """Two batches (1, 16), eager and compiled (and frozen), with the given shares of the
-    (memory-bound) roofline; each step moves 20 MB, the last-level cache is ``cache`` bytes."""
+    (memory-bound) roofline; each step moves 20 MiB, the last-level cache is ``cache`` bytes."""
     rows = []
     kinds = (("eager", eager), ("compiled", compiled)) + ((("frozen", frozen),) if frozen else ())
     for step, shares in kinds:
@@ -40,7 +40,7 @@ def throughput_frame(eager=(0.2, 0.5), compiled=(0.6, 0.7), frozen=None, cache=3
                     "roofline_tokens_per_s": roofline,
                     "memory_bound_tokens_per_s": roofline,
                     "bound": "memory",
-                    "step_bytes": 20e6,
+                    "step_bytes": 20 * 2**20,
                     "last_level_cache_bytes": cache,
                     **timing(2.0, 1.9, 2.1),
                 }
@@ -197,11 +197,15 @@ def test_steps_above_the_memory_bound_are_held_against_the_last_level_cache():
     sentences = say.roofline_sentences(throughput_frame(frozen=(1.74, 0.48)))
     assert len(sentences) == 3
     assert sentences[-1].startswith("above the memory-bound roofline (batch 1 frozen 174% of it)")
-    assert "at most 20.0 MB a step, within this device's 32 MiB last-level cache" in sentences[-1]
+    assert "at most 20.0 MiB a step, within this device's 32 MiB last-level cache" in sentences[-1]
     (beyond,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=2**20))
-    assert "The largest moves 20.0 MB a step, more than this device's 1 MiB" in beyond
+    assert "The largest moves 20.0 MiB a step, more than this device's 1 MiB" in beyond
     (unknown,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=None))
     assert unknown.endswith("This device's last-level cache is unknown, so why is not shown here.")
+    older = throughput_frame(frozen=(1.74, 0.48)).drop(
+        columns=["step_bytes", "last_level_cache_bytes"]
+    )
+    assert say.beyond_memory_sentences(older)[0].endswith("so why is not shown here.")
 
 
 def test_the_frozen_steps_profile_gives_its_matmuls_rate_beside_the_plain_one():

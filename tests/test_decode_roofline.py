@@ -16,11 +16,18 @@ from perflab.bench.peak import CopyBandwidth, PeakMatmul
 from perflab.bench.timer import Timing
 from perflab.decode import CACHES
 from perflab.decode.bench import PARTS, profile_step
-from perflab.decode.costs import decode_cost, matmul_weights, recompute_cost, rooflines
+from perflab.decode.costs import (
+    decode_cost,
+    decode_step_bytes,
+    matmul_weights,
+    recompute_cost,
+    rooflines,
+)
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.roofline import (
     DecodeConfig,
     compile_options,
+    cpu_gemm_template_applies,
     decode_benchmark,
     decode_step,
     roofline_columns,
@@ -93,7 +100,8 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
             )
     finally:
         torch._dynamo.reset()
-    assert "micro_gemm" in codes[torch.float32, True]
+    # where freezing packs float32 linears for MKL (an x86 build), the template takes them
+    assert ("micro_gemm" in codes[torch.float32, True]) == cpu_gemm_template_applies(torch.float32)
     assert "micro_gemm" not in codes[torch.float32, False]
     assert "micro_gemm" not in codes[torch.float64, True]
     assert compile_options(True, None, True, torch.device("cpu"), torch.float64) == {
@@ -108,14 +116,17 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
         decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
 
 
-def test_the_gemm_template_is_asked_for_only_where_pytorch_has_mkl(monkeypatch):
-    cpu = torch.device("cpu")
+def test_the_gemm_template_is_asked_for_only_where_freezing_packs_the_linears(monkeypatch):
+    cpu, template = torch.device("cpu"), "max_autotune_gemm_backends"
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
-    assert compile_options(True, None, True, cpu, torch.bfloat16)["max_autotune_gemm_backends"] == (
-        "CPP"
-    )
+    assert compile_options(True, None, True, cpu, torch.float32)[template] == "CPP"
+    with torch._inductor.config.patch({"cpp.weight_prepack": False}):
+        assert compile_options(True, None, True, cpu, torch.float32) == {"freezing": True}
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
     assert compile_options(True, None, True, cpu, torch.float32) == {"freezing": True}
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):
+        assert compile_options(True, None, True, cpu, dtype) == {"freezing": True}
     assert compile_options(True, None, False, cpu, torch.float32) == {}
 
 
@@ -229,7 +240,7 @@ def test_tokens_per_second_and_the_fraction_from_a_planted_timing():
     assert row["fraction_of_roofline"] == pytest.approx(0.5)
     low, high = timing.median_ci
     assert (row["tokens_per_s_low"], row["tokens_per_s_high"]) == (2 / high, 2 / low)
-    assert row["step_bytes"] == 2 * cost["bytes_per_token"]  # per token, two tokens a step
+    assert row["step_bytes"] == pytest.approx(decode_step_bytes(model.config, 2, 16, 4))
     assert row["last_level_cache_bytes"] == last_level_cache_bytes("cpu")
 
 

@@ -184,13 +184,15 @@ _SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 def last_level_cache_bytes(
     device: torch.device | str, cache_dir: str = "/sys/devices/system/cpu/cpu0/cache"
 ) -> int | None:
-    """Size of the device's last-level cache in bytes: a GPU's L2 (``torch.cuda``), or the
+    """Size of the device's last-level cache in bytes: a CUDA GPU's L2 (``torch.cuda``), or the
     largest level of a Linux CPU's caches that holds data (``cache_dir`` in sysfs); None where
-    it cannot be read. A step whose bytes fit in it can read them faster than a copy through
-    memory, so a share of a memory roofline above 100% is no error."""
+    it cannot be read or for other devices. A step whose bytes fit in it can read them faster
+    than a copy through memory, so a share of a memory roofline above 100% is no error."""
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size) or None
+    if device.type != "cpu":
+        return None
     levels = []
     try:
         for index in sorted(os.listdir(cache_dir)):
@@ -206,7 +208,7 @@ def last_level_cache_bytes(
                 size = f.read().strip()
             unit = size[-1] if size[-1] in "KMG" else ""
             levels.append((level, int(size.removesuffix(unit)) * _SIZE_UNITS[unit]))
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):  # unreadable, or an empty or odd size
         return None
     return max(levels)[1] if levels else None
 

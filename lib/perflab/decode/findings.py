@@ -143,13 +143,14 @@ def beyond_memory_sentences(throughput: pd.DataFrame) -> list[str]:
         return [text + "This device's last-level cache is unknown, so why is not shown here."]
     if largest <= cache:
         return [
-            text + f"Each of them moves at most {largest / 1e6:.1f} MB a step, within this "
-            f"device's {cache / 2**20:.0f} MiB last-level cache, so they can read it from the "
-            "cache: for a model this small the memory roofline is no bound (a model larger "
-            "than the cache, like the 8B one on a GPU, has no such way around it)."
+            text + f"Each of them moves at most {largest / 2**20:.1f} MiB a step, within this "
+            f"device's {cache / 2**20:.0f} MiB last-level cache (shared with whatever else "
+            "runs), so part of it may be served from the cache: for a model this small the "
+            "memory roofline need not bound the step (a model far larger than the cache, like "
+            "the 8B one on a GPU, has no such way around it)."
         ]
     return [
-        text + f"The largest moves {largest / 1e6:.1f} MB a step, more than this device's "
+        text + f"The largest moves {largest / 2**20:.1f} MiB a step, more than this device's "
         f"{cache / 2**20:.0f} MiB last-level cache: the copy bandwidth understates what this "
         "machine can read."
     ]
@@ -328,12 +329,8 @@ def profile_sentences(
                 f"own shape), profiled: {frozen.sum():.2f} ms a step; its matmuls take "
                 f"{frozen['matmuls']:.2f} ms, reading the weights at {frozen_rate / 1e9:.1f} "
                 f"GB/s ({frozen_rate / bandwidth_bytes_per_s:.0%} of the copy bandwidth, "
-                f"{frozen_rate / rate:.2f}x the plain compiled step's rate)"
-                + (
-                    ": more than a copy through memory moves (see the cache above)."
-                    if frozen_rate > bandwidth_bytes_per_s
-                    else "."
-                )
+                f"{frozen_rate / rate:.2f}x the plain compiled step's rate). Only this step "
+                "times each of its kernels for the profiler, a cost the others do not pay."
             )
         elif "frozen" in parts.columns:
             sentences.append(

@@ -89,9 +89,9 @@ def decode_step(
     later step of the same model shape, batch and context reuses the compiled graph (no second
     compile) until ``torch._dynamo.reset()``; ``compiled_graphs()`` counts the compilations.
     ``freeze``: compile with inductor's freezing (``compile_options``): the weights become
-    constants of the graph, and on a CPU (float32, bfloat16, float16) each linear becomes
-    inductor's C++ GEMM template, its weight packed once into the template's blocked layout
-    and a micro-kernel generated for the step's shape."""
+    constants of the graph, and on a CPU (where ``cpu_gemm_template_applies``: float32 with
+    MKL, for example) each linear becomes inductor's C++ GEMM template, its weight packed once
+    into the template's blocked layout and a micro-kernel generated for the step's shape."""
     check_context(model, context)
     check_batch(batch)
     if cache not in CACHES:
@@ -139,14 +139,29 @@ FREEZE_OPTIONS = {"freezing": True}
 
 #: With frozen weights on a CPU, inductor's own C++ GEMM template for every linear layer: the
 #: weight packed once into the template's blocked layout and a micro-kernel generated for the
-#: step's shapes (batch rows), instead of MKL's packed sgemm, which reads the weights of a
-#: few-row product more slowly (notebook 10). "CPP" alone, not "CPP,ATEN": with both, inductor
-#: times each candidate at compile time (about 30 s a batch size on a 2-core CPU); a linear the
-#: template cannot take falls back to ATen's kernel by itself.
+#: step's shapes (batch rows), instead of MKL's packed sgemm, which was slower at a decode
+#: step's few rows on the 2-core CPU this was measured on. "CPP" alone, not "CPP,ATEN": with
+#: both, inductor times each candidate at compile time (about 30 s a batch size there). Alone,
+#: it leaves no ATen kernel to fall back on except where freezing made the linear MKL's or
+#: oneDNN's packed one (``cpu_gemm_template_applies``).
 CPU_GEMM_TEMPLATE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP"}
 
-#: The dtypes the C++ GEMM template generates kernels for (float64 would find no kernel).
-CPU_GEMM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+def cpu_gemm_template_applies(dtype: torch.dtype | None) -> bool:
+    """Whether a frozen CPU step of weights in ``dtype`` asks for ``CPU_GEMM_TEMPLATE``: where
+    freezing packs its linears for MKL (float32, a build with MKL) or oneDNN (bfloat16,
+    float16, where this CPU supports them), whose lowering falls back to ATen for a shape the
+    template refuses. Elsewhere (float64, which the template has no kernel for; no MKL; inductor
+    told not to prepack weights) a refused matmul would find no kernel at all."""
+    if not torch._inductor.config.cpp.weight_prepack:
+        return False
+    if dtype == torch.float32:
+        return torch.backends.mkl.is_available()
+    if dtype == torch.bfloat16:
+        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return False
 
 
 def compile_options(
@@ -158,12 +173,9 @@ def compile_options(
 ) -> dict:
     """Inductor's configuration for a decode step's compilation: with ``freeze`` (which needs a
     compiled step, in the default mode or "reduce-overhead"), ``FREEZE_OPTIONS``, and on a CPU
-    with weights of a dtype in ``CPU_GEMM_DTYPES``, ``CPU_GEMM_TEMPLATE`` too where PyTorch has
-    MKL (an x86 build: frozen, each linear becomes MKL's packed one, which falls back to ATen
-    where the template cannot take it; elsewhere a matmul the template refused would find no
-    kernel at all); else none. It is
-    patched in around the first call, where the compilation happens (``torch.compile``'s own
-    ``options`` do not reach freezing)."""
+    where ``cpu_gemm_template_applies`` to the weights' dtype, ``CPU_GEMM_TEMPLATE`` too; else
+    none. It is patched in around the first call, where the compilation happens
+    (``torch.compile``'s own ``options`` do not reach freezing)."""
     if not freeze:
         return {}
     if not compiled:
@@ -173,7 +185,7 @@ def compile_options(
             f"freeze combines with the default mode or 'reduce-overhead', got mode {mode!r}"
         )
     on_cpu = device is not None and torch.device(device).type == "cpu"
-    if on_cpu and dtype in CPU_GEMM_DTYPES and torch.backends.mkl.is_available():
+    if on_cpu and cpu_gemm_template_applies(dtype):
         return {**FREEZE_OPTIONS, **CPU_GEMM_TEMPLATE}
     return dict(FREEZE_OPTIONS)
 
