@@ -335,3 +335,24 @@ def test_phase_findings_state_their_interval_and_record_it(tmp_path):
     saved = pd.read_csv(tmp_path / "conclusions.csv")
     assert saved["confidence"].tolist() == [0.96875, 0.75]
     assert _rules(tmp_path) == []
+
+
+def test_a_step_that_fits_in_the_cache_is_held_against_its_compute_bound_alone(tmp_path):
+    """Row 0 beats its memory bound but fits in the cache: no contradiction; row 1 beats the
+    compute bound too; row 2 beats its memory bound without fitting; row 3 knows no cache."""
+    pd.DataFrame(
+        {
+            "tokens_per_s_low": [150.0, 600.0, 150.0, 150.0],
+            "roofline_tokens_per_s": [100.0, 100.0, 100.0, 100.0],
+            "compute_bound_tokens_per_s": [500.0, 500.0, 500.0, 500.0],
+            "step_bytes": [20e6, 20e6, 40e6, 20e6],
+            "last_level_cache_bytes": [32 * 2**20, 32 * 2**20, 32 * 2**20, None],
+        }
+    ).to_csv(tmp_path / "decode.csv", index=False)
+    details = list(check_results(tmp_path, library=None)["detail"])
+    assert details == [
+        "row 1: measured at least 600 tokens/s, bound 500 (compute: the step fits in the "
+        "last-level cache)",
+        "row 2: measured at least 150 tokens/s, bound 100",
+        "row 3: measured at least 150 tokens/s, bound 100",
+    ]

@@ -15,6 +15,9 @@ Every CSV under DIR is read, and each rule below that applies to its columns is 
   compile, QKV and checkpointing);
 - **above the roofline**: a measured throughput whose 95% interval lies entirely above the
   bound computed for it (``tokens_per_s_low`` over ``roofline_tokens_per_s``, notebook 10);
+  for a step whose bytes fit in the device's last-level cache (``step_bytes`` at most
+  ``last_level_cache_bytes``), over its compute bound alone, since the memory bound's
+  bandwidth is a copy through memory that such a step need not make;
 - **conclusion from an unstable measurement**: a row of ``conclusions.csv`` that concludes
   ("faster", "slower" or another verdict) although it is marked unstable;
 - **sweep row contradicts a verdict**: a comparison measured interleaved (columns ``a``, ``b``,
@@ -150,15 +153,26 @@ def _preset_order(path: Path, frame: pd.DataFrame) -> list[dict]:
 def _roofline(path: Path, frame: pd.DataFrame) -> list[dict]:
     if not {"tokens_per_s_low", "roofline_tokens_per_s"} <= set(frame.columns):
         return []
-    above = _numeric(frame, "tokens_per_s_low") > _numeric(frame, "roofline_tokens_per_s")
+    bound = _numeric(frame, "roofline_tokens_per_s")
+    fits = pd.Series(False, index=frame.index)
+    if {"step_bytes", "last_level_cache_bytes", "compute_bound_tokens_per_s"} <= set(frame):
+        fits = _numeric(frame, "step_bytes") <= _numeric(frame, "last_level_cache_bytes")
+        bound = bound.where(~fits, _numeric(frame, "compute_bound_tokens_per_s"))
+    above = _numeric(frame, "tokens_per_s_low") > bound
     return [
         _finding(
             path,
             "above the roofline",
-            f"row {index}: measured at least "
-            f"{row.tokens_per_s_low:.4g} tokens/s, bound {row.roofline_tokens_per_s:.4g}",
+            f"row {index}: measured at least {low:.4g} tokens/s, bound {limit:.4g}"
+            + (" (compute: the step fits in the last-level cache)" if cached else ""),
         )
-        for index, row in zip(frame.index[above], frame[above].itertuples(), strict=True)
+        for index, low, limit, cached in zip(
+            frame.index[above],
+            _numeric(frame, "tokens_per_s_low")[above],
+            bound[above],
+            fits[above],
+            strict=True,
+        )
     ]
 
 
