@@ -176,7 +176,8 @@ print(say.phase_sentence(phases, ridge, steps))
 # MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step).
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
-# would mean the weights came from the cache, not an error.
+# is no error: part of the bytes may come from the cache (where a step does, a sentence below
+# says whether its bytes fit in it).
 
 # %%
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
