@@ -374,6 +374,39 @@ def test_ranks_are_placed_per_launch_by_the_gpus_there_are(
     assert launcher.max_world_size() >= launcher.GLOO_RANKS_PER_CORE
 
 
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+@pytest.mark.parametrize("launcher_env", ["torchrun one machine", "torchrun WORLD_SIZE only"])
+def test_torchrun_and_launch_choose_the_same_backend(monkeypatch, gpus, launcher_env):
+    """``torchrun --nproc-per-node 2 -m perflab.distributed`` joins its group through
+    ``init_process_group_from_env``: on a one-GPU box it must run Gloo, as ``launch`` does,
+    not NCCL with rank 1 on a ``cuda:1`` that is not there. One-, two- and eight-GPU boxes
+    simulated here (the device count mocked, the process group not started)."""
+    launcher = importlib.import_module("perflab.distributed.launch")
+
+    monkeypatch.delenv("PERFLAB_DIST_BACKEND", raising=False)
+    monkeypatch.setattr(launcher, "_gpus", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    joined, devices = [], []
+    monkeypatch.setattr(
+        launcher.dist, "init_process_group", lambda b, **kw: joined.append(kw | {"backend": b})
+    )
+    monkeypatch.setattr(torch.cuda, "set_device", devices.append)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    if launcher_env == "torchrun one machine":
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    else:
+        monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    launcher.init_process_group_from_env()
+    expected = launcher.place_ranks(2).backend
+    assert joined[0]["backend"] == expected == ("gloo" if gpus == 1 else "nccl")
+    if expected == "nccl":
+        assert devices == [torch.device("cuda", 1)] and joined[0]["device_id"] == devices[0]
+    else:
+        assert devices == [] and joined[0]["device_id"] is None
+
+
 def test_a_gpu_sized_model_on_cpu_ranks_is_refused_in_one_line(monkeypatch):
     """The 8B model on two ranks of a one-GPU box would train on two CPU processes for hours:
     refused before any rank starts; a small model, or a machine without GPUs, goes ahead."""

@@ -2,8 +2,9 @@
 a GPU) against a float64 naive reference on fresh random inputs.
 
 On a GPU every test runs on CUDA with one pinned kernel configuration (``pinned_config``:
-autotuning each odd shape would compile ~60 kernels per shape); ``test_every_autotune_config``
-checks each configuration the autotuner may pick, and ``test_autotuned_launch`` the tuner itself.
+autotuning each odd shape would compile ~60 kernels per shape); ``test_every_kept_config``
+checks each configuration the autotuner may pick, for each kernel, dtype and head dimension it
+is kept for, and ``test_autotuned_launch`` the tuner itself.
 
 Tolerances (``perflab.attention.check.TOLERANCE``): float32 inputs atol/rtol 2e-5 for outputs
 and logsumexp (the tiles sum in another order than the reference), float16 2e-3 (11
@@ -25,7 +26,8 @@ from perflab.model import PRESETS, TransformerLM, cross_entropy
 HAVE_TRITON = triton_available()
 NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
 if HAVE_TRITON:
-    from perflab.attention.flash_configs import KERNELS, all_configs
+    from perflab.attention.config_check import config_jobs
+    from perflab.attention.flash_configs import kept_configs
     from perflab.attention.flash_triton import (
         INTERPRETED,
         FlashAttentionTriton,
@@ -33,10 +35,20 @@ if HAVE_TRITON:
         pinned_config,
     )
 
-    #: Every configuration the autotuner may pick for any of the kernels.
-    AUTOTUNE_CONFIGS = list(dict.fromkeys(c for name in KERNELS for c in all_configs(name)))
+    #: Every kernel at every configuration kept for a dtype and head dimension.
+    CONFIG_JOBS = config_jobs()
+
+    import triton
+    import triton.language as tl
+
+    from perflab.attention.flash_triton import _heaviest_first
+
+    @triton.jit
+    def _which_tile(Out, IS_CAUSAL: tl.constexpr):
+        """Each program writes the query tile the attention kernels would give it."""
+        tl.store(Out + tl.program_id(1), _heaviest_first(IS_CAUSAL))
 else:
-    AUTOTUNE_CONFIGS, INTERPRETED = [], True
+    CONFIG_JOBS, INTERPRETED = [], True
     FlashAttentionTriton = flash_attention_triton = None
     pinned_config = contextlib.nullcontext
 
@@ -50,7 +62,7 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 @pytest.fixture(autouse=True)
 def _one_kernel_configuration(request):
-    if "autotuned" in request.node.name or "every_autotune_config" in request.node.name:
+    if "autotuned" in request.node.name or "every_kept_config" in request.node.name:
         yield
         return
     with pinned_config():
@@ -94,19 +106,17 @@ def test_bfloat16_and_compiled_kernels_on_gpu(implementation, batch, n_q, n_k, d
 
 
 @GPU
-@pytest.mark.parametrize("config", AUTOTUNE_CONFIGS, ids=lambda c: "x".join(map(str, c)))
-def test_every_autotune_config_computes_the_same_function_on_gpu(config):
-    """Whatever configuration the autotuner picks is correct: each one, pinned, on shapes that
-    are not multiples of any tile, causal and not, float16 and bfloat16."""
-    from triton.runtime.errors import OutOfResources
+@pytest.mark.parametrize("job", CONFIG_JOBS, ids=lambda job: job.label)
+def test_every_kept_config_computes_the_same_function_on_gpu(job):
+    """Whatever configuration the autotuner picks is correct: each kernel pinned to each
+    configuration kept for its dtype and head dimension (the other two at their first),
+    against float64 on ragged and aligned lengths, causal and not
+    (``perflab.attention.config_check``)."""
+    from perflab.attention.config_check import check_config
 
-    try:
-        with pinned_config(config):
-            for dtype in (torch.float16, torch.bfloat16):
-                _check_against_reference(FlashAttentionTriton, 2, 129, 300, 64, True, dtype)
-                _check_against_reference(FlashAttentionTriton, 1, 200, 77, 128, False, dtype)
-    except OutOfResources as error:  # the autotuner's pruner drops it on this GPU too
-        pytest.skip(f"{config} does not fit this GPU: {error}")
+    rows = check_config(job, "cuda")
+    failed = [row for row in rows if not row["within_tolerance"]]
+    assert not failed, failed
 
 
 @GPU
@@ -404,3 +414,132 @@ def test_a_pinned_check_runs_each_kernel_at_its_first_kept_configuration(monkeyp
     with ft.pinned_config((32, 32, 4, 2)):
         _, config = ft._kernel_and_config(ft._backward_q, "flash_backward_q", 64, torch.float16)
         assert config == {"BQ": 32, "BK": 32, "num_warps": 4, "num_stages": 2}
+
+
+def _launch_arguments(monkeypatch, heads: int) -> list[dict]:
+    """The named arguments of every kernel launch of a forward and backward at ``heads``
+    (the batch of the (batch, seq, d) functions), captured in the interpreter."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from perflab.attention import flash_triton as ft
+
+    launches, launch = [], InterpretedFunction.run
+
+    def captured(self, *args, **kwargs):
+        names = self.fn.__code__.co_varnames[: self.fn.__code__.co_argcount]
+        named = dict(zip(names, args, strict=False))
+        launches.append({"kernel": self.fn.__name__, **named, **kwargs})
+        return launch(self, *args, **kwargs)
+
+    monkeypatch.setattr(InterpretedFunction, "run", captured)
+    q, k, v = (t.detach().requires_grad_() for t in _inputs(heads, 48, 48, 16, torch.float32, 7))
+    ft.FlashAttentionTriton.apply(q, k, v, True).sum().backward()
+    return launches
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="captures the interpreter's launches")
+def test_the_autotuner_tunes_one_head_and_sixteen_apart(monkeypatch):
+    """The autotuner's key (``AUTOTUNE_KEY``) holds the batch's bucket: a sweep that tuned at
+    1 head does not run 16 heads on the tiles chosen for 1 (whose grid fills the GPU
+    differently); 15 and 16 heads share a tuning."""
+    from perflab.attention.flash_triton import AUTOTUNE_KEY, batch_bucket
+
+    def keys(heads):
+        return {
+            launch["kernel"]: tuple(launch[name] for name in AUTOTUNE_KEY)
+            for launch in _launch_arguments(monkeypatch, heads)
+            if launch["kernel"] != "_flash_backward_preprocess_kernel"
+        }
+
+    one, fifteen, sixteen = keys(1), keys(15), keys(16)
+    assert set(one) == {
+        "_flash_forward_kernel",
+        "_flash_backward_kv_kernel",
+        "_flash_backward_q_kernel",
+    }
+    for kernel in one:
+        assert one[kernel] != sixteen[kernel]
+        assert fifteen[kernel] == sixteen[kernel]
+    assert [batch_bucket(b) for b in (1, 2, 3, 15, 16, 17)] == [1, 2, 4, 16, 16, 32]
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        batch_bucket(0)
+
+
+@NEEDS_TRITON
+@pytest.mark.parametrize("causal", [True, False])
+def test_causal_programs_take_the_heaviest_query_tiles_first(causal):
+    """In causal attention query tile t sees (t + 1) tiles of keys: the programs that start
+    first (the lowest index on grid axis 1) take the last, heaviest tiles, so that the light
+    ones fill the last wave; without a mask every tile is equal and the order stays."""
+    tiles = 5
+    out = torch.full((tiles,), -1, dtype=torch.int32, device=DEVICE)
+    _which_tile[(1, tiles)](out, IS_CAUSAL=causal)
+    expected = list(range(tiles))[::-1] if causal else list(range(tiles))
+    assert out.tolist() == expected
+
+
+@NEEDS_TRITON
+def test_a_pinned_launch_asks_pytorch_for_nothing(monkeypatch):
+    """Choosing a pinned configuration (a GPU's correctness checks) runs no aten operator on the
+    host: ``host_calls`` would count one (a tensor made to read an element size calls
+    ``lift_fresh``) against the launch's list of operators."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from perflab.attention import flash_triton as ft
+
+    class Operators(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(ft, "INTERPRETED", False)  # the launch path a GPU takes
+    with ft.pinned_config(), Operators() as operators:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            ft._kernel_and_config(ft._forward, "flash_forward", 64, dtype)
+    assert operators.seen == []
+
+
+@NEEDS_TRITON
+def test_one_kernel_pinned_the_others_at_their_first_kept(monkeypatch):
+    from perflab.attention import flash_triton as ft
+    from perflab.attention.flash_configs import kept_configs
+
+    monkeypatch.setattr(ft, "INTERPRETED", False)
+    chosen = kept_configs("flash_backward_kv", 128, 2)[-1]
+    with ft.pinned_config({"flash_backward_kv": chosen}):
+        _, kv = ft._kernel_and_config(ft._backward_kv, "flash_backward_kv", 128, torch.bfloat16)
+        _, fwd = ft._kernel_and_config(ft._forward, "flash_forward", 128, torch.bfloat16)
+    assert (kv["BQ"], kv["BK"], kv["num_warps"], kv["num_stages"]) == chosen
+    first = kept_configs("flash_forward", 128, 2)[0]
+    assert (fwd["BQ"], fwd["BK"], fwd["num_warps"], fwd["num_stages"]) == first
+    with pytest.raises(ValueError, match="unknown kernels \\['flash_sideways'\\]; valid: flash_"):
+        with ft.pinned_config({"flash_sideways": chosen}):
+            pass
+
+
+@NEEDS_TRITON
+def test_config_check_runs_each_job_and_counts_the_configurations():
+    """The check a GPU runs over every kept configuration, here on this device (in the
+    interpreter every job runs 16 x 16 tiles, and the line says so)."""
+    from perflab.attention.config_check import check_configs, config_check_line, config_jobs
+
+    jobs = config_jobs(dtypes=["float32"], head_dims=[16])
+    assert {job.kernel for job in jobs} == {
+        "flash_forward",
+        "flash_backward_kv",
+        "flash_backward_q",
+    }
+    assert all(job.config in kept_configs(job.kernel, 16, 4) for job in jobs)
+    table = check_configs(jobs[:1], str(DEVICE))
+    assert len(table) == 3 and table["within_tolerance"].all()  # three cases
+    assert table["tiles_pinned"].all() == (not INTERPRETED)
+    line = config_check_line(table)
+    assert line.startswith("1 of 1 kernel configurations within tolerance on every case")
+    broken = table.assign(within_tolerance=[True, False, True])
+    assert "0 of 1" in config_check_line(broken) and "failed: flash_forward" in (
+        config_check_line(broken)
+    )

@@ -170,7 +170,12 @@ def parse_parameter_value(text: str) -> object:
 def _from_here(parameters: dict) -> None:
     """Notebooks run in ``notebooks/``: an ``adapters`` path given relative to where ``perflab
     run`` was started becomes absolute, and a ``model`` module is imported from there too (this
-    folder goes on the kernel's ``PYTHONPATH``)."""
+    folder goes on the kernel's ``PYTHONPATH``). So does a relative ``$PERFLAB_DATA_DIR``,
+    which the kernels inherit: read in ``notebooks/`` it would file rows under
+    ``notebooks/<dir>``."""
+    data = os.environ.get("PERFLAB_DATA_DIR")
+    if data and not Path(data).is_absolute():
+        os.environ["PERFLAB_DATA_DIR"] = str(Path(data).expanduser().resolve())
     adapters = parameters.get("adapters")
     if isinstance(adapters, str) and (adapters.endswith(".py") or "/" in adapters):
         parameters["adapters"] = str(Path(adapters).expanduser().resolve())

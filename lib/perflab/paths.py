@@ -142,12 +142,14 @@ def library_tree() -> str | None:
 def library_versions() -> dict[str, str]:
     """Python's, torch's and perflab's versions, recorded with every result."""
     import platform
-    from importlib.metadata import version
 
+    import perflab
+
+    # The package's own version: a GPU box runs it from PYTHONPATH, not installed.
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "perflab": version("perflab"),
+        "perflab": perflab.__version__,
     }
 
 

@@ -68,6 +68,7 @@ import triton  # noqa: E402  (after TRITON_INTERPRET is decided)
 import triton.language as tl  # noqa: E402
 
 from perflab.attention.flash_configs import (  # noqa: E402
+    KERNELS,
     PREPROCESS_CONFIG,
     VERIFIED_ARCHS,
     autotune_configs,
@@ -102,6 +103,19 @@ def _load_vector(base, rows, n, MASK: tl.constexpr, other: tl.constexpr):
     if MASK:
         return tl.load(base + rows, mask=rows < n, other=other)
     return tl.load(base + rows)
+
+
+@triton.jit
+def _heaviest_first(IS_CAUSAL: tl.constexpr):
+    """The query tile of this program (grid axis 1): in causal attention the last query tile
+    sees the most keys, so programs take tiles from the last down. CUDA starts blocks in
+    order of their index, so the heaviest start first and the light ones fill the last wave,
+    instead of a tail of heavy tiles running alone at the end (FlashAttention-2, section 3.2
+    ends on the same point)."""
+    tile = tl.program_id(1)
+    if IS_CAUSAL:
+        tile = tl.num_programs(1) - 1 - tile
+    return tile
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,21 +160,21 @@ def _forward_stage(
     return acc, row_sum, row_max
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["BATCH_BUCKET"])
 def _flash_forward_kernel(
     # tensors: Q (b, n_q, d), K and V (b, n_k, d), Out like Q, L (b, n_q) in float32
     Q, K, V, Out, L,
     # strides, in elements
     stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_ob, stride_on,
     stride_lb,
-    # sizes and the softmax scale 1/sqrt(d)
-    N_Q, N_K, scale,
+    # sizes, the softmax scale 1/sqrt(d), and the batch's bucket (read by the autotuner only)
+    N_Q, N_K, scale, BATCH_BUCKET,
     # compile-time: head dimension, tile sizes, masking, dot precision; EVEN_Q / EVEN_K (is
     # the length a multiple of the tile?) come from triton.heuristics
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
-    b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    b, tile = tl.program_id(0).to(tl.int64), _heaviest_first(IS_CAUSAL)
     q_start = tile * BQ
     offs_q = q_start + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
@@ -298,16 +312,18 @@ def _backward_kv_stage(
     return grad_k, grad_v
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["BATCH_BUCKET"])
 def _flash_backward_kv_kernel(
     # tensors: inputs, upstream gradient dO, L and D = rowsum(dO * O) (b, n_q), outputs dK, dV
     Q, K, V, DO, L, DELTA, DK, DV,
     # strides, in elements (dO shares Q's layout, dK and dV share K's; L and D are contiguous)
     stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_lb,
-    N_Q, N_K, scale,
+    N_Q, N_K, scale, BATCH_BUCKET,
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
+    # Causal: key tile 0 is seen by every query, the last by the fewest, so the grid's own
+    # order already starts the heaviest programs first.
     b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
     k_start = tile * BK
     offs_k = k_start + tl.arange(0, BK)
@@ -445,16 +461,16 @@ def _backward_q_stage(
     return grad_q
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["BATCH_BUCKET"])
 def _flash_backward_q_kernel(
     # tensors: inputs, dO, L and D (b, n_q), output dQ (Q's layout)
     Q, K, V, DO, L, DELTA, DQ,
     stride_qb, stride_qn, stride_kb, stride_kn, stride_vb, stride_vn, stride_lb,
-    N_Q, N_K, scale,
+    N_Q, N_K, scale, BATCH_BUCKET,
     D: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr, IS_CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr, EVEN_Q: tl.constexpr, EVEN_K: tl.constexpr,
 ):  # fmt: skip
-    b, tile = tl.program_id(0).to(tl.int64), tl.program_id(1)
+    b, tile = tl.program_id(0).to(tl.int64), _heaviest_first(IS_CAUSAL)
     q_start = tile * BQ
     offs_q = q_start + tl.arange(0, BQ)
     offs_d = tl.arange(0, D)
@@ -626,6 +642,21 @@ def _pruner(kernel, name: str):
     return prune
 
 
+#: What the autotuner keys its choice on. The batch (batch x heads) enters as its bucket
+#: (``batch_bucket``): one head and sixteen heads fill the GPU's multiprocessors differently
+#: (at 4k tokens and 128-row tiles, 32 programs against 512 on 132 SMs), so each gets its own
+#: tuning; without it, the first shape tuned would choose the tiles of every later one.
+AUTOTUNE_KEY = ("N_Q", "N_K", "D", "IS_CAUSAL", "BATCH_BUCKET")
+
+
+def batch_bucket(batch: int) -> int:
+    """The batch (batch x heads) as the autotuner's key sees it: the next power of two, so
+    that 15 and 16 heads share a tuning and 1 and 16 do not."""
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    return 1 << (batch - 1).bit_length()
+
+
 def _tuned(kernel, name: str):
     """``kernel`` with its EVEN_* flags derived from the tiles, autotuned on a GPU over
     ``flash_configs``' configurations; in the interpreter, run with fixed small tiles."""
@@ -634,7 +665,7 @@ def _tuned(kernel, name: str):
         return with_flags
     return triton.autotune(
         configs=autotune_configs(name),
-        key=["N_Q", "N_K", "D", "IS_CAUSAL"],
+        key=list(AUTOTUNE_KEY),
         prune_configs_by={"early_config_prune": _pruner(kernel, name)},
     )(with_flags)
 
@@ -662,23 +693,38 @@ _FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED e
 #: kernel, the first configuration ``flash_configs`` keeps for the launch's head dimension and
 #: element size (its smallest tiles, compiled by the search for every target).
 CHECK_CONFIG = None
-_pinned: list[tuple[int, int, int, int] | None] = []
+_pinned: list = []
+
+
+Config = tuple[int, int, int, int]
+
+
+def _check_tiles(config: Config) -> None:
+    bq, bk = config[:2]
+    if bq not in (16, 32, 64, 128) or bk not in (16, 32, 64, 128):
+        raise ValueError(f"tile sizes must be 16, 32, 64 or 128, got BQ={bq} BK={bk}")
 
 
 @contextlib.contextmanager
-def pinned_config(config: tuple[int, int, int, int] | None = CHECK_CONFIG):
-    """Inside the block, the kernels run with one (BQ, BK, num_warps, num_stages), or with the
-    first kept configuration of each kernel (None), instead of being autotuned (GPU; the
-    interpreter always runs 16 x 16 tiles).
+def pinned_config(config: Config | dict[str, Config] | None = CHECK_CONFIG):
+    """Inside the block, the kernels run with one (BQ, BK, num_warps, num_stages), with the
+    first kept configuration of each kernel (None), or, given {kernel name: configuration}
+    (names of ``flash_configs.KERNELS``), the named kernels with theirs and the others with
+    their first kept one, instead of being autotuned (GPU; the interpreter always runs
+    16 x 16 tiles).
 
     Autotuning compiles every configuration of all three kernels for each new input shape and
     dtype (~0.9 s a compile): right for a benchmark, far too slow for a correctness check over
     many odd shapes. A check pins a configuration; ``tests/test_flash_attention.py`` checks
     every configuration the autotuner may pick this way."""
-    if config is not None:
-        bq, bk = config[:2]
-        if bq not in (16, 32, 64, 128) or bk not in (16, 32, 64, 128):
-            raise ValueError(f"tile sizes must be 16, 32, 64 or 128, got BQ={bq} BK={bk}")
+    if isinstance(config, dict):
+        unknown = sorted(set(config) - set(KERNELS))
+        if unknown:
+            raise ValueError(f"unknown kernels {unknown}; valid: {', '.join(KERNELS)}")
+        for one in config.values():
+            _check_tiles(one)
+    elif config is not None:
+        _check_tiles(config)
     _pinned.append(config)
     try:
         yield
@@ -692,8 +738,11 @@ def _kernel_and_config(tuned, name: str, head_dim: int, dtype: torch.dtype) -> t
     if INTERPRETED:
         return tuned, _FIXED_TILES
     if _pinned:
-        element_size = torch.tensor([], dtype=dtype).element_size()
-        bq, bk, warps, stages = _pinned[-1] or kept_configs(name, head_dim, element_size)[0]
+        pinned = _pinned[-1]
+        if isinstance(pinned, dict):
+            pinned = pinned.get(name)
+        # The dtype's itemsize, not a tensor's element_size(): no aten operator on the host.
+        bq, bk, warps, stages = pinned or kept_configs(name, head_dim, dtype.itemsize)[0]
         return tuned.fn, {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
     return tuned, {}
 
@@ -740,6 +789,7 @@ def launch_forward(
         n_q,
         k.shape[1],
         1 / math.sqrt(d),
+        batch_bucket(batch),
         D=d,
         IS_CAUSAL=is_causal,
         PRECISION=_precision(q.dtype),
@@ -787,14 +837,14 @@ def launch_backward(
         lse.stride(0),
     )
     meta = dict(D=d, IS_CAUSAL=is_causal, PRECISION=_precision(q.dtype))
-    scale = 1 / math.sqrt(d)
+    sizes = (n_q, n_k, 1 / math.sqrt(d), batch_bucket(batch))
     kernel, config = _kernel_and_config(_backward_kv, "flash_backward_kv", d, q.dtype)
     kernel[lambda m: launch_grid(batch, n_k, m["BK"])](
-        q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, n_q, n_k, scale, **meta, **config
+        q, k, v, grad_out, lse, delta, grad_k, grad_v, *strides, *sizes, **meta, **config
     )
     kernel, config = _kernel_and_config(_backward_q, "flash_backward_q", d, q.dtype)
     kernel[lambda m: launch_grid(batch, n_q, m["BQ"])](
-        q, k, v, grad_out, lse, delta, grad_q, *strides, n_q, n_k, scale, **meta, **config
+        q, k, v, grad_out, lse, delta, grad_q, *strides, *sizes, **meta, **config
     )
 
 

@@ -198,10 +198,19 @@ def rank_device() -> torch.device:
     return torch.device("cpu")
 
 
+def local_world_size() -> int:
+    """Ranks on this machine, from torchrun's environment (``LOCAL_WORLD_SIZE``, else
+    ``WORLD_SIZE``: one machine), 1 when neither is set."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1)
+
+
 def init_process_group_from_env(backend: str = "auto") -> None:
     """Join the process group described by torchrun's environment variables; under NCCL each
-    rank takes GPU ``LOCAL_RANK``."""
-    backend = resolve_backend(backend)
+    rank takes GPU ``LOCAL_RANK``. ``"auto"`` is decided as ``launch`` decides it
+    (``resolve_backend``): NCCL only when this machine has a GPU for each of its ranks, so
+    ``torchrun --nproc-per-node 2`` on a one-GPU box runs Gloo instead of asking for a
+    second GPU."""
+    backend = resolve_backend(backend, local_world_size())
     device_id = None
     if backend == "nccl":
         device_id = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
