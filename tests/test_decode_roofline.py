@@ -149,6 +149,38 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     )
 
 
+def test_the_profile_reuses_the_steps_compiled_before_it():
+    """Notebook 10 compiles its steps in section 2 and profiles them in section 5: the profile
+    compiles nothing again (at the lease sizes each would be a compile of the 8B model; the
+    profile used to reset dynamo after each step and compile both again)."""
+    from perflab.decode.bench import profile_steps
+    from perflab.decode.roofline import compiled_graphs, decode_step
+
+    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    try:
+        for batch in (1, 2):  # section 2's sweep
+            decode_step(model, "contiguous", batch, 7, compiled=True)()
+        before = compiled_graphs()
+        profile_steps(model, 7, 2, None, torch.device("cpu"), freeze=False)
+        assert compiled_graphs() == before
+    finally:
+        torch._dynamo.reset()
+
+
+def test_notebook_10_at_lease_sizes_counts_and_compiles_section_5_on_the_small_preset():
+    """At the lease sizes the graph count and the compiled step of section 5 run on the small
+    preset: traced and compiled on the 8B model they took minutes of a 9-minute command."""
+    from perflab.settings import lease_sizes
+
+    lease = lease_sizes("10_decoding")
+    assert lease["preset"] == "leaderboard-8B" and lease["compile_preset"] == "small"
+    assert lease["freeze"] is False and lease["gqa_compiled"] is False
+    assert (
+        lease["compile_batch"] in lease["batch_sizes"]
+        or lease["compile_preset"] != "leaderboard-8B"
+    )
+
+
 def test_the_compiled_step_writes_one_slot_not_the_whole_cache():
     """Regression: keys and values assigned through a view of the cache buffer made inductor copy
     a layer's whole cache at every layer (at batch 16 of cpu-small, 15.6 of 24 ms a step); the
