@@ -338,6 +338,11 @@ for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).item
 for slug, rows in results_elsewhere("06_flash_attention", "flash_speed.csv", dev).items():
     print(f"{slug}: {rows.attrs['source']}")
     display(rows)
+# The GPU smoke command's comparison (.ci/gpu-check smoke): interleaved there, with its verdict.
+for slug, rows in results_elsewhere("06_flash_attention", "smoke_flash_vs_sdpa.csv", dev).items():
+    print(f"{slug}: {rows.attrs['source']}")
+    for row in rows.itertuples():
+        print(f"{row.heads} heads, {row.seq_len} tokens: {row.sentence}")
 
 # %% [markdown]
 # ## 5. Memory at a long context

@@ -38,6 +38,7 @@ LAYERS = {
     "widgets": 5,
     "adapters": 5,
     "cs336": 5,
+    "smoke": 5,
 }
 
 

@@ -117,24 +117,63 @@ def test_run_lease_applies_the_full_sizes_cut_by_the_lease(monkeypatch, tmp_path
     assert seen["p"]["preset"] == "leaderboard-8B" and seen["p"]["batch_sizes"] == [1, 16]
 
 
-def test_the_lease_plan_covers_every_notebook_and_fits_its_leases():
-    """Every notebook in some command; the unit tests first in lease A; each command within a
-    lease machine's limit; each lease within its GPU-minutes with the machine's start."""
-    from perflab.lease import COMMAND_LIMIT_S, LEASE_MINUTES, PLAN, commands, lease_minutes
+def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes():
+    """Every notebook in some command; the smoke command first, with the GPU-only tests; each
+    command within a call's limit; each lease, with its machine's start, within 15 minutes."""
+    from perflab.lease import (
+        COMMAND_LIMIT_S,
+        LEASE_MINUTES,
+        PLAN,
+        START_MINUTES,
+        command,
+        lease_minutes,
+    )
 
-    planned = [notebook for command in PLAN for notebook in command.notebooks]
+    planned = [notebook for c in PLAN for notebook in c.notebooks]
     assert sorted(planned) == sorted(NOTEBOOKS) and len(planned) == len(set(planned))
-    assert PLAN[0].name == "A1" and PLAN[0].notebooks == ()
-    assert all(command.estimate_s <= COMMAND_LIMIT_S for command in PLAN)
-    assert all(lease_minutes(lease) <= LEASE_MINUTES for lease in ("A", "B"))
-    assert [c.name for c in commands("B")] == ["B1", "B2", "B3", "B4"]
-    with pytest.raises(ValueError, match="unknown lease 'C'; valid: A, B"):
-        commands("C")
-    with pytest.raises(ValueError, match="lease A has no command 9; valid: 1, 2, 3, 4"):
-        commands("A", 9)
+    assert [c.name for c in PLAN[:2]] == ["smoke", "tests-gpu"] and PLAN[0].lease == 1
+    assert {c.name for c in PLAN} >= {"smoke", "tests-gpu", "tests-rest"}
+    assert LEASE_MINUTES == 15 and COMMAND_LIMIT_S <= 540 and START_MINUTES >= 3
+    assert all(c.estimate_s <= COMMAND_LIMIT_S for c in PLAN)
+    assert all(lease_minutes(c.lease) <= LEASE_MINUTES for c in PLAN)
+    assert [c.lease for c in PLAN] == sorted(c.lease for c in PLAN)  # leases in order
+    assert all(c.wheels == ("none" if not c.notebooks else "papermill, ipykernel and their needs")
+               for c in PLAN)  # fmt: skip
+    with pytest.raises(ValueError, match="unknown command 'A2'; valid: smoke, tests-gpu, 06"):
+        command("A2")
 
 
-def test_gpu_check_prints_the_plan(tmp_path):
+def test_next_is_the_first_command_not_logged_as_done(tmp_path, monkeypatch):
+    """``.ci/gpu-check next`` continues where the last lease stopped: a failed or stopped
+    command comes again, a done one does not; each run is logged with the code that ran it."""
+    from perflab import lease
+
+    log = tmp_path / "gpu_leases.csv"
+    assert lease.next_command(log).name == "smoke"
+    monkeypatch.setenv("PERFLAB_COMMIT", "abc1234")
+    monkeypatch.setenv("PERFLAB_LIBRARY_TREE", "f" * 40)
+    lease.record("smoke", 0, 130.4, "NVIDIA H200", log)
+    lease.record("tests-gpu", 1, 222, "NVIDIA H200", log)
+    assert lease.next_command(log).name == "tests-gpu"
+    lease.record("tests-gpu", 124, 540, "NVIDIA H200", log)
+    lease.record("tests-gpu", 137, 560, "NVIDIA H200", log)  # killed: the limit's KILL, or memory
+    lease.record("smoke", lease.PARTIAL_EXIT, 480, "NVIDIA H200", log)
+    rows = lease.read_log(log)
+    assert rows["status"].tolist() == ["done", "failed", "stopped", "failed", "partial"]
+    assert rows.loc[0, "seconds"] == "130" and rows.loc[0, "commit"] == "abc1234"
+    assert rows.loc[0, "library_tree"] == "f" * 40
+    lease.record("tests-gpu", 0, 20, lease.NO_GPU, log)  # a trial on a CPU counts for nothing
+    assert lease.next_command(log).name == "tests-gpu"
+    lease.record("tests-gpu", 0, 200, "NVIDIA H200", log)
+    assert lease.next_command(log).name == "06"
+    for c in lease.PLAN:
+        lease.record(c.name, 0, 1, "NVIDIA H200", log)
+    assert lease.next_command(log) is None
+    with pytest.raises(ValueError, match="unknown command 'lunch'"):
+        lease.record("lunch", 0, 1, "x", log)
+
+
+def test_gpu_check_prints_the_plan_and_refuses_unknown_commands(tmp_path):
     import os
     import subprocess
     import sys
@@ -145,9 +184,10 @@ def test_gpu_check_prints_the_plan(tmp_path):
     done = subprocess.run(
         ["bash", str(script), "plan"], capture_output=True, text=True, env=env, check=True
     )
-    assert "10_decoding" in done.stdout and "lease B:" in done.stdout
+    assert "10_decoding" in done.stdout and "lease 7:" in done.stdout
+    assert "\nnext: " in done.stdout
     wrong = subprocess.run(
-        ["bash", str(script), "lease", "B", "9"], capture_output=True, text=True, env=env
+        ["bash", str(script), "run", "B9"], capture_output=True, text=True, env=env
     )
     assert wrong.returncode == 2
-    assert wrong.stderr.strip() == "perflab.lease: lease B has no command 9; valid: 1, 2, 3, 4"
+    assert wrong.stderr.strip().startswith("perflab.lease: unknown command 'B9'; valid: smoke, ")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from perflab import smoke
 from perflab.cli import _from_here
@@ -17,6 +18,9 @@ from perflab.paths import library_tree
 REPO = Path(smoke.__file__).resolve().parents[2]
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="CPU sizes on a CPU; a GPU box runs the smoke command itself"
+)
 def test_the_smoke_command_runs_every_stage_on_a_cpu(tmp_path):
     """``.ci/gpu-check smoke`` with a relative ``GPU_CHECK_DIR`` (resolved against the
     repository, not against notebooks/ where papermill's kernels start): every stage ok but the
@@ -27,6 +31,8 @@ def test_the_smoke_command_runs_every_stage_on_a_cpu(tmp_path):
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         "GPU_CHECK_DIR": folder,
+        "SMOKE_SIZES": "cpu",
+        "SMOKE_BUDGET_S": "3600",  # a slow runner runs every stage too (the budget is a GPU's)
         # the library on disk, committed or not: the script would take HEAD's
         "PERFLAB_LIBRARY_TREE": library_tree(),
     }
@@ -67,6 +73,7 @@ def test_a_stage_that_does_not_fit_the_budget_is_skipped_and_says_so(tmp_path, m
     summary = smoke.run_smoke(["memory"], "cpu", budget_s=1, out=tmp_path / "smoke")
     assert summary["status"].tolist() == ["skipped"]
     assert summary["line"].iloc[0].startswith("out of time: 0 s spent, 20 s estimated")
+    assert smoke._main(["--stages", "memory", "--sizes", "cpu", "--budget-s", "1"]) == 3
     assert (tmp_path / "smoke" / "smoke_summary.csv").exists()
 
 

@@ -1,124 +1,127 @@
-"""The plan that verifies the whole workbook on one GPU box: two leases of at most
-``LEASE_MINUTES`` GPU-minutes each, split into commands of at most ``COMMAND_LIMIT_S`` (a
-lease's machine runs one command at a time, 10 minutes at most).
+"""The plan that verifies the whole workbook on GPU boxes lent ``LEASE_MINUTES`` at a time (a
+lease's machine start and its idle waits included), one command of at most ``COMMAND_LIMIT_S``
+per call.
 
-Lease A: the unit tests on CUDA (the GPU-only ones first), then the FlashAttention notebook
-(whose GPU speeds matter most), benchmarking, profiling, mixed precision and memory. Lease B:
-attention and compile, the two distributed notebooks, the training step and decoding. Every
-notebook runs at its full sizes (``perflab.settings.FULL_SIZES``) cut by ``LEASE_SIZES`` to
-fit, the same on any GPU box (``perflab run --lease``).
+The smoke command comes first (``perflab.smoke``: the central GPU questions in minutes), with the
+GPU-only unit tests; then, ordered by value, the FlashAttention notebook, benchmarking, the
+other unit tests on CUDA, and the remaining notebooks at their lease sizes
+(``perflab.settings.LEASE_SIZES``, ``perflab run --lease``), each command within one call and
+each lease's commands, with its start, within its minutes.
 
-Each command's estimate is a plan, not a measurement: its basis says where it comes from (the
-H100 lease of 2026-11-23, which ran notebooks 01 and 06 and the GPU-only tests, or the CPU
-run's seconds and the compilations and model sizes the lease sizes imply). ``.ci/gpu-check
-plan`` prints the table; ``.ci/gpu-check lease A`` runs lease A's commands, ``lease A 2`` its
-second alone.
+``.ci/gpu-check next`` runs the first command that the log (``LOG``, committed) does not
+record as done, and records its outcome there, so each lease continues where the last stopped:
+after a lease, copy the log back with the rows and commit both.
+
+Each command's estimate is a plan, not a measurement: its basis says where it comes from (a
+lease's log in ``data/GPU_CHECKS.md``, or the CPU run's seconds and the compilations and model
+sizes the lease sizes imply). ``.ci/gpu-check plan`` prints the table.
 """
 
 from __future__ import annotations
 
+import csv
+import datetime
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
-#: GPU-minutes of one lease, its machine's start included (a lease has 30).
-LEASE_MINUTES = 28
-#: Seconds a command may run (a lease's machine allows 10 minutes a command).
-COMMAND_LIMIT_S = 570
-#: Minutes a lease spends starting its machine before the first command.
+#: Minutes of one lease, its machine's start and idle waits included.
+LEASE_MINUTES = 15
+#: Minutes a lease spends starting its machine (one to three).
 START_MINUTES = 3
+#: Seconds one command may run (a call allows 10 minutes; a minute is kept for the transfers).
+COMMAND_LIMIT_S = 540
+#: The log of what ran: one row per command run on a lease, committed (``$PERFLAB_LEASE_LOG``
+#: names another file, for a trial run).
+LOG = Path(
+    os.environ.get("PERFLAB_LEASE_LOG")
+    or Path(__file__).resolve().parents[2] / "data" / "gpu_leases.csv"
+)
+LOG_FIELDS = ("command", "status", "seconds", "commit", "library_tree", "gpu", "finished_at")
+#: Python packages a notebook command needs that a lease box lacks (torch, pandas, matplotlib,
+#: seaborn and tqdm are there): carried as wheels (``.ci/gpu-check wheels``, run here).
+NOTEBOOK_WHEELS = (
+    "papermill", "nbclient", "nbformat", "jupyter-client", "jupyter-core", "traitlets",
+    "fastjsonschema", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
+    "tenacity", "ipykernel", "comm", "debugpy", "ipython", "ipython-pygments-lexers", "jedi",
+    "parso", "matplotlib-inline", "nest-asyncio", "pyzmq", "tornado", "pexpect", "ptyprocess",
+    "prompt-toolkit", "wcwidth", "stack-data", "executing", "asttokens", "pure-eval",
+    "platformdirs", "decorator", "ipywidgets", "widgetsnbextension", "jupyterlab-widgets",
+    "entrypoints", "nest-asyncio2",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class LeaseCommand:
-    """One command of a lease: the unit tests, or notebooks at their lease sizes."""
+    """One command: the smoke command, unit tests, or notebooks at their lease sizes."""
 
-    lease: str
-    number: int
-    notebooks: tuple[str, ...]  # empty: the unit tests on CUDA
+    lease: int
+    name: str  # "smoke", "tests-gpu", "tests-rest", or the notebooks' numbers: "02-04"
+    notebooks: tuple[str, ...]  # empty: smoke or tests
     estimate_s: int
     basis: str
 
     @property
-    def name(self) -> str:
-        return f"{self.lease}{self.number}"
+    def what(self) -> str:
+        if self.notebooks:
+            return ", ".join(self.notebooks)
+        return {
+            "smoke": "the smoke command (perflab.smoke)",
+            "tests-gpu": "the GPU-only unit tests",
+            "tests-rest": "the other unit tests on CUDA",
+        }[self.name]
 
     @property
-    def what(self) -> str:
-        return ", ".join(self.notebooks) if self.notebooks else "unit tests on CUDA"
+    def wheels(self) -> str:
+        return "papermill, ipykernel and their needs" if self.notebooks else "none"
 
 
 PLAN = (
-    LeaseCommand(
-        "A",
-        1,
-        (),
-        330,
-        "H100 lease: the GPU-only tests took about 200 s with their kernels pinned; "
-        "the rest under pytest -n 8 (two minutes of CPU work on 16 cores)",
-    ),
-    LeaseCommand(
-        "A",
-        2,
-        ("06_flash_attention",),
-        420,
-        "H100 lease: the sweep, checks and compiles of three lengths took 250 s; the "
-        "comparisons and the leaderboard case add about 3 minutes of autotuned kernels",
-    ),
-    LeaseCommand(
-        "A",
-        3,
-        ("01_benchmarking", "02_profiling"),
-        300,
-        "H100 lease: 01 at full sizes took about 200 s with five presets (the lease "
-        "times three); 02: traces of small at three contexts, about 2 minutes",
-    ),
-    LeaseCommand(
-        "A",
-        4,
-        ("03_mixed_precision", "04_memory"),
-        330,
-        "03: three presets, float32 against bfloat16 in 20-second budgets; 04: snapshots "
-        "and peaks of small and the checkpointing sweeps, about 2 minutes",
-    ),
-    LeaseCommand(
-        "B",
-        1,
-        ("05_attention_compile",),
-        270,
-        "three lengths at d 64 (seconds each), the small model compiled in two modes: "
-        "max-autotune benchmarks its matmul shapes, the bulk of the time",
-    ),
-    LeaseCommand(
-        "B",
-        2,
-        ("07_distributed_ddp", "08_sharding"),
-        390,
-        "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its lease "
-        "model sizes); the CPU run takes 150 s for both at smaller sizes",
-    ),
-    LeaseCommand(
-        "B",
-        3,
-        ("09_training_step",),
-        360,
-        "the ladder's rungs at 10 s per comparison with their checks, the compile "
-        "rung's compilation, the sharded step on two Gloo ranks of a small model",
-    ),
-    LeaseCommand(
-        "B",
-        4,
-        ("10_decoding",),
-        420,
-        "the 8B model in bfloat16 (16 GB): one compile per batch size timed (two), "
-        "int8's own, about a minute each; grouped-query attention eager",
-    ),
-)
+    LeaseCommand(1, "smoke", (), 240,
+                 "H200 lease 2026-11-27: all seven stages in 103 s, then decode alone in 34 s"),
+    LeaseCommand(1, "tests-gpu", (), 300,
+                 "H200 lease 2026-11-27: 261 tests in 222 s under pytest -n 8"),
+    LeaseCommand(2, "06", ("06_flash_attention",), 420,
+                 "H100 lease 2026-11-23: the sweep, checks and compiles of three lengths in "
+                 "250 s; the comparisons and the leaderboard case add about 3 minutes"),
+    LeaseCommand(2, "01", ("01_benchmarking",), 240,
+                 "H100 lease 2026-11-23: five presets at full sizes in about 200 s; the lease "
+                 "times three, with the warm-up study"),
+    LeaseCommand(3, "tests-rest", (), 480,
+                 "H200 lease 2026-11-27: not finished in 320 s under -n 12; the CPU's "
+                 "2-core run, divided among 8 workers, with the compiling tests"),
+    LeaseCommand(4, "02-04", ("02_profiling", "04_memory"), 270,
+                 "02: traces of small at three contexts, about 2 minutes; 04: snapshots and "
+                 "peaks of small and the checkpointing sweeps, about 2 minutes"),
+    LeaseCommand(4, "05", ("05_attention_compile",), 270,
+                 "three lengths at d 64 (seconds each), the small model compiled in two "
+                 "modes: max-autotune benchmarks its matmul shapes, the bulk of the time"),
+    LeaseCommand(5, "07-08", ("07_distributed_ddp", "08_sharding"), 390,
+                 "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its "
+                 "lease model sizes); the smoke command's DDP sweep took 14 s"),
+    LeaseCommand(5, "03", ("03_mixed_precision",), 240,
+                 "three presets, float32 against bfloat16 in 20-second budgets"),
+    LeaseCommand(6, "09", ("09_training_step",), 360,
+                 "the ladder's rungs at 10 s per comparison with their checks, the compile "
+                 "rung's compilation, the sharded step on two Gloo ranks of a small model"),
+    LeaseCommand(7, "10", ("10_decoding",), 480,
+                 "the 8B model in bfloat16 (16 GB): four compiles of its step (batch 1 and "
+                 "16 under reduce-overhead, the int8 comparison's two; the smoke command "
+                 "compiled small's in 18 s), grouped-query attention eager at 1,024 tokens"),
+)  # fmt: skip
+COMMAND_NAMES = tuple(c.name for c in PLAN)
+
+
+def lease_minutes(lease: int) -> float:
+    """A lease's estimated minutes: its commands and the machine's start."""
+    return START_MINUTES + sum(c.estimate_s for c in PLAN if c.lease == lease) / 60
 
 
 def plan_table() -> pd.DataFrame:
-    """One row per command: lease, command, what it runs, estimated minutes and the basis."""
+    """One row per command: lease, command, what it runs, estimated minutes, wheels, basis."""
     return pd.DataFrame(
         [
             {
@@ -126,6 +129,7 @@ def plan_table() -> pd.DataFrame:
                 "command": c.name,
                 "runs": c.what,
                 "estimate_min": round(c.estimate_s / 60, 1),
+                "wheels": c.wheels,
                 "basis": c.basis,
             }
             for c in PLAN
@@ -133,46 +137,95 @@ def plan_table() -> pd.DataFrame:
     )
 
 
-def lease_minutes(lease: str) -> float:
-    """A lease's estimated GPU-minutes: its commands and the machine's start."""
-    return START_MINUTES + sum(c.estimate_s for c in PLAN if c.lease == lease) / 60
+def command(name: str) -> LeaseCommand:
+    """The command called ``name``, or one clear error listing the valid names."""
+    for candidate in PLAN:
+        if candidate.name == name:
+            return candidate
+    raise ValueError(f"unknown command {name!r}; valid: {', '.join(COMMAND_NAMES)}")
 
 
-def commands(lease: str, number: int | None = None) -> list[LeaseCommand]:
-    """Lease ``lease``'s commands, or its command ``number`` alone; one clear error otherwise."""
-    leases = sorted({c.lease for c in PLAN})
-    if lease not in leases:
-        raise ValueError(f"unknown lease {lease!r}; valid: {', '.join(leases)}")
-    chosen = [c for c in PLAN if c.lease == lease and number in (None, c.number)]
-    if not chosen:
-        valid = ", ".join(str(c.number) for c in PLAN if c.lease == lease)
-        raise ValueError(f"lease {lease} has no command {number}; valid: {valid}")
-    return chosen
+def read_log(path: Path = LOG) -> pd.DataFrame:
+    """The log's rows (``LOG_FIELDS``), empty when there is none yet."""
+    if not path.exists() or path.stat().st_size == 0:
+        return pd.DataFrame(columns=list(LOG_FIELDS))
+    return pd.read_csv(path, dtype=str).fillna("")
+
+
+def next_command(path: Path = LOG) -> LeaseCommand | None:
+    """The first command of the plan that the log does not record as done on a GPU (None: all
+    done); a trial run on a machine without one does not count."""
+    log = read_log(path)
+    done = set(log[(log["status"] == "done") & (log["gpu"] != NO_GPU)]["command"])
+    return next((c for c in PLAN if c.name not in done), None)
+
+
+#: What ``.ci/gpu-check`` logs as the GPU of a machine without one.
+NO_GPU = "no GPU"
+#: The smoke command's exit status when it skipped a stage for lack of time (``perflab.smoke``).
+PARTIAL_EXIT = 3
+
+
+def record(name: str, exit_status: int, seconds: float, gpu: str, path: Path = LOG) -> dict:
+    """Append one run of command ``name`` to the log, with the commit and library that ran it:
+    done (exit 0), partial (3: the smoke command skipped a stage for time), stopped (124: its
+    time limit) or failed (anything else, 137 included: killed, by the limit's second signal or
+    for memory). Only done counts for ``next_command``."""
+    from perflab.paths import git_commit, library_tree
+
+    command(name)
+    status = {0: "done", PARTIAL_EXIT: "partial", 124: "stopped"}.get(exit_status, "failed")
+    row = {
+        "command": name,
+        "status": status,
+        "seconds": round(seconds),
+        "commit": git_commit() or "",
+        "library_tree": library_tree() or "",
+        "gpu": gpu,
+        "finished_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=LOG_FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+    return row
 
 
 def _main(argv: list[str]) -> int:
-    """``plan``: the table; ``commands LEASE [N]``: one line per command, "NAME NOTEBOOKS...
-    ESTIMATE_S" (no notebooks: the unit tests), for ``.ci/gpu-check``."""
-    if argv[:1] == ["plan"]:
-        table = plan_table()
-        with pd.option_context("display.max_colwidth", 90, "display.width", 200):
-            print(table.to_string(index=False))
-        for lease in sorted(table["lease"].unique()):
-            print(
-                f"lease {lease}: {lease_minutes(lease):.1f} GPU-minutes estimated with "
-                f"{START_MINUTES} for the machine's start, of {LEASE_MINUTES}"
-            )
-        return 0
-    if argv[:1] == ["commands"] and len(argv) in (2, 3):
-        try:
-            chosen = commands(argv[1], int(argv[2]) if len(argv) == 3 else None)
-        except ValueError as error:
-            print(f"perflab.lease: {error}", file=sys.stderr)
-            return 2
-        for command in chosen:
-            print(command.name, " ".join(command.notebooks) or "-", command.estimate_s)
-        return 0
-    print("usage: python -m perflab.lease plan | commands LEASE [NUMBER]", file=sys.stderr)
+    """``plan``: the table; ``command NAME`` or ``next``: one line "NAME NOTEBOOKS... ESTIMATE_S"
+    (no notebooks: "-"), for ``.ci/gpu-check``; ``record NAME EXIT SECONDS GPU``: log a run."""
+    try:
+        if argv[:1] == ["plan"]:
+            table = plan_table()
+            with pd.option_context("display.max_colwidth", 100, "display.width", 250):
+                print(table.to_string(index=False))
+            for lease in sorted(table["lease"].unique()):
+                print(
+                    f"lease {lease}: {lease_minutes(lease):.1f} minutes estimated with "
+                    f"{START_MINUTES} for the machine's start, of {LEASE_MINUTES}"
+                )
+            upcoming = next_command()
+            print(f"next: {upcoming.name if upcoming else 'nothing: every command is done'}")
+            return 0
+        if argv[:1] in (["command"], ["next"]) and len(argv) == (2 if argv[0] == "command" else 1):
+            chosen = command(argv[1]) if argv[0] == "command" else next_command()
+            if chosen is None:  # exit 3, not 0: a script's loop over `next` ends here
+                print("perflab.lease: every command of the plan is logged as done", file=sys.stderr)
+                return 3
+            print(chosen.name, " ".join(chosen.notebooks) or "-", chosen.estimate_s)
+            return 0
+        if argv[:1] == ["record"] and len(argv) == 5:
+            record(argv[1], int(argv[2]), float(argv[3]), argv[4])
+            return 0
+    except ValueError as error:
+        print(f"perflab.lease: {error}", file=sys.stderr)
+        return 2
+    print(
+        "usage: python -m perflab.lease plan | next | command NAME | record NAME EXIT SECONDS GPU",
+        file=sys.stderr,
+    )
     return 2
 
 

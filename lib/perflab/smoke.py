@@ -43,10 +43,14 @@ import pandas as pd
 import torch
 
 from perflab.device import describe
+from perflab.lease import PARTIAL_EXIT
 from perflab.paths import data_dir, display_path, results_dir, save_table
 
 #: Seconds the whole smoke command may take (a lease call allows 10 minutes).
 BUDGET_S = 480
+#: How a stage skipped for lack of time begins its line; the command then exits with
+#: ``PARTIAL_EXIT`` (the lease log's "partial": run it again), an error with 1, else 0.
+OUT_OF_TIME = "out of time"
 
 #: The sizes of each stage: "gpu" for a lease, "cpu" to check the command end to end here.
 SIZES = {
@@ -141,7 +145,7 @@ def flash_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.bench.attention import LEADERBOARD_CASE, flash_speed
     from perflab.bench.comparison import comparison_frame
 
-    lines = []
+    lines, timed_rows, compared_rows = [], [], []
     for seq_len in sizes["flash_seq_lens"]:  # one length at a time: each saved as it finishes
         timed, versus = flash_speed(
             ["sdpa", "flash_triton"],
@@ -153,35 +157,39 @@ def flash_stage(sizes: dict, device: torch.device, folder: Path) -> str:
             device=device,
             rounds=sizes["flash_rounds"],
         )
-        _append(folder / "smoke_flash_speed.csv", timed, sizes)
         compared = comparison_frame(versus)
-        _append(folder / "smoke_flash_vs_sdpa.csv", compared, sizes)
-        row = compared.iloc[0]
-        lines.append(f"{seq_len} tokens: {row['sentence']}")
+        timed_rows.append(timed)
+        compared_rows.append(compared)
+        # This run's lengths so far (rows of an earlier run are replaced, not appended to).
+        _save(pd.concat(timed_rows, ignore_index=True), folder, "smoke_flash_speed.csv", sizes)
+        _save(pd.concat(compared_rows, ignore_index=True), folder, "smoke_flash_vs_sdpa.csv",
+              sizes)  # fmt: skip
+        lines.append(f"{seq_len} tokens: {compared.iloc[0]['sentence']}")
         case = LEADERBOARD_CASE
         if (sizes["flash_heads"], seq_len, sizes["flash_dtype"]) == (
             case["heads"],
             case["seq_len"],
             case["dtype"],
         ):
-            ms = timed.set_index("implementation").loc["flash_triton", "device_ms"]
-            lines.append(f"leaderboard case {ms:.2f} ms (do_bench median; best posted 5.364)")
+            flash = timed.set_index("implementation").loc["flash_triton"]
+            lines.append(
+                f"the 2025 leaderboard's case: {flash['device_ms']:.2f} ms ({flash['method']} "
+                f"median, on {_machine()['device_name']}; the posted best, "
+                f"{LEADERBOARD_BEST_MS} ms, was an H100's)"
+            )
     return "; ".join(lines)
 
 
-def _append(path: Path, frame: pd.DataFrame, sizes: dict) -> None:
-    """``frame``'s rows after those already at ``path`` (from an earlier length of this run)."""
-    if path.exists() and path.stat().st_size:
-        frame = pd.concat([pd.read_csv(path), frame], ignore_index=True)
-    _save(frame, path.parent, path.name, sizes)
+#: The 2025 FlashAttention leaderboard's best posted time (CS336 2025, section 1.3.3), on an H100.
+LEADERBOARD_BEST_MS = 5.364
 
 
 def autotune_choices() -> pd.DataFrame:
     """Every choice the three autotuned FlashAttention kernels have made in this process: one
-    row per kernel and key (``flash_triton.AUTOTUNE_KEY`` and the argument dtypes) with the
-    configuration chosen. GPU-only: the interpreter does not autotune."""
+    row per kernel and key (``flash_triton.AUTOTUNE_KEY``, then the argument dtypes, which
+    Triton's autotuner appends to its key) with the configuration chosen. GPU-only: the
+    interpreter does not autotune."""
     from perflab.attention import flash_triton as ft
-    from perflab.attention.flash_configs import as_tuple
 
     rows = []
     for name, tuned in (
@@ -191,8 +199,15 @@ def autotune_choices() -> pd.DataFrame:
     ):
         for key, config in getattr(tuned, "cache", {}).items():
             named = dict(zip(ft.AUTOTUNE_KEY, key, strict=False))
-            rows.append({"kernel": name, **named, "config": "x".join(map(str, as_tuple(config)))})
-    return pd.DataFrame(rows, columns=["kernel", *ft.AUTOTUNE_KEY, "config"])
+            dtypes = " ".join(str(k) for k in key[len(ft.AUTOTUNE_KEY) :])
+            rows.append({"kernel": name, **named, "dtypes": dtypes, "config": _config_name(config)})
+    return pd.DataFrame(rows, columns=["kernel", *ft.AUTOTUNE_KEY, "dtypes", "config"])
+
+
+def _config_name(config) -> str:
+    from perflab.attention.flash_configs import as_tuple
+
+    return "x".join(map(str, as_tuple(config)))
 
 
 def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
@@ -205,6 +220,7 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
         raise _Skip("the Triton interpreter does not autotune (GPU-only)")
     dtype, n = parse_dtype(sizes["flash_dtype"]), sizes["autotune_seq_len"]
     few, many = sizes["autotune_heads"]
+    buckets = {few: ft.batch_bucket(few), many: ft.batch_bucket(many)}
     calls = {
         h: _attention_calls("flash_triton", h, n, 64, dtype, True, device)[1] for h in (few, many)
     }
@@ -212,33 +228,46 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
         call()  # tunes each bucket (a no-op where the flash stage already did)
     torch.cuda.synchronize(device)
     choices = autotune_choices()
-    chosen = choices[(choices["N_Q"] == n) & choices["BATCH_BUCKET"].isin([few, many])]
+    chosen = choices[
+        (choices["N_Q"] == n)
+        & (choices["N_K"] == n)
+        & (choices["D"] == 64)
+        & (choices["IS_CAUSAL"] == True)  # noqa: E712 (a column of bools)
+        & choices["BATCH_BUCKET"].isin(buckets.values())
+        & choices["dtypes"].str.contains(str(dtype), regex=False)
+    ]
     _save(chosen, folder, "smoke_autotune_choices.csv", sizes)
-    bucket_few = ft.batch_bucket(few)
-    pinned = {
-        row["kernel"]: tuple(int(x) for x in row["config"].split("x"))
-        for _, row in chosen[chosen["BATCH_BUCKET"] == bucket_few].iterrows()
+    by_bucket = chosen.pivot_table(
+        index="kernel", columns="BATCH_BUCKET", values="config", aggfunc="first"
+    )
+    if by_bucket.shape != (3, 2) or by_bucket.isna().any().any():
+        raise _Skip(f"the autotuner's cache lacks a choice of some kernel or bucket: {by_bucket}")
+    pins = {
+        h: {kernel: tuple(int(x) for x in name.split("x")) for kernel, name in by_bucket[b].items()}
+        for h, b in buckets.items()
     }
 
-    def on_few_heads_choice():
-        with ft.pinned_config(pinned):
-            return calls[many]()
+    def on(heads_choice: int):  # both sides pinned: the configuration is the only difference
+        def call():
+            with ft.pinned_config(pins[heads_choice]):
+                return calls[many]()
+
+        return call
 
     result = compare(
-        on_few_heads_choice,
-        calls[many],
+        on(few),
+        on(many),
         rounds=sizes["flash_rounds"],
         warmup=2,
         device=device,
-        names=(f"{many} heads on the {few}-head choice", f"{many} heads on their own"),
+        names=(f"{many} heads on the {few}-head choice", f"{many} heads on their own choice"),
     )
     _save(comparison_frame([({"heads": many, "seq_len": n}, result)]), folder,
           "smoke_autotune_vs.csv", sizes)  # fmt: skip
-    differ = chosen.pivot(index="kernel", columns="BATCH_BUCKET", values="config")
-    changed = int((differ.nunique(axis=1) > 1).sum()) if differ.shape[1] == 2 else 0
+    changed = int((by_bucket[buckets[few]] != by_bucket[buckets[many]]).sum())
     return (
-        f"{changed} of {len(differ)} kernels choose another configuration at {many} heads than "
-        f"at {few}; {result.sentence()}"
+        f"{changed} of 3 kernels chose another configuration at {many} heads than at {few}; "
+        f"{result.sentence()}"
     )
 
 
@@ -277,12 +306,16 @@ def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     )
     frame = pd.DataFrame([row])
     _save(frame, folder, "smoke_decode_reduce_overhead.csv", sizes)
-    return (
+    launched = (
         f"one compiled step made {launches['graph_launches']} CUDA graph launch(es) and "
         f"{launches['kernel_launches']} kernel launch(es) (eager: "
-        f"{launches['eager_kernel_launches']}); {row['graphs_compiled']} graph(s) compiled in "
-        f"{row['compile_s']:.1f} s; same next tokens as eager: {row['same_next_tokens']}; "
-        f"{row['sentence']}"
+        f"{launches['eager_kernel_launches']})"
+        if device.type == "cuda"
+        else "launches not counted (no CUDA: the step runs without graphs)"
+    )
+    return (
+        f"{launched}; {row['graphs_compiled']} graph(s) compiled in {row['compile_s']:.1f} s; "
+        f"same next tokens as eager: {row['same_next_tokens']}; {row['sentence']}"
     )
 
 
@@ -366,7 +399,8 @@ def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     return (
         f"{int(table['found'].sum())} of {int(table['gradients'].sum())} gradients found in the "
         f"allocator record; {int(table['matches_formula'].sum())} of {len(table)} modules at "
-        f"exactly 4 bytes x parameters; {int(after)} of {len(table)} allocated after backward began"
+        f"exactly their formula's bytes (element size x parameters); {int(after)} of "
+        f"{len(table)} allocated after backward began"
     )
 
 
@@ -440,9 +474,11 @@ def run_smoke(
         row = {"stage": stage.name, "notebook": stage.notebook, "question": stage.question}
         folder = results_dir(stage.notebook, device)
         if elapsed + stage.estimate_s > budget_s:
-            row.update(status="skipped", seconds=0.0,
-                       line=f"out of time: {elapsed:.0f} s spent, {stage.estimate_s} s estimated, "
-                            f"budget {budget_s:.0f} s")  # fmt: skip
+            line = (
+                f"{OUT_OF_TIME}: {elapsed:.0f} s spent, {stage.estimate_s} s estimated, "
+                f"budget {budget_s:.0f} s"
+            )
+            row.update(status="skipped", seconds=0.0, line=line)
         else:
             print(f"== smoke {stage.name}: {stage.question}", flush=True)
             start = time.perf_counter()
@@ -484,7 +520,10 @@ def _main(argv: list[str]) -> int:
         parser.error(str(error))
     for row in summary.itertuples():
         print(f"{row.stage:>12} {row.status:>8} {row.seconds:>7.1f} s  {row.line}")
-    return 0 if (summary["status"] != "error").all() else 1
+    if (summary["status"] == "error").any():
+        return 1
+    out_of_time = summary["line"].str.startswith(OUT_OF_TIME) & (summary["status"] == "skipped")
+    return PARTIAL_EXIT if out_of_time.any() else 0
 
 
 if __name__ == "__main__":

@@ -77,17 +77,22 @@ def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict
     try:
         with pinned_config({job.kernel: job.config}):
             table = correctness_table(FlashAttentionTriton, cases, dtype, device)
-    except Exception as error:  # a configuration that cannot launch is a failed row
+    except Exception as error:  # a configuration that cannot launch is a row, not the end
+        from triton.runtime.errors import OutOfResources
+
+        first_line = (str(error).splitlines() or [""])[0][:200]
         return [
             {
                 **described,
                 "dtype": dtype_name(dtype),
                 "d": job.head_dim,
+                # more shared memory than this GPU has: the autotuner's pruner drops it here too
+                "fits": not isinstance(error, OutOfResources),
                 "within_tolerance": False,
-                "error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}",
+                "error": f"{type(error).__name__}: {first_line}",
             }
         ]
-    return [{**described, **row, "error": ""} for row in table.to_dict("records")]
+    return [{**described, **row, "fits": True, "error": ""} for row in table.to_dict("records")]
 
 
 def _check_in_child(job: tuple, device: str) -> list[dict]:
@@ -95,10 +100,16 @@ def _check_in_child(job: tuple, device: str) -> list[dict]:
     return check_config(ConfigJob(kernel, tuple(config), dtype, d), device)
 
 
+#: Seconds one job may take in a worker (its compiles and three cases take seconds): past it
+#: the workers are ended and the check fails, instead of holding the lease's command.
+JOB_TIMEOUT_S = 300
+
+
 def check_configs(jobs: list[ConfigJob], device: str = "cuda", workers: int = 1) -> pd.DataFrame:
     """``check_config`` of every job, one row per job and case; ``workers`` > 1 runs the jobs
     in that many fresh processes (spawned: a forked process cannot use CUDA), so that their
-    compiles run in parallel."""
+    compiles run in parallel. A worker that hangs (``JOB_TIMEOUT_S``) or dies ends the check
+    with an error; the workers are ended with it."""
     from perflab.progress import progress
 
     rows = []
@@ -107,25 +118,38 @@ def check_configs(jobs: list[ConfigJob], device: str = "cuda", workers: int = 1)
             for job in jobs:
                 rows += check_config(job, device)
                 bar.update()
-        else:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(workers, mp_context=context) as pool:
-                futures = [pool.submit(_check_in_child, astuple(job), device) for job in jobs]
-                for future in futures:
-                    rows += future.result()
-                    bar.update()
+            return pd.DataFrame(rows)
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = [pool.submit(_check_in_child, astuple(job), device) for job in jobs]
+            for future in futures:
+                rows += future.result(timeout=JOB_TIMEOUT_S)
+                bar.update()
+        except BaseException:
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()  # a hung worker would keep shutdown waiting
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     return pd.DataFrame(rows)
 
 
 def config_check_line(table: pd.DataFrame) -> str:
-    """How many configurations were checked and how many passed every case."""
-    per_config = table.groupby(["kernel", "config", "dtype", "d"])["within_tolerance"].all()
+    """How many configurations were checked and how many passed every case; those that do not
+    fit this GPU's shared memory (the autotuner drops them) are counted apart."""
+    keys = ["kernel", "config", "dtype", "d"]
+    fits = table.groupby(keys)["fits"].all() if "fits" in table else None
+    per_config = table.groupby(keys)["within_tolerance"].all()
+    if fits is not None:
+        per_config = per_config[fits]
     failed = per_config[~per_config]
     where = "pinned" if table["tiles_pinned"].all() else "the interpreter's 16 x 16 tiles"
     line = (
         f"{int(per_config.sum())} of {len(per_config)} kernel configurations within tolerance "
         f"on every case ({where})"
     )
+    if fits is not None and not fits.all():
+        line += f"; {int((~fits).sum())} do not fit this GPU's shared memory"
     if len(failed):
         line += "; failed: " + ", ".join("-".join(map(str, key)) for key in failed.index[:5])
     return line
