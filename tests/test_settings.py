@@ -94,6 +94,18 @@ def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatc
         "at commit fd8348d; a historical record, measured before rows recorded their library_tree"
     )
     assert results_elsewhere("06_x", "other.csv", "cpu") == {}
+    # a table saved whole (save_table): what its rows lack, the JSON beside them records
+    folder = tmp_path / "data" / "results" / "06_x" / "nvidia-h200"
+    folder.mkdir()
+    (folder / "flash.csv").write_text("a,b,verdict\nsdpa,flash_triton,slower\n")
+    (folder / "flash.json").write_text(
+        '{"saved_at": "2026-11-27T13:52:00+00:00", "commit": "ba8372d", '
+        '"library_tree": "083dbbc35ed6d9fb", "versions": {"torch": "2.11.0+cu130"}}'
+    )
+    assert results_elsewhere("06_x", "flash.csv", "cpu")["nvidia-h200"].attrs["source"] == (
+        "data/results/06_x/nvidia-h200/flash.csv, measured 2026-11-27 to 2026-11-27 at commit "
+        "ba8372d with torch 2.11.0+cu130; library_tree 083dbbc35e"
+    )
 
 
 @pytest.mark.parametrize("notebook", sorted(LEASE_SIZES))

@@ -46,7 +46,8 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
     """``filename`` of ``notebook`` as measured on every other device whose results are in the
     data folder (e.g. the committed H100 rows, shown in a CPU run), as DataFrames by device
     slug; each table's ``source`` attribute says where the rows come from and, when the rows
-    carry them, when and at which commit they were measured."""
+    (a sweep's) or the JSON saved beside them (``save_table``'s) record them, when, at which
+    commit, with which torch and by which library they were measured."""
     import pandas as pd
 
     here = device_slug(device)
@@ -55,15 +56,21 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
         if path.parent.name == here or path.stat().st_size == 0:
             continue
         table = pd.read_csv(path)
+        sidecar = path.with_suffix(".json")
+        saved = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+
         source = display_path(path)
-        measured = table["measured_at"].dropna() if "measured_at" in table else pd.Series()
+        measured = _recorded(table, "measured_at", saved.get("saved_at"))
         if len(measured):
-            commits = sorted({str(c) for c in table.get("commit", pd.Series()).dropna()})
+            commits = sorted({str(c) for c in _recorded(table, "commit", saved.get("commit"))})
             source += f", measured {measured.min()[:10]} to {measured.max()[:10]}"
             source += f" at commit {', '.join(commits)}" if commits else ""
-        versions = sorted({str(v) for v in table.get("torch", pd.Series()).dropna()})
+        torch_version = saved.get("versions", {}).get("torch")
+        versions = sorted({str(v) for v in _recorded(table, "torch", torch_version)})
         source += f" with torch {', '.join(versions)}" if versions else ""
-        trees = sorted({str(t)[:10] for t in table.get("library_tree", pd.Series()).dropna()})
+        trees = sorted(
+            {str(t)[:10] for t in _recorded(table, "library_tree", saved.get("library_tree"))}
+        )
         source += (
             f"; library_tree {', '.join(trees)}"
             if trees
@@ -72,6 +79,16 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
         table.attrs["source"] = source
         found[path.parent.name] = table
     return found
+
+
+def _recorded(table, column: str, value):
+    """A table's own column (without blanks), else the one ``value`` its JSON records for all
+    of its rows (empty when it records none)."""
+    import pandas as pd
+
+    if column in table:
+        return table[column].dropna()
+    return pd.Series([value] if value else [], dtype=object)
 
 
 def display_path(path: str | Path) -> str:
