@@ -162,8 +162,10 @@ def test_next_is_the_first_command_not_logged_as_done(tmp_path, monkeypatch):
 
     log = tmp_path / "gpu_leases.csv"
     assert lease.next_command(log).name == "smoke"
+    from perflab import paths
+
     monkeypatch.setenv("PERFLAB_COMMIT", "abc1234")
-    monkeypatch.setenv("PERFLAB_LIBRARY_TREE", "f" * 40)
+    monkeypatch.setattr(paths, "library_tree", lambda: "f" * 40)  # cached per process: patched
     lease.record("smoke", 0, 130.4, "NVIDIA H200", log)
     lease.record("tests-gpu", 1, 222, "NVIDIA H200", log)
     assert lease.next_command(log).name == "tests-gpu"

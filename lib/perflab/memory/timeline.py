@@ -181,10 +181,28 @@ def _cpu_timeline(fn: Callable[[], object], python_stack: bool) -> MemoryTimelin
         }
     )
     frame = frame.sort_values("time_ms", kind="stable").reset_index(drop=True)
+    frame = frame[_own_blocks(frame)].reset_index(drop=True)
     # The profiler's "Total Allocated" counter carries over from earlier recordings in the same
     # process, so the running total is summed from this recording's own events.
     frame.insert(2, "allocated_bytes", frame["delta_bytes"].cumsum())
     return MemoryTimeline(frame, CPU_SOURCE)
+
+
+def _own_blocks(frame: pd.DataFrame) -> list[bool]:
+    """Which events to keep: every allocation, and the frees of blocks this recording
+    allocated. The profiler reports the free of an older block only when an earlier recording
+    in the process saw it allocated (else it warns and drops it), so counting such frees
+    would make a peak depend on what was profiled before; without them the peak is that of
+    the recorded code's own allocations, the same whatever ran earlier."""
+    live, keep = set(), []
+    for delta, address in zip(frame["delta_bytes"], frame["address"], strict=True):
+        if delta > 0:
+            live.add(address)
+            keep.append(True)
+        else:
+            keep.append(address in live)
+            live.discard(address)
+    return keep
 
 
 def _frame_origin(frames: list[dict]) -> str:
