@@ -328,7 +328,9 @@ else:
 # %% [markdown]
 # **The same on other devices.** Results this notebook measured elsewhere and committed under
 # `data/results/06_flash_attention/<gpu>/` (see `data/GPU_CHECKS.md`), shown on any machine:
-# separate medians, not an interleaved comparison, so they carry no verdict.
+# the tables are separate medians, not an interleaved comparison, so they carry no verdict; the
+# last lines are the GPU smoke command's comparison (`.ci/gpu-check smoke`), interleaved there,
+# each with its verdict.
 
 # %%
 for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).items():
@@ -338,11 +340,7 @@ for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).item
 for slug, rows in results_elsewhere("06_flash_attention", "flash_speed.csv", dev).items():
     print(f"{slug}: {rows.attrs['source']}")
     display(rows)
-# The GPU smoke command's comparison (.ci/gpu-check smoke): interleaved there, with its verdict.
-for slug, rows in results_elsewhere("06_flash_attention", "smoke_flash_vs_sdpa.csv", dev).items():
-    print(f"{slug}: {rows.attrs['source']}")
-    for row in rows.itertuples():
-        print(f"{row.heads} heads, {row.seq_len} tokens: {row.sentence}")
+print("\n".join(say.smoke_comparisons_elsewhere(dev)))
 
 # %% [markdown]
 # ## 5. Memory at a long context

@@ -150,3 +150,21 @@ def test_implementation_checks_and_weighted_sum_line():
     assert weighted_sum_line(WeightedSumTriton, "cpu", rows=9, width=5) == (
         "forward within 1e-4: True, dx within 1e-6: True, dw within 1e-4: True"
     )
+
+
+def test_the_smoke_comparison_of_another_device_is_shown_with_its_source(monkeypatch, tmp_path):
+    from perflab.bench.attention_findings import smoke_comparisons_elsewhere
+    from perflab.paths import device_slug
+
+    monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))
+    for slug in (device_slug("cpu"), "nvidia-h200"):  # this device's own rows are not shown
+        folder = tmp_path / "data" / "results" / "06_flash_attention" / slug
+        folder.mkdir(parents=True)
+        (folder / "smoke_flash_vs_sdpa.csv").write_text(
+            "heads,seq_len,verdict,sentence\n16,4096,slower,flash_triton is 1.35x slower\n"
+        )
+    assert smoke_comparisons_elsewhere("cpu") == [
+        "nvidia-h200: data/results/06_flash_attention/nvidia-h200/smoke_flash_vs_sdpa.csv; a "
+        "historical record, measured before rows recorded their library_tree",
+        "16 heads, 4096 tokens: flash_triton is 1.35x slower",
+    ]

@@ -101,7 +101,7 @@ PLAN = (
                  "modes: max-autotune benchmarks its matmul shapes, the bulk of the time"),
     LeaseCommand(5, "07-08", ("07_distributed_ddp", "08_sharding"), 390,
                  "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its "
-                 "lease model sizes); the smoke command's DDP sweep took 14 s"),
+                 "lease model sizes); the smoke command's all-reduce and DDP sweeps took 18 s"),
     LeaseCommand(5, "03", ("03_mixed_precision",), 240,
                  "three presets, float32 against bfloat16 in 20-second budgets"),
     LeaseCommand(6, "09", ("09_training_step",), 360,

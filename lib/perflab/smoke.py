@@ -344,16 +344,13 @@ def count_launches(step: Callable[[], object], device: torch.device, warmup: int
     if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
 
-    def names_of(fn) -> list[str]:
-        synchronize(device)
-        with profiling(activities=activities) as profiler:
-            fn()
-            synchronize(device)
-        return [event.name for event in profiler.events()]
-
     for _ in range(warmup):
         step()
-    return launch_counts(names_of(step))
+    synchronize(device)
+    with profiling(activities=activities) as profiler:
+        step()
+        synchronize(device)
+    return launch_counts([event.name for event in profiler.events()])
 
 
 def distributed_stage(sizes: dict, device: torch.device, folder: Path) -> str:

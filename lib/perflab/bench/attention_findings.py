@@ -12,6 +12,7 @@ from perflab.bench.attention import compare_attention, naive_memory_bytes, ratio
 from perflab.bench.comparison import Comparison, comparison_frame
 from perflab.bench.conclusions import Finding
 from perflab.device import parse_dtype
+from perflab.paths import results_elsewhere
 
 GiB = 2**30
 
@@ -212,3 +213,16 @@ def memory_line(memory: pd.DataFrame, batch: int, seq_len: int, head_dim: int, d
         f"b={batch}, n={seq_len}, d={head_dim}, {dtype}: {flash} peak / naive peak = "
         f"{peaks[flash] / peaks['naive']:.3f}; the (b x n x n) scores alone take {scores:.0f} MiB"
     )
+
+
+def smoke_comparisons_elsewhere(device: torch.device | str) -> list[str]:
+    """The GPU smoke command's Triton FlashAttention against SDPA (``smoke_flash_vs_sdpa.csv``,
+    interleaved where it ran, with its verdict) on every other device whose rows are committed:
+    per device where the rows come from, then each comparison's sentence at its heads and
+    length."""
+    lines = []
+    found = results_elsewhere("06_flash_attention", "smoke_flash_vs_sdpa.csv", device)
+    for slug, rows in found.items():
+        lines.append(f"{slug}: {rows.attrs['source']}")
+        lines += [f"{r.heads} heads, {r.seq_len} tokens: {r.sentence}" for r in rows.itertuples()]
+    return lines
