@@ -712,6 +712,84 @@ def test_fsdp_forgets_weights_gathered_by_the_last_backward():
         dist.destroy_process_group()
 
 
+class _Checkpointed(torch.nn.Module):
+    """A Linear(8, 8) recomputed in backward (non-reentrant checkpointing), or run plainly."""
+
+    def __init__(self, checkpointed: bool):
+        super().__init__()
+        self.inner, self.checkpointed = torch.nn.Linear(8, 8), checkpointed
+
+    def forward(self, x):
+        if not self.checkpointed:
+            return self.inner(x)
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.inner, x, use_reentrant=False)
+
+
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_fsdp_trains_like_the_unsharded_model_over_steps_with_checkpointing(prefetch, checkpointed):
+    """Several SGD steps, FSDP (one rank) against the same model unsharded: equal parameters
+    at every prefetch depth, with and without checkpointed blocks. A recomputation in backward
+    runs the modules' pre-hooks again, which start gathers of the modules after them; left for
+    the next forward, those would give it weights gathered before ``optimizer.step()`` (with
+    prefetch 1 and 2 the parameters once ended 1e8 apart). Then the TransformerLM with every
+    block checkpointed, AdamW, the same check (its losses once drifted by 0.5 at step 2)."""
+    import copy
+
+    import torch.distributed as dist
+
+    from perflab.model import ModelConfig, TransformerLM
+
+    def train(model, optimizer_class, inputs_of, loss_of, steps=3):
+        optimizer = optimizer_class(model.parameters(), lr=0.05)
+        losses = []
+        for step in range(steps):
+            optimizer.zero_grad()
+            loss = loss_of(model(inputs_of(step)), step)
+            loss.backward()
+            if isinstance(model, FSDP):
+                model.finish_gradient_synchronization()
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        plain = torch.nn.Sequential(
+            _Checkpointed(checkpointed), _Checkpointed(checkpointed), torch.nn.Linear(8, 4)
+        ).double()
+        sharded = FSDP(copy.deepcopy(plain), prefetch=prefetch)
+        batches = [torch.randn(5, 8, dtype=torch.float64) for _ in range(3)]
+        for model in (plain, sharded):
+            train(model, torch.optim.SGD, batches.__getitem__, lambda out, _: (out**2).sum())
+        full = sharded.gather_full_params()
+        for name, param in plain.named_parameters():
+            assert torch.equal(full[name], param), (name, (full[name] - param).abs().max())
+
+        config = ModelConfig("lm", 32, 128, 2, 1, vocab_size=64, context_length=16)
+        torch.manual_seed(0)
+        plain = TransformerLM(config).double()
+        sharded = FSDP(copy.deepcopy(plain), prefetch=prefetch)
+        if checkpointed:
+            for model in (plain, sharded.module):
+                model.set_checkpointing("single", 1)
+        ids = torch.randint(0, 64, (3, 4, 17), generator=torch.Generator().manual_seed(1))
+
+        def loss_of(logits, step):
+            return torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), ids[step, :, 1:].flatten()
+            )
+
+        expected = train(plain, torch.optim.AdamW, lambda step: ids[step, :, :-1], loss_of)
+        got = train(sharded, torch.optim.AdamW, lambda step: ids[step, :, :-1], loss_of)
+        assert got == pytest.approx(expected, abs=1e-12), (got, expected)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_overlap_counts_overlapping_collectives_once_and_what_backward_hides():
     """Planted: backward from 0 to 10 ms; collectives at 2-6, 4-8 and 12-14 ms run for 8 ms
     (2-8 once, then 12-14), 6 of them inside backward."""

@@ -24,10 +24,17 @@ TINY = ModelConfig(
 FAST = Recipe("fast", head="fused", attention="flash", optimizer="foreach", checkpoint_group=1)
 
 
-def test_the_sharded_step_equals_one_process_in_float64():
-    result = check_sharded_step(TINY, FAST, 4, 16, 2, param_dtype=torch.float64, tolerance=1e-10)
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_the_sharded_step_equals_one_process_in_float64(prefetch):
+    """The first step, and the loss of the next forward: with every block checkpointed and two
+    modules prefetched, that forward once used weights gathered (by the recomputation's
+    prefetches) before the optimizer step."""
+    result = check_sharded_step(
+        TINY, FAST, 4, 16, 2, param_dtype=torch.float64, tolerance=1e-10, prefetch=prefetch
+    )
     assert result["matches_single_process"], result
     assert result["grad_error"] < 1e-12  # the reduce-scatter runs in float64 for float64 shards
+    assert result["next_loss_error"] < 1e-12
 
 
 def test_the_check_fails_when_the_step_differs():

@@ -269,10 +269,14 @@ class FSDP(nn.Module):
 
     def _drop_backward_prefetches(self) -> None:
         """Wait for and drop the gathers started for weights backward never unpacked, and
-        forget the packs (a new forward packs anew)."""
-        for _flat, work in self._backward_prefetched.values():
+        forget the packs (a new forward packs anew). A checkpointed block recomputed in
+        backward runs its modules' pre-hooks again, which start forward gathers of the modules
+        after it: those are dropped too, since they hold weights from before the optimizer
+        step that the next forward would otherwise use."""
+        for _flat, work in [*self._backward_prefetched.values(), *self._prefetched.values()]:
             work.wait()
         self._backward_prefetched.clear()
+        self._prefetched.clear()
         self._packed.clear()
         self._unpacked.clear()
 

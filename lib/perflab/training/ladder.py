@@ -92,6 +92,11 @@ class TrainingStep:
         )
         self._loss = make_loss(self.model, recipe, device)
 
+    def loss(self) -> torch.Tensor:
+        """The batch's loss with the current weights, no backward (no graph kept)."""
+        with torch.no_grad():
+            return self._loss(self.inputs, self.targets)
+
     def loss_and_backward(
         self, clock: PhaseClock | None = None, micro_batches: int = 1
     ) -> torch.Tensor:

@@ -62,6 +62,9 @@ class ShardedStep:
     peak_bytes: int | None  # CUDA: the largest rank's peak allocation; None on a CPU
     grads: dict[str, Tensor] | None  # the first step's full gradients (``check``)
     params: dict[str, Tensor] | None  # the full parameters after the first step (``check``)
+    #: the same batch's loss after the first step (``check``): a second forward, which must
+    #: use the updated weights
+    next_loss: float | None = None
 
     @property
     def median_s(self) -> float:
@@ -78,6 +81,7 @@ def _rank(
     seed: int,
     param_dtype: torch.dtype,
     check: bool,
+    prefetch: int,
 ) -> dict:
     device = rank_device()
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -87,7 +91,9 @@ def _rank(
     prepare_model(model, recipe, device)
     compute = parse_dtype(recipe.dtype)
     sharded = FSDP(
-        LossModel(model, recipe.head), compute_dtype=None if compute == torch.float32 else compute
+        LossModel(model, recipe.head),
+        compute_dtype=None if compute == torch.float32 else compute,
+        prefetch=prefetch,
     )
     optimizer = make_optimizer(sharded, recipe)
     inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device, seed)
@@ -112,6 +118,11 @@ def _rank(
     grads = full(sharded.gather_full_grads()) if check else None
     optimizer.step()
     params = full(sharded.gather_full_params()) if check else None
+    next_loss = None
+    if check:
+        with torch.no_grad():
+            next_loss = sharded(inputs, targets).detach().to(torch.float64)
+        dist.all_reduce(next_loss)
     dist.all_reduce(loss)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -119,6 +130,7 @@ def _rank(
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return {
         "loss": float(loss) / world,
+        "next_loss": None if next_loss is None else float(next_loss) / world,
         "samples": list(timing.samples),
         "peak": peak,
         "grads": grads if rank == 0 else None,
@@ -139,13 +151,15 @@ def sharded_training_step(
     param_dtype: torch.dtype = torch.float32,
     check: bool = False,
     backend: str = "auto",
+    prefetch: int = 1,
 ) -> ShardedStep:
     """``steps`` timed AdamW steps (after one untimed step, kept for ``check``, and ``warmup``
     more) of ``config`` run by ``recipe`` under FSDP on ``world_size`` ranks, each on
     ``batch_size / world_size`` of the global batch's sequences. A low-precision recipe dtype
     becomes FSDP's compute dtype (weights gathered and computed in it; master weights, gradients
     and AdamW's state in ``param_dtype``). ``check``: also return the first step's full
-    gradients and the full parameters after it."""
+    gradients, the full parameters after it and the same batch's loss with them. ``prefetch``:
+    FSDP's gathers started ahead."""
     if batch_size % world_size:
         raise ValueError(
             f"batch_size ({batch_size}) must be a multiple of world_size ({world_size}): each "
@@ -155,7 +169,7 @@ def sharded_training_step(
     results = launch(
         _rank,
         world_size,
-        (config, recipe, batch_size, seq_len, warmup, steps, seed, param_dtype, check),
+        (config, recipe, batch_size, seq_len, warmup, steps, seed, param_dtype, check, prefetch),
         backend=backend,
         parameters=config.num_parameters(),
     )
@@ -169,6 +183,7 @@ def sharded_training_step(
         max(peaks) if peaks else None,
         results[0]["grads"],
         results[0]["params"],
+        results[0]["next_loss"],
     )
 
 
@@ -182,9 +197,10 @@ def check_sharded_step(
     seed: int = 0,
     param_dtype=torch.float32,
     tolerance: float | None = None,
+    prefetch: int = 1,
 ) -> dict:
-    """One sharded step on ``world_size`` ranks against the same recipe in one process
-    (``compare_with_one_process``)."""
+    """One sharded step on ``world_size`` ranks, and the loss of a second forward, against the
+    same recipe in one process (``compare_with_one_process``)."""
     sharded = sharded_training_step(
         config,
         recipe,
@@ -196,6 +212,7 @@ def check_sharded_step(
         seed=seed,
         param_dtype=param_dtype,
         check=True,
+        prefetch=prefetch,
     )
     return compare_with_one_process(
         sharded,
@@ -227,8 +244,10 @@ def compare_with_one_process(
     relative errors (max |a - b| / max |b|). The update is the single process's AdamW stepping
     from the sharded step's gradients, which isolates the sharded optimizer: Adam's first update
     g / (|g| + eps) magnifies the rounding of gradients near zero, and is blind to their scale,
-    so the gradients are checked on their own (as ``check_ladder`` does)."""
-    if sharded.grads is None or sharded.params is None:
+    so the gradients are checked on their own (as ``check_ladder`` does). Then the same batch's
+    loss after that step, within ``tolerance``: it shows the sharded model's next forward
+    computes with the updated weights (one once ran on weights gathered before the step)."""
+    if sharded.grads is None or sharded.params is None or sharded.next_loss is None:
         raise ValueError("compare_with_one_process needs a sharded step run with check=True")
     single = TrainingStep(
         sized_for(config, seq_len),
@@ -246,12 +265,14 @@ def compare_with_one_process(
     for name, param in named.items():  # the update from the sharded step's own gradients
         param.grad = sharded.grads[name].to(param.dtype)
     single.optimizer.step()
+    next_loss = float(single.loss())
 
     def relative(a: Tensor, b: Tensor) -> float:
         return relative_error(a.double(), b.detach().double())
 
     errors = {
         "loss_error": abs(sharded.loss - loss) / abs(loss),
+        "next_loss_error": abs(sharded.next_loss - next_loss) / abs(next_loss),
         "grad_error": max(relative(sharded.grads[n], g) for n, g in grads.items()),
         "update_error": max(
             relative(sharded.params[n] - before[n], p - before[n]) for n, p in named.items()
@@ -265,6 +286,7 @@ def compare_with_one_process(
         "tolerance": limit,
         "update_tolerance": update_limit,
         "matches_single_process": errors["loss_error"] <= limit
+        and errors["next_loss_error"] <= limit
         and errors["grad_error"] <= limit
         and errors["update_error"] <= update_limit,
     }
