@@ -136,6 +136,34 @@ def test_a_package_adapters_file_imports_with_its_relative_imports(tmp_path):
     assert callable(module.get_fsdp)
 
 
+def test_an_edited_adapters_file_or_implementation_is_imported_again(tmp_path):
+    """A notebook or session that loads the adapters again after the student edited them gets
+    the new code (whose hash names its results), whether the edit was to the adapters file or
+    to the module it imports; an edit that keeps the file's size within the same second (which
+    Python's bytecode cache would not notice) included; an unchanged tree is not re-imported."""
+    from perflab.adapters.loading import results_name
+
+    root = tmp_path / "edited_checkout"
+    tests, impl = root / "edited_tests", root / "edited_impl"
+    for package in (tests, impl):
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+    (impl / "kernel.py").write_text("SPEED = 1\n")
+    adapters = tests / "adapters.py"
+    adapters.write_text("from edited_impl.kernel import SPEED\nVERSION = 1\n")
+    first = load_adapters(str(adapters))
+    name = results_name(str(adapters))
+    assert (first.VERSION, first.SPEED) == (1, 1)
+    assert load_adapters(str(adapters)) is first  # nothing changed: the same module
+
+    adapters.write_text("from edited_impl.kernel import SPEED\nVERSION = 2\n")
+    second = load_adapters(str(adapters))
+    assert (second.VERSION, second.SPEED) == (2, 1)
+    assert results_name(str(adapters)) != name
+    (impl / "kernel.py").write_text("SPEED = 2\n")  # same size, likely the same second
+    assert load_adapters(str(adapters)).SPEED == 2
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

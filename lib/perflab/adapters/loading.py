@@ -73,7 +73,74 @@ def load_adapters(spec: str) -> ModuleType:
     """The module ``spec`` names: a ``.py`` path or a dotted module name. A path in a package
     (``tests/adapters.py`` with ``tests/__init__.py``) imports as ``tests.adapters``, its
     folder's parent (the repository root) on ``sys.path``, so relative imports work; a path
-    outside a package imports by its file name, its folder on ``sys.path``."""
+    outside a package imports by its file name, its folder on ``sys.path``.
+
+    Loaded again in the same process after the student edited the adapters file or a module
+    it imported from their code, it imports that code anew: the results are named
+    by the file's current hash, so they must come from the current code."""
+    module = _load(spec)
+    if _edited_since_import(module):
+        _forget(module)
+        module = _load(spec)
+    _remember(module)
+    return module
+
+
+#: Folders whose modules are never the student's: perflab itself and the environment.
+_NOT_STUDENT = (Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix))
+#: The SHA-1 of each student source file as it was imported.
+_IMPORTED: dict[Path, str] = {}
+
+
+def _student_modules(module: ModuleType) -> dict[str, Path]:
+    """Imported modules (by name) whose files lie under the student's folder of ``module``
+    (``student_root``), but not in perflab or an environment's packages."""
+    root = student_root(module)
+    found = {}
+    for name, imported in list(sys.modules.items()):
+        file = _file_of(imported)
+        if (
+            root is not None
+            and file is not None
+            and file.is_relative_to(root)
+            and not any(file.is_relative_to(folder) for folder in _NOT_STUDENT)
+            and not {"site-packages", "dist-packages"} & set(file.parts)
+        ):
+            found[name] = file
+    return found
+
+
+def _digest(file: Path) -> str | None:
+    try:
+        return hashlib.sha1(file.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _edited_since_import(module: ModuleType) -> bool:
+    return any(
+        file in _IMPORTED and _IMPORTED[file] != _digest(file)
+        for file in _student_modules(module).values()
+    )
+
+
+def _forget(module: ModuleType) -> None:
+    """Drop the student's modules from ``sys.modules`` (and the bytecode of edited files, which
+    Python would reuse for an edit of the same size in the same second) so they import anew."""
+    for name, file in _student_modules(module).items():
+        if _IMPORTED.get(file) != _digest(file):
+            Path(importlib.util.cache_from_source(str(file))).unlink(missing_ok=True)
+        _IMPORTED.pop(file, None)
+        del sys.modules[name]
+    importlib.invalidate_caches()
+
+
+def _remember(module: ModuleType) -> None:
+    for file in _student_modules(module).values():
+        _IMPORTED.setdefault(file, _digest(file))
+
+
+def _load(spec: str) -> ModuleType:
     if spec.endswith(".py") or "/" in spec or "\\" in spec:
         return _load_path(Path(spec))
     try:
