@@ -14,6 +14,9 @@ from perflab.claims import (
     Conclusion,
     GpuOnly,
     Rows,
+    _allreduce_rows,
+    _attention_growth_rows,
+    _holds,
     attention_growth,
     claims_table,
     markdown_table,
@@ -45,6 +48,8 @@ def test_the_sources_own_figures_give_what_the_audit_found():
 def test_a_check_says_holds_only_when_the_figures_give_the_stated_number():
     assert _check("45.9%").endswith("holds") and "does not hold" not in _check("var_mean")
     assert "does not hold" not in _check("6.1%")
+    assert _holds(57.05, 57, 0.05) == "holds" and _holds(56.95, 57, 0.05) == "holds"
+    assert _holds(57.06, 57, 0.05) == _holds(56.9, 57, 0.05) == "does not hold (stated 57)"
     table = {16: ((1.0, 1.0), (80.0, 80.0), (315.0, 315.0))}  # a table that would bear it out
     assert attention_growth(table) == ([80.0, 80.0], [315.0, 315.0])
 
@@ -110,3 +115,37 @@ def test_the_writeup_appendix_holds_the_claims_beside_each_folder(tmp_path):
     appendix = text[text.index("The sources' claims beside ours") :]
     assert "first step 1.23x the median (01_benchmarking/amd-epyc)" in appendix
     assert "32,768x" in appendix and "not saved" in appendix
+
+
+def test_row_summaries_take_what_a_gpu_run_saves():
+    """A GPU run's attention rows where the longest length ran out of memory at one head
+    dimension and not the other, and an all-reduce sweep of one message size: each summary
+    says what it can (growth per head dimension up to its own longest length; no growth from
+    one size) instead of stopping ``write_doc``."""
+    rows = []
+    for head_dim, lengths in ((64, (1024, 4096, 16384)), (128, (1024, 4096))):
+        for n in lengths:
+            rows.append((head_dim, n, "ok", n / 1000, n * n))
+    rows.append((128, 16384, "out of memory", None, None))
+    table = pd.DataFrame(
+        rows, columns=["head_dim", "seq_len", "status", "end_to_end_s", "peak_bytes"]
+    )
+    table["implementation"] = "naive"
+    summary = _attention_growth_rows(table)
+    assert "d=64: n=1024 to 16384 (16x): time 16.0x, peak memory 256x" in summary
+    assert "d=128: n=1024 to 4096 (4x): time 4.0x, peak memory 16.0x" in summary
+    same = table[table["seq_len"] < 16384]
+    assert _attention_growth_rows(same).startswith("naive attention from n=1024 to 4096 (4x)")
+
+    sweep = pd.DataFrame(
+        {
+            "world_size": [2, 2],
+            "size_mb": [64, 64],
+            "status": ["ok", "error"],
+            "time_ms": [5.0, None],
+        }
+    )
+    assert (
+        _allreduce_rows(sweep)
+        == "Gloo all-reduce measured at one message size (64 MB) only: no growth to state"
+    )

@@ -286,16 +286,35 @@ def _decode_paged() -> str:
 
 
 def _attention_growth_rows(table: pd.DataFrame) -> str:
+    """Naive attention's growth from the shortest to the longest length that ran, per head
+    dimension (a GPU run can run out of memory at the longest length for one and not another):
+    one sentence when every head dimension ran the same lengths."""
     naive = table[(table["implementation"] == "naive") & (table["status"] == "ok")]
-    small, big = naive["seq_len"].min(), naive["seq_len"].max()
-    times, memory = [], []
-    for _, group in naive.groupby("head_dim"):
+    spans = {}  # head_dim -> (shortest, longest, time ratio, memory ratio)
+    for head_dim, group in naive.groupby("head_dim"):
         by_len = group.set_index("seq_len")
-        times.append(by_len.at[big, "end_to_end_s"] / by_len.at[small, "end_to_end_s"])
-        memory.append(by_len.at[big, "peak_bytes"] / by_len.at[small, "peak_bytes"])
-    return (
-        f"naive attention from n={small} to {big} ({big / small:.0f}x): time "
-        f"{_span(times)}, peak memory {_span(memory)} (quadratic: {(big / small) ** 2:.0f}x)"
+        small, big = by_len.index.min(), by_len.index.max()
+        if small < big:
+            spans[head_dim] = (
+                small,
+                big,
+                by_len.at[big, "end_to_end_s"] / by_len.at[small, "end_to_end_s"],
+                by_len.at[big, "peak_bytes"] / by_len.at[small, "peak_bytes"],
+            )
+    if not spans:
+        return "naive attention ran at fewer than two lengths: no growth to state"
+    if len({(small, big) for small, big, _, _ in spans.values()}) == 1:
+        small, big, _, _ = next(iter(spans.values()))
+        times = [time for _, _, time, _ in spans.values()]
+        memory = [peak for _, _, _, peak in spans.values()]
+        return (
+            f"naive attention from n={small} to {big} ({big / small:.0f}x): time "
+            f"{_span(times)}, peak memory {_span(memory)} (quadratic: {(big / small) ** 2:.0f}x)"
+        )
+    return "naive attention, each head dimension up to its longest length that ran: " + "; ".join(
+        f"d={head_dim}: n={small} to {big} ({big / small:.0f}x): time {_times(time)}, peak "
+        f"memory {_times(peak)} (quadratic: {(big / small) ** 2:.0f}x)"
+        for head_dim, (small, big, time, peak) in spans.items()
     )
 
 
@@ -309,7 +328,15 @@ def _softmax_rows(table: pd.DataFrame) -> str:
 
 def _allreduce_rows(table: pd.DataFrame) -> str:
     ok = table[table["status"] == "ok"]
-    small, big = sorted(ok["size_mb"].unique())[-2:]
+    sizes = sorted(ok["size_mb"].unique())
+    if not sizes:
+        return "no Gloo all-reduce size ran: no growth to state"
+    if len(sizes) == 1:
+        return (
+            f"Gloo all-reduce measured at one message size ({sizes[0]:g} MB) only: "
+            "no growth to state"
+        )
+    small, big = sizes[-2:]
     parts = []
     for world, group in ok.groupby("world_size"):
         by_size = group.set_index("size_mb")["time_ms"]
