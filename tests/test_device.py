@@ -107,23 +107,25 @@ def test_gpu_memory_is_read_from_the_device_or_the_reference_h100(monkeypatch):
         gpu_memory_gib("80GB", torch.device("cpu"))
 
 
-def test_the_last_level_cache_is_the_largest_level_that_holds_data(tmp_path):
-    for index, (level, kind, size) in enumerate(
-        [
-            (1, "Data", "48K"),
-            (1, "Instruction", "32K"),
-            (2, "Unified", "1024K"),
-            (3, "Unified", "32768K"),
-        ]
-    ):
-        folder = tmp_path / f"index{index}"
-        folder.mkdir()
+def _sysfs_caches(folder, caches):
+    for index, (level, kind, size) in enumerate(caches):
+        entry = folder / f"index{index}"
+        entry.mkdir(parents=True)
         for name, value in (("level", level), ("type", kind), ("size", size)):
-            (folder / name).write_text(f"{value}\n")
-    assert last_level_cache_bytes("cpu", str(tmp_path)) == 32 * 2**20
-    (tmp_path / "index3" / "size").write_text("2M\n")
-    assert last_level_cache_bytes("cpu", str(tmp_path)) == 2 * 2**20
+            (entry / name).write_text(f"{value}\n")
+    return str(folder)
+
+
+def test_the_last_level_cache_is_the_largest_level_that_holds_data(tmp_path):
+    caches = [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K")]
+    full = _sysfs_caches(tmp_path / "full", [*caches, (3, "Unified", "32768K")])
+    assert last_level_cache_bytes("cpu", full) == 32 * 2**20
+    (tmp_path / "full" / "index3" / "size").write_text("2M\n")
+    assert last_level_cache_bytes("cpu", full) == 2 * 2**20
     assert last_level_cache_bytes("cpu", str(tmp_path / "missing")) is None
+    # An instruction cache larger than the data cache at the last level holds no data.
+    split = _sysfs_caches(tmp_path / "split", [(1, "Data", "32K"), (1, "Instruction", "64K")])
+    assert last_level_cache_bytes("cpu", split) == 32 * 2**10
 
 
 def test_a_gpus_last_level_cache_is_its_l2(monkeypatch):

@@ -370,8 +370,12 @@ def test_ranks_are_placed_per_launch_by_the_gpus_there_are(
     placement = launcher.place_ranks(world_size, collectives)
     assert (placement.backend, placement.device) == expected
     assert str(world_size) in placement.describe()
-    # a one-GPU box holds as many ranks as Gloo gives its cores, not NCCL's one
-    assert launcher.max_world_size() >= launcher.GLOO_RANKS_PER_CORE
+    # A box holds the more of its GPUs (NCCL) and what Gloo gives its cores (4 ranks a core):
+    # a one-GPU box with one core holds 4 ranks, an eight-GPU one 8.
+    monkeypatch.setattr(launcher.os, "cpu_count", lambda: 1)
+    assert launcher.max_world_size() == max(gpus, 4) and launcher.max_world_size("gloo") == 4
+    if gpus:
+        assert launcher.max_world_size("nccl") == gpus
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8])
@@ -426,9 +430,24 @@ def test_a_gpu_sized_model_on_cpu_ranks_is_refused_in_one_line(monkeypatch):
     launcher.refuse_gpu_sized_on_cpu(launcher.place_ranks(2), eight_b, "8B")  # no GPU: no error
 
 
-def test_a_rank_gets_the_device_it_was_placed_on():
+def test_a_rank_gets_the_device_it_was_placed_on(monkeypatch):
+    """``launch`` places ranks (``PERFLAB_RANK_DEVICE``) and ``rank_device`` follows it: a
+    CUDA placement gives GPU local_rank mod the GPUs (Gloo ranks sharing them), a CPU one the
+    CPU even under a process group that would otherwise mean the rank's own GPU (NCCL)."""
+    launcher = importlib.import_module("perflab.distributed.launch")
+
     results = launch(placed_device_rank, 2, collectives=("all_reduce",))
     assert results == ["cpu", "cpu"]  # no GPU here: CPU ranks whatever the collectives
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("PERFLAB_RANK_DEVICE", "cuda")
+    assert launcher.rank_device() == torch.device("cuda", 1)
+    monkeypatch.setattr(launcher.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(launcher.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setenv("PERFLAB_RANK_DEVICE", "cpu")
+    assert launcher.rank_device() == torch.device("cpu")
+    monkeypatch.delenv("PERFLAB_RANK_DEVICE")  # torchrun: NCCL's rank on its own GPU
+    assert launcher.rank_device() == torch.device("cuda", 3)
 
 
 def test_the_auto_backend_can_be_chosen_by_environment(monkeypatch):

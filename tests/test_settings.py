@@ -129,28 +129,44 @@ def test_run_lease_applies_the_full_sizes_cut_by_the_lease(monkeypatch, tmp_path
     assert seen["p"]["preset"] == "leaderboard-8B" and seen["p"]["batch_sizes"] == [1, 16]
 
 
-def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes():
-    """Every notebook in some command; the smoke command first, with the GPU-only tests; each
-    command within a call's limit; each lease, with its machine's start, within 15 minutes."""
-    from perflab.lease import (
-        COMMAND_LIMIT_S,
-        LEASE_MINUTES,
-        PLAN,
-        START_MINUTES,
-        command,
-        lease_minutes,
-    )
+def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes(tmp_path):
+    """The committed plan has no problem: every notebook in one command, each command within a
+    call's limit, each lease (with its start) within its minutes, and no estimate below a run
+    the committed GPU log measured. Each kind of problem, planted, is found. The smoke command
+    comes first, with the GPU-only tests."""
+    from dataclasses import replace
 
-    planned = [notebook for c in PLAN for notebook in c.notebooks]
-    assert sorted(planned) == sorted(NOTEBOOKS) and len(planned) == len(set(planned))
+    from perflab.lease import PLAN, command, plan_problems
+
+    assert sorted(n for c in PLAN for n in c.notebooks) == sorted(NOTEBOOKS)
+    assert plan_problems(notebooks=NOTEBOOKS) == []
     assert [c.name for c in PLAN[:2]] == ["smoke", "tests-gpu"] and PLAN[0].lease == 1
     assert {c.name for c in PLAN} >= {"smoke", "tests-gpu", "tests-rest"}
-    assert LEASE_MINUTES == 15 and COMMAND_LIMIT_S <= 540 and START_MINUTES >= 3
-    assert all(c.estimate_s <= COMMAND_LIMIT_S for c in PLAN)
-    assert all(lease_minutes(c.lease) <= LEASE_MINUTES for c in PLAN)
     assert [c.lease for c in PLAN] == sorted(c.lease for c in PLAN)  # leases in order
     assert all(c.wheels == ("none" if not c.notebooks else "papermill, ipykernel and their needs")
                for c in PLAN)  # fmt: skip
+
+    smoke, tests, notebook = PLAN[0], PLAN[1], PLAN[2]
+    log = tmp_path / "leases.csv"
+    log.write_text(
+        "command,status,seconds,commit,library_tree,gpu,finished_at\n"
+        f"smoke,stopped,{smoke.estimate_s + 60},abc,def,NVIDIA H100,2026-11-27T00:00:00\n"
+        f"tests-gpu,done,{tests.estimate_s + 60},abc,def,no GPU,2026-11-27T00:00:00\n"
+    )
+    assert plan_problems(PLAN, log, NOTEBOOKS) == [
+        f"smoke: estimated {smoke.estimate_s} s, a logged run took {smoke.estimate_s + 60} s"
+    ]  # the run on a machine without a GPU does not count
+    long = (replace(smoke, estimate_s=600), replace(tests, estimate_s=300), notebook)
+    found = plan_problems(long, tmp_path / "none.csv", [*notebook.notebooks, "11_new"])
+    assert found == [
+        "smoke: 600 s is over a call's 540 s",
+        "lease 1: 18.0 minutes, over 15",
+        "11_new: planned 0 times (once is right)",
+    ]
+    twice = (notebook, replace(notebook, name="again", lease=notebook.lease + 1))
+    assert plan_problems(twice, tmp_path / "none.csv", list(notebook.notebooks)) == [
+        f"{notebook.notebooks[0]}: planned 2 times (once is right)"
+    ]
     with pytest.raises(ValueError, match="unknown command 'A2'; valid: smoke, tests-gpu, 06"):
         command("A2")
 

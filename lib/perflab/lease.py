@@ -120,6 +120,41 @@ def lease_minutes(lease: int) -> float:
     return START_MINUTES + sum(c.estimate_s for c in PLAN if c.lease == lease) / 60
 
 
+def plan_problems(
+    plan: tuple[LeaseCommand, ...] = PLAN,
+    log: Path = LOG,
+    notebooks: list[str] | None = None,
+) -> list[str]:
+    """What keeps ``plan`` from fitting its leases, one sentence each (empty: none): a command
+    longer than a call allows, a lease whose commands and start exceed its minutes, an estimate
+    below the seconds a logged run of that command took on a GPU (a stopped run included: it
+    needed more), a notebook (default: those in ``notebooks/``) planned twice or not at all."""
+    problems = []
+    for c in plan:
+        if c.estimate_s > COMMAND_LIMIT_S:
+            problems.append(f"{c.name}: {c.estimate_s} s is over a call's {COMMAND_LIMIT_S} s")
+    for lease in sorted({c.lease for c in plan}):
+        minutes = START_MINUTES + sum(c.estimate_s for c in plan if c.lease == lease) / 60
+        if minutes > LEASE_MINUTES:
+            problems.append(f"lease {lease}: {minutes:.1f} minutes, over {LEASE_MINUTES}")
+    runs = read_log(log)
+    runs = runs[runs["gpu"] != NO_GPU]
+    for c in plan:
+        logged = pd.to_numeric(runs.loc[runs["command"] == c.name, "seconds"]).max()
+        if logged > c.estimate_s:
+            problems.append(f"{c.name}: estimated {c.estimate_s} s, a logged run took {logged:g} s")
+    if notebooks is None:
+        from perflab.paths import NOTEBOOKS_DIR
+
+        notebooks = [path.stem for path in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")]
+    planned = [notebook for c in plan for notebook in c.notebooks]
+    for notebook in sorted(set(notebooks) | set(planned)):
+        times = planned.count(notebook)
+        if times != 1:
+            problems.append(f"{notebook}: planned {times} times (once is right)")
+    return problems
+
+
 def plan_table() -> pd.DataFrame:
     """One row per command: lease, command, what it runs, estimated minutes, wheels, basis."""
     return pd.DataFrame(
@@ -206,6 +241,8 @@ def _main(argv: list[str]) -> int:
                     f"lease {lease}: {lease_minutes(lease):.1f} minutes estimated with "
                     f"{START_MINUTES} for the machine's start, of {LEASE_MINUTES}"
                 )
+            for problem in plan_problems():
+                print(f"does not fit: {problem}")
             upcoming = next_command()
             print(f"next: {upcoming.name if upcoming else 'nothing: every command is done'}")
             return 0
