@@ -42,7 +42,7 @@ batch_size = 4                       # sequences per step
 warmup = 3                           # untimed steps before each measurement
 steps = 6                            # timed steps
 warmup_study_preset = "cpu-tiny"     # the model of the warm-up study
-warmup_study_steps = 6               # timed steps after each warm-up setting
+warmup_study_steps = 24              # timed steps after each warm-up setting (at least 20 to tell a slow first step at 95%)
 warmup_study_warmups = [0, 1, 2]     # warm-up steps compared, each in a fresh process
 device = "auto"                      # "cuda" when present, else "cpu"
 dtype = "float32"                    # "float32", or "bfloat16" / "float16" autocast
@@ -229,7 +229,13 @@ else:
 # The same training step, timed for `warmup_study_steps` steps after each number of untimed
 # warm-up steps in `warmup_study_warmups` (0, 1 and 2 on a CPU; 0, 1, 2 and 5 in the full
 # profile), **each in a fresh Python process** (`python -m perflab bench`), since warm-up
-# effects happen once per process and would be invisible after the runs above.
+# effects happen once per process and would be invisible after the runs above. Whether a
+# setting's first timed step is slower than the steps after it is an exact test: with no
+# one-off cost, the first of n steps is the slowest with probability 1/n, so 20 steps are the
+# fewest that can show it at 95%. Settings are tested in order of warm-up, each only after the
+# ones before it were found slower, which keeps the chance of any false claim at 5%
+# (`docs/statistics.md` gives the rate simulated). Medians of different settings ran in
+# different processes and are not compared.
 
 # %%
 base = BenchConfig(preset=warmup_study_preset, context_length=context_length,
@@ -248,12 +254,12 @@ reading
 print(conclude_all(out, [warmup_finding(reading)])[0])
 
 # %% [markdown]
-# The first step in a process pays one-off costs: memory touched for the first time, the
-# allocator filling its caches, kernel libraries choosing algorithms (oneDNN primitives on a
-# CPU; on a GPU there are further one-off costs, not measured here) and AdamW
-# allocating its state on its first step. A single slow step moves the mean and the standard
-# deviation (by how much, the study above prints); the median resists it. That is why every measurement here warms up
-# first and reports the median with its interval.
+# A first step found slower pays a one-off cost of its process; which one, the study does not
+# measure. The usual ones: memory touched for the first time, the allocator filling its caches,
+# kernel libraries choosing algorithms (oneDNN primitives on a CPU; more on a GPU) and AdamW
+# allocating its state on its first step. One such step weighs on a mean and a standard
+# deviation more than on a median (the study prints by how much when it finds one). That is
+# why every measurement here warms up first and reports the median with its interval.
 #
 # ## Is the workbook's timer right?
 #

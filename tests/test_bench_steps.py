@@ -167,101 +167,63 @@ def test_warmup_samples_long_form():
     assert long["seconds"].tolist() == [0.3, 0.1, 0.1, 0.1]
 
 
-def test_warmup_effect_ratios():
-    from perflab.bench.warmup import warmup_conclusion, warmup_effect
+def _study(*settings: list[float], warmups=(0, 1, 2)) -> pd.DataFrame:
+    return pd.DataFrame({"warmup": list(warmups), "samples_s": [str(list(s)) for s in settings]})
 
-    study = pd.DataFrame(
-        {"warmup": [0, 5], "samples_s": ["[0.4, 0.1, 0.1, 0.2]", "[0.1, 0.1, 0.1, 0.2]"]}
+
+def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
+    """The first step's p-value is the share of steps at least as slow (exact under no
+    one-off cost); settings are tested in order of warm-up, each only after every earlier one
+    was found slower; the first step's weight in its own mean and median is arithmetic."""
+    from perflab.bench.warmup import first_step_p_value, warmup_effect
+
+    flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
+    slow, quiet = [0.4, *flat], [0.1, *flat]
+    effect = warmup_effect(_study(slow, slow, quiet)).set_index("warmup")
+    assert effect["first_p_value"].tolist() == pytest.approx([1 / 24, 1 / 24, 24 / 24])
+    assert effect["first_slower"].tolist() == [True, True, False]
+    assert effect.loc[0, "first_over_rest_median"] == pytest.approx(0.4 / 0.102)
+    assert effect.loc[0, "mean_with_first_over_without"] == pytest.approx(
+        (0.4 + sum(flat)) / 24 / (sum(flat) / 23)
     )
-    effect = warmup_effect(study).set_index("warmup")
-    assert effect.loc[0, "first_over_settled_median"] == pytest.approx(4.0)
-    assert effect.loc[0, "mean_over_settled"] == pytest.approx(0.8 / 0.5)
-    assert effect.loc[0, "median_over_settled"] == pytest.approx(0.15 / 0.1)
-    settled = ["first_over_settled_median", "median_over_settled", "mean_over_settled"]
-    assert effect.loc[5, settled].tolist() == pytest.approx([1.0, 1.0, 1.0])
-    assert bool(effect.loc[5, "overlaps_settled"])
-    assert warmup_conclusion(effect.reset_index()).startswith(
-        "Without warm-up the first timed step took 4.00x the settled median (after 5 warm-up"
+    assert first_step_p_value([0.2, 0.2, 0.1, 0.1]) == 0.5  # a tie counts against the claim
+    # Not tested once an earlier setting was not found slower, however slow its first step.
+    effect = warmup_effect(_study(quiet, slow, slow)).set_index("warmup")
+    assert effect["first_slower"].tolist() == [False, False, False]
+
+
+def test_warmup_conclusion_says_what_the_exact_test_shows():
+    from perflab.bench.warmup import warmup_conclusion, warmup_effect, warmup_finding
+
+    flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
+    slow, quiet = [0.4, *flat], [0.1, *flat]
+    effect = warmup_effect(_study(slow, quiet, quiet))
+    text = warmup_conclusion(effect)
+    assert text.startswith(
+        "Without warm-up the first timed step took 3.92x the median of the 23 steps after it "
+        "and was the slowest of 24 (with no one-off cost: probability 4%): it paid a one-off "
+        "cost the later steps did not. After 1 warm-up steps the first timed step took 0.98x"
     )
+    assert "not told from the steps after it" in text and "After 2" not in text
+    assert "makes the setting's mean 1.12x" in text
+    assert warmup_finding(effect).verdict == "slower"
+    # Six steps: even the slowest first step cannot be told at 95%, and nothing is claimed.
+    few = warmup_effect(_study(slow[:6], quiet[:6], quiet[:6]))
+    text = warmup_conclusion(few)
+    assert "6 steps cannot show a slower first step at 95% (at least 20 are needed)" in text
+    assert "paid" not in text and warmup_finding(few).verdict == "inconclusive"
 
 
-def test_warmup_conclusion_claims_only_what_the_intervals_show():
-    from perflab.bench.warmup import warmup_conclusion, warmup_effect
-
-    slow = pd.DataFrame(
-        {
-            "warmup": [0, 1, 5],
-            "samples_s": [
-                "[0.5, 0.3, 0.31, 0.3, 0.29, 0.3]",
-                "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]",
-                "[0.1, 0.1, 0.1, 0.11, 0.1, 0.1]",
-            ],
-        }
-    )
-    text = warmup_conclusion(warmup_effect(slow))
-    assert "the 96.8% intervals do not overlap" in text and "from 1 warm-up steps on" in text
-    one_slow_step = pd.DataFrame(
-        {"warmup": [0, 5], "samples_s": ["[0.5, 0.1, 0.1, 0.1, 0.1]", "[0.1, 0.1, 0.1, 0.1, 0.1]"]}
-    )
-    assert "not the median" in warmup_conclusion(warmup_effect(one_slow_step))
-    no_effect = pd.DataFrame(
-        {
-            "warmup": [0, 5],
-            "samples_s": ["[0.1, 0.1, 0.11, 0.1, 0.1]", "[0.1, 0.11, 0.1, 0.1, 0.1]"],
-        }
-    )
-    text = warmup_conclusion(warmup_effect(no_effect))
-    assert "not above the settled median's 93.7% interval" in text  # 5 steps: 93.75%
-    assert "no one-off cost shows" in text and "slow first step" not in text
-    assert "After" not in text  # no setting between none and the most
-
-
-def test_the_warmup_finding_records_the_interval_its_sentence_states(tmp_path):
-    """check-results flags a stated level with no interval recorded (the warm-up sentence
-    states the settled median's): the finding carries that interval into conclusions.csv."""
+def test_the_warmup_finding_passes_check_results(tmp_path):
     from perflab.bench.checks import check_results
     from perflab.bench.conclusions import conclude_all
     from perflab.bench.warmup import warmup_effect, warmup_finding
 
-    study = pd.DataFrame(
-        {
-            "warmup": [0, 5],
-            "samples_s": ["[0.5, 0.1, 0.1, 0.1, 0.1, 0.11]", "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]"],
-        }
-    )
-    finding = warmup_finding(warmup_effect(study))
-    low, high, level = finding.interval
-    assert low <= 0.1 <= high and level == pytest.approx(0.96875)
-    (sentence,) = conclude_all(tmp_path, [finding])
-    assert "96.8% interval" in sentence
+    flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
+    study = _study([0.4, *flat], warmups=(0,))
+    (sentence,) = conclude_all(tmp_path, [warmup_finding(warmup_effect(study))])
+    assert "paid a one-off cost" in sentence
     assert check_results(tmp_path, library=None).empty
-
-
-def test_a_middle_warmup_setting_says_whether_it_paid_the_one_off_costs():
-    from perflab.bench.warmup import between_settings, warmup_effect
-
-    study = pd.DataFrame(
-        {
-            "warmup": [0, 1, 2],
-            "samples_s": [
-                "[0.5, 0.1, 0.1, 0.1, 0.1, 0.1]",
-                "[0.3, 0.1, 0.1, 0.1, 0.1, 0.1]",  # one warm-up step left a slow first timed step
-                "[0.1, 0.1, 0.1, 0.1, 0.1, 0.11]",
-            ],
-        }
-    )
-    text = between_settings(warmup_effect(study))
-    assert text.startswith(" After 1 warm-up step the first timed step took 3.00x")
-    assert "above its interval" in text and "did not pay every one-off cost" in text
-    settled = study.assign(
-        samples_s=[study.samples_s[0], "[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]", study.samples_s[2]]
-    )
-    text = between_settings(warmup_effect(settled))
-    assert "within or below its interval" in text and "overlapping the settled" in text
-    assert "1 warm-up step paid the one-off costs here" in text and "noise" in text
-    quiet = settled.assign(samples_s=["[0.1, 0.1, 0.11, 0.1, 0.1, 0.1]", *settled.samples_s[1:]])
-    text = between_settings(warmup_effect(quiet))  # no one-off cost without warm-up either
-    assert "paid" not in text and "nothing left to pay shows" in text
 
 
 def test_configurations_compared_interleaved_are_named_by_their_difference():

@@ -24,7 +24,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "warmup": 5,
         "steps": 10,
         "warmup_study_preset": "small",
-        "warmup_study_steps": 20,
+        "warmup_study_steps": 24,
         "warmup_study_warmups": [0, 1, 2, 5],
     },
     "02_profiling": {
@@ -169,7 +169,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
 #: every notebook fits a command of a 15-minute GPU lease (at most 9 minutes each, one or two
 #: notebooks a command), on any GPU box. Applied on top of ``FULL_SIZES``.
 LEASE_SIZES: dict[str, dict[str, object]] = {
-    "01_benchmarking": {"presets": ["small", "medium", "xl"], "warmup_study_steps": 10},
+    "01_benchmarking": {"presets": ["small", "medium", "xl"]},
     "02_profiling": {"grid_presets": ["small"], "copy_rounds": 6},
     "03_mixed_precision": {"presets": ["small", "large", "xl"], "rounds": 6, "budget_s": 20},
     "04_memory": {"context_lengths": [128, 512], "checkpoint_layers": [4, 8, 16],

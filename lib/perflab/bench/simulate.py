@@ -24,7 +24,7 @@ from perflab.bench.comparison import NOISE_BAND, interleaved_rounds
 
 # Every sample count a notebook's interval or verdict is computed from (tests/test_coverage.py
 # checks the notebooks' parameters against it).
-SIMULATED_ROUNDS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20)
+SIMULATED_ROUNDS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24)
 NOISE_MODELS = {
     "quiet": {"sigma": 0.02, "burst_probability": 0.02, "burst_max": 1.5, "drift": 0.05},
     "bursty": {"sigma": 0.05, "burst_probability": 0.15, "burst_max": 3.0, "drift": 0.2},

@@ -14,10 +14,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 
 from perflab.bench.conclusions import Finding
-from perflab.bench.stats import level_text, median_interval
+from perflab.bench.stats import median_interval
 from perflab.bench.steps import BenchConfig
 
 
@@ -47,115 +48,107 @@ def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
     return long.rename(columns={"samples_s": "seconds"}).astype({"seconds": float})
 
 
+#: The false-claim rate the warm-up finding allows: it says a first timed step paid a one-off
+#: cost only where an exact test rejects "no one-off cost" at this level.
+ALPHA = 0.05
+
+
+def first_step_p_value(samples) -> float:
+    """The exact p-value of "the first timed step is slower than the steps after it": with no
+    one-off cost the n timed steps are exchangeable, so the first is among the k slowest with
+    probability k / n (k counts the steps at least as slow as the first, ties against the
+    claim). It needs at least 1 / ``ALPHA`` = 20 steps to reach 5%."""
+    seconds = np.asarray(samples, dtype=float)
+    return float((seconds >= seconds[0]).sum() / len(seconds))
+
+
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
-    """Per warm-up setting, against the most warmed-up one (the settled state): the first
-    timed step over the settled median; the median with its order-statistic interval (and
-    that interval's level: 4 steps give 87.5%) and whether it overlaps the settled one; mean
-    and std over the settled ones (1.0: warm-up made no difference)."""
+    """Per warm-up setting (ascending): its timed steps, the first step over the median of
+    the steps after it, how many steps were at least as slow as the first (``first_rank``) and
+    the exact p-value of "the first step is slower" (``first_step_p_value``); whether the first
+    step is slower at ``ALPHA`` (``first_slower``), tested in order of warm-up (a fixed
+    sequence: a setting is tested only when every setting with fewer warm-up steps was found
+    slower, which keeps the chance of any false claim at ``ALPHA``); and what the first step
+    does to that setting's own mean, standard deviation and median (the same steps with and
+    without it: arithmetic, no test needed). The median's order-statistic interval (and its
+    level) is kept for the table; medians of different settings ran in different processes
+    and are not compared."""
     samples = warmup_samples(study)
-    stats = samples.groupby("warmup")["seconds"].agg(["mean", "std", "median", "first"])
-    intervals = samples.groupby("warmup")["seconds"].agg(lambda s: median_interval(s.to_numpy()))
-    stats["median_ci_low_s"] = [i.low for i in intervals]
-    stats["median_ci_high_s"] = [i.high for i in intervals]
-    stats["median_ci_level"] = [i.level for i in intervals]
-    settled = stats.loc[stats.index.max()]
-    return pd.DataFrame(
-        {
-            "median_s": stats["median"],
-            "median_ci_low_s": stats["median_ci_low_s"],
-            "median_ci_high_s": stats["median_ci_high_s"],
-            "median_ci_level": stats["median_ci_level"],
-            "overlaps_settled": (stats["median_ci_low_s"] <= settled["median_ci_high_s"])
-            & (stats["median_ci_high_s"] >= settled["median_ci_low_s"]),
-            "first_over_settled_median": stats["first"] / settled["median"],
-            "median_over_settled": stats["median"] / settled["median"],
-            "mean_over_settled": stats["mean"] / settled["mean"],
-            "std_over_settled": stats["std"] / settled["std"],
-        }
-    ).reset_index()
+    rows = []
+    earlier_slower = True
+    for warmup, group in samples.sort_values(["warmup", "step"]).groupby("warmup", sort=True):
+        seconds = group["seconds"].to_numpy()
+        rest = seconds[1:]
+        p_value = first_step_p_value(seconds)
+        slower = earlier_slower and p_value <= ALPHA
+        earlier_slower = slower
+        interval = median_interval(seconds)
+        rows.append(
+            {
+                "warmup": warmup,
+                "steps": len(seconds),
+                "median_s": float(np.median(seconds)),
+                "median_ci_low_s": interval.low,
+                "median_ci_high_s": interval.high,
+                "median_ci_level": interval.level,
+                "first_over_rest_median": seconds[0] / np.median(rest) if len(rest) else np.nan,
+                "first_rank": int((seconds >= seconds[0]).sum()),
+                "first_p_value": p_value,
+                "first_slower": slower,
+                "mean_with_first_over_without": seconds.mean() / rest.mean()
+                if len(rest)
+                else np.nan,
+                "std_with_first_over_without": seconds.std(ddof=1) / rest.std(ddof=1)
+                if len(rest) > 2 and rest.std(ddof=1) > 0
+                else np.nan,
+                "median_with_first_over_without": float(np.median(seconds) / np.median(rest))
+                if len(rest)
+                else np.nan,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def warmup_conclusion(effect: pd.DataFrame) -> str:
-    """What the warm-up study shows, in words computed from ``warmup_effect``: only claims
-    that the intervals support; then, for each setting between none and the most, whether its
-    first timed step and its median are the settled ones (``between_settings``)."""
-    return _cold_against_settled(effect) + between_settings(effect)
+    """What the warm-up study shows, in words computed from ``warmup_effect``: for the setting
+    without warm-up, and then for each next setting while every earlier one was found slower,
+    whether its first timed step was slower than the steps after it (exact test at ``ALPHA``)
+    or cannot be told from them; and, where the first step was found slower without warm-up,
+    what it does to that setting's mean, standard deviation and median."""
+    sentences = []
+    for row in effect.itertuples():
+        steps = "Without warm-up" if row.warmup == 0 else f"After {row.warmup:.0f} warm-up steps"
+        rank = "the slowest" if row.first_rank == 1 else f"among the {row.first_rank} slowest"
+        text = (
+            f"{steps} the first timed step took {row.first_over_rest_median:.2f}x the median of "
+            f"the {row.steps - 1} steps after it and was {rank} of {row.steps} (with no one-off "
+            f"cost: probability {row.first_p_value:.0%}): "
+        )
+        if row.first_slower:
+            sentences.append(text + "it paid a one-off cost the later steps did not.")
+            continue
+        if row.steps < 1 / ALPHA:
+            text += (
+                f"{row.steps} steps cannot show a slower first step at {1 - ALPHA:.0%} (at "
+                f"least {1 / ALPHA:.0f} are needed), so no cost is claimed"
+            )
+        else:
+            text += "not told from the steps after it, so no one-off cost is shown"
+        sentences.append(text + ("." if row.warmup == 0 else " after that many warm-up steps."))
+        break  # the fixed sequence stops at the first setting not found slower
+    cold = effect.iloc[0]
+    if cold.first_slower:
+        sentences.append(
+            f"Without warm-up that one step makes the setting's mean "
+            f"{cold.mean_with_first_over_without:.2f}x and its standard deviation "
+            f"{cold.std_with_first_over_without:.1f}x what the same steps give without it, "
+            f"its median {cold.median_with_first_over_without:.2f}x."
+        )
+    return " ".join(sentences)
 
 
 def warmup_finding(effect: pd.DataFrame) -> Finding:
-    """``warmup_conclusion`` as a finding, with the settled median's interval it states
-    (seconds, and that interval's level), so that ``conclude`` records it."""
-    settled = effect.iloc[-1]
-    interval = (settled.median_ci_low_s, settled.median_ci_high_s, settled.median_ci_level)
-    return Finding("warm-up", warmup_conclusion(effect), interval=interval)
-
-
-def _cold_against_settled(effect: pd.DataFrame) -> str:
-    cold, settled = effect.iloc[0], effect.iloc[-1]
-    first_s = cold.first_over_settled_median * settled.median_s
-    slow_first = first_s > settled.median_ci_high_s
-    text = (
-        f"Without warm-up the first timed step took {cold.first_over_settled_median:.2f}x the "
-        f"settled median (after {settled.warmup:.0f} warm-up steps), "
-        + ("above" if slow_first else "not above")
-        + f" the settled median's {level_text(settled.median_ci_level)} interval. "
-    )
-    if cold.overlaps_settled and not slow_first:
-        return text + (
-            "The median without warm-up is the same within its interval: on this device and "
-            "model no one-off cost shows in the timed steps."
-        )
-    if cold.overlaps_settled:
-        return text + (
-            "The median of the timed steps is the same within its interval: the slow first "
-            f"step moves the mean ({cold.mean_over_settled:.2f}x) and the standard deviation "
-            f"({cold.std_over_settled:.1f}x), not the median."
-        )
-    overlapping = effect[effect["overlaps_settled"]]["warmup"]
-    return text + (
-        f"Even the median is {cold.median_over_settled:.2f}x the settled one (the "
-        f"{level_text(min(cold.median_ci_level, settled.median_ci_level))} intervals do not "
-        f"overlap); it agrees with the settled median from {overlapping.min():.0f} "
-        "warm-up steps on."
-    )
-
-
-def between_settings(effect: pd.DataFrame) -> str:
-    """For each warm-up setting between the first and the last (1 step, say, between 0 and 2):
-    its first timed step against the settled median's interval, and its median against the
-    settled one, with what that says: one-off costs left for the timed steps, or paid by the
-    warm-up (when the run without warm-up showed some), or a difference within the intervals,
-    which is the machine's noise, not warm-up."""
-    settled, cold = effect.iloc[-1], effect.iloc[0]
-    cold_pays = (
-        cold.first_over_settled_median * settled.median_s > settled.median_ci_high_s
-        or not cold.overlaps_settled
-    )
-    sentences = []
-    for row in effect.iloc[1:-1].itertuples():
-        first_s = row.first_over_settled_median * settled.median_s
-        slow_first = first_s > settled.median_ci_high_s
-        steps = f"{row.warmup:.0f} warm-up step" + ("s" if row.warmup != 1 else "")
-        text = (
-            f" After {steps} the first timed step took {row.first_over_settled_median:.2f}x "
-            f"the settled median ({'above' if slow_first else 'within or below'} its "
-            f"interval) and the median {row.median_over_settled:.2f}x "
-            f"({'overlapping' if row.overlaps_settled else 'outside'} the settled "
-            "interval): "
-        )
-        if slow_first or not row.overlaps_settled:
-            text += f"{steps} did not pay every one-off cost here; some fell on the timed steps."
-        elif cold_pays:
-            text += (
-                f"{steps} paid the one-off costs here; what still differs from "
-                f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
-                "between two processes."
-            )
-        else:
-            text += (
-                "as without warm-up, nothing left to pay shows; what differs from "
-                f"{settled.warmup:.0f} lies within the intervals, the machine's noise "
-                "between two processes."
-            )
-        sentences.append(text)
-    return "".join(sentences)
+    """``warmup_conclusion`` as a finding; its verdict is "slower" when the first timed step
+    without warm-up was found slower than the steps after it, else "inconclusive"."""
+    verdict = "slower" if bool(effect.iloc[0]["first_slower"]) else "inconclusive"
+    return Finding("warm-up", warmup_conclusion(effect), verdict_text=verdict)

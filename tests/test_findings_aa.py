@@ -1,0 +1,49 @@
+"""Every finding function that can state a difference or a cause, fed data with no effect (its
+false claims held to 5%) and with a planted effect (found in most draws); the rates in
+docs/statistics.md are the ones computed here; the notebooks' sizes are the ones simulated."""
+
+import pytest
+
+from perflab.bench.aa import (
+    ALPHA,
+    BEGIN,
+    DOC,
+    END,
+    WARMUP_STEPS,
+    binomial_upper_tail,
+    finding_rates,
+    rates_markdown,
+)
+from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names
+
+
+@pytest.fixture(scope="module")
+def rates():
+    return finding_rates()
+
+
+def test_findings_claim_an_effect_without_one_at_most_5_percent_and_find_a_planted_one(rates):
+    assert rates["within_alpha"].all(), rates
+    assert (rates["finds_planted"] >= 0.8).all(), rates
+
+
+def test_docs_statistics_lists_the_rates_computed_here(rates):
+    text = DOC.read_text()
+    assert text.split(BEGIN)[1].split(END)[0].strip() == rates_markdown(rates)
+
+
+def test_the_consistency_check_rejects_a_rate_above_alpha():
+    assert binomial_upper_tail(100, 2000, ALPHA) > 1e-3  # 5.0%: consistent
+    assert binomial_upper_tail(140, 2000, ALPHA) < 1e-3  # 7.0%: not
+    assert binomial_upper_tail(0, 10, ALPHA) == 1.0
+
+
+def test_the_warmup_study_sizes_of_notebook_01_are_simulated():
+    from perflab.cli import NOTEBOOKS_DIR
+
+    source = (NOTEBOOKS_DIR / "01_benchmarking.py").read_text()
+    assert "warmup_study_steps" in parameter_names("01_benchmarking")
+    default = int(source.split("\nwarmup_study_steps = ")[1].split()[0])
+    full = FULL_SIZES["01_benchmarking"]["warmup_study_steps"]
+    lease = LEASE_SIZES["01_benchmarking"].get("warmup_study_steps", full)
+    assert {default, full, lease} <= set(WARMUP_STEPS)
