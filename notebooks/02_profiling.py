@@ -223,12 +223,12 @@ for answer in grid_answers(grid):
     print(answer)
 
 # %% [markdown]
-# These are few steps each, on a shared machine. A profiled forward slower than the timer's
-# interval points first at the profiler's own cost (it records every operator, and more
-# operators at larger sizes); a profiled forward faster than the interval cannot be that cost,
-# and says the timed steps met a slower moment of the machine (answer (a) counts the two
-# apart). A timing flagged unstable says little either way. The answers that hold in every
-# configuration are the ones to trust.
+# These are few steps each, on a shared machine. A profiled forward outside the timer's
+# interval has two candidate causes this section does not separate: the profiler's own cost
+# (it records every operator) and the machine's noise between the two measurements; telling
+# them apart needs the two timed in turns (`perflab.bench.compare`). A timing flagged
+# unstable says little either way. The answers that hold in every configuration are the ones
+# to trust.
 #
 # ## 4. The same table from Nsight Systems (GPU-only, not yet run)
 #

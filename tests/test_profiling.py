@@ -519,9 +519,10 @@ def test_record_step_trace_rejects_bad_arguments(tmp_path):
         record_step_trace(tmp_path / "t.json", config, attention="flash")
 
 
-def test_grid_answers_tell_misses_above_the_interval_from_those_below():
-    """Planted: one profiled forward inside the timer's interval, one above it (profiler
-    overhead is a suspect), one below it (it cannot be)."""
+def test_grid_answer_a_gives_the_ratios_and_states_no_cause():
+    """Planted: one profiled forward inside the timer's interval, one above it, one below it:
+    the answer gives the ratios and the count inside, and says one profiled figure cannot
+    tell a profiler's cost from the machine's noise (no cause is stated)."""
     from perflab.profiling.grid import grid_answers
 
     base = {
@@ -541,7 +542,9 @@ def test_grid_answers_tell_misses_above_the_interval_from_those_below():
     grid = pd.DataFrame([{**base, "forward_profiler_ms": ms} for ms in (10.0, 12.0, 8.0)])
     first = grid_answers(grid)[0]
     assert first.startswith(
-        "(a) the profiler's forward time lies inside the timer's interval in 1 of 3 configurations"
+        "(a) the profiler's forward time is 0.80x to 1.20x the timer's median, inside the "
+        "timer's interval in 1 of 3 configurations"
     )
-    assert "above it in 1 (1.20x the timer's median" in first
-    assert "below it in 1 (0.80x" in first and "cannot explain" in first
+    assert "not tested here" in first
+    for cause in ("suspect", "slower moment", "cannot explain"):
+        assert cause not in first

@@ -115,35 +115,22 @@ def _span(values: pd.Series, digits: int = 2) -> str:
 
 
 def grid_answers(grid: pd.DataFrame) -> list[str]:
-    """Notebook 02's answers (a) to (e), read from ``profile_grid``'s rows: (a) where the
-    profiler's forward time lies against the timer's interval, above it and below it apart
-    (above: the profiler's own cost is the first suspect; below: it cannot be, so the noise of
-    the moment is), (b) the top operator and whether it also tops the step, (c) the other
-    operators above 1%, (d) the matmul share from forward to step, (e) softmax's time against
-    its FLOPs."""
+    """Notebook 02's answers (a) to (e), read from ``profile_grid``'s rows: (a) the
+    profiler's forward time against the timer's median (and how often it lies inside the
+    timer's interval: a count, not a test; one profiled figure, measured apart from the timer,
+    tells neither a profiler's cost nor the machine's noise), (b) the top operator and whether
+    it also tops the step, (c) the other operators above 1%, (d) the matmul share from forward
+    to step, (e) softmax's time against its FLOPs."""
     low, high = grid["forward_timer_ci_low_ms"], grid["forward_timer_ci_high_ms"]
     profiled = grid["forward_profiler_ms"]
-    above, below = profiled > high, profiled < low
-    inside = ~(above | below)
-    stable = ~grid["forward_timer_unstable"].astype(bool)
+    inside = (profiled >= low) & (profiled <= high)
     ratio = profiled / grid["forward_timer_ms"]
-    misses = []
-    if above.any():
-        misses.append(
-            f"above it in {above.sum()} ({_span(ratio[above])} the timer's median: "
-            "the profiler's own cost, recording every operator, is the first "
-            "suspect)"
-        )
-    if below.any():
-        misses.append(
-            f"below it in {below.sum()} ({_span(ratio[below])}: faster under the "
-            "profiler, which its cost cannot explain; the timed steps met a slower "
-            "moment of the machine, noise beyond the interval's level)"
-        )
     answers = [
-        f"(a) the profiler's forward time lies inside the timer's interval in {inside.sum()} of "
-        f"{len(grid)} configurations ({(inside & stable).sum()} of the {stable.sum()} whose "
-        "timing is stable)" + ("; " + "; ".join(misses) if misses else "")
+        f"(a) the profiler's forward time is {_span(ratio)} the timer's median, inside the "
+        f"timer's interval in {inside.sum()} of {len(grid)} configurations; each is one "
+        "profiled figure measured apart from the timer, so whether profiling changes the time "
+        "is not tested here (the profiler's cost and the machine's noise between the two are "
+        "not told apart)"
     ]
     tops = grid.groupby("top_forward").size().sort_values(ascending=False)
     answers.append(
