@@ -197,8 +197,9 @@ for sentence in say.roofline_sentences(throughput):
 # %% [markdown]
 # The batch-1 eager decode step is timed twice in this notebook: in section 1 (at `prompt_len`
 # tokens of context) and here (at `context`). The two are separate medians taken at different
-# moments, not interleaved, so how far apart they lie shows how much two such medians of the
-# same work can differ on this machine:
+# moments, not interleaved: how far apart they lie is one example of how much two such
+# medians of the same work can differ on this machine (sections 5 and 7 time the step again,
+# each inside its own interleaved comparison):
 
 # %%
 print(say.repeat_sentence(phases, throughput, prompt_len, context))

@@ -168,7 +168,8 @@ def repeat_sentence(
     phases: pd.DataFrame, throughput: pd.DataFrame, prompt_len: int, context: int
 ) -> str:
     """The batch-1 eager decode step timed in section 1 and again in section 2: how far apart
-    two medians of the same work, measured at different moments, lie on this machine."""
+    these two medians of the same work, measured at different moments, lie (one pair: an
+    example of the gap, not its usual size)."""
     batches = set(throughput["batch"])
     if 1 not in batches or prompt_len != context:
         return (
@@ -186,9 +187,10 @@ def repeat_sentence(
         f"the batch-1 decode step at {context} tokens: {_median_text(first)} in section 1, "
         f"{_median_text(second)} here; the second is {apart:.2f}x the first ({apart - 1:+.0%}), "
         + ("and their intervals overlap" if overlap else "and their intervals do not overlap")
-        + ". Separate, non-interleaved measurements of the same work: a gap of this size is how "
-        "far apart two such medians lie here, and medians from different cells should not be "
-        "compared more finely than that."
+        + ". One pair of separate, non-interleaved medians of the same work: it shows that two "
+        "such medians differed this much here once, not how much they usually do; no finding "
+        "of this notebook compares medians from different cells (each comparison is "
+        "interleaved)."
     )
 
 

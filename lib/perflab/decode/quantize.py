@@ -139,7 +139,10 @@ def compare_int8(
         rounds=rounds,
         warmup=warmup,
         device=device,
-        names=(f"{dtype} weights", "int8 weights"),
+        names=(
+            f"the compiled step with {dtype} weights ({batch} x {context} tokens)",
+            "int8 weights",
+        ),
     )
     prompts = random_prompts(model.config.vocab_size, [context] * batch, seed + 1)
     with torch.no_grad():
