@@ -290,15 +290,23 @@ def ring_frames(ratios=(1.0, 2.0), egress=(1.0, 1.1), at_bound=(False, True)):
 
 
 def test_ring_lines_say_whether_one_egress_describes_every_world_size():
-    ratio, egress, bound = say.ring_lines(*ring_frames())
+    """Two models told apart: the ring's own (one W for every world size: the fits' egress)
+    and all_reduce's against the textbook ring at that W (the measured ratio against N/2)."""
+    ratio, egress, gloo, bound = say.ring_lines(*ring_frames())
     assert ratio.startswith("at 64 MB the alternate ring takes 1.00x all_reduce's time on 2 ranks")
-    assert "they differ 1.10x, and the measured ratios are 1.00, 1.00 of N/2" in egress
-    assert egress.endswith("with one W describes these measurements (within 25%)")
+    assert "differ 1.10x, so one W describes the ring's times (within 25%" in egress
+    assert "1.00x the model's time on 2 ranks, 1.00x the model's time on 4 ranks" in gloo
+    assert gloo.endswith("consistent with that ring (within 25%)")
     assert bound.startswith("N=4: the free line crossed below zero")
-    apart = say.ring_lines(*ring_frames(ratios=(1.0, 3.0), at_bound=(False, False)))
-    assert len(apart) == 2 and "does not describe" in apart[1]
+    # The ring fits one W; all_reduce on 4 ranks takes 1.5x the textbook ring's time.
+    ring, egress, gloo = say.ring_lines(*ring_frames(ratios=(1.0, 4 / 3), at_bound=(False, False)))
+    assert "so one W describes" in egress and "1.50x the model's time on 4 ranks" in gloo
+    assert "not that ring's time" in gloo
+    # The ring's own egress differs by world size: its model misses, whatever all_reduce does.
+    _, egress, gloo = say.ring_lines(*ring_frames(egress=(1.0, 2.0), at_bound=(False, False)))
+    assert "differ 2.00x, so one W does not describe the ring's times" in egress
     ring, fit = ring_frames()
-    assert len(say.ring_lines(ring, fit.iloc[:1])) == 1
+    assert len(say.ring_lines(ring, fit.iloc[:1])) == 2  # no egress line from one world size
     # the ring failed at the largest size: its ratios come from the largest size that ran
     failed = pd.concat([ring, ring.assign(size_mb=128, status="error")], ignore_index=True)
     assert say.ring_lines(failed, fit)[0].startswith("at 64 MB the alternate ring takes")
