@@ -330,7 +330,9 @@ else:
 # `data/results/06_flash_attention/<gpu>/` (see `data/GPU_CHECKS.md`), shown on any machine:
 # the tables are separate medians, not an interleaved comparison, so they carry no verdict; the
 # last lines are the GPU smoke command's comparison (`.ci/gpu-check smoke`), interleaved there,
-# each with its verdict.
+# each with its verdict. Each source line says whether the library that measured the rows is
+# the one running here: the H100 rows timed the kernels before their rewrite (commit
+# fd8348d), so they describe older code than this notebook's.
 
 # %%
 for slug, rows in results_elsewhere("06_flash_attention", "flash.csv", dev).items():

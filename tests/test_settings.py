@@ -78,9 +78,11 @@ def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
 
 
 def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatch, tmp_path):
+    from perflab import paths
     from perflab.paths import device_slug, results_elsewhere
 
     monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(paths, "library_tree", lambda: "083dbbc35ed6d9fb" + "0" * 24)
     for slug in (device_slug("cpu"), "nvidia-h100-80gb-hbm3"):
         folder = tmp_path / "data" / "results" / "06_x" / slug
         folder.mkdir(parents=True)
@@ -91,7 +93,8 @@ def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatc
     assert list(found) == ["nvidia-h100-80gb-hbm3"]
     assert found["nvidia-h100-80gb-hbm3"].attrs["source"] == (
         "data/results/06_x/nvidia-h100-80gb-hbm3/flash.csv, measured 2026-11-23 to 2026-11-23 "
-        "at commit fd8348d; a historical record, measured before rows recorded their library_tree"
+        "at commit fd8348d; a historical record, measured before rows recorded their "
+        "library_tree: by older code than this library, which may have changed what they measure"
     )
     assert results_elsewhere("06_x", "other.csv", "cpu") == {}
     # a table saved whole (save_table): what its rows lack, the JSON beside them records
@@ -104,7 +107,16 @@ def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatc
     )
     assert results_elsewhere("06_x", "flash.csv", "cpu")["nvidia-h200"].attrs["source"] == (
         "data/results/06_x/nvidia-h200/flash.csv, measured 2026-11-27 to 2026-11-27 at commit "
-        "ba8372d with torch 2.11.0+cu130; library_tree 083dbbc35e"
+        "ba8372d with torch 2.11.0+cu130; library_tree 083dbbc35e (this library)"
+    )
+    monkeypatch.setattr(paths, "library_tree", lambda: "f" * 40)
+    assert (
+        results_elsewhere("06_x", "flash.csv", "cpu")["nvidia-h200"]
+        .attrs["source"]
+        .endswith(
+            "library_tree 083dbbc35e, not this library's (ffffffffff): the code that "
+            "measured these rows differs from the code this notebook runs"
+        )
     )
 
 

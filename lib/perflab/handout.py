@@ -152,17 +152,21 @@ ANSWERS = (
     Answer(("flash_forward", "flash_backward"), "flash_forward (a–c), flash_backward", "both",
            "06 §2 both implementations against float64, §3 every kernel compiled for sm_90 "
            "(sm_80, sm_100 and bf16 in the tests and the full profile)",
-           "measured (Triton interpreted); compiled kernels checked on an H100", "06",
+           "measured (Triton interpreted); the current kernels ran on an H200 (smoke, ba8372d: "
+           "every kept configuration within tolerance, bf16, d = 64 and 128)", "06",
            ("compiled_kernels", "compiled_shared_memory", "yours_check")),
     Answer(("flash_benchmarking",), "flash_benchmarking", "both",
-           "06 §4 sweep and verdicts; the H100 rows beside it",
-           "interpreter timings on a CPU (not speeds); GPU: H100 bf16, d = 64, n = "
-           "1024–16384, end-to-end ratios", "06",
+           "06 §4 sweep and verdicts; the GPU rows beside it",
+           "interpreter timings on a CPU (not speeds); GPU: H200 smoke comparison of the "
+           "current kernels against SDPA (bf16, d = 64, 4k and 16k tokens); H100 rows of the "
+           "kernels before their rewrite (fd8348d), older code", "06",
            ("flash", "flash_benchmark", "against_naive", "long_context_memory"),
            ("sdpa vs naive", "flash_torch vs naive", "flash_triton vs naive", "yours")),
     Answer(("FA2 leaderboard",), "FA2 leaderboard", "2025",
-           "06 §4 the kernel's speeds on an H100 (forward + backward, bf16, causal)",
-           "GPU; a leaderboard entry is a GPU run, not yet made", "06", ("flash",)),
+           "06 §4 the kernel's speeds on a GPU (forward + backward, bf16, causal)",
+           "GPU: the leaderboard's case timed on an H200 by the smoke command (ba8372d, "
+           "`data/GPU_CHECKS.md`); the posted times are an H100's, not run there", "06",
+           ("flash",)),
     Answer(("distributed_communication_single_node",), "distributed_communication_single_node",
            "both", "07 §2 all-reduce sizes x world sizes",
            "measured (Gloo, 1–100 MB; 1 GB with `--full`); NCCL GPU", "07", ("allreduce",)),

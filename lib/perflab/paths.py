@@ -47,10 +47,12 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
     data folder (e.g. the committed H100 rows, shown in a CPU run), as DataFrames by device
     slug; each table's ``source`` attribute says where the rows come from and, when the rows
     (a sweep's) or the JSON saved beside them (``save_table``'s) record them, when, at which
-    commit, with which torch and by which library they were measured."""
+    commit, with which torch and by which library they were measured, and whether that is the
+    library running here (rows of older code say so: what they measured may have changed)."""
     import pandas as pd
 
     here = device_slug(device)
+    here_tree = library_tree()
     found = {}
     for path in sorted((data_dir() / "results" / notebook).glob(f"*/{filename}")):
         if path.parent.name == here or path.stat().st_size == 0:
@@ -69,13 +71,21 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
         versions = sorted({str(v) for v in _recorded(table, "torch", torch_version)})
         source += f" with torch {', '.join(versions)}" if versions else ""
         trees = sorted(
-            {str(t)[:10] for t in _recorded(table, "library_tree", saved.get("library_tree"))}
+            {str(t) for t in _recorded(table, "library_tree", saved.get("library_tree"))}
         )
-        source += (
-            f"; library_tree {', '.join(trees)}"
-            if trees
-            else "; a historical record, measured before rows recorded their library_tree"
-        )
+        shown = ", ".join(t[:10] for t in trees)
+        if not trees:
+            source += (
+                "; a historical record, measured before rows recorded their library_tree: by "
+                "older code than this library, which may have changed what they measure"
+            )
+        elif here_tree and all(here_tree.startswith(t) for t in trees):
+            source += f"; library_tree {shown} (this library)"
+        else:
+            source += (
+                f"; library_tree {shown}, not this library's ({str(here_tree)[:10]}): the code "
+                "that measured these rows differs from the code this notebook runs"
+            )
         table.attrs["source"] = source
         found[path.parent.name] = table
     return found
