@@ -13,8 +13,11 @@ from perflab.claims import (
     SOURCES,
     Conclusion,
     GpuOnly,
+    NotMeasured,
     Rows,
+    _activation_peak_rows,
     _allreduce_rows,
+    _statistics_rows,
     _attention_growth_rows,
     _holds,
     attention_growth,
@@ -60,11 +63,47 @@ def test_every_claim_names_a_known_source_and_an_answer():
 
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.claim[:40])
+def test_every_answer_measures_the_claims_quantity_or_says_why_not(claim):
+    """An answer of another quantity (a LayerNorm's time beside a claim about tokens/s end to
+    end) is a wrong answer: each answer names what it measures, and it is the claim's, or the
+    answer says it is not measured here and why."""
+    assert claim.quantity.strip()
+    for ours in claim.ours:
+        if isinstance(ours, (GpuOnly, NotMeasured)):
+            assert len(ours.why.split()) >= 5, ours
+        else:
+            assert ours.quantity == claim.quantity, (claim.claim, ours)
+
+
+def test_the_statistics_and_activation_rows_answer_their_own_quantity():
+    """Planted: the statistics in one pass against two (the kernels' own times), and the peak
+    growing with the layers without checkpointing (the activations a layer keeps)."""
+    statistics = pd.DataFrame(
+        {"statistic": ["mean", "var", "var_mean"], "median_s": [0.001, 0.002, 0.0024]}
+    )
+    assert _statistics_rows(statistics) == (
+        "the statistics alone: var_mean 2.400 ms against mean 1.000 ms + var 2.000 ms = "
+        "3.000 ms, 0.80x (separate medians, not interleaved: no verdict)"
+    )
+    depth = pd.DataFrame(
+        {
+            "layers": [4, 4, 16, 16],
+            "strategy": ["none", "nested", "none", "nested"],
+            "peak_bytes": [30e6, 10e6, 90e6, 12e6],
+        }
+    )
+    assert _activation_peak_rows(depth) == (
+        "without checkpointing a step's peak grows 5.0 MB a layer (the activations kept for "
+        "backward) from 4 to 16 layers, to 90.0 MB"
+    )
+
+
+@pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.claim[:40])
 def test_every_answer_resolves_to_a_committed_result(claim):
     for ours in claim.ours:
         cells = ours_cells(ours, COMMITTED)
         assert cells, f"{ours} finds nothing in {COMMITTED}"
-        if not isinstance(ours, GpuOnly):
+        if not isinstance(ours, (GpuOnly, NotMeasured)):
             assert all((COMMITTED / where.split(" ")[0]).exists() for where, _ in cells)
 
 
@@ -74,17 +113,17 @@ def test_answers_are_read_from_the_results_not_typed(tmp_path):
     pd.DataFrame(
         {"key": ["int8 weights", "int8 other"], "sentence": ["int8 is 9.99x faster", "second"]}
     ).to_csv(folder / "conclusions.csv", index=False)
-    found = ours_cells(Conclusion("10_decoding", "int8"), tmp_path)
+    found = ours_cells(Conclusion("10_decoding", "int8", "q"), tmp_path)
     assert found == [
         ("10_decoding/some-cpu", "int8 is 9.99x faster"),
         ("10_decoding/some-cpu", "second"),
     ]
-    assert ours_cells(Conclusion("10_decoding", "absent"), tmp_path) == []
-    assert ours_cells(Rows("01_benchmarking", "timings", len), tmp_path) == []
+    assert ours_cells(Conclusion("10_decoding", "absent", "q"), tmp_path) == []
+    assert ours_cells(Rows("01_benchmarking", "timings", len, "q"), tmp_path) == []
 
     def answered_here(ours):
         keys = ("int8 weights", "int8 other")
-        return isinstance(ours, GpuOnly) or (
+        return isinstance(ours, (GpuOnly, NotMeasured)) or (
             isinstance(ours, Conclusion)
             and ours.notebook == "10_decoding"
             and any(key.startswith(ours.key) for key in keys)
@@ -108,12 +147,12 @@ def test_docs_sources_is_rendered_from_the_committed_results():
 def test_the_writeup_appendix_holds_the_claims_beside_each_folder(tmp_path):
     folder = tmp_path / "cpu" / "01_benchmarking" / "amd-epyc"
     folder.mkdir(parents=True)
-    pd.DataFrame({"key": ["warm-up"], "sentence": ["first step 1.23x the median"]}).to_csv(
+    pd.DataFrame({"key": ["backward/forward"], "sentence": ["backward 1.23x the forward"]}).to_csv(
         folder / "conclusions.csv", index=False
     )
     text, _ = writeup_source("2026", [Source("cpu", tmp_path / "cpu")], tmp_path / "out")
     appendix = text[text.index("The sources' claims beside ours") :]
-    assert "first step 1.23x the median (01_benchmarking/amd-epyc)" in appendix
+    assert "backward 1.23x the forward (01_benchmarking/amd-epyc)" in appendix
     assert "32,768x" in appendix and "not saved" in appendix
 
 

@@ -35,10 +35,11 @@ MEASURED, ESTIMATED = "measured", "estimated"
 @dataclass(frozen=True)
 class Conclusion:
     """The concluding sentences of ``notebook`` whose key starts with ``key``, on every device
-    whose results hold one."""
+    whose results hold one; ``quantity``: what they measure (held to the claim's)."""
 
     notebook: str
     key: str
+    quantity: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Rows:
     notebook: str
     file: str
     summary: Callable[[pd.DataFrame], str]
+    quantity: str
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,15 @@ class GpuOnly:
     why: str
 
 
-Ours = Conclusion | Rows | GpuOnly
+@dataclass(frozen=True)
+class NotMeasured:
+    """A claim whose quantity the workbook does not measure, and why (what it measures
+    nearby, when something)."""
+
+    why: str
+
+
+Ours = Conclusion | Rows | GpuOnly | NotMeasured
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class Claim:
     basis: str
     check: Callable[[], str]
     ours: tuple[Ours, ...]
+    quantity: str  # what the claim measures: quantity and scope, which each answer must share
 
 
 def _times(value: float) -> str:
@@ -318,11 +329,13 @@ def _attention_growth_rows(table: pd.DataFrame) -> str:
     )
 
 
-def _softmax_rows(table: pd.DataFrame) -> str:
-    time, flops = table["softmax_over_matmul_time"], table["softmax_over_matmul_flops"]
+def _statistics_rows(table: pd.DataFrame) -> str:
+    median = table.set_index("statistic")["median_s"] * 1e3
+    two_passes = median["mean"] + median["var"]
     return (
-        f"softmax takes {time.min():.0%}–{time.max():.0%} of the matmuls' time for "
-        f"{flops.max():.1%} of their FLOPs (profiled forward, {len(table)} sizes)"
+        f"the statistics alone: var_mean {median['var_mean']:.3f} ms against mean "
+        f"{median['mean']:.3f} ms + var {median['var']:.3f} ms = {two_passes:.3f} ms, "
+        f"{median['var_mean'] / two_passes:.2f}x (separate medians, not interleaved: no verdict)"
     )
 
 
@@ -387,11 +400,14 @@ def _accumulation_rows(table: pd.DataFrame) -> str:
     )
 
 
-def _checkpoint_peak_rows(table: pd.DataFrame) -> str:
-    deepest = table[table["layers"] == table["layers"].max()].set_index("strategy")["peak_bytes"]
-    parts = [f"{name} {deepest[name] / deepest['none']:.2f}x" for name in deepest.index]
-    return f"peak memory at {table['layers'].max()} layers against none: " + ", ".join(
-        p for p in parts if not p.startswith("none ")
+def _activation_peak_rows(table: pd.DataFrame) -> str:
+    plain = table[table["strategy"] == "none"].set_index("layers")["peak_bytes"].sort_index()
+    fewest, most = plain.index.min(), plain.index.max()
+    per_layer = (plain[most] - plain[fewest]) / (most - fewest)
+    return (
+        f"without checkpointing a step's peak grows {per_layer / 1e6:.1f} MB a layer (the "
+        f"activations kept for backward) from {fewest} to {most} layers, to "
+        f"{plain[most] / 1e6:.1f} MB"
     )
 
 
@@ -426,6 +442,7 @@ CLAIMS = (
         MEASURED,
         _fsdp_shares,
         (GpuOnly("NCCL kernels; the Gloo runs of 07-08 time collectives on the CPU"),),
+        "the collectives' share of kernel time",
     ),
     Claim(
         "fsdp-note",
@@ -433,14 +450,28 @@ CLAIMS = (
         "MeanOps −76.0%",
         MEASURED,
         _fsdp_reductions,
-        (Conclusion("02_profiling", "layer norm: var_mean vs mean"),),
+        (
+            Rows(
+                "02_profiling",
+                "layer_norm_statistics",
+                _statistics_rows,
+                "the statistics reductions' time",
+            ),
+        ),
+        "the statistics reductions' time",
     ),
     Claim(
         "fsdp-note",
         "reusing the statistics in a hand-written backward: +10.3% tokens/s end to end",
         MEASURED,
         _fsdp_throughput,
-        (Conclusion("02_profiling", "layer norm: var_mean, own backward"),),
+        (
+            NotMeasured(
+                "no training step here runs the hand-written LayerNorm backward: 02 times it "
+                "on the LayerNorm alone (its forward and backward), a different quantity"
+            ),
+        ),
+        "a training step's tokens/s",
     ),
     Claim(
         "fsdp-note",
@@ -448,188 +479,313 @@ CLAIMS = (
         MEASURED,
         _fsdp_share_fell,
         (GpuOnly("kernel shares of NCCL collectives need a multi-GPU trace"),),
+        "the collectives' share of kernel time",
     ),
     Claim(
         "fsdp-note",
         "next step proposed: FSDP prefetch settings to overlap the all-gathers (not tried)",
         ESTIMATED,
         lambda: "a proposal: no figure to check",
-        (Conclusion("08_sharding", "FSDP prefetch"), Conclusion("08_sharding", "FSDP gathers")),
+        (
+            Conclusion("08_sharding", "FSDP prefetch", "an FSDP step's time by prefetch depth"),
+            Conclusion("08_sharding", "FSDP gathers", "an FSDP step's time by prefetch depth"),
+        ),
+        "an FSDP step's time by prefetch depth",
     ),
     Claim(
         "100m-note",
         "forward 35%, backward 62%, optimizer 3% of a 53 ms step",
         MEASURED,
         _m100_split,
-        (Conclusion("01_benchmarking", "backward/forward"),),
+        (Conclusion("01_benchmarking", "backward/forward", "each phase's share of a step"),),
+        "each phase's share of a step",
     ),
     Claim(
         "100m-note",
         "model weights ~135 MB",
         MEASURED,
         _m100_weights,
-        (Rows("09_training_step", "baseline_memory", _weights_rows),),
+        (Rows("09_training_step", "baseline_memory", _weights_rows, "the weights' bytes"),),
+        "the weights' bytes",
     ),
     Claim(
         "100m-note",
         "8 layers of ~640 MB activations + 1.2 GB logits, peak ~5.4 GB in backward",
         MEASURED,
         _m100_peak,
-        (Rows("04_memory", "depth_sweep", _checkpoint_peak_rows),),
+        (
+            Rows(
+                "04_memory",
+                "depth_sweep",
+                _activation_peak_rows,
+                "a step's peak memory and its activations per layer",
+            ),
+        ),
+        "a step's peak memory and its activations per layer",
     ),
     Claim(
         "100m-note",
         "~76K tokens/s on synthetic data, ~31K on real data",
         MEASURED,
         _m100_throughput,
-        (Rows("09_training_step", "data_path", _data_path_rows),),
+        (
+            Rows(
+                "09_training_step",
+                "data_path",
+                _data_path_rows,
+                "a step's time with real data against synthetic",
+            ),
+        ),
+        "a step's time with real data against synthetic",
     ),
     Claim(
         "100m-note",
         "19% of time in aten::copy_, 'well-handled, no changes needed'",
         MEASURED,
         lambda: "no breakdown of the 19% is given; the conclusion rests on one 5.6% comparison",
-        (Rows("02_profiling", "copy_sites", _copy_rows),),
+        (Rows("02_profiling", "copy_sites", _copy_rows, "the copies' share of a step"),),
+        "the copies' share of a step",
     ),
     Claim(
         "100m-note",
         "attention layer 0 runs 40x longer on its first call (warm-up)",
         MEASURED,
         lambda: "one observation, no repeat; 40x is not derivable from the note's figures",
-        (Conclusion("01_benchmarking", "warm-up"),),
+        (
+            NotMeasured(
+                "no layer's first call is timed on its own: 01's warm-up study tests whole "
+                "training steps (the first timed step against the steps after it)"
+            ),
+        ),
+        "one layer's first call against its later calls",
     ),
     Claim(
         "100m-note",
         "torch.compile with max-autotune-no-cudagraphs (already on)",
         MEASURED,
         lambda: "no speed-up is given for it",
-        (Conclusion("05_attention_compile", "max-autotune-no-cudagraphs"),),
+        (
+            Conclusion(
+                "05_attention_compile",
+                "max-autotune-no-cudagraphs",
+                "a step's time with that compile mode",
+            ),
+        ),
+        "a step's time with that compile mode",
     ),
     Claim(
         "cs336-writeup",
         "backward takes about 2x the forward; std/mean under 1%",
         MEASURED,
         _cs336_backward,
-        (Conclusion("01_benchmarking", "backward/forward"),),
+        (Conclusion("01_benchmarking", "backward/forward", "backward's time over forward's"),),
+        "backward's time over forward's",
     ),
     Claim(
         "cs336-writeup",
         "softmax is 6.1% of one attention range (122.885 µs of 2.001 ms)",
         MEASURED,
         _cs336_softmax,
-        (Rows("02_profiling", "profile_grid", _softmax_rows),),
+        (
+            NotMeasured(
+                "02 times softmax against the two attention matmuls (its answer (e)), not "
+                "against the whole attention range"
+            ),
+        ),
+        "softmax's share of the attention range",
     ),
     Claim(
         "cs336-writeup",
         "the residual stream of xl at 256 x 4 is 12.5 MB (8 bytes per float32 element)",
         MEASURED,
         _cs336_residual,
-        (Rows("09_training_step", "baseline_memory", _weights_rows),),
+        (
+            Rows(
+                "09_training_step",
+                "baseline_memory",
+                _weights_rows,
+                "bytes per float32 element",
+            ),
+        ),
+        "bytes per float32 element",
     ),
     Claim(
         "cs336-writeup",
         "attention 256 → 8192 (32x): time ~80x, memory ~60x; → 16384 (64x): ~315x, ~240x",
         MEASURED,
         _cs336_attention,
-        (Rows("05_attention_compile", "attention", _attention_growth_rows),),
+        (
+            Rows(
+                "05_attention_compile",
+                "attention",
+                _attention_growth_rows,
+                "naive attention's time and memory growth with length",
+            ),
+        ),
+        "naive attention's time and memory growth with length",
     ),
     Claim(
         "cs336-writeup",
         "torch.compile speeds up the whole Transformer step",
         MEASURED,
         _cs336_compile,
-        (Conclusion("05_attention_compile", "compiled model train-step"),),
+        (
+            Conclusion(
+                "05_attention_compile", "compiled model train-step", "a compiled step's time"
+            ),
+        ),
+        "a compiled step's time",
     ),
     Claim(
         "cs336-writeup",
         "all-reduce on CPU scales linearly at 2 and 4 processes, superlinearly at 6",
         MEASURED,
         _cs336_allreduce,
-        (Rows("07_distributed_ddp", "allreduce", _allreduce_rows),),
+        (
+            Rows(
+                "07_distributed_ddp",
+                "allreduce",
+                _allreduce_rows,
+                "all-reduce time's growth with bytes",
+            ),
+        ),
+        "all-reduce time's growth with bytes",
     ),
     Claim(
         "training-report",
         "quick wins (non-blocking copies, batch size, AMP) give 2–3x",
         ESTIMATED,
         _report_quick_wins,
-        (Conclusion("09_training_step", "kept stack vs baseline"),),
+        (
+            NotMeasured(
+                "the three quick wins are not measured together; bf16 autocast and batch size "
+                "are measured alone (rows below); 09's kept stack is another set of changes"
+            ),
+        ),
+        "a step's speed-up from the three quick wins together",
     ),
     Claim(
         "training-report",
         "24 h → 8–12 h after quick wins, 4–6 h with everything",
         ESTIMATED,
         _report_hours,
-        (Conclusion("09_training_step", "kept stack vs baseline"),),
+        (
+            Conclusion(
+                "09_training_step", "kept stack vs baseline", "a step's speed-up from everything"
+            ),
+        ),
+        "a step's speed-up from everything",
     ),
     Claim(
         "training-report",
         "AMP: 2–3x speed-up",
         ESTIMATED,
         _report_estimate("2–3x"),
-        (Conclusion("03_mixed_precision", "bf16 vs fp32"),),
+        (Conclusion("03_mixed_precision", "bf16 vs fp32", "a step's speed-up from AMP"),),
+        "a step's speed-up from AMP",
     ),
     Claim(
         "training-report",
         "re-tokenising every batch costs 10–15%",
         ESTIMATED,
         _report_estimate("10–15%"),
-        (Rows("09_training_step", "data_path", _data_path_rows),),
+        (
+            Rows(
+                "09_training_step",
+                "data_path",
+                _data_path_rows,
+                "a step's time with tokenising against without",
+            ),
+        ),
+        "a step's time with tokenising against without",
     ),
     Claim(
         "training-report",
         "batch size 1 leaves the GPUs at ~10% utilisation; raise it",
         ESTIMATED,
         _report_estimate("~10% utilisation"),
-        (Rows("09_training_step", "batch_sizes", _batch_rows),),
+        (
+            NotMeasured(
+                "the device's utilisation is not measured; 09 measures tokens/s against batch "
+                "size (batch_sizes.csv)"
+            ),
+        ),
+        "the device's utilisation at batch size 1",
     ),
     Claim(
         "training-report",
         "a per-example loss loop costs 5–10%",
         ESTIMATED,
         _report_estimate("5–10%"),
-        (Conclusion("09_training_step", "loss in one call"),),
+        (Conclusion("09_training_step", "loss in one call", "the loss loop's cost"),),
+        "the loss loop's cost",
     ),
     Claim(
         "training-report",
         "gradient accumulation with in-place adds avoids OOMs",
         ESTIMATED,
         _report_estimate("no number"),
-        (Rows("09_training_step", "accumulation", _accumulation_rows),),
+        (
+            Rows(
+                "09_training_step",
+                "accumulation",
+                _accumulation_rows,
+                "a step's peak memory with gradient accumulation",
+            ),
+        ),
+        "a step's peak memory with gradient accumulation",
     ),
     Claim(
         "decode-analysis",
         "on-device sampling: 256 KB → 8 bytes per token, '33x I/O reduction'",
         ESTIMATED,
         _decode_sampling,
-        (Rows("10_decoding", "rotary_and_sampling", _sampling_bytes_rows),),
+        (
+            Rows(
+                "10_decoding",
+                "rotary_and_sampling",
+                _sampling_bytes_rows,
+                "bytes copied per token by sampling",
+            ),
+        ),
+        "bytes copied per token by sampling",
     ),
     Claim(
         "decode-analysis",
         "trace capture 2–3x, memory configs 5–10%, RoPE 5%, sampling 5%: 2.6–3.1x in all",
         ESTIMATED,
         _decode_phases,
-        (Conclusion("10_decoding", "compiled fixed-shape step"),),
+        (
+            NotMeasured(
+                "the four changes are not measured together: 10 compiles the fixed-shape step "
+                "(trace capture's part, its own row) and times RoPE and sampling apart"
+            ),
+        ),
+        "a decode step's speed-up from the four changes together",
     ),
     Claim(
         "decode-analysis",
         "paged KV cache: 8.5 GB → 64 MB ('100x', '135x')",
         ESTIMATED,
         _decode_paged,
-        (Rows("10_decoding", "kv_memory", _kv_rows), Conclusion("10_decoding", "cache paged")),
+        (Rows("10_decoding", "kv_memory", _kv_rows, "the KV cache's bytes"),),
+        "the KV cache's bytes",
     ),
     Claim(
         "decode-analysis",
         "RoPE tables uploaded once: 5%",
         ESTIMATED,
         _report_estimate("5%"),
-        (Conclusion("10_decoding", "rotary tables once"),),
+        (Conclusion("10_decoding", "rotary tables once", "a decode step's time"),),
+        "a decode step's time",
     ),
     Claim(
         "decode-analysis",
         "weights in lower precision (BFP8) for decode",
         ESTIMATED,
         lambda: "no speed-up is given for it",
-        (Conclusion("10_decoding", "int8 weights"),),
+        (Conclusion("10_decoding", "int8 weights", "a decode step's time"),),
+        "a decode step's time",
     ),
 )
 
@@ -643,11 +799,16 @@ def _device_files(results: Path, notebook: str, name: str) -> list[tuple[str, Pa
     ]
 
 
+NOT_MEASURED = "not measured here"
+
+
 def ours_cells(ours: Ours, results: Path) -> list[tuple[str, str]]:
     """(where, what) for one of a claim's answers: one pair per device that holds it; none
     when nothing saved answers it (a test holds every claim to at least one)."""
     if isinstance(ours, GpuOnly):
         return [("GPU only", ours.why)]
+    if isinstance(ours, NotMeasured):
+        return [(NOT_MEASURED, ours.why)]
     if isinstance(ours, Conclusion):
         cells = []
         for device, path in _device_files(results, ours.notebook, "conclusions.csv"):
@@ -671,6 +832,7 @@ def claims_table(results: str | Path) -> pd.DataFrame:
             {
                 "source": claim.source,
                 "claim": claim.claim,
+                "quantity": claim.quantity,
                 "basis": claim.basis,
                 "own figures": claim.check(),
                 "answers": answers,
@@ -684,7 +846,9 @@ def ours_text(answers: list[tuple[str, str]], code: str = "`") -> list[str]:
     if not answers:
         return ["not saved"]
     return [
-        f"{what} ({where})" if where == "GPU only" else f"{what} ({code}{where}{code})"
+        f"{what} ({where})"
+        if where in ("GPU only", NOT_MEASURED)
+        else f"{what} ({code}{where}{code})"
         for where, what in answers
     ]
 
@@ -699,10 +863,13 @@ def markdown_table(results: str | Path) -> str:
     lines = []
     for source, rows in table.groupby("source", sort=False):
         lines += [f"## {source}: {SOURCES[source]}", ""]
-        lines += ["| claim | basis | its own figures | ours |", "|---|---|---|---|"]
+        lines += [
+            "| claim | quantity | basis | its own figures | ours |",
+            "|---|---|---|---|---|",
+        ]
         for _, row in rows.iterrows():
             ours = "<br>".join(_escape(text) for text in ours_text(row["answers"]))
-            cells = [_escape(row[c]) for c in ("claim", "basis", "own figures")]
+            cells = [_escape(row[c]) for c in ("claim", "quantity", "basis", "own figures")]
             lines.append("| " + " | ".join([*cells, ours]) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -714,9 +881,11 @@ The five documents the workbook was designed from (`../shared/sources/`; none of
 project's) make headline claims. Each row gives the claim, whether the source measured or only
 estimated it, its own arithmetic redone from its own figures, and the workbook's answer to the
 same question: the concluding sentence or saved table of a notebook, with the results folder it
-was read from. The workbook's numbers are from this repository's committed results (a CPU here;
-H100 rows where `data/GPU_CHECKS.md` lists them): the sizes differ from the sources', so they
-answer the same question, not the same number. Rendered by `perflab.claims.write_doc()` from
+was read from. Each row names the quantity the claim measures (and its scope); every answer
+measures that quantity, or says it is not measured here and why. The workbook's numbers are
+from this repository's committed results (a CPU here; GPU rows where `data/GPU_CHECKS.md` lists
+them): the sizes differ from the sources', so they answer the same question, not the same
+number. Rendered by `perflab.claims.write_doc()` from
 `perflab.claims.CLAIMS` and `data/results`; a test holds this file to both.
 
 """

@@ -392,7 +392,10 @@ def _sources_appendix(writer: _Writer, sources: list[Source]) -> None:
         table = claims_table(source.path)
         cells = pd.DataFrame(
             {
-                "claim": [f"{r.source}: {r.claim} ({r.basis})" for r in table.itertuples()],
+                "claim": [
+                    f"{r.source}: {r.claim} ({r.basis}; quantity: {r.quantity})"
+                    for r in table.itertuples()
+                ],
                 "its own figures": table["own figures"],
                 "ours": ["; ".join(ours_text(a, code="")) for a in table["answers"]],
             }
