@@ -121,6 +121,8 @@ def test_fsdp_trains_the_same_whatever_it_prefetches(prefetch):
             assert row["backward_prefetched"] >= default["backward_prefetched"] > 0, row
     with pytest.raises(ValueError, match="prefetch must be an integer >= 0"):
         FSDP(nn.Linear(2, 2), prefetch=-1)
+    with pytest.raises(ValueError, match="compute_dtype must be a torch.dtype .* got 2"):
+        FSDP(nn.Linear(2, 2), 2)  # a prefetch depth given where the dtype goes
 
 
 def test_fsdp_matches_torch_fully_shard():
@@ -690,6 +692,54 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
     assert summary["forward_wall_ms"] > summary["late_wait_ms"] >= 0
     lanes = ("fsdp.wait", "fsdp.forward", "communication")
     assert len(plot_rank_timelines(timeline, lanes=lanes).axes) == 1
+
+
+def test_fsdp_prefetches_as_many_modules_ahead_as_asked_and_counts_arrivals():
+    """At each depth, module 0's pre-hook leaves that many later modules' gathers started; in
+    backward, unpacking the last weight starts that many earlier ones. ``_arrived`` counts a
+    prefetched gather as in time only when its future was done."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for prefetch in (0, 1, 2, 3):
+            layers = [torch.nn.Linear(4, 4) for _ in range(5)]
+            model = FSDP(torch.nn.Sequential(*layers), prefetch=prefetch)
+            ahead, behind = [], []
+            first = model.module[0].register_forward_hook(
+                lambda *_: ahead.append(len(model._prefetched))  # noqa: B023
+            )
+            out = model(torch.randn(2, 4, requires_grad=True))
+            first.remove()
+            original = model._prefetch_backward
+
+            def count(number, original=original):
+                original(number)
+                behind.append(len(model._backward_prefetched))  # noqa: B023
+
+            model._prefetch_backward = count
+            out.sum().backward()
+            assert ahead == [prefetch], (prefetch, ahead)
+            assert behind[0] == prefetch, (prefetch, behind)
+    finally:
+        dist.destroy_process_group()
+
+    class Work:
+        def __init__(self, done):
+            self.done, self.waited = done, False
+
+        def get_future(self):
+            return type("Future", (), {"done": lambda _: self.done})()
+
+        def wait(self):
+            self.waited = True
+
+    counted = FSDP.__new__(FSDP)
+    object.__setattr__(counted, "arrivals", {"forward": [0, 0], "backward": [0, 0]})
+    works = [Work(True), Work(False)]
+    for work in works:
+        FSDP._arrived(counted, work, "forward")
+    assert counted.arrivals["forward"] == [1, 2] and all(w.waited for w in works)
 
 
 def test_fsdp_forgets_weights_gathered_by_the_last_backward():

@@ -111,6 +111,11 @@ class FSDP(nn.Module):
                 f"prefetch must be an integer >= 0 (modules gathered ahead), got {prefetch!r}"
             )
         self.prefetch = prefetch
+        if compute_dtype is not None and not isinstance(compute_dtype, torch.dtype):
+            raise ValueError(
+                f"compute_dtype must be a torch.dtype (torch.bfloat16, say) or None, got "
+                f"{compute_dtype!r}"
+            )
         if not dist.is_initialized():
             raise RuntimeError(
                 "FSDP needs a process group: run it under perflab.distributed.launch or torchrun"
