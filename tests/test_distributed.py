@@ -568,6 +568,8 @@ def test_a_resumed_ddp_sweep_measures_again_at_other_rounds_batch_or_length(tmp_
     assert len(measured) == 4 and (frame["rounds"] == 12).all()
     ddp_sweep(path, zero_configs(2, "toy"), rounds=12, batch_size=4, seq_len=8, key=ZERO_KEY)
     assert len(measured) == 6
+    ddp_sweep(path, zero_configs(2, "toy"), rounds=12, batch_size=4, seq_len=16, key=ZERO_KEY)
+    assert len(measured) == 8  # another length: measured again
 
 
 def test_zero_communication_accounting():
