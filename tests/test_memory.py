@@ -160,6 +160,7 @@ def test_a_cpu_peak_does_not_depend_on_what_was_profiled_before():
     timeline = record_timeline(step, CPU)
     assert timeline.peak_bytes >= 2_000_000
     assert (timeline.events["delta_bytes"] != -4_000_000).all()
+    assert (timeline.events["delta_bytes"] == -2_000_000).any()  # the step's own free counts
 
 
 def test_timeline_from_a_cuda_snapshot():
@@ -210,6 +211,11 @@ def test_each_blocks_gradients_are_found_in_the_allocator_record():
     )
     wrong = gradients.assign(allocated_bytes=gradients["allocated_bytes"] * 2)
     assert "for every module: False" in gradient_line(wrong, backward_ms)
+    assert blocks["first_ms"].is_monotonic_decreasing  # backward reaches the last block first
+    swapped = gradients.copy()
+    rows = swapped.index[swapped["module"].str.startswith("blocks.")]
+    swapped.loc[rows, "first_ms"] = swapped.loc[rows[::-1], "first_ms"].to_numpy()
+    assert gradient_line(swapped, backward_ms).endswith("allocated last block first: False")
 
 
 def test_residual_stream_derived_equals_measured():
