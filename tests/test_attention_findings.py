@@ -147,6 +147,8 @@ def test_implementation_checks_and_weighted_sum_line():
     )
     assert checks["implementation"].tolist() == ["flash_torch"]
     assert checks_line(checks).startswith("1 of 1 checks within tolerance; tolerances {'float32'")
+    one_off = pd.concat([checks, checks.assign(within_tolerance=False)], ignore_index=True)
+    assert checks_line(one_off).startswith("1 of 2 checks within tolerance")
     assert weighted_sum_line(WeightedSumTriton, "cpu", rows=9, width=5) == (
         "forward within 1e-4: True, dx within 1e-6: True, dw within 1e-4: True"
     )
