@@ -119,6 +119,7 @@ def test_every_kept_config_computes_the_same_function_on_gpu(job):
         pytest.skip(f"{job.label} does not fit this GPU: {rows[0]['error']}")
     failed = [row for row in rows if not row["within_tolerance"]]
     assert not failed, failed
+    assert all(row["launched_as_pinned"] for row in rows), rows  # it ran the job's tiles
 
 
 @GPU
@@ -542,6 +543,8 @@ def test_config_check_runs_each_job_and_counts_the_configurations():
         spawned = check_configs(jobs[:2], "cpu", workers=2)
         assert len(spawned) == 6 and spawned["within_tolerance"].all()
     assert table["tiles_pinned"].all() == (not INTERPRETED)
+    if INTERPRETED:
+        assert table["launched_as_pinned"].isna().all()  # fixed tiles: nothing pinned to show
     line = config_check_line(table)
     assert line.startswith("1 of 1 kernel configurations within tolerance on every case")
     broken = table.assign(within_tolerance=[True, False, True])
@@ -567,3 +570,26 @@ def test_autotuned_choices_are_keyed_by_batch_bucket_on_gpu():
         named = [dict(zip(ft.AUTOTUNE_KEY, key, strict=False)) for key in keys]
         assert {n["BATCH_BUCKET"] for n in named} >= {1, 16}
         assert all(n["IS_CAUSAL"] is True for n in named)
+
+
+def test_a_pinned_launch_is_recorded_with_the_configuration_it_runs(monkeypatch):
+    """Compiled (not interpreted), a pinned kernel launches with the job's tiles, the others
+    with their first kept configuration, and ``recorded_launches`` sees each: what the GPU
+    check holds ``launched_as_pinned`` to (the launch itself faked: no GPU here)."""
+    from perflab.attention import flash_triton
+
+    monkeypatch.setattr(flash_triton, "INTERPRETED", False)
+    tuned = type("Tuned", (), {"fn": "the jit function"})()
+    config = kept_configs("flash_forward", 64, 2)[-1]
+    with flash_triton.pinned_config({"flash_forward": config}):
+        with flash_triton.recorded_launches() as launches:
+            kernel, args = flash_triton._kernel_and_config(
+                tuned, "flash_forward", 64, torch.bfloat16
+            )
+            flash_triton._kernel_and_config(tuned, "flash_backward_q", 64, torch.bfloat16)
+    assert kernel == "the jit function" and (args["BQ"], args["BK"]) == config[:2]
+    assert launches == [
+        ("flash_forward", config),
+        ("flash_backward_q", kept_configs("flash_backward_q", 64, 2)[0]),
+    ]
+    assert flash_triton._launches is None  # recording ends with the block

@@ -62,10 +62,17 @@ def config_jobs(
 
 def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict]:
     """``job``'s kernel pinned to its configuration, checked on ``cases``: one row per case
-    with the errors and ``within_tolerance``; a launch that fails (a configuration this GPU
-    cannot run) is one row with ``error`` set and ``within_tolerance`` False."""
+    with the errors, ``within_tolerance`` and ``launched_as_pinned`` (every launch of the
+    kernel used the job's configuration; None in the interpreter, which runs fixed tiles); a
+    launch that fails (a configuration this GPU cannot run) is one row with ``error`` set and
+    ``within_tolerance`` False."""
     from perflab.attention.check import correctness_table
-    from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton, pinned_config
+    from perflab.attention.flash_triton import (
+        INTERPRETED,
+        FlashAttentionTriton,
+        pinned_config,
+        recorded_launches,
+    )
 
     dtype = parse_dtype(job.dtype)
     described = {
@@ -75,7 +82,7 @@ def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict
     }
     cases = [(b, n_q, n_k, job.head_dim, causal) for b, n_q, n_k, causal in cases]
     try:
-        with pinned_config({job.kernel: job.config}):
+        with pinned_config({job.kernel: job.config}), recorded_launches() as launches:
             table = correctness_table(FlashAttentionTriton, cases, dtype, device)
     except Exception as error:  # a configuration that cannot launch is a row, not the end
         from triton.runtime.errors import OutOfResources
@@ -92,6 +99,10 @@ def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict
                 "error": f"{type(error).__name__}: {first_line}",
             }
         ]
+    # The configurations this job's kernel was launched with (pinned tiles: a GPU; none in the
+    # interpreter): exactly the job's, or the check did not check what it names.
+    ran = {config for name, config in launches if name == job.kernel}
+    described["launched_as_pinned"] = ran == {tuple(job.config)} if not INTERPRETED else None
     return [{**described, **row, "fits": True, "error": ""} for row in table.to_dict("records")]
 
 

@@ -694,6 +694,9 @@ _FIXED_TILES = {"BQ": INTERPRETER_TILE, "BK": INTERPRETER_TILE} if INTERPRETED e
 #: element size (its smallest tiles, compiled by the search for every target).
 CHECK_CONFIG = None
 _pinned: list = []
+#: While ``recorded_launches`` runs: (kernel name, (BQ, BK, num_warps, num_stages)) of each
+#: launch with pinned tiles, so a check can show the configuration it asked for is the one run.
+_launches: list | None = None
 
 
 Config = tuple[int, int, int, int]
@@ -732,6 +735,18 @@ def pinned_config(config: Config | dict[str, Config] | None = CHECK_CONFIG):
         _pinned.pop()
 
 
+@contextlib.contextmanager
+def recorded_launches():
+    """Inside the block, the list it yields receives (kernel name, configuration) of every
+    launch whose tiles were pinned (none in the interpreter, which runs fixed tiles)."""
+    global _launches
+    outer, _launches = _launches, []
+    try:
+        yield _launches
+    finally:
+        _launches = outer
+
+
 def _kernel_and_config(tuned, name: str, head_dim: int, dtype: torch.dtype) -> tuple[object, dict]:
     """The kernel to launch and its extra launch arguments: the autotuner's (none), the
     interpreter's fixed tiles, or the pinned configuration's tiles, warps and stages."""
@@ -743,6 +758,8 @@ def _kernel_and_config(tuned, name: str, head_dim: int, dtype: torch.dtype) -> t
             pinned = pinned.get(name)
         # The dtype's itemsize, not a tensor's element_size(): no aten operator on the host.
         bq, bk, warps, stages = pinned or kept_configs(name, head_dim, dtype.itemsize)[0]
+        if _launches is not None:
+            _launches.append((name, (bq, bk, warps, stages)))
         return tuned.fn, {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
     return tuned, {}
 
