@@ -196,6 +196,29 @@ def test_cli_exit_status_follows_the_table():
     assert bad.stdout.splitlines()[-1] == "3 fail; 2 finding(s) beyond the handout"
 
 
+def test_a_handout_adapter_not_provided_fails_the_check_and_is_named(tmp_path):
+    """The course's tests fail on an adapter that raises NotImplementedError: so does the
+    check's exit status, naming it; ``--parts`` leaves out what is not done yet."""
+    from perflab.adapters import missing_adapters
+
+    adapters = tmp_path / "half_done_adapters.py"
+    adapters.write_text(
+        "from perflab.cs336 import get_flashattention_autograd_function_pytorch  # noqa\n\n\n"
+        "def get_sharded_optimizer(params, optimizer_cls, **kwargs):\n"
+        "    raise NotImplementedError\n"
+    )
+    table = check_adapters(str(adapters), parts=("pytorch", "optimizer"))
+    assert missing_adapters(table) == ["get_sharded_optimizer"] and not passed(table)
+    both = perflab_cli("check", "--adapters", str(adapters), "--parts", "pytorch", "optimizer")
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert both.stdout.splitlines()[-1].startswith(
+        "not provided: get_sharded_optimizer: the course's tests fail on each"
+    )
+    done = perflab_cli("check", "--adapters", str(adapters), "--parts", "pytorch")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not provided" not in done.stdout
+
+
 def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     """The bitwise question's table: each way of combining two half-batch gradients is the
     whole batch's gradient to float32 rounding (a wrong scaling, a quarter or twice the mean,

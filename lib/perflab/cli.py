@@ -523,10 +523,12 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from perflab.adapters import (
+        PARTS,
         AdapterLoadError,
         check_adapters,
         findings,
         format_table,
+        missing_adapters,
         passed,
         results_name,
         summary,
@@ -562,6 +564,12 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         + f"; {len(found)} finding(s) beyond the handout"
         + (" (counted: --strict)" if args.strict and len(found) else "")
     )
+    missing = missing_adapters(table)
+    if missing:
+        print(
+            f"not provided: {', '.join(missing)}: the course's tests fail on each; check only "
+            "the parts you have done with --parts (valid: " + ", ".join(PARTS) + ")"
+        )
     return 0 if passed(table, strict=args.strict) else 1
 
 

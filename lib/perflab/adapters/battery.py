@@ -342,11 +342,24 @@ def _row(check: DistributedCheck, result: dict) -> CheckRow:
     return row
 
 
+def missing_adapters(table: pd.DataFrame) -> list[str]:
+    """The handout adapters of the parts checked that the module does not provide (absent, or
+    raising ``NotImplementedError``): the course's tests fail on each."""
+    absent = table[(table["scope"] == HANDOUT) & (table["status"] == "not provided")]
+    return list(dict.fromkeys(absent["adapter"]))
+
+
 def passed(table: pd.DataFrame, strict: bool = False) -> bool:
-    """True when no check the handout asks for failed or raised (``strict``: no check at all)
-    and at least one was measured."""
+    """True when no check the handout asks for failed or raised (``strict``: no check at all),
+    every handout adapter of the parts checked is provided (``missing_adapters``: the course's
+    tests fail on a missing one; ``--parts`` checks only what is done) and at least one check
+    was measured."""
     counted = table if strict else table[table["scope"] == HANDOUT]
-    return not counted["status"].isin(FAILING).any() and (table["status"] == "pass").any()
+    return (
+        not counted["status"].isin(FAILING).any()
+        and not missing_adapters(table)
+        and (table["status"] == "pass").any()
+    )
 
 
 def findings(table: pd.DataFrame) -> pd.DataFrame:
