@@ -219,6 +219,23 @@ def test_a_handout_adapter_not_provided_fails_the_check_and_is_named(tmp_path):
     assert "not provided" not in done.stdout
 
 
+@pytest.mark.skipif(not HAVE_TRITON or torch.cuda.is_available(), reason="a CPU with Triton")
+def test_a_cuda_only_triton_adapter_needs_a_gpu_and_the_check_passes():
+    """Its own message ("must be on a CUDA device") is read as a CPU limit: every Triton row is
+    "needs a GPU", the compile check says no kernel launched to compile, and the exit status
+    stays 0, as the course's tests skip the Triton cases without a GPU."""
+    table = check_adapters(
+        str(FIXTURES / "cuda_only_adapters.py"), parts=("pytorch", "triton", "kernels")
+    )
+    triton = table[table.adapter == "get_flashattention_autograd_function_triton"]
+    assert set(triton.status) == {"needs a GPU"}, triton.to_string()
+    assert triton.detail.str.startswith("the code refuses CPU tensors").all()
+    (compiled,) = table[table.adapter == "triton kernels"].itertuples()
+    assert compiled.status == "needs a GPU"
+    assert compiled.detail.startswith("no kernel launched here, so none could be compiled")
+    assert passed(table), table.to_string()
+
+
 def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     """The bitwise question's table: each way of combining two half-batch gradients is the
     whole batch's gradient to float32 rounding (a wrong scaling, a quarter or twice the mean,

@@ -30,7 +30,7 @@ from perflab.adapters.distributed_checks import (
     battery_rank,
 )
 from perflab.adapters.errors import describe_traceback
-from perflab.adapters.kernel_compile import compile_rows
+from perflab.adapters.kernel_compile import COMPILE_TARGETS, compile_rows
 from perflab.adapters.loading import load_adapters, provided_names, student_root, year_adapters
 from perflab.adapters.rows import BEYOND, FAILING, HANDOUT, CheckRow
 from perflab.device import triton_available
@@ -92,11 +92,31 @@ def check_adapters(
     if "kernels" in parts and launches:
         progress(f"compiling {len(launches)} Triton kernel launch(es) for GPUs")
         rows += compile_rows(spec, launches)
+    elif "kernels" in parts and triton_available():
+        rows.append(_no_kernel_launched(rows))
     planned = _distributed_plan(parts, set(provided_names(module)) & mine, mine)
     rows += [row for row, _ in planned if row is not None]
     runnable = [(check, args) for row, (check, args) in planned if row is None]
     rows += _run_distributed(spec, runnable, progress, student_root(module))
     return _one_row_when_not_provided(pd.DataFrame([vars(row) for row in rows], columns=COLUMNS))
+
+
+def _no_kernel_launched(rows: list[CheckRow]) -> CheckRow:
+    """The compile check's row when the Triton adapter launched no kernel here (kernels are
+    compiled from the launches they make): why, as far as the Triton rows tell."""
+    triton = [row for row in rows if row.adapter == GETTERS["triton"]]
+    if any(row.status == "needs a GPU" for row in triton):
+        why = "the adapter refused this CPU before launching a kernel (its rows say why)"
+    elif any(row.status == "not provided" for row in triton):
+        why = "the Triton adapter is not provided"
+    else:
+        why = "the Triton adapter failed before launching a kernel (its rows say why)"
+    return CheckRow(
+        "triton kernels",
+        "compile for " + ", ".join(COMPILE_TARGETS),
+        status="needs a GPU" if "refused" in why else "skipped",
+        detail=f"no kernel launched here, so none could be compiled: {why}",
+    )
 
 
 def _one_row_when_not_provided(table: pd.DataFrame) -> pd.DataFrame:

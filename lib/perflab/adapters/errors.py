@@ -27,6 +27,11 @@ _NEEDS_A_GPU = (
         r"\.is_cuda|device(?:\.type)? == .cuda|\.device\.type == \"cuda\"",
         "the code requires CUDA tensors",
     ),
+    (
+        r"(?i)must be (?:on )?(?:a )?cuda|on a cuda device|requires? cuda|cuda tensors? "
+        r"(?:are |is )?(?:required|expected)|expected .{0,40}\bcuda\b.{0,40}\bgot\b.{0,20}cpu",
+        "the code refuses CPU tensors (it asks for CUDA ones)",
+    ),
     (r"NVTX functions not installed|nvtx", "NVTX ranges need CUDA"),
     (
         r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|no CUDA GPUs are available",
