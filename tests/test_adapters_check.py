@@ -236,6 +236,20 @@ def test_a_cuda_only_triton_adapter_needs_a_gpu_and_the_check_passes():
     assert passed(table), table.to_string()
 
 
+@pytest.mark.skipif(not HAVE_TRITON or torch.cuda.is_available(), reason="the interpreter")
+def test_a_kernel_that_crashes_the_interpreter_costs_only_its_own_cases():
+    """Its ragged cases kill the interpreter (SIGSEGV); the handout's cases still pass, each
+    crashed case is an error row naming the signal and what it means, and the table comes."""
+    table = check_adapters(str(FIXTURES / "crashing_kernel_adapters.py"), parts=("triton",))
+    handout = table[table.scope == "handout"]
+    assert set(handout.status) == {"pass"}, handout.to_string()
+    crashed = table[table.status == "error"]
+    assert set(crashed.case) == {"2x65x65x32 causal", "1x37x91x16", "3x50x50x16 causal"}
+    assert crashed.detail.str.startswith(
+        "the Triton interpreter crashed on this case (SIGSEGV): a load or store outside"
+    ).all(), crashed.detail.tolist()
+
+
 def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     """The bitwise question's table: each way of combining two half-batch gradients is the
     whole batch's gradient to float32 rounding (a wrong scaling, a quarter or twice the mean,

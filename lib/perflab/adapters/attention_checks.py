@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import multiprocessing
+import signal
 import warnings
 from types import ModuleType
 
@@ -82,10 +84,20 @@ def why_it_matters(which: str, n_q: int, n_k: int, d: int, causal: bool) -> str:
     return "fails beyond the handout's cases"
 
 
-def attention_rows(module: ModuleType, which: str, device: str, cases=None) -> list[CheckRow]:
+def scoped_cases(which: str, cases=None) -> list[tuple[tuple, str]]:
+    """(case, scope) of every case ``attention_rows`` runs, in order: the handout's, then those
+    beyond it (or the given ``cases``, all taken as the handout's)."""
+    if cases is not None:
+        return [(c, HANDOUT) for c in cases]
+    return [(c, HANDOUT) for c in HANDOUT_CASES[which]] + [(c, BEYOND) for c in BEYOND_CASES[which]]
+
+
+def attention_rows(
+    module: ModuleType, which: str, device: str, cases=None, only: int | None = None
+) -> list[CheckRow]:
     """Rows for one FlashAttention adapter: per case, the output and the saved log-sum-exp
-    (forward) and the gradients (backward), the handout's cases then those beyond it (or the
-    given ``cases``, all taken as the handout's)."""
+    (forward) and the gradients (backward), the cases of ``scoped_cases`` (``only``: the one
+    at that index, with the seed it has in the full run)."""
     from perflab.attention.check import GRADIENT_FACTOR, TOLERANCE
 
     getter = GETTERS[which]
@@ -99,14 +111,10 @@ def attention_rows(module: ModuleType, which: str, device: str, cases=None) -> l
         return [CheckRow(getter, "returns an autograd.Function", status=status, detail=detail)]
     on_gpu = device.startswith("cuda")
     tol = TRITON_TF32_TOLERANCE if which == "triton" and on_gpu else TOLERANCE[torch.float32]
-    scoped = (
-        [(c, HANDOUT) for c in cases]
-        if cases is not None
-        else [(c, HANDOUT) for c in HANDOUT_CASES[which]]
-        + [(c, BEYOND) for c in BEYOND_CASES[which]]
-    )
     rows = []
-    for seed, ((batch, n_q, n_k, d, causal), scope) in enumerate(scoped):
+    for seed, ((batch, n_q, n_k, d, causal), scope) in enumerate(scoped_cases(which, cases)):
+        if only is not None and seed != only:
+            continue
         case = case_name(batch, n_q, n_k, d, causal)
         errors = _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root)
         tolerances = (tol, tol, GRADIENT_FACTOR * tol)
@@ -278,3 +286,92 @@ def describe_launch(kernel, args: tuple, kwargs: dict) -> dict:
         "num_warps": kwargs.get("num_warps", 4),
         "num_stages": kwargs.get("num_stages", 3),
     }
+
+
+#: What a signal that killed the interpreter's process means, for a student.
+SIGNALS = {
+    signal.SIGSEGV: "a load or store outside the tensors' memory (a missing mask, a wrong "
+    "stride or offset): in the Triton interpreter it reads or writes host memory the kernel "
+    "does not own",
+    signal.SIGABRT: 'the C library stopped the process ("free(): invalid pointer", "double '
+    "free or corruption\"): a store outside the tensors' memory corrupted the heap (a missing "
+    "mask, a wrong stride or offset)",
+    signal.SIGBUS: "a load or store at an address no memory backs (a wrong pointer or offset)",
+    signal.SIGKILL: "killed from outside (out of memory, or a time limit)",
+}
+
+
+def _rows_in_this_process(spec, which, device, only, connection) -> None:
+    module = load_adapters(spec)
+    launches: list[dict] = []
+    with record_launches(launches):
+        rows = attention_rows(module, which, device, only=only)
+    connection.send(([vars(row) for row in rows], launches))
+    connection.close()
+
+
+def _run_child(spec, which, device, only, timeout_s):
+    """(rows, launches) from a child process, or (None, the signal or exit status) when it
+    died before answering."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(
+        target=_rows_in_this_process, args=(spec, which, device, only, send), daemon=True
+    )
+    child.start()
+    send.close()
+    answer = None
+    if receive.poll(timeout_s):  # also true when the child died: its end of the pipe closed
+        try:
+            answer = receive.recv()
+        except EOFError:
+            answer = None
+    child.join(5)
+    if child.is_alive():
+        child.kill()
+        child.join()
+    if answer is None:
+        return None, child.exitcode
+    rows, launches = answer
+    return [CheckRow(**row) for row in rows], launches
+
+
+def isolated_attention_rows(
+    spec: str, which: str, device: str, launches: list[dict], timeout_s: float = 1800
+) -> list[CheckRow]:
+    """``attention_rows`` in a child process, so a kernel that crashes the Triton interpreter
+    (a segfault, an abort from a corrupted heap) costs only its own cases: when the child dies,
+    each case runs again in a child of its own, and a case whose child dies too is a row per
+    check with status "error", naming the signal and what it means. The kernels it launched
+    go into ``launches`` (for the compile check)."""
+    rows, found = _run_child(spec, which, device, None, timeout_s)
+    if rows is not None:
+        launches += found
+        return rows
+    rows = []
+    getter = GETTERS[which]
+    for index, ((batch, n_q, n_k, d, causal), scope) in enumerate(scoped_cases(which)):
+        case_rows, found = _run_child(spec, which, device, index, timeout_s)
+        if case_rows is not None:
+            rows += case_rows
+            launches += found
+            continue
+        detail = _death(found)
+        rows += [
+            CheckRow(getter, check, case_name(batch, n_q, n_k, d, causal), scope, status="error",
+                     detail=detail)
+            for check in CHECKS
+        ]  # fmt: skip
+    return rows
+
+
+def _death(exitcode: int | None) -> str:
+    """What the exit status of a process that died before answering says."""
+    if exitcode is None:
+        return "the check of this case did not finish in its time"
+    if exitcode < 0:
+        number = -exitcode
+        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else ""
+        meaning = SIGNALS.get(number, "a signal the check does not know")
+        return f"the Triton interpreter crashed on this case ({name or number}): {meaning}"
+    return f"the check's process exited with status {exitcode} before answering"

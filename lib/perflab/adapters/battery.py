@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import pandas as pd
 import torch
 
-from perflab.adapters.attention_checks import GETTERS, attention_rows, record_launches
+from perflab.adapters.attention_checks import GETTERS, attention_rows, isolated_attention_rows
 from perflab.adapters.distributed_checks import (
     AUTOCAST_TOLERANCE,
     BUCKET_SIZES_MB,
@@ -86,8 +86,8 @@ def check_adapters(
             )
         else:
             progress("FlashAttention in Triton")
-            with record_launches(launches):
-                triton_rows = attention_rows(module, "triton", device)
+            # In a child process: a kernel that crashes the interpreter costs its cases only.
+            triton_rows = isolated_attention_rows(spec, "triton", device, launches)
             rows += triton_rows if "triton" in parts else []
     if "kernels" in parts and launches:
         progress(f"compiling {len(launches)} Triton kernel launch(es) for GPUs")
