@@ -276,8 +276,9 @@ print("\n".join(say.real_trace_lines(real, category_shares(real), busy_fraction(
 # write the full score matrix) and the same step with PyTorch's fused
 # `scaled_dot_product_attention`. `compare_traces` lines up every kernel and the categories
 # before and after. It is one trace of each, recorded one after the other, not interleaved
-# rounds: there is no interval, so a change in the total smaller than the ±3% noise band of the
-# workbook's comparisons is not claimed as a change.
+# rounds: there is no interval, so no change in the total is claimed from it; the shares and
+# each kernel's delta describe the two traces (whether the step got faster is what an
+# interleaved comparison, such as section 8's, would say).
 
 # %%
 pair = {

@@ -186,29 +186,29 @@ def _verdict(
     unit: str,
 ) -> str:
     change = (opt_total - base_total) / base_total
-    direction = "fell" if change < 0 else "rose"
     lines = [
-        f"Total {unit} time {direction} by {abs(change):.1%} "
-        f"({base_total / 1e3:.2f} ms -> {opt_total / 1e3:.2f} ms, {base_total / opt_total:.2f}x)."
+        f"Total {unit} time went {base_total / 1e3:.2f} ms -> {opt_total / 1e3:.2f} ms "
+        f"({change:+.1%}; one trace each, so no change is established without interleaved runs)."
     ]
     by_category = categories.set_index("category")
     before = by_category["baseline_share"].idxmax()
     after = by_category["optimized_share"].idxmax()
     lines.append(
-        f"{before} dominated before ({by_category.loc[before, 'baseline_share']:.0%}); "
-        f"{after} dominates after ({by_category.loc[after, 'optimized_share']:.0%})."
+        f"{before} held the largest share before "
+        f"({by_category.loc[before, 'baseline_share']:.0%}); "
+        f"{after} after ({by_category.loc[after, 'optimized_share']:.0%})."
     )
     comm = by_category.loc["communication", "optimized_share"]
     if comm >= 0.2:
         lines.append(
-            f"Communication now holds {comm:.0%} of {unit} time, so compute-side gains are "
-            f"capped: even infinitely fast compute would give at most {1 / comm:.1f}x."
+            f"Communication holds {comm:.0%} of {unit} time after: were its time to stay, "
+            f"faster compute alone could give at most {1 / comm:.1f}x (Amdahl)."
         )
     if opt_busy is not None and opt_busy < 0.8:
         lines.append(
-            f"The device is busy only {opt_busy:.0%} of the traced span after the change "
-            f"({base_busy:.0%} before): the end-to-end time is limited by something other than "
-            "kernels (host overhead, data loading, synchronisation)."
+            f"The device runs a kernel during {opt_busy:.0%} of the traced span after the change "
+            f"({base_busy:.0%} before); what fills the rest (the host, data loading, "
+            "synchronisation) is not told apart in a kernel trace."
         )
     return " ".join(lines)
 
