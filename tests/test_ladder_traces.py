@@ -79,12 +79,12 @@ def test_the_table_from_traces_with_known_times(tmp_path):
 def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, says):
     rows = _table(tmp_path, vs_previous, verdict, ci)
     assert bound_sentence(rows.iloc[0]) == (
-        "baseline: compute-bound operators dominate (60% of 0.50 ms)."
+        "baseline: compute-bound operators hold the largest share (60% of 0.50 ms)."
     )
     text = bound_sentence(rows.iloc[1])
     assert text.startswith(
-        "faster matmul: memory-bound operators dominate (67% of 0.30 ms); "
-        "the hotspot that moved most, aten::mm, fell from 0.30 to 0.10 ms"
+        "faster matmul: memory-bound operators hold the largest share (67% of 0.30 ms); "
+        "the hotspot that moved most, aten::mm, went from 0.30 to 0.10 ms a step in one trace"
     )
     assert "take 0.60x as long" in text and says in text
     assert "96.8% CI" in text and "95% CI" not in text  # the interval's own level

@@ -4,6 +4,7 @@ must."""
 
 import dataclasses
 
+import pandas as pd
 import pytest
 import torch
 
@@ -216,3 +217,17 @@ def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
     naive = datasheet[0]
     assert first.sentence.startswith(f"{B200.name}: the naive eager step {naive:.1f} s")
     assert first.comparison is None and second.key.endswith(HANDOUT_B200.name)
+
+
+def test_the_collectives_are_said_to_hide_only_where_the_model_hides_them():
+    from perflab.training.step_model import _collectives_clause
+
+    hidden = pd.Series({"comm_hidden_s": 0.012, "comm_exposed_s": 0.0})
+    assert _collectives_clause(hidden) == (
+        "; FSDP's collectives (12 ms a step) hide behind compute in this model"
+    )
+    exposed = pd.Series({"comm_hidden_s": 0.012, "comm_exposed_s": 0.005})
+    assert _collectives_clause(exposed) == (
+        "; FSDP's collectives take 17 ms a step in this model, 5 ms of them beyond the compute "
+        "they overlap"
+    )

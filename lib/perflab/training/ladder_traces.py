@@ -95,8 +95,8 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
 def bound_sentence(row: pd.Series) -> str:
     """What a ``greedy_bound_table`` row says, in a sentence computed from its numbers."""
     text = (
-        f"{row['rung']}: {row['dominant']} operators dominate ({row['dominant_share']:.0%} "
-        f"of {row['operators_ms']:.2f} ms)"
+        f"{row['rung']}: {row['dominant']} operators hold the largest share "
+        f"({row['dominant_share']:.0%} of {row['operators_ms']:.2f} ms)"
     )
     if pd.isna(row.get("hotspot")):
         return text + "."
@@ -107,8 +107,8 @@ def bound_sentence(row: pd.Series) -> str:
         moved = f"is gone (was {before:.2f} ms a step, {row['hotspot_share_before']:.0%})"
     else:
         moved = (
-            f"{'fell' if after < before else 'rose'} from {before:.2f} to {after:.2f} ms a "
-            f"step ({row['hotspot_share_before']:.0%} of the time before)"
+            f"went from {before:.2f} to {after:.2f} ms a step in one trace each "
+            f"({row['hotspot_share_before']:.0%} of the time before)"
         )
     text += (
         f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
@@ -117,7 +117,10 @@ def bound_sentence(row: pd.Series) -> str:
     )
     busy = row.get("device_busy")
     if busy is not None and not pd.isna(busy) and busy < 0.8:
-        text += f"; the GPU is busy only {busy:.0%} of the step: it waits on the host"
+        text += (
+            f"; the GPU runs a kernel during only {busy:.0%} of the step (what fills the rest "
+            "is not told apart in a kernel trace)"
+        )
     step, alone = row.get("vs_previous"), row.get("hotspot_alone")
     if step is None or pd.isna(step) or step <= 0 or pd.isna(alone) or alone <= 0:
         return text + "."
@@ -128,8 +131,9 @@ def bound_sentence(row: pd.Series) -> str:
         why = (
             "as the hotspot alone predicts, within the step's interval"
             if inside
-            else "the hotspot alone predicts a change outside the step's interval: other "
-            "operators, or time outside them (Python, the allocator), make up for it"
+            else "the hotspot alone predicts a change outside the step's interval: it does not "
+            "account for the measured step alone (other operators or time outside them: not "
+            "told apart here)"
         )
         return (
             f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
@@ -145,15 +149,15 @@ def bound_sentence(row: pd.Series) -> str:
                 f"{row['hotspot_share_before']:.0%} of the time"
             )
     elif (step - 1) * (alone - 1) < 0:
-        why = (
-            "the other way from the hotspot alone: other operators, or time outside them "
-            "(Python, the allocator), outweigh it"
-        )
+        why = "the other way from the hotspot alone"
     elif abs(math.log(step)) > abs(math.log(alone)):
-        why = "more than the hotspot alone: other operators, or time outside them, changed as well"
+        why = "more than the hotspot alone"
     else:
-        why = (
-            "less than the hotspot alone: other operators, or time outside them (Python, "
-            "the allocator), moved the other way"
+        why = "less than the hotspot alone"
+    if not inside:
+        why += (
+            ": the hotspot does not account for the measured step alone (one trace each, so "
+            "the prediction has no interval; other operators or time outside them: not told "
+            "apart here)"
         )
     return f"{text}: {why}."

@@ -412,6 +412,18 @@ def step_ops(
     return pd.concat([ops, comm], ignore_index=True)
 
 
+def _collectives_clause(rung: pd.Series) -> str:
+    """What the model says of the last rung's FSDP collectives: hidden behind compute, or how
+    much of them the step waits for."""
+    hidden, exposed = rung["comm_hidden_s"] * 1e3, rung["comm_exposed_s"] * 1e3
+    if exposed <= 0:
+        return f"; FSDP's collectives ({hidden:.0f} ms a step) hide behind compute in this model"
+    return (
+        f"; FSDP's collectives take {hidden + exposed:.0f} ms a step in this model, "
+        f"{exposed:.0f} ms of them beyond the compute they overlap"
+    )
+
+
 def price_rungs(
     config: ModelConfig,
     batch_size: int,
@@ -438,6 +450,7 @@ def price_rungs(
                 "TB_per_rank": ops["bytes"].sum() / 1e12,
                 "memory_bound_share": ops.loc[ops["memory_bound"], "time_s"].sum() / total,
                 "comm_hidden_s": ops["hidden_s"].sum(),
+                "comm_exposed_s": ops.loc[ops["part"] == "communication", "time_s"].sum(),
             }
         )
     table = pd.DataFrame(rows)
@@ -495,8 +508,7 @@ def rung_findings(table: pd.DataFrame, config: ModelConfig) -> list[Finding]:
                 f"({naive_s / best_s:.1f}x faster); "
                 f"the largest saving {saved.idxmax()} ({saved.max():.2f} s)"
                 + (f"; costing time: {costly}" if costly else "")
-                + f"; FSDP's collectives ({rows['comm_hidden_s'].iloc[-1] * 1e3:.0f} ms a step) "
-                "hide behind compute",
+                + _collectives_clause(rows.iloc[-1]),
             )
         )
     return findings
