@@ -73,10 +73,58 @@ def _warmup_case(steps: int) -> FindingCase:
     )
 
 
+def _phase_breakdown(rng: np.random.Generator, steps: int, ratio: float) -> pd.DataFrame:
+    """One preset's ``phase_breakdown`` row from ``steps`` simulated steps whose backward
+    takes ``ratio`` times the forward, each phase with its own noise."""
+    from perflab.bench.stats import median_interval
+
+    forward = noisy_seconds(rng, steps)
+    ratios = ratio * noisy_seconds(rng, steps) / forward
+    interval = median_interval(ratios)
+    return pd.DataFrame(
+        [
+            {
+                "preset": "simulated",
+                "backward_over_forward": float(np.median(ratios)),
+                "backward_over_forward_ci_low": interval.low,
+                "backward_over_forward_ci_high": interval.high,
+                "backward_over_forward_ci_level": interval.level,
+                "forward_share": 0.3,
+                "backward_share": 0.6,
+                "optimizer_share": 0.1,
+                "unstable": False,
+            }
+        ]
+    )
+
+
+def _phase_claims(breakdown: pd.DataFrame) -> bool:
+    from perflab.bench.tables import phase_findings
+
+    (finding,) = phase_findings(breakdown)
+    return finding.verdict in ("above", "below")
+
+
+def _phase_case(steps: int) -> FindingCase:
+    return FindingCase(
+        "perflab.bench.tables.phase_findings",
+        f"one preset, {steps} timed steps, backward exactly 2x the forward",
+        "backward/forward above or below the FLOP model's 2x",
+        "backward 1.0x the forward (half the model)",
+        lambda rng: _phase_breakdown(rng, steps, 2.0),
+        lambda rng: _phase_breakdown(rng, steps, 1.0),
+        _phase_claims,
+    )
+
+
 #: Every finding function that can state a difference, a trend or a cause, at the sizes the
 #: notebooks use (``tests/test_findings_aa.py`` checks the notebooks' parameters against them).
 WARMUP_STEPS = (24,)
-CASES: tuple[FindingCase, ...] = tuple(_warmup_case(steps) for steps in WARMUP_STEPS)
+PHASE_STEPS = (6, 10)
+CASES: tuple[FindingCase, ...] = (
+    *(_warmup_case(steps) for steps in WARMUP_STEPS),
+    *(_phase_case(steps) for steps in PHASE_STEPS),
+)
 
 
 def binomial_upper_tail(count: int, draws: int, rate: float) -> float:
