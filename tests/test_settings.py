@@ -233,3 +233,17 @@ def test_gpu_check_prints_the_plan_and_refuses_unknown_commands(tmp_path):
     )
     assert wrong.returncode == 2
     assert wrong.stderr.strip().startswith("perflab.lease: unknown command 'B9'; valid: smoke, ")
+
+
+def test_the_package_keeps_triton_to_versions_that_run_block_pointers():
+    """Installed without constraints.txt (a student's ``uv pip install -e``), pip would take
+    the newest Triton: 3.9 removed block pointers, 3.8's interpreter breaks ``.advance()``."""
+    import tomllib
+
+    from perflab.paths import REPO_ROOT
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    (triton,) = [d for d in project["dependencies"] if d.startswith("triton")]
+    assert triton.startswith("triton>=3.6,<3.8"), triton
+    constraints = (REPO_ROOT / "constraints.txt").read_text()
+    assert "\ntriton==3.7.1\n" in constraints  # inside the range: the tested version
