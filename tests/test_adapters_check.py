@@ -250,6 +250,26 @@ def test_a_kernel_that_crashes_the_interpreter_costs_only_its_own_cases():
     ).all(), crashed.detail.tolist()
 
 
+def test_a_check_that_raises_in_a_launch_costs_one_relaunch_of_the_others():
+    """The state_dict round trip raises on both ranks: that launch ends naming it, its row
+    comes from its traceback (file and line, why it matters), and the other checks of the
+    launch run again together, once, not each alone; the handout's checks still pass."""
+    said = []
+    table = check_adapters(
+        str(FIXTURES / "raising_state_dict_optimizer_adapters.py"),
+        parts=("optimizer",),
+        progress=said.append,
+    )
+    assert passed(table), table.to_string()
+    (raised,) = table[table.status == "error"].itertuples()
+    assert "RuntimeError: checkpoints are not supported yet" in raised.detail
+    assert "(raising_state_dict_optimizer_adapters.py:" in raised.detail
+    assert "perflab check" not in raised.detail
+    assert raised.detail.startswith("training resumed from a checkpoint")  # why it matters
+    assert not any("(alone)" in line for line in said), said
+    assert sum("run again together" in line for line in said) == 1, said  # 2 ranks only
+
+
 def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     """The bitwise question's table: each way of combining two half-batch gradients is the
     whole batch's gradient to float32 rounding (a wrong scaling, a quarter or twice the mean,

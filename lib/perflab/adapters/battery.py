@@ -13,6 +13,7 @@ that launch fails.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -24,6 +25,7 @@ from perflab.adapters.distributed_checks import (
     AUTOCAST_TOLERANCE,
     BUCKET_SIZES_MB,
     DDP_ADAPTERS,
+    FAILED_CHECK,
     FP32_TOLERANCE,
     LOW_PRECISION_TOLERANCE,
     OPTIMIZER_TOLERANCE,
@@ -288,8 +290,11 @@ def _distributed_plan(parts, provided: set[str], mine: set[str]):
 
 
 def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
-    """Each world size's checks in one launch; where that launch fails, each check alone."""
-    from perflab.distributed.launch import RankError, check_world_size, launch
+    """Each world size's checks in one launch. Where a check raises, the launch ends naming
+    it: that check's row comes from its own traceback, and the checks it took down with it
+    run again together in one launch (one launch more per failing check); a launch that ends
+    otherwise (a timeout, a rank killed) runs each of its checks alone."""
+    from perflab.distributed.launch import check_world_size
 
     rows: dict[int, CheckRow] = {}
     for world_size in sorted({check.world_size for check, _ in checks}):
@@ -305,6 +310,15 @@ def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
                 rows[i] = _row(check, {"status": "skipped", "detail": str(error)})
             continue
         progress(f"{len(group)} distributed checks on {world_size} ranks (one launch)")
+        rows.update(_launch_group(spec, world_size, group, progress, root))
+    return [rows[i] for i in sorted(rows)]
+
+
+def _launch_group(spec, world_size, group, progress, root) -> dict[int, CheckRow]:
+    from perflab.distributed.launch import RankError, launch
+
+    rows: dict[int, CheckRow] = {}
+    while group:
         try:
             results = launch(
                 battery_rank,
@@ -312,20 +326,44 @@ def _run_distributed(spec: str, checks: list, progress, root) -> list[CheckRow]:
                 (spec, [call for _, _, call in group]),
                 timeout_s=60 + 30 * len(group),
             )[0]
-        except (RankError, TimeoutError):
-            results = None
-        for n, (i, check, call) in enumerate(group):
-            if results is not None:
-                rows[i] = _row(check, results[n])
-                continue
-            progress(f"{check.adapter}: {check.check} {check.case} (alone)")
-            try:
-                rows[i] = _row(
-                    check, launch(battery_rank, world_size, (spec, [call]), timeout_s=300)[0][0]
+        except RankError as error:
+            found = re.search(FAILED_CHECK.format(index=r"(\d+)"), error.rank_traceback)
+            if found is None:  # not a check's exception: each alone, to tell which
+                rows.update(_each_alone(spec, world_size, group, progress, root))
+                return rows
+            n = int(found.group(1))
+            i, check, _ = group[n]
+            rows[i] = _row(check, _failed_launch(error, root))
+            group = group[:n] + group[n + 1 :]
+            if group:
+                progress(
+                    f"{check.adapter}: {' '.join(filter(None, (check.check, check.case)))} "
+                    f"raised on {world_size} ranks; "
+                    f"the {len(group)} other check(s) of that launch run again together"
                 )
-            except (RankError, TimeoutError) as error:
-                rows[i] = _row(check, _failed_launch(error, root))
-    return [rows[i] for i in sorted(rows)]
+            continue
+        except TimeoutError:
+            rows.update(_each_alone(spec, world_size, group, progress, root))
+            return rows
+        for (i, check, _), result in zip(group, results, strict=True):
+            rows[i] = _row(check, result)
+        return rows
+    return rows
+
+
+def _each_alone(spec, world_size, group, progress, root) -> dict[int, CheckRow]:
+    from perflab.distributed.launch import RankError, launch
+
+    rows = {}
+    progress(f"a launch on {world_size} ranks ended without naming a check: each runs alone")
+    for i, check, call in group:
+        progress(f"{check.adapter}: {check.check} {check.case} (alone)")
+        try:
+            result = launch(battery_rank, world_size, (spec, [call]), timeout_s=300)[0][0]
+        except (RankError, TimeoutError) as error:
+            result = _failed_launch(error, root)
+        rows[i] = _row(check, result)
+    return rows
 
 
 def _failed_launch(error: BaseException, root) -> dict:
@@ -334,6 +372,7 @@ def _failed_launch(error: BaseException, root) -> dict:
     if not isinstance(error, RankError):
         return {"status": "error", "detail": f"{type(error).__name__}: {error}".splitlines()[0]}
     status, detail = describe_traceback(error.rank_traceback, root)
+    detail = re.sub("RuntimeError: " + FAILED_CHECK.format(index=r"\d+"), "", detail)
     return {"status": status, "detail": f"rank {error.rank}: {detail}"}
 
 
@@ -359,6 +398,8 @@ def _row(check: DistributedCheck, result: dict) -> CheckRow:
         )
     if row.finding and not row.detail:  # the rank's own detail is the more precise
         row.detail = check.why
+    elif row.finding and row.status == "error" and check.why:  # why it matters, as for fails
+        row.detail = f"{check.why}: {row.detail}"
     return row
 
 

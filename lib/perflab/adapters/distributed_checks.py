@@ -247,9 +247,23 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
 RANK_FUNCTIONS = {"ddp": ddp_rank, "fsdp": fsdp_rank, "optimizer": sharded_optimizer_rank}
 
 
+#: How ``battery_rank`` names the check that raised, for the caller to find in the rank's
+#: traceback: "perflab check 3 raised: ValueError: ...".
+FAILED_CHECK = "perflab check {index} raised: "
+
+
 def battery_rank(spec: str, checks: list[tuple[str, tuple]]) -> list[dict]:
     """Every check of one world size in one launch: ``checks`` lists (rank function name,
     its arguments after ``spec``), run in turn. Each check ends in an all-reduce (its error
-    taken over the ranks), so the ranks stay in step; an exception ends the launch (the
-    caller then runs the checks one launch each, to tell which failed)."""
-    return [RANK_FUNCTIONS[name](spec, *args) for name, args in checks]
+    taken over the ranks), so the ranks stay in step; an exception ends the launch, naming the
+    check that raised (``FAILED_CHECK``), so the caller runs only the others again."""
+    results = []
+    for index, (name, args) in enumerate(checks):
+        try:
+            results.append(RANK_FUNCTIONS[name](spec, *args))
+        except Exception as error:
+            first = (str(error).splitlines() or [""])[0]
+            raise RuntimeError(
+                FAILED_CHECK.format(index=index) + f"{type(error).__name__}: {first}"
+            ) from error
+    return results
