@@ -2,6 +2,8 @@
 false claims held to 5%) and with a planted effect (found in most draws); the rates in
 docs/statistics.md are the ones computed here; the notebooks' sizes are the ones simulated."""
 
+import ast
+
 import pytest
 
 from perflab.bench.aa import (
@@ -10,6 +12,7 @@ from perflab.bench.aa import (
     DOC,
     END,
     PHASE_STEPS,
+    RING_SIZES,
     WARMUP_STEPS,
     binomial_upper_tail,
     finding_rates,
@@ -58,3 +61,19 @@ def test_the_phase_study_sizes_of_notebook_01_are_simulated():
     full = FULL_SIZES["01_benchmarking"]["steps"]
     lease = LEASE_SIZES["01_benchmarking"].get("steps", full)
     assert {default, full, lease} <= set(PHASE_STEPS)
+
+
+def test_notebook_07s_ring_experiment_is_simulated_at_its_cpu_sizes():
+    from perflab.cli import NOTEBOOKS_DIR
+
+    source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
+
+    def parameter(name):
+        return ast.literal_eval(source.split(f"\n{name} = ")[1].split("#")[0].strip())
+
+    sizes = (
+        parameter("ring_sizes_mb"),
+        parameter("ring_world_sizes"),
+        parameter("allreduce_steps"),
+    )
+    assert sizes in RING_SIZES

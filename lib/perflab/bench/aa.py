@@ -117,13 +117,62 @@ def _phase_case(steps: int) -> FindingCase:
     )
 
 
+def _ring_sweep(
+    rng: np.random.Generator, sizes_mb, world_sizes, steps: int, egress_ratio: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The alternate ring's sweep as ``ring_sweep`` saves it, each time the median of
+    ``steps`` noisy calls of latency + (N-1) S / W, with W at 0.6 GB/s on 2 ranks and
+    ``egress_ratio`` times that beyond (1: the model holds), and its ``fit_ring_model``."""
+    from perflab.distributed.ring import fit_ring_model
+
+    rows = []
+    for n in world_sizes:
+        egress = 0.6e9 * (1 if n == world_sizes[0] else egress_ratio)
+        for mb in sizes_mb:
+            seconds = 2e-4 + (n - 1) * mb * 1e6 / egress
+            median = float(np.median(noisy_seconds(rng, steps, seconds)))
+            rows.append(
+                {
+                    "world_size": n,
+                    "size_mb": mb,
+                    "bytes": mb * 1e6,
+                    "status": "ok",
+                    "ring_ms": median * 1e3,
+                    "ring_over_all_reduce": n / 2,
+                }
+            )
+    ring = pd.DataFrame(rows)
+    return ring, fit_ring_model(ring)
+
+
+def _ring_claims(sweep: tuple[pd.DataFrame, pd.DataFrame]) -> bool:
+    from perflab.distributed.findings import ring_lines
+
+    return any("does not describe" in line for line in ring_lines(*sweep))
+
+
+def _ring_case(sizes_mb, world_sizes, steps: int) -> FindingCase:
+    return FindingCase(
+        "perflab.distributed.findings.ring_lines",
+        f"sizes {sizes_mb} MB x {world_sizes} ranks, medians of {steps} calls, one W",
+        '"one W does not describe the ring\'s times"',
+        f"W on {world_sizes[-1]} ranks half that on {world_sizes[0]}",
+        lambda rng: _ring_sweep(rng, sizes_mb, world_sizes, steps, 1.0),
+        lambda rng: _ring_sweep(rng, sizes_mb, world_sizes, steps, 0.5),
+        _ring_claims,
+    )
+
+
 #: Every finding function that can state a difference, a trend or a cause, at the sizes the
 #: notebooks use (``tests/test_findings_aa.py`` checks the notebooks' parameters against them).
 WARMUP_STEPS = (24,)
 PHASE_STEPS = (6, 10)
+#: (sizes in MB, world sizes, timed calls per size) of notebook 07's ring experiment
+RING_SIZES = (([1, 2, 8], [2, 4], 5),)
 CASES: tuple[FindingCase, ...] = (
     *(_warmup_case(steps) for steps in WARMUP_STEPS),
     *(_phase_case(steps) for steps in PHASE_STEPS),
+    *(_ring_case(*sizes) for sizes in RING_SIZES),
 )
 
 
