@@ -855,3 +855,20 @@ def test_results_name_tells_a_model_class_from_a_windows_path(monkeypatch):
     monkeypatch.setattr(loading, "student_root", lambda module: None)
     loading.results_name("C:\\Users\\me\\a2\\tests\\adapters.py")
     assert asked == ["C:\\Users\\me\\a2\\tests\\adapters.py"]
+
+
+def test_the_summary_says_what_happened_per_adapter():
+    """Two passes and a skip are a pass with one not run (once called "skipped"); a failure
+    wins; with nothing passed, the reason none ran."""
+    from perflab.adapters import summary
+
+    table = pd.DataFrame(
+        {
+            "adapter": ["a", "a", "a", "b", "b", "c", "c"],
+            "scope": ["handout"] * 7,
+            "status": ["pass", "pass", "skipped", "pass", "fail", "needs a GPU", "skipped"],
+        }
+    )
+    rows = summary(table).set_index("adapter")
+    assert rows.loc["a", ["passed", "failed", "not run", "status"]].tolist() == [2, 0, 1, "pass"]
+    assert rows.loc["b", "status"] == "fail" and rows.loc["c", "status"] == "needs a GPU"

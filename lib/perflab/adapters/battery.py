@@ -226,7 +226,11 @@ def _distributed_plan(parts, provided: set[str], mine: set[str]):
         for mode, check, tolerance in (
             ("fp32", "vs one process (fp32)", FP32_TOLERANCE),
             ("fp16 compute", "vs one process (fp16 compute, fp32 master)", LOW_PRECISION_TOLERANCE),
-            ("gradients", "fp16 compute: gradients fp32, parameter-shaped (count wrong)", 0.0),
+            (
+                "gradients",
+                "fp16 compute: gradients fp32, parameter-shaped (error: how many are not)",
+                0.0,
+            ),
         ):
             add("get_fsdp", check, "", HANDOUT, tolerance, 2, "fsdp", (mode,))
         add(
@@ -435,14 +439,18 @@ def passing_adapters(table: pd.DataFrame) -> set[str]:
 
 
 def summary(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per adapter and scope: the checks and how many passed, failed or did not run,
-    with the worst status (the per-case rows collapsed)."""
-    order = ["error", "fail", "needs a GPU", "skipped", "not provided", "pass"]
+    """One row per adapter and scope: the checks and how many passed, failed or did not run
+    (needs a GPU, skipped, not provided), with a status: the failure if any check failed, else
+    "pass" if any passed, else why none ran (the per-case rows collapsed)."""
     grouped = table.groupby(["adapter", "scope"], sort=False)["status"]
     rows = []
     for (adapter, scope), statuses in grouped:
         counts = statuses.value_counts()
-        worst = next(s for s in order if s in counts)
+        not_run = int(sum(counts.get(s, 0) for s in ("needs a GPU", "skipped", "not provided")))
+        # a failure first; else "pass" when any check passed (the rest not run, counted
+        # beside it); else why none ran
+        order = ["error", "fail", "pass", "not provided", "needs a GPU", "skipped"]
+        status = next(s for s in order if s in counts)
         rows.append(
             {
                 "adapter": adapter,
@@ -450,7 +458,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                 "checks": len(statuses),
                 "passed": int(counts.get("pass", 0)),
                 "failed": int(sum(counts.get(s, 0) for s in FAILING)),
-                "status": worst,
+                "not run": not_run,
+                "status": status,
             }
         )
     return pd.DataFrame(rows)
