@@ -93,11 +93,18 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
     """The recomputation cost goes through ``time_fn``, which waits for the device before and
     after each step (a bare perf_counter would time only the kernel launches on a GPU)."""
     import perflab.bench.timer as timer
+    import perflab.memory.measure as measure
 
-    synced = []
+    synced, timings = [], []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
-    checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU, repeats=3)
+    real_time_fn = measure.time_fn
+    monkeypatch.setattr(
+        measure, "time_fn", lambda *a, **k: timings.append(real_time_fn(*a, **k)) or timings[-1]
+    )
+    result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU, repeats=3)
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
+    (timing,) = timings
+    assert result["seconds"] == timing.median and len(timing.samples) == 3  # the timer's median
 
 
 def test_timeline_records_a_known_allocation():
