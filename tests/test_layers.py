@@ -39,6 +39,7 @@ LAYERS = {
     "adapters": 5,
     "cs336": 5,
     "smoke": 5,
+    "finding_rates": 5,
 }
 
 

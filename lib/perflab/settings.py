@@ -24,7 +24,6 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "warmup": 5,
         "steps": 10,
         "warmup_study_preset": "small",
-        "warmup_study_steps": 24,
         "warmup_study_warmups": [0, 1, 2, 5],
     },
     "02_profiling": {

@@ -3,7 +3,8 @@ or a cause is fed simulated data with no effect at all (an A/A study, many draws
 draws in which it still claims one is its false-claim rate, to be held to ``ALPHA``. Fed data
 with a planted effect, the share in which it finds it is its power. ``finding_rates`` gives
 both for every case of ``CASES``; ``docs/statistics.md`` lists them (``write_rates_doc``) beside
-the intervals' coverage, and ``tests/test_findings_aa.py`` holds them.
+the intervals' coverage, and ``tests/test_findings_aa.py`` holds them. A tool (the top
+layer): it runs the findings of every notebook.
 
 The noise is the comparison simulation's bursty model (``perflab.bench.simulate``):
 log-normal with occasional bursts of another process's time slice.
@@ -214,7 +215,7 @@ def finding_rates(
     return pd.DataFrame(rows)
 
 
-DOC = Path(__file__).resolve().parents[3] / "docs" / "statistics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "statistics.md"
 BEGIN, END = "<!-- finding rates: begin -->", "<!-- finding rates: end -->"
 
 
