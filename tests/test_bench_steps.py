@@ -202,7 +202,7 @@ def test_warmup_conclusion_says_what_the_exact_test_shows():
     assert text.startswith(
         "Without warm-up the first timed step took 3.92x the median of the 23 steps after it "
         "and was the slowest of 24 (with no one-off cost: probability 4%): it paid a one-off "
-        "cost the later steps did not. After 1 warm-up steps the first timed step took 0.98x"
+        "cost the later steps did not. After 1 warm-up step the first timed step took 0.98x"
     )
     assert "not told from the steps after it" in text and "After 2" not in text
     assert "makes the setting's mean 1.12x" in text

@@ -117,7 +117,10 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
     what it does to that setting's mean, standard deviation and median."""
     sentences = []
     for row in effect.itertuples():
-        steps = "Without warm-up" if row.warmup == 0 else f"After {row.warmup:.0f} warm-up steps"
+        plural = "s" if row.warmup != 1 else ""
+        steps = (
+            "Without warm-up" if row.warmup == 0 else f"After {row.warmup:.0f} warm-up step{plural}"
+        )
         rank = "the slowest" if row.first_rank == 1 else f"among the {row.first_rank} slowest"
         text = (
             f"{steps} the first timed step took {row.first_over_rest_median:.2f}x the median of "

@@ -96,7 +96,7 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
     )
     gain = share["compiled"] / share["eager"]  # the same roofline: the ratio of tokens/s
     text += (
-        " The compiled step's tokens/s over the eager one's: "
+        "The compiled step's tokens/s over the eager one's: "
         + ", ".join(f"{v:.2f}x at batch {b}" for b, v in gain.items())
         + " (separate medians, not interleaved: which step is faster, and where compiling "
         "gains more, is for section 5's interleaved comparison to say)."

@@ -133,8 +133,8 @@ def trace_change_lines(comparison: TraceComparison) -> list[str]:
         largest = both.loc[both["baseline_us"].idxmax()]
         lines.append(
             f"{short_name(largest['name'])}, the largest kernel in both traces, moved by "
-            f"{largest['delta_pct']:+.1f}%: where the change leaves its work the same, run-to-run "
-            "noise of this size is the yardstick for which deltas mean something"
+            f"{largest['delta_pct']:+.1f}%: where the change leaves its work the same, a delta "
+            "of this size can come from run-to-run noise alone, so smaller ones mean nothing here"
         )
     return lines
 
