@@ -9,8 +9,12 @@ import pytest
 from perflab.finding_rates import (
     ALPHA,
     BEGIN,
+    DDP_ROUNDS,
     DOC,
     END,
+    GQA_ROUNDS,
+    INT8_ROUNDS,
+    OVERHEAD_BUCKETS,
     PHASE_STEPS,
     RING_SIZES,
     WARMUP_STEPS,
@@ -63,13 +67,48 @@ def test_the_phase_study_sizes_of_notebook_01_are_simulated():
     assert {default, full, lease} <= set(PHASE_STEPS)
 
 
+def _parameter(source: str, name: str):
+    return ast.literal_eval(source.split(f"\n{name} = ")[1].split("#")[0].strip())
+
+
+def _sizes(notebook: str, name: str) -> set:
+    """A parameter's value in the notebook, its full preset and its lease preset."""
+    from perflab.cli import NOTEBOOKS_DIR
+
+    default = _parameter((NOTEBOOKS_DIR / f"{notebook}.py").read_text(), name)
+    full = FULL_SIZES[notebook].get(name, default)
+    return {default, full, LEASE_SIZES[notebook].get(name, full)}
+
+
+def test_notebook_07s_ddp_rounds_are_simulated():
+    assert _sizes("07_distributed_ddp", "rounds") <= set(DDP_ROUNDS)
+
+
+def test_the_overhead_fit_is_simulated_at_the_full_presets_bucket_counts():
+    from perflab.cli import NOTEBOOKS_DIR
+    from perflab.distributed.ddp import plan_buckets
+    from perflab.distributed.toy import build_model
+
+    full = FULL_SIZES["07_distributed_ddp"]
+    source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
+    sizes = full.get("bucket_sizes_mb", _parameter(source, "bucket_sizes_mb"))
+    params = [p for p in build_model(full["ddp_model"], 0).parameters() if p.requires_grad]
+    counts = tuple(len(plan_buckets(params, size)) for size in sizes)
+    assert OVERHEAD_BUCKETS == (counts, full["rounds"])
+
+
+def test_notebook_10s_int8_and_grouped_query_rounds_are_simulated():
+    assert _sizes("10_decoding", "rounds") <= set(INT8_ROUNDS)
+    assert _sizes("10_decoding", "gqa_rounds") <= set(GQA_ROUNDS)
+
+
 def test_notebook_07s_ring_experiment_is_simulated_at_its_cpu_sizes():
     from perflab.cli import NOTEBOOKS_DIR
 
     source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
 
     def parameter(name):
-        return ast.literal_eval(source.split(f"\n{name} = ")[1].split("#")[0].strip())
+        return _parameter(source, name)
 
     sizes = (
         parameter("ring_sizes_mb"),
