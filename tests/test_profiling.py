@@ -551,3 +551,34 @@ def test_grid_answer_a_gives_the_ratios_and_states_no_cause():
     assert "not tested here" in first
     for cause in ("suspect", "slower moment", "cannot explain"):
         assert cause not in first
+
+
+def test_grid_answers_d_and_e_state_one_profiles_figures_not_a_tested_direction():
+    """(d) and (e) rest on one profile per configuration: shares and ratios, counted, with no
+    direction or 'slower' claimed as if tested."""
+    from perflab.profiling.grid import grid_answers
+
+    row = {
+        "forward_timer_ms": 10.0,
+        "forward_timer_ci_low_ms": 9.0,
+        "forward_timer_ci_high_ms": 11.0,
+        "forward_profiler_ms": 10.0,
+        "top_forward": "aten::mm",
+        "same_top": True,
+        "others_forward": "",
+        "others_count": 0,
+        "softmax_over_matmul_time": 0.2,
+        "softmax_over_matmul_flops": 0.02,
+    }
+    shares = [(0.6, 0.5), (0.5, 0.55)]
+    grid = pd.DataFrame(
+        [{**row, "matmul_share_forward": f, "matmul_share_step": s} for f, s in shares]
+    )
+    d, e = grid_answers(grid)[3:5]
+    assert d == (
+        "(d) matmuls hold 50%-60% of the forward pass and 50%-55% of the training step across "
+        "configurations, less of the step in 1 of 2; one profile of each, no interval: a "
+        "direction seen, not a tested one"
+    )
+    assert e.endswith("per FLOP it takes 10x the matmuls' time (one profile of each)")
+    assert "falls" not in d and "slower" not in e

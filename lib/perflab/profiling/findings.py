@@ -93,7 +93,8 @@ def softmax_lines(attention: pd.DataFrame, copy, score_bytes: float) -> list[str
     )
     return [
         f"softmax takes {time_ratio:.2f}x the time of the two attention matmuls for "
-        f"{flop_ratio:.3f}x their FLOPs: per FLOP it is {per_flop:.0f}x slower",
+        f"{flop_ratio:.3f}x their FLOPs: per FLOP it takes {per_flop:.0f}x their time (one "
+        "profiled run)",
         f"softmax moves {rate / 1e9:.1f} GB/s, {fraction:.0%} of the copy bandwidth "
         f"({copy.bytes_per_s / 1e9:.1f} GB/s, the best of {copy.steps} copies; the median copy "
         f"{copy.median_bytes_per_s / 1e9:.1f} GB/s): {bound}",

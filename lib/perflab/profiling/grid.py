@@ -119,8 +119,8 @@ def grid_answers(grid: pd.DataFrame) -> list[str]:
     profiler's forward time against the timer's median (and how often it lies inside the
     timer's interval: a count, not a test; one profiled figure, measured apart from the timer,
     tells neither a profiler's cost nor the machine's noise), (b) the top operator and whether
-    it also tops the step, (c) the other operators above 1%, (d) the matmul share from forward
-    to step, (e) softmax's time against its FLOPs."""
+    it also tops the step, (c) the other operators above 1%, (d) the matmul share of forward
+    and step (one profile each: no direction tested), (e) softmax's time against its FLOPs."""
     low, high = grid["forward_timer_ci_low_ms"], grid["forward_timer_ci_high_ms"]
     profiled = grid["forward_profiler_ms"]
     inside = (profiled >= low) & (profiled <= high)
@@ -153,20 +153,19 @@ def grid_answers(grid: pd.DataFrame) -> list[str]:
         "per configuration; the most common: "
         + (", ".join(f"{name} (in {count})" for name, count in common.head(4).items()) or "none")
     )
-    falls = grid["matmul_share_step"] < grid["matmul_share_forward"]
+    lower = grid["matmul_share_step"] < grid["matmul_share_forward"]
     answers.append(
-        f"(d) the matmul share falls from the forward pass to the training step in "
-        f"{falls.sum()} of {len(grid)}; across configurations it is "
-        f"{grid['matmul_share_forward'].min():.0%}-"
+        f"(d) matmuls hold {grid['matmul_share_forward'].min():.0%}-"
         f"{grid['matmul_share_forward'].max():.0%} of the forward pass and "
         f"{grid['matmul_share_step'].min():.0%}-{grid['matmul_share_step'].max():.0%} "
-        "of the training step"
+        f"of the training step across configurations, less of the step in {lower.sum()} of "
+        f"{len(grid)}; one profile of each, no interval: a direction seen, not a tested one"
     )
     per_flop = grid["softmax_over_matmul_time"] / grid["softmax_over_matmul_flops"]
     answers.append(
         f"(e) softmax takes {_span(grid['softmax_over_matmul_time'])} the attention "
         f"matmuls' time for {_span(grid['softmax_over_matmul_flops'], 3)} their FLOPs "
-        f"(5 / 4d, d the head dimension): per FLOP it is {_span(per_flop, 0)} "
-        "slower"
+        f"(5 / 4d, d the head dimension): per FLOP it takes {_span(per_flop, 0)} the matmuls' "
+        "time (one profile of each)"
     )
     return answers
