@@ -23,8 +23,14 @@ HAVE_TRITON = triton_available()
 NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
 
 
-def perflab_cli(*args):
-    return subprocess.run([sys.executable, "-m", "perflab", *args], capture_output=True, text=True)
+def perflab_cli(*args, cwd=None, env=None):
+    return subprocess.run(
+        [sys.executable, "-m", "perflab", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +145,9 @@ def test_a_package_adapters_file_imports_with_its_relative_imports(tmp_path):
 def test_an_edited_adapters_file_or_implementation_is_imported_again(tmp_path):
     """A notebook or session that loads the adapters again after the student edited them gets
     the new code (whose hash names its results), whether the edit was to the adapters file or
-    to the module it imports; an edit that keeps the file's size within the same second (which
-    Python's bytecode cache would not notice) included; an unchanged tree is not re-imported."""
+    to the module it imports (each edit names a new results folder); an edit that keeps the
+    file's size within the same second (which Python's bytecode cache would not notice)
+    included; an unchanged tree is not re-imported."""
     from perflab.adapters.loading import results_name
 
     root = tmp_path / "edited_checkout"
@@ -160,8 +167,11 @@ def test_an_edited_adapters_file_or_implementation_is_imported_again(tmp_path):
     second = load_adapters(str(adapters))
     assert (second.VERSION, second.SPEED) == (2, 1)
     assert results_name(str(adapters)) != name
+    name = results_name(str(adapters))
     (impl / "kernel.py").write_text("SPEED = 2\n")  # same size, likely the same second
     assert load_adapters(str(adapters)).SPEED == 2
+    assert results_name(str(adapters)) != name  # the kernel's edit names a new folder too
+    assert results_name(str(adapters)) == results_name(str(adapters))
 
 
 @pytest.mark.parametrize(
@@ -187,13 +197,24 @@ def test_cli_import_error_is_one_line_naming_the_file(tmp_path):
     )
 
 
-def test_cli_exit_status_follows_the_table():
+def test_cli_exit_status_follows_the_table(tmp_path):
     good = perflab_cli("check", "--adapters", "perflab.cs336", "--parts", "optimizer")
     assert good.returncode == 0, good.stdout + good.stderr
     assert good.stdout.splitlines()[-1] == "3 pass; 0 finding(s) beyond the handout"
-    bad = perflab_cli("check", "--adapters", BUGGY, "--parts", "optimizer")
+    bad = perflab_cli(
+        "check", "--adapters", BUGGY, "--parts", "optimizer", cwd=tmp_path, env={"COLUMNS": "90"}
+    )
     assert bad.returncode == 1
     assert bad.stdout.splitlines()[-1] == "3 fail; 2 finding(s) beyond the handout"
+    # fitted to the terminal: the adapter's name above its rows, the details as notes below
+    lines = bad.stdout.splitlines()
+    assert max(map(len, lines)) <= 90, bad.stdout
+    assert lines[0] == "get_sharded_optimizer"
+    assert any(line.startswith("[2] fails on 4 ranks although it passes on 2") for line in lines)
+    assert not list(tmp_path.iterdir())  # nothing written where it ran
+    wide = perflab_cli("check", "--adapters", BUGGY, "--parts", "optimizer", "--details")
+    assert wide.stdout.splitlines()[0].startswith("| adapter ")
+    assert max(map(len, wide.stdout.splitlines())) > 90
 
 
 def test_a_handout_adapter_not_provided_fails_the_check_and_is_named(tmp_path):

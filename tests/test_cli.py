@@ -194,6 +194,24 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
     assert all("duration" in c.metadata["papermill"] for c in timed.cells)
 
 
+def test_run_writes_into_perflabs_output_not_the_folder_it_runs_from(tmp_path):
+    """A student runs it from their course checkout: nothing lands there (the submission
+    script would zip it); the executed notebook goes to perflab's output/, named in full."""
+    from perflab.paths import REPO_ROOT
+
+    path = tmp_path / "07_output_place_test.ipynb"
+    _notebook(path, "y = x")
+    target = REPO_ROOT / "output" / path.name
+    try:
+        done = perflab("run", str(path), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert not (tmp_path / "output").exists()
+        assert target.is_file()
+        assert f"-> {target}" in done.stdout
+    finally:
+        target.unlink(missing_ok=True)
+
+
 def test_run_passes_each_notebook_only_its_own_parameters(tmp_path):
     first, second = tmp_path / "05_first.ipynb", tmp_path / "06_second.ipynb"
     _notebook(first, "open('first.txt', 'w').write(str(x))")

@@ -42,6 +42,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -52,7 +53,7 @@ import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
 from perflab.handout import YEARS
-from perflab.paths import NOTEBOOKS_DIR, data_dir
+from perflab.paths import NOTEBOOKS_DIR, REPO_ROOT, data_dir
 from perflab.settings import full_sizes, lease_sizes
 
 
@@ -206,7 +207,9 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(
             f"no parameter {', '.join(unknown)} in {names}; valid: {', '.join(sorted(everywhere))}"
         )
-    output = Path(args.output)
+    # perflab's own output/ by default, never the folder it was run from: a student running it
+    # from their course checkout would otherwise hand the executed notebooks in with their code.
+    output = (Path(args.output) if args.output else REPO_ROOT / "output").resolve()
     output.mkdir(parents=True, exist_ok=True)
     failed = []
     total_start = time.perf_counter()
@@ -552,7 +555,8 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     if args.format == "csv":
         print(shown.to_csv(index=False), end="")
     else:
-        print(format_table(shown))
+        width = None if args.details else shutil.get_terminal_size((120, 24)).columns
+        print(format_table(shown, width))
     counts = table["status"].value_counts()
     found = findings(table)
     print(
@@ -639,7 +643,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the full sizes cut to fit a short GPU lease (perflab.settings.LEASE_SIZES)",
     )
-    run.add_argument("--output", default="output", help="folder for executed notebooks")
+    run.add_argument(
+        "--output",
+        default=None,
+        help="folder for executed notebooks (default: output/ in perflab's checkout, beside its "
+        "data/, whatever folder you run from)",
+    )
     run.set_defaults(handler=_run, subparser=run)
 
     bench = commands.add_parser("bench", help="time one model configuration")
@@ -711,6 +720,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--summary",
         action="store_true",
         help="one row per adapter and scope instead of one per case",
+    )
+    adapters.add_argument(
+        "--details",
+        action="store_true",
+        help="one markdown table, every column on one line (default: fitted to the terminal, "
+        "details as numbered notes)",
     )
     adapters.add_argument("--format", choices=("table", "csv"), default="table")
     adapters.set_defaults(handler=_check_adapters, subparser=adapters)

@@ -6,14 +6,16 @@ and the exit status follows those alone; checks beyond it (causal attention wher
 be ignored, ragged lengths, a ``state_dict`` round trip, micro-batches, four ranks) run too and
 are reported as findings, each with what goes wrong and why it matters (``--strict`` counts
 them). Only the adapters of the year the file is (its names tell) are listed. The distributed
-checks of one world size run in one launch (2 ranks, then 4), one launch per check only where
-that launch fails.
+checks of one world size run in one launch (2 ranks, then 4); where a check raises in it, the
+others of that launch run again together, once (a launch that dies without naming its check
+runs each alone).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
@@ -479,13 +481,62 @@ def _number(value: float, check: str) -> str:
     return f"{value:.1e}"
 
 
-def format_table(table: pd.DataFrame) -> str:
+def format_table(table: pd.DataFrame, width: int | None = None) -> str:
     """The table as plain text, numbers with their units and never re-read by the table
-    writer (``disable_numparse``: 166,912 bytes once showed as 170000)."""
+    writer (``disable_numparse``: 166,912 bytes once showed as 170000). Without ``width``: one
+    markdown table, every column. With it (a terminal's columns): each adapter's rows under its
+    name, the check and case wrapped to fit, and every row's detail as a numbered note below,
+    no line longer than ``width`` (but a word longer than it)."""
     shown = table.copy()
     for column in ("error", "tolerance"):
         if column in shown:
             shown[column] = [
                 _number(v, c) for v, c in zip(shown[column], shown["check"], strict=True)
             ]
-    return shown.to_markdown(index=False, disable_numparse=True)
+    if width is None:
+        return shown.to_markdown(index=False, disable_numparse=True)
+    notes: list[str] = []
+    blocks = []
+    for adapter, rows in shown.groupby("adapter", sort=False):
+        rows = rows.drop(columns="adapter")
+        if "detail" in rows:
+            marks = []
+            for detail in rows.pop("detail"):
+                if isinstance(detail, str) and detail.strip():
+                    notes.append(detail.strip())
+                    marks.append(f"[{len(notes)}]")
+                else:
+                    marks.append("")
+            rows = rows.assign(note=marks)
+        blocks.append(f"{adapter}\n" + textwrap.indent(_fitted(rows, width - 2), "  "))
+    wrapped = [
+        textwrap.fill(f"[{i}] {note}", width, subsequent_indent="    ", break_long_words=False)
+        for i, note in enumerate(notes, start=1)
+    ]
+    return "\n\n".join(blocks + (["\n".join(wrapped)] if wrapped else []))
+
+
+def _fitted(rows: pd.DataFrame, width: int) -> str:
+    """``rows`` as a plain table no wider than ``width`` where it can be: the check and case
+    columns wrapped narrower, the wider of them first, down to 12 characters each."""
+    from tabulate import tabulate
+
+    rows = rows.fillna("").astype(str)
+    limits = {c: max([len(c), *(len(v) for v in rows[c])]) for c in ("check", "case") if c in rows}
+
+    def render() -> str:
+        return tabulate(
+            rows,
+            headers="keys",
+            tablefmt="simple",
+            showindex=False,
+            disable_numparse=True,
+            maxcolwidths=[limits.get(c) for c in rows.columns],
+        )
+
+    text = render()
+    while max(map(len, text.splitlines())) > width and max(limits.values(), default=0) > 12:
+        widest = max(limits, key=limits.get)
+        limits[widest] = max(12, limits[widest] - 1)
+        text = render()
+    return text

@@ -110,6 +110,23 @@ def _student_modules(module: ModuleType) -> dict[str, Path]:
     return found
 
 
+def _code_digest(module: ModuleType) -> str:
+    """The first 8 hex digits of a SHA-1 over the adapters file and the student's modules it
+    imported (``_student_modules``: imported when the adapters were; a module an adapter
+    imports only when called is not counted), each by its path under the student's folder and
+    its contents; "nofile" for a module without a file."""
+    file = _file_of(module)
+    if file is None:
+        return "nofile"
+    root = student_root(module)
+    files = sorted({file, *_student_modules(module).values()})
+    sha = hashlib.sha1()
+    for path in files:
+        shown = path.relative_to(root) if root is not None and path.is_relative_to(root) else path
+        sha.update(f"{shown.as_posix()}\0{_digest(path)}\0".encode())
+    return sha.hexdigest()[:8]
+
+
 def _digest(file: Path) -> str | None:
     try:
         return hashlib.sha1(file.read_bytes()).hexdigest()
@@ -242,7 +259,9 @@ def results_name(spec: str) -> str:
     """A folder name for results measured with the adapters ``spec``, apart for every
     implementation and version: ``yours-`` with the repository's folder name (a course
     checkout's, for its ``tests/adapters.py``) or the module's name, and the first 8 hex
-    digits of the adapters file's SHA-1, e.g. ``yours-assignment2-systems-3f2a9c1d``. A model
+    digits of a SHA-1 over the adapters file and every module it imported from the student's
+    folder (``_code_digest``), e.g. ``yours-assignment2-systems-3f2a9c1d``: an edit of the
+    student's kernel names a new folder, not only an edit of the adapters. A model
     class, ``package.module:Class`` (notebook 01), is named by the spec and its module's file:
     ``yours-course-model-courseshapedlm-1b2c3d4e``."""
     if re.fullmatch(r"[\w.]+:[A-Za-z_]\w*", spec) and not Path(spec).exists():  # not C:\...
@@ -252,9 +271,8 @@ def results_name(spec: str) -> str:
         digest = hashlib.sha1(Path(file).read_bytes()).hexdigest()[:8] if file else "nofile"
         return f"yours-{re.sub(r'[^a-z0-9]+', '-', spec.lower()).strip('-')}-{digest}"
     module = load_adapters(spec)
-    file = getattr(module, "__file__", None)
     root = student_root(module)
     name = root.name if root is not None and spec.endswith(".py") else spec.removesuffix(".py")
-    digest = hashlib.sha1(Path(file).read_bytes()).hexdigest()[:8] if file else "nofile"
+    digest = _code_digest(module)
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "adapters"
     return f"yours-{slug}-{digest}"
