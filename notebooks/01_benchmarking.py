@@ -61,7 +61,13 @@ from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep, compare_configs
-from perflab.bench.tables import phase_breakdown, phase_findings, throughput, timing_table
+from perflab.bench.tables import (
+    mfu_lines,
+    phase_breakdown,
+    phase_findings,
+    throughput,
+    timing_table,
+)
 from perflab.bench.warmup import (
     measure_in_fresh_process,
     warmup_configs,
@@ -133,6 +139,7 @@ configs = [
 ]
 results = benchmark_sweep(out / "timings.csv", configs, resume=resume,
                           metadata=provenance)
+print(f"model timed: {model or 'perflab.model.TransformerLM'}")
 timing_table(results)
 
 # %% [markdown]
@@ -161,8 +168,9 @@ for sentence in conclude_all(out, phase_findings(breakdown)):
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to
 # the activations and to the weights), so 2x the forward's time is what the FLOP model
-# predicts; where the interval excludes 2, the work that is not a matmul (softmax, norms,
-# elementwise ops, memory traffic) weighs differently in the two passes. AdamW touches every
+# predicts; where the interval excludes 2, something beyond the matmuls' FLOPs sets the
+# ratio: the work that is not a matmul (softmax, norms, elementwise ops, memory traffic)
+# weighing differently in the two passes is one possible reason, not measured here. AdamW touches every
 # parameter a few times but does no matmuls, and its cost does not grow with the batch: its
 # share should fall at larger batches (not varied here).
 #
@@ -176,28 +184,17 @@ rates = throughput(results, peak.flops_per_s)
 rates
 
 # %%
-best = rates.loc[rates["mfu"].idxmax()]
-print(f"best MFU: {best.mfu:.1%} ({best.preset}, {best['mode']}); "
-      f"worst: {rates['mfu'].min():.1%}")
-train = rates[rates["mode"] == "train-step"].set_index("preset")
-print("training-step MFU by preset:", ", ".join(f"{p} {m:.1%}" for p, m in train["mfu"].items()))
-ran = [p for p in presets if p in train.index]  # a preset that ran out of memory has no row
-if len(ran) < len(presets):
-    print("no training step (out of memory or failed):", ", ".join(sorted(set(presets) - set(ran))))
-if len(ran) >= 2:
-    smallest, largest = ran[0], ran[-1]
-    stable = not results[results["preset"].isin([smallest, largest])]["unstable"].any()
-    gain = train.loc[largest, "mfu"] / train.loc[smallest, "mfu"]
-    print(conclude(out, "MFU by size", f"the training step of {largest} reaches {gain:.1f}x the "
-                   f"MFU of {smallest}", unstable=not stable))
+print("\n".join(mfu_lines(rates, presets)))
 
 # %% [markdown]
 # If a larger model spends more of its time in large matmuls, which run closest to the device's
-# peak, its MFU should be higher; the ratio above tests that here.
+# peak, its MFU should be higher. The figures above are separate medians without an interval:
+# they can agree with that or not, but do not test it.
 #
 # **The same sweep on other devices.** Results this notebook measured elsewhere and committed
-# under `data/results/01_benchmarking/` (on a CPU run: an H100's, the handout's presets at
-# context 512, float32; see `data/GPU_CHECKS.md`), with the rows that ran out of memory:
+# under `data/results/01_benchmarking/` (on a CPU run: an H100's, perflab's `TransformerLM` at
+# the handout's presets, context 512, float32, whatever model this run timed; see
+# `data/GPU_CHECKS.md`), with the rows that ran out of memory:
 
 # %%
 for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items():

@@ -133,8 +133,8 @@ step.table.head(top)
 # profiler's `forward` ranges (their kernels' device time on a GPU, their span on a CPU) per
 # step, against the workbook's timer on the forward mode of the same model (median of
 # `timer_steps` steps with the median's interval, at the confidence level that many steps give:
-# printed with it, 96.8% for 6 steps). The profiler records every operator, which costs time of
-# its own.
+# printed with it, 96.8% for 6 steps). The profiler records every operator, which can cost
+# time of its own; one profiled figure cannot show how much.
 
 # %%
 timer_row, _ = run_benchmark(replace(step_config, mode="forward", steps=timer_steps))
@@ -193,9 +193,10 @@ print(softmax_ratio)
 print(softmax_bandwidth)
 
 # %% [markdown]
-# Whatever bounds it here (the line above says), softmax reads and writes the whole score
-# matrix, and that traffic exists only because the scores are written out: fusing softmax into
-# the matmuls so the scores never leave fast memory is what FlashAttention does (notebook 06).
+# Whatever bounds it here (not measured: the line above gives its bytes per second only),
+# softmax reads and writes the whole score matrix, and that traffic exists only because the
+# scores are written out: fusing softmax into the matmuls so the scores never leave fast memory
+# is what FlashAttention does (notebook 06).
 #
 # ### The same answers for two model sizes and three contexts
 #

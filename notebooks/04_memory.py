@@ -153,7 +153,8 @@ print("\n".join(say.growth_lines(table)))
 # dominates at these sizes. Under bfloat16 the matmul outputs are half the size, but the
 # float32 work (norms, the loss and its log-softmax over the vocabulary) stays float32, and
 # the weight copies are added: at these small sizes the change can go either way, as the last
-# line shows.
+# line shows. Which of these sets the measured change is not told apart here (the weight
+# copies are not measured on their own).
 #
 # ## 3. The residual stream, derived and measured
 #
@@ -404,8 +405,10 @@ print("\n".join(say.full_step_lines(step_plain, step_best, groups, depth, layers
                                     checkpoint_preset, best)))
 
 # %% [markdown]
-# What checkpointing leaves alone (the logits, their gradient, the optimizer's temporaries)
-# makes up the rest of the step's peak; the gap between the two ratios measures it.
+# Where the whole step's ratio is nearer 1 than the stack's, what checkpointing leaves alone (the
+# logits, their gradient, the optimizer's temporaries) is a likely part of the rest of the
+# step's peak, not measured here on its own (the two ratios are of different totals, so their
+# gap is not a size in bytes).
 #
 # ## Where the results are
 

@@ -189,7 +189,7 @@ for sentence in conclude_all(out, say.yours_against_naive(
 # `max-autotune-no-cudagraphs` times the candidate kernels of every matmul (C++ templates
 # against the library's on a CPU, Triton templates on a GPU) and keeps the fastest, without
 # CUDA graphs. Each model compiles from cold (no on-disk caches, its kernels in a fresh
-# directory), so the compile times compare too.
+# directory), so the compile times are of like work; each is one compilation, timed once.
 
 # %%
 model_comparisons = (

@@ -302,13 +302,14 @@ save_table(speed, out / "against_naive.csv", provenance)
 print("\n".join(conclude_all(out, speed_findings)))
 
 # %% [markdown]
-# The verdicts above are this device's. On a CPU the tiled PyTorch version pays Python overhead
-# for every tile; its point there is memory (section 5).
+# The verdicts above are this device's. On a CPU the tiled PyTorch version issues many small
+# operators per tile (counted above, not timed one by one): a likely part of its time, not
+# measured here; its point there is memory (section 5).
 #
 # **The compiled Triton kernels against SDPA** (a GPU only: the interpreter measures nothing
 # about speed): forward + backward at each of `speed_heads` heads of one sequence and
-# `speed_seq_lens`, causal, bfloat16, d = 64 (16 heads at 16,384 tokens is the 2025
-# leaderboard's case, whose best posted time was 5.364 ms on an H100): the device time per call
+# `speed_seq_lens`, causal, bfloat16, d = 64 (16 heads at 16,384 tokens is the 2025 FA2
+# leaderboard's case, timed there on an H100): the device time per call
 # (`triton.testing.do_bench`), the host time per call (calls issued without waiting: what the
 # Python path costs), TFLOP/s, and each against SDPA interleaved, with verdicts.
 

@@ -148,10 +148,11 @@ save_figure(fig, out / "allreduce.png");
 print(say.busbw_line(allreduce))
 
 # %% [markdown]
-# Small all-reduces are dominated by a fixed cost per call (latency), so their bandwidth is
-# low; large ones approach what the transport sustains. On a CPU, more ranks than cores also
-# means ranks waiting for a core; the bandwidths above show whether bus bandwidth falls with
-# the world size here.
+# The usual expectation: a small all-reduce is dominated by a fixed cost per call (latency), so
+# its bandwidth is low, and a large one approaches what the transport sustains; on a CPU, more
+# ranks than cores also means ranks waiting for a core. The sweep above gives one median per
+# world size and size, measured apart, without an interval: it shows the bandwidths, not a
+# tested trend, and no latency is measured on its own here.
 #
 # ### The handout's alternate ring all-reduce
 #
@@ -175,7 +176,9 @@ print("\n".join(ring_checks))
 # %% [markdown]
 # Then its time beside `all_reduce`, alternated call by call, and the line time = latency +
 # slope x S fitted per world size: if time = (N-1) S / W holds, every world size implies the
-# same egress W = (N-1) / slope.
+# same egress W = (N-1) / slope. `all_reduce_ms` here is measured again, in turns with the
+# ring, in this section's launches: at another time than the sweep above, so the two need not
+# agree, and only this table's numbers are set against the ring's.
 
 # %%
 ring = ring_sweep(out / "ring.csv", list(ring_sizes_mb), list(ring_world_sizes),
@@ -191,9 +194,10 @@ print("\n".join(say.ring_lines(ring, ring_fit)))
 
 # %% [markdown]
 # On a CPU the "link" is Gloo's TCP over the loopback device and the ranks share two cores,
-# so the egress need not be one number, and Gloo's own all-reduce need not be the textbook ring (its ratio to N/2 says
-# how far). The ring's time also includes two copies and N-1 additions per call, which a
-# bandwidth model leaves out.
+# so the egress need not be one number, and Gloo's own all-reduce need not be the textbook
+# ring (its ratio to N/2 says how far; how often these two 25% rules claim a difference that
+# is not there is simulated in `docs/statistics.md`). The ring's time also includes two copies
+# and N-1 additions per call, which a bandwidth model leaves out.
 #
 # ## 3. Four ways to average gradients, each checked against one process
 #
@@ -317,8 +321,8 @@ print(say.overlap_line(overlap))
 # layers, so every size that splits the gradients into several buckets should beat one flat
 # all-reduce after backward, most at a middle size; a size at least the gradients' own makes
 # one bucket, sent when backward ends, as flat (`buckets` below). What a bucketed step can
-# save is bounded by what flat waits after backward (`sync_ms`). Each size against flat,
-# paired by round, and that bound:
+# save is about what flat waits after backward (`sync_ms`) less what it waits itself. Each
+# size against flat, paired by round, and those waits:
 
 # %%
 by_size = say.bucket_table(steps, ddp_comparisons(steps, "flat"))
@@ -328,13 +332,14 @@ by_size[["bucket_size_mb", "buckets", "step_ms", "sync_ms", "vs_flat", "verdict"
 print(say.bucket_sentence(steps, by_size, overlap))
 
 # %% [markdown]
-# Reading it: where the bound is a small share of the step, or backward grows when all-reduces
-# run beside it (on a CPU, Gloo reduces and copies on the same cores that compute backward),
-# overlap has little to hide, and the bucket sizes cannot be told apart from flat in these
-# rounds; the expected ordering needs communication that is a large share of the step and runs
-# beside the computation without taking its cores: GPUs with NCCL over NVLink, and a model
-# whose backward per bucket is long against its transfer (the handout's xl on 2 GPUs, which
-# `--full` runs; not run here).
+# Reading it: where the waits differ by a small share of the step, overlap has little to hide,
+# and the verdicts above say whether the bucket sizes could be told apart from flat in these
+# rounds. Whether backward itself grows when all-reduces run beside it (on a CPU, Gloo reduces
+# and copies on the same cores that compute backward) is a hypothesis the profiled steps above
+# only hint at: one step each, not a measurement. The expected ordering needs communication
+# that is a large share of the step and runs beside the computation without taking its cores:
+# GPUs with NCCL over NVLink, and a model whose backward per bucket is long against its
+# transfer (the handout's xl on 2 GPUs, which `--full` runs; not run here).
 #
 # ### A model of the bucketed overhead, and the best bucket size
 #
@@ -360,7 +365,9 @@ print("\n".join(say.overhead_lines(overhead, allreduce, ddp_world_size)))
 # filled in parameter order are not equal (the embedding can fill one alone), and on a CPU the
 # premise need not hold. The fastest bucket size measured above is a separate question: the
 # fastest median is a winner only where its verdict against the next size says so (printed
-# above; "not established" when their intervals overlap).
+# above: the interval of their paired ratio must lie wholly outside 1 ± 3%; "not established"
+# otherwise; picking the fastest and comparing it on the same rounds is simulated in
+# `docs/statistics.md`).
 #
 # ## Where the results are
 

@@ -332,7 +332,8 @@ for sentence in conclude_all(out, say.prefetch_findings(prefetch_steps, zero_tim
 # ### Against PyTorch's FSDP
 #
 # `torch.distributed.fsdp.fully_shard` (FSDP2) trained from the same weights on the same
-# batches; it shards the vectors too (as `DTensor`s), which is the small difference in bytes.
+# batches; it shards the vectors too (as `DTensor`s), a likely source of any small difference
+# in bytes (not measured here on its own).
 
 # %%
 versus = pd.DataFrame(launch(torch_fsdp_comparison, world_size, ("toy",)))

@@ -25,8 +25,8 @@
 # is kept only when it pays off on this machine, so the kept stack ends faster than the
 # baseline, and the whole is timed against the baseline with its interval. One change is about
 # memory above all: for the 2026 leaderboard's model (vocabulary 151,936, 2 x 32,768 tokens)
-# the logits alone take tens of gigabytes (computed below), so the loss head here never builds
-# them whole.
+# the logits alone take tens of gigabytes (computed below); a fused loss head that never builds
+# them whole is one of the changes tried (whether the kept stack has it is printed below).
 #
 # On a CPU the ladder runs the `cpu-small` model (batch 4, context 128); which changes pay off
 # depends on the machine, and the verdicts say what this one measured. Then the data path on
@@ -241,9 +241,10 @@ print(say.chunk_sentence(chunks, default_chunk_size(head_tokens, head_vocab, hea
 # CPU; its compile time is the first step's, reported apart). Compile comes last on a CPU:
 # every change tried on a compiled stack would compile it again, each time costing what the
 # compiled rung's first step costs below (`first_step_ms`), many steps' worth. Which changes are kept is
-# device-dependent: bf16 pays off only with bf16 matrix units (GPU tensor cores; on a CPU, AMX
-# or AVX512-BF16), the Triton kernels only where they are compiled, and fewer kernel launches
-# matter most on a GPU; the full profile (`--full`) runs the same procedure there.
+# device-dependent, by what is known of the hardware (not tested here): bf16 is expected to pay
+# off with bf16 matrix units (GPU tensor cores; on a CPU, AMX or AVX512-BF16), the Triton
+# kernels only where they are compiled, and fewer kernel launches matter most on a GPU; the
+# full profile (`--full`) runs the same procedure there.
 #
 # **Correctness first**: each candidate, on the stack it is tried on, against the baseline on
 # the same weights and a fresh batch: the loss, every gradient, and the optimizer's update from

@@ -796,6 +796,23 @@ def test_an_in_spec_implementation_that_ignores_is_causal_passes_with_findings(t
     assert strict.returncode == 1
 
 
+def test_an_attention_that_ignores_is_causal_is_timed_with_a_caveat(tmp_path):
+    """Notebooks 05 and 06 time it (it passes the handout), saying that its causal times are
+    of attention without the mask."""
+    from perflab.adapters.timing import attention_of_yours
+
+    spec = str(FIXTURES / "causal_ignored_adapters.py")
+    passing, lines = attention_of_yours(spec, tmp_path, {}, torch.device("cpu"), parts=("pytorch",))
+    assert set(passing) == {"yours_pytorch"}
+    assert lines[-1] == (
+        "yours_pytorch ignores is_causal (the finding above): its times in a causal sweep are of "
+        "attention without the mask, not of causal attention"
+    )
+    _, own = attention_of_yours("perflab.cs336", tmp_path, {}, torch.device("cpu"),
+                                parts=("pytorch",))  # fmt: skip
+    assert not any("ignores is_causal" in line for line in own)
+
+
 def test_errors_say_what_went_wrong_where_and_cpu_limits_need_a_gpu():
     """A torch.compile error shows dynamo's own reason and the line of the student's file, not
     the "Set TORCHDYNAMO_VERBOSE=1" boilerplate; ``assert q.is_cuda`` on a CPU is "needs a

@@ -160,6 +160,26 @@ def test_throughput_mfu_against_peak():
         throughput(_results(1, 2, 3), 0)
 
 
+def test_mfu_lines_take_the_best_from_stable_rows_and_claim_no_difference():
+    from perflab.bench.tables import mfu_lines
+
+    rates = pd.DataFrame(
+        {
+            "preset": ["a", "a", "b"],
+            "mode": ["forward", "train-step", "train-step"],
+            "mfu": [0.9, 0.2, 0.4],
+            "unstable": [True, False, False],
+        }
+    )
+    best, by_preset, missing = mfu_lines(rates, ["a", "b", "c"])
+    assert best == "best MFU (stable rows): 40.0% (b, train-step); worst: 20.0%"  # not a's 90%
+    assert by_preset.startswith("training-step MFU by preset: a 20.0%, b 40.0% (separate")
+    assert missing == "no training step (out of memory or failed): c"
+    unstable = mfu_lines(rates.assign(unstable=True), ["a", "b"])
+    assert unstable[0].startswith("best MFU (all rows, none stable): 90.0%")
+    assert "b 40.0% (unstable)" in unstable[1] and len(unstable) == 2
+
+
 def test_warmup_samples_long_form():
     study = pd.DataFrame({"warmup": [0, 2], "samples_s": [[0.3, 0.1], [0.1, 0.1]]})
     long = warmup_samples(study)
@@ -189,7 +209,7 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
     assert first_step_p_value([0.2, 0.2, 0.1, 0.1]) == 0.5  # a tie counts against the claim
     # Not tested once an earlier setting was not found slower, however slow its first step.
     effect = warmup_effect(_study(quiet, slow, slow)).set_index("warmup")
-    assert effect["first_slower"].tolist() == [False, False, False]
+    assert effect["first_slower"].tolist() == [False, None, None]
 
 
 def test_warmup_conclusion_says_what_the_exact_test_shows():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-from perflab.bench.compiled import _no_compile_caches, compile_vs_eager
+from perflab.bench.compiled import _no_compile_caches, compile_findings, compile_vs_eager
 
 
 def test_a_cold_compile_writes_its_kernels_to_a_fresh_directory():
@@ -81,3 +81,17 @@ def _same(names):
     from perflab.bench.comparison import paired_comparison
 
     return paired_comparison([1.0] * 6, [1.0] * 6, names=names)
+
+
+def test_the_payback_is_given_with_the_range_its_ratio_interval_allows():
+    """10 s of compilation, eager 100 ms a step, compiled 0.5x (interval 0.4-0.6): a step saves
+    50 ms (40-60), so it pays back after 200 steps (167-250 by the interval)."""
+    from perflab.bench.comparison import Comparison
+
+    faster = Comparison("eager", "compiled", (0.1,) * 6, (0.05,) * 6, 0.5, (0.4, 0.6), 0.03,
+                        0.968, 0.95)  # fmt: skip
+    (finding,) = compile_findings([({"mode": "forward", "compile_s": 10.0}, faster)])
+    assert finding.sentence.endswith(
+        "; the 10.0 s of compilation (one compilation timed) pay back after about 200 steps "
+        "(167-250 by the ratio's interval)"
+    )

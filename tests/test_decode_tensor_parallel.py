@@ -88,12 +88,10 @@ def test_the_findings_read_the_ranks_rows():
     prompts = random_prompts(TINY.vocab_size, [9, 9], seed=3)
     table = tensor_parallel_decode(TINY, prompts, 4, world_size=2, dtype=torch.float32)
     step = table["step_median_s"].max()
-    (only,) = tensor_parallel_findings(table, None)
+    (only,) = tensor_parallel_findings(table)
     share = table["share_of_one_process"].max()
     assert f"each rank reading {share:.0%} of the bytes" in only.sentence
-    steady = table.assign(unstable=False)
-    _, slow = tensor_parallel_findings(steady, step / 3)  # planted: one process 3x faster
-    assert "3.0x; more than twice as long split" in slow.sentence
-    assert "the reason is not shown here" in slow.sentence and "saves" not in slow.sentence
-    _, close = tensor_parallel_findings(steady, step)
-    assert "no conclusion is drawn" in close.sentence
+    assert f"a decode step took {step * 1e3:.1f} ms" in only.sentence
+    assert "whether splitting saves time is not measured here" in only.sentence
+    for claim in ("faster", "x slower", "twice as long", "saves time,"):
+        assert claim not in only.sentence

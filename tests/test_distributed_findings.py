@@ -294,17 +294,19 @@ def test_ring_lines_say_whether_one_egress_describes_every_world_size():
     and all_reduce's against the textbook ring at that W (the measured ratio against N/2)."""
     ratio, egress, gloo, bound = say.ring_lines(*ring_frames())
     assert ratio.startswith("at 64 MB the alternate ring takes 1.00x all_reduce's time on 2 ranks")
-    assert "differ 1.10x, so one W describes the ring's times (within 25%" in egress
+    assert (
+        "differ 1.10x: consistent with one W for the ring's times (the rule: within 25%" in egress
+    )
     assert "1.00x the model's time on 2 ranks, 1.00x the model's time on 4 ranks" in gloo
     assert gloo.endswith("consistent with that ring (within 25%)")
     assert bound.startswith("N=4: the free line crossed below zero")
     # The ring fits one W; all_reduce on 4 ranks takes 1.5x the textbook ring's time.
     ring, egress, gloo = say.ring_lines(*ring_frames(ratios=(1.0, 4 / 3), at_bound=(False, False)))
-    assert "so one W describes" in egress and "1.50x the model's time on 4 ranks" in gloo
+    assert "consistent with one W" in egress and "1.50x the model's time on 4 ranks" in gloo
     assert "not that ring's time" in gloo
     # The ring's own egress differs by world size: its model misses, whatever all_reduce does.
     _, egress, gloo = say.ring_lines(*ring_frames(egress=(1.0, 2.0), at_bound=(False, False)))
-    assert "differ 2.00x, so one W does not describe the ring's times" in egress
+    assert "differ 2.00x: one W does not describe the ring's times" in egress
     ring, fit = ring_frames()
     assert len(say.ring_lines(ring, fit.iloc[:1])) == 2  # no egress line from one world size
     # the ring failed at the largest size: its ratios come from the largest size that ran
@@ -339,7 +341,7 @@ def test_bucket_table_and_sentence():
     )
     sentence = say.bucket_sentence(steps, table, overlap)
     assert sentence.startswith("against flat: 1 of 2 bucket sizes faster, 0 slower, 1 the same")
-    assert "at most 18 ms (18% of the step) to gain" in sentence
+    assert "the two medians differ by 18 ms (18% of the step; medians, no interval)" in sentence
 
 
 def test_overhead_lines_for_a_good_a_loose_and_no_fit():

@@ -67,13 +67,26 @@ def test_the_table_from_traces_with_known_times(tmp_path):
 @pytest.mark.parametrize(
     "vs_previous, verdict, ci, says",
     [  # the hotspot alone gives 0.60x
-        (0.62, "faster", (0.58, 0.66), "alone gives, less than the hotspot's own change (0.33x)"),
+        (
+            0.62,
+            "faster",
+            (0.58, 0.66),
+            "consistent with what the hotspot alone would give (one trace each, so the prediction "
+            "has no interval: not shown to be the cause), less than the hotspot's own change "
+            "(0.33x)",
+        ),
         (0.62, "faster", (0.61, 0.63), "less than the hotspot alone"),  # 0.60 outside the CI
         (0.95, "faster", None, "less than the hotspot alone"),
         (0.25, "faster", None, "more than the hotspot alone"),
         (1.10, "slower", None, "the other way from the hotspot alone"),
         (1.0, "same", (0.97, 1.04), "predicts a change outside the step's interval"),
-        (0.7, "same", (0.55, 1.01), "as the hotspot alone predicts, within the step's interval"),
+        (
+            0.7,
+            "same",
+            (0.55, 1.01),
+            "consistent with what the hotspot alone predicts, within the step's interval (one "
+            "trace each, so the prediction has no interval: not shown to be the cause)",
+        ),
     ],
 )
 def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, says):

@@ -86,7 +86,11 @@ def test_underflow_lines_check_what_each_scale_does():
         "16,777,216 overflows: True"
     )
     assert "grows from 5.00% at 128 tokens to 80.00% at 2048" in errors
-    assert "Scaled float16 is 8.0x as accurate as bfloat16 here; unscaled, 0.1x." in errors
+    assert (
+        "At 2048 tokens bfloat16 errs by 8.00% (loss scale 1) and flushed nothing: the error is "
+        "its 8 significant bits, not its range. At 2048 tokens scaled float16 is 8.0x as "
+        "accurate as bfloat16 (the ratio of their largest relative errors); unscaled, 0.1x."
+    ) in errors
     worse = underflow_lines(underflow_frame(scaled_error=2.0), scales)[1]
     assert "cuts float16's gradient error: False" in worse
 

@@ -175,7 +175,7 @@ def underflow_table(config: ModelConfig, batch_sizes, seq_len: int, scales, devi
 def underflow_lines(underflow: pd.DataFrame, scales) -> list[str]:
     """The checks of ``underflow_table`` (bfloat16 flushes nothing; the middle scale cuts
     float16's error at the most tokens; the largest overflows), then what the errors were: by
-    size unscaled, with each scale, and bfloat16's whatever the scale. ``scales``: none, a
+    size unscaled, with each scale, and bfloat16's at each scale. ``scales``: none, a
     good one, one too large."""
     rows = underflow.set_index(["tokens", "dtype", "loss_scale"])
     most = max(underflow["tokens"])
@@ -183,6 +183,10 @@ def underflow_lines(underflow: pd.DataFrame, scales) -> list[str]:
     brain = rows.loc[(most, "bfloat16", scales[0])]
     by_size = rows.xs(("float16", scales[0]), level=("dtype", "loss_scale"))["max_relative_error"]
     none_flushed = bool((underflow.loc[underflow["dtype"] == "bfloat16", "flushed"] == 0).all())
+    brain_rows = underflow[(underflow["tokens"] == most) & (underflow["dtype"] == "bfloat16")]
+    brain_errors = brain_rows["max_relative_error"].tolist()
+    brain_scales = ", ".join(f"{s:,.0f}" for s in brain_rows["loss_scale"])
+    flushed_at_most = int(brain_rows["flushed"].max())
     return [
         f"bfloat16 flushes no gradient at any size: {none_flushed}",
         f"at {most} tokens a scale of {scales[1]:,.0f} cuts float16's gradient error: "
@@ -194,10 +198,17 @@ def underflow_lines(underflow: pd.DataFrame, scales) -> list[str]:
         f"({plain['flushed_share']:.4%} of float32's non-zero ones); with a scale of "
         f"{scales[1]:,.0f}, {scaled['max_relative_error']:.2%} and {int(scaled['flushed'])} "
         f"flushed; at {scales[2]:,.0f}, {int(overflowing['nonfinite']):,} gradient elements are "
-        f"inf or NaN. bfloat16 errs by {brain['max_relative_error']:.2%} whatever the scale: its "
-        "8 significant bits, not its range. Scaled float16 is "
+        f"inf or NaN. At {most} tokens bfloat16 errs by "
+        + " and ".join(sorted({f"{e:.2%}" for e in brain_errors}))
+        + f" (loss scale {brain_scales})"
+        + (
+            " and flushed nothing: the error is its 8 significant bits, not its range"
+            if flushed_at_most == 0
+            else f" and flushed {flushed_at_most} elements"
+        )
+        + f". At {most} tokens scaled float16 is "
         f"{brain['max_relative_error'] / scaled['max_relative_error']:.1f}x as accurate as "
-        "bfloat16 here; unscaled, "
+        "bfloat16 (the ratio of their largest relative errors); unscaled, "
         f"{brain['max_relative_error'] / plain['max_relative_error']:.1f}x.",
     ]
 

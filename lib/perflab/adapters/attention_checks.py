@@ -214,27 +214,50 @@ def record_launches(launches: list[dict]):
         yield
         return
     seen = set()
-    originals = {cls: cls.run for cls in (InterpretedFunction, JITFunction)}
 
-    def recording(original):
+    def record(kernel, args: tuple, kwargs: dict) -> None:
+        entry = describe_launch(kernel, args, kwargs)
+        key = repr(entry)
+        if key not in seen:
+            seen.add(key)
+            launches.append(entry)
+
+    def recording_run(original):
         def run(self, *args, grid, warmup, **kwargs):
             if not warmup:
-                entry = describe_launch(self, args, kwargs)
-                key = repr(entry)
-                if key not in seen:
-                    seen.add(key)
-                    launches.append(entry)
+                record(self, args, kwargs)
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
         return run
 
-    for cls, original in originals.items():
-        cls.run = recording(original)
+    def recording_getitem(original):  # Triton 3.5's interpreter: kernel[grid] runs it
+        def getitem(self, grid):
+            executor = original(self, grid)
+
+            def launch(*args, **kwargs):
+                record(self, args, kwargs)
+                return executor(*args, **kwargs)
+
+            return launch
+
+        return getitem
+
+    # Triton 3.6 and later launch both kinds through the class's run(); 3.5's interpreter sets
+    # run per instance and launches through __getitem__
+    patches = [
+        (cls, "run", recording_run)
+        if "run" in vars(cls)
+        else (cls, "__getitem__", recording_getitem)
+        for cls in (InterpretedFunction, JITFunction)
+    ]
+    originals = [(cls, name, vars(cls)[name]) for cls, name, _ in patches]
+    for (cls, name, wrap), (_, _, original) in zip(patches, originals, strict=True):
+        setattr(cls, name, wrap(original))
     try:
         yield
     finally:
-        for cls, original in originals.items():
-            cls.run = original
+        for cls, name, original in originals:
+            setattr(cls, name, original)
 
 
 def describe_launch(kernel, args: tuple, kwargs: dict) -> dict:

@@ -15,8 +15,8 @@ import json
 import torch
 from torch import nn
 
-from perflab.adapters.attention_checks import attention_functions
-from perflab.adapters.battery import check_adapters, format_table, passing_adapters
+from perflab.adapters.attention_checks import GETTERS, attention_functions
+from perflab.adapters.battery import check_adapters, findings, format_table, passing_adapters
 from perflab.adapters.distributed_checks import DDP_ADAPTERS
 from perflab.adapters.loading import call, load_adapters
 from perflab.bench.attention import add_implementation, interpreted
@@ -224,4 +224,13 @@ def attention_of_yours(
         add_implementation(name, function, triton=name == "yours_triton")
         if interpreted_too or not interpreted(name):
             passing[name] = function
-    return passing, [format_table(checked), "timed below: " + (", ".join(passing) or "none")]
+    lines = [format_table(checked), "timed below: " + (", ".join(passing) or "none")]
+    found = findings(checked)
+    causal = set(found.loc[found["detail"].str.startswith("is_causal ignored"), "adapter"])
+    lines += [
+        f"{name} ignores is_causal (the finding above): its times in a causal sweep are of "
+        "attention without the mask, not of causal attention"
+        for name in passing
+        if GETTERS[name.removeprefix("yours_")] in causal
+    ]
+    return passing, lines

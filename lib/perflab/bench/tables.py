@@ -96,10 +96,37 @@ def throughput(results: pd.DataFrame, peak_flops_per_s: float) -> pd.DataFrame:
     if peak_flops_per_s <= 0:
         raise ValueError(f"peak_flops_per_s must be positive, got {peak_flops_per_s}")
     ok = results[results["status"] == "ok"]
-    table = ok[["preset", "mode", "median_s", "tokens_per_s", "achieved_flops_per_s"]].copy()
+    columns = ["preset", "mode", "median_s", "tokens_per_s", "achieved_flops_per_s"]
+    table = ok[columns + (["unstable"] if "unstable" in ok else [])].copy()
     table["achieved_tflops"] = table.pop("achieved_flops_per_s") / 1e12
     table["mfu"] = table["achieved_tflops"] * 1e12 / peak_flops_per_s
     return table.reset_index(drop=True)
+
+
+def mfu_lines(rates: pd.DataFrame, presets) -> list[str]:
+    """From ``throughput``: the best and worst MFU among the stable rows (all rows, said so,
+    where none is stable), the training step's MFU per preset of ``presets`` and those without
+    one. Separate medians without an interval: figures, no difference between presets claimed."""
+    stable = rates[~rates["unstable"].astype(bool)] if "unstable" in rates else rates
+    pool, which = (stable, "stable rows") if len(stable) else (rates, "all rows, none stable")
+    best = pool.loc[pool["mfu"].idxmax()]
+    lines = [
+        f"best MFU ({which}): {best.mfu:.1%} ({best.preset}, {best['mode']}); worst: "
+        f"{pool['mfu'].min():.1%}"
+    ]
+    train = rates[rates["mode"] == "train-step"].set_index("preset")
+    lines.append(
+        "training-step MFU by preset: "
+        + ", ".join(
+            f"{p} {r.mfu:.1%}" + (" (unstable)" if r.get("unstable", False) else "")
+            for p, r in train.iterrows()
+        )
+        + " (separate medians, no interval: figures, not a tested difference)"
+    )
+    missing = [p for p in presets if p not in train.index]
+    if missing:
+        lines.append("no training step (out of memory or failed): " + ", ".join(missing))
+    return lines
 
 
 def timing_table(results: pd.DataFrame, keys=("preset", "mode")) -> pd.DataFrame:

@@ -68,7 +68,8 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
     the exact p-value of "the first step is slower" (``first_step_p_value``); whether the first
     step is slower at ``ALPHA`` (``first_slower``), tested in order of warm-up (a fixed
     sequence: a setting is tested only when every setting with fewer warm-up steps was found
-    slower, which keeps the chance of any false claim at ``ALPHA``); and what the first step
+    slower, which keeps the chance of any false claim at ``ALPHA``; None for a setting not
+    tested, whatever its p-value); and what the first step
     does to that setting's own mean, standard deviation and median (the same steps with and
     without it: arithmetic, no test needed). The median's order-statistic interval (and its
     level) is kept for the table; medians of different settings ran in different processes
@@ -80,8 +81,9 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
         seconds = group["seconds"].to_numpy()
         rest = seconds[1:]
         p_value = first_step_p_value(seconds)
-        slower = earlier_slower and p_value <= ALPHA
-        earlier_slower = slower
+        # a setting the fixed sequence never reached is not tested: None, not "not slower"
+        slower = (p_value <= ALPHA) if earlier_slower else None
+        earlier_slower = bool(slower)
         interval = median_interval(seconds)
         rows.append(
             {

@@ -447,8 +447,8 @@ def profile_step(
     GEMM kernels too where ``KERNEL_PROFILE`` named them), inductor's compiled kernels, dynamo's
     guard checks and wrappers, the other operators, and the Python between operators (the
     wall time no operator accounts for). One row per part of ``PARTS``: milliseconds and calls
-    per step, and the share. The profiler adds its own cost, so the parts sum to a profiled
-    step, slower than an unprofiled one."""
+    per step, and the share. The parts sum to a profiled step, which may carry the
+    profiler's own cost."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     for _ in range(warmup):

@@ -91,7 +91,7 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
         f"{best['tokens_per_s']:.0f} tokens/s, {best['fraction_of_roofline']:.0%} of its "
         f"{best['bound']}-bound roofline ({best['roofline_tokens_per_s']:.0f} tokens/s); "
         f"batch {last_batch}: {last['tokens_per_s']:.0f} tokens/s "
-        f"({last['tokens_per_s'] / best['tokens_per_s']:.1f}x), "
+        f"({last['tokens_per_s'] / best['tokens_per_s']:.1f}x batch {first}'s, separate medians), "
         f"{last['fraction_of_roofline']:.0%} of a roofline that is {last['bound']}-bound there. "
     )
     gain = share["compiled"] / share["eager"]  # the same roofline: the ratio of tokens/s
@@ -104,9 +104,10 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
     if "frozen" in share.columns:
         frozen = share["frozen"] / share["compiled"]
         text += (
-            " Freezing the weights into the compiled graph gives "
+            " The frozen step's tokens/s (the weights frozen into the compiled graph) over the "
+            "plain compiled step's: "
             + ", ".join(f"{v:.2f}x at batch {b}" for b, v in frozen.items())
-            + " the plain compiled step's tokens/s (single medians, not interleaved)."
+            + " (separate medians, not interleaved: no difference is claimed from them)."
         )
     return [*sentences, text, *beyond_memory_sentences(throughput)]
 
@@ -181,9 +182,9 @@ def repeat_sentence(
         f"{_median_text(second)} here; the second is {apart:.2f}x the first ({apart - 1:+.0%}), "
         + ("and their intervals overlap" if overlap else "and their intervals do not overlap")
         + ". One pair of separate, non-interleaved medians of the same work: it shows that two "
-        "such medians differed this much here once, not how much they usually do; no finding "
-        "of this notebook compares medians from different cells (each comparison is "
-        "interleaved)."
+        "such medians differed this much here once, not how much they usually do. This "
+        "notebook's verdicts come from interleaved comparisons only; a sentence that sets a "
+        "number beside another section's names that section and draws no verdict from the pair."
     )
 
 
@@ -349,13 +350,9 @@ def profile_sentences(
         slower = parts[name].sum() / timed
         sentences.append(
             f"the profiled {name} batch-1 step took {parts[name].sum():.2f} ms, {slower:.1f}x "
-            f"its timed median in section 2 ({timed:.2f} ms)"
-            + (
-                ": the profiler's own cost and the machine's noise are not told apart, so "
-                "read its parts as shares, not as times"
-                if slower > 2
-                else ""
-            )
+            f"its timed median in section 2 ({timed:.2f} ms; one profiled step beside another "
+            "section's median: the profiler's own cost and the machine's noise are not told "
+            "apart" + ("; read its parts as shares, not as times)" if slower > 2 else ")")
         )
     return sentences
 
@@ -418,15 +415,17 @@ def int8_sentences(
     slowest_speedup = 1 / row["ci_high"] if row.get("ci_high", 0) > 0 else float("nan")
     if share is not None and slowest_speedup > byte_ratio:
         why = (
-            "far from its memory bound, where bytes need not set a step's time"
+            "far from its memory bound, where bytes need not set a step's time: a possible "
+            "reason, not tested here"
             if share < FAR_FROM_ROOFLINE
             else "near enough its bound that these measurements do not explain the difference"
         )
         sentences.append(
             f"The speed-up, {speedup:.2f}x at the medians and at least {slowest_speedup:.2f}x "
             f"by its interval, is more than the {byte_ratio:.2f}x fewer bytes stored (the "
-            "embedding, which a step reads one row of, counted whole): the compiled "
-            f"{dtype} step ran at {share:.0%} of its roofline in section 2, {why}."
+            "embedding, which a step reads one row of, counted whole). The compiled "
+            f"{dtype} step with the original weights ran at {share:.0%} of its roofline in "
+            f"section 2 (another measurement), {why}."
         )
     return sentences
 
@@ -460,15 +459,16 @@ def gqa_sentences(
     if share is not None and row.get("ci_low", float("nan")) > row["step_bytes_ratio"]:
         why = (
             "far from its memory bound, where moving fewer bytes need not save their share of "
-            "a step's time"
+            "a step's time: a possible reason, not tested here"
             if share < FAR_FROM_ROOFLINE
             else "near enough its bound that these measurements do not explain the difference"
         )
+        other = "" if roofline_context == context else f", not this comparison's {context}"
         sentences.append(
             f"Less than the bytes would give (the ratio's interval starts at {row['ci_low']:.2f}, "
-            f"above {row['step_bytes_ratio']:.2f}): at batch {batch} the multi-head {step} step "
-            f"reached {share:.0%} of its roofline in section 2 (context {roofline_context}), "
-            f"{why}."
+            f"above {row['step_bytes_ratio']:.2f}). At batch {batch} the multi-head {step} step "
+            f"reached {share:.0%} of its roofline in section 2 (another measurement, at context "
+            f"{roofline_context}{other}), {why}."
         )
     return sentences
 

@@ -223,49 +223,28 @@ def tensor_parallel_decode(
     )
 
 
-def tensor_parallel_findings(table: pd.DataFrame, one_process_s: float | None) -> list[Finding]:
+def tensor_parallel_findings(table: pd.DataFrame) -> list[Finding]:
     """Notebook 10's reading of ``tensor_parallel_decode``'s float32 rows: whether every rank
     decoded one process's tokens, the step's median (the slower rank's), its all-reduces and the
-    share of one process's bytes a rank reads; then, given one process's eager step at the same
-    batch (``one_process_s``, measured apart), how the two compare (no conclusion when the
-    medians are unstable or within 2x of each other: they were not interleaved)."""
+    share of one process's bytes a rank reads. No comparison with one process's step: none was
+    timed on the same work (section 2's is another decoder at another context, in another
+    launch), so none is drawn."""
     own = table[table["dtype"] == "float32"]
     step_s = own["step_median_s"].max()
     share = own["share_of_one_process"].max()
-    findings = [
+    return [
         Finding(
             "tensor-parallel decode step",
             (
                 f"{int(own['world_size'].iloc[0])} ranks in float32: the same tokens as one "
                 f"process on every rank: {bool(own['same_tokens'].all())}; a decode step took "
-                f"{step_s * 1e3:.1f} ms (median, the slower rank) with "
-                f"{own['all_reduces_per_token'].iloc[0]:.0f} all-reduces per token, each rank "
-                f"reading {share:.0%} of the bytes one process reads a step (its share of the "
-                "blocks' weights and cache, and all of the replicated embedding, norms and LM head)"
+                f"{step_s * 1e3:.1f} ms (median, the slower rank"
+                + (", unstable" if own["unstable"].any() else "")
+                + f") with {own['all_reduces_per_token'].iloc[0]:.0f} all-reduces per token, "
+                f"each rank reading {share:.0%} of the bytes one process reads a step (its share "
+                "of the blocks' weights and cache, and all of the replicated embedding, norms and "
+                "LM head); no one-process step was timed on the same work, so whether splitting "
+                "saves time is not measured here"
             ),
         )
     ]
-    if one_process_s is None:
-        return findings
-    ratio = step_s / one_process_s
-    if own["unstable"].any():
-        reading = "the tensor-parallel medians are unstable: no conclusion is drawn from them"
-    elif ratio > 2:
-        reading = (
-            f"more than twice as long split, though each rank reads {share:.0%} of the bytes; "
-            "what the all-reduces cost is not timed apart, so the reason is not shown here"
-        )
-    elif ratio < 0.5:
-        reading = "less than half the time split (the all-reduces not timed apart)"
-    else:
-        reading = "within 2x of each other, measured apart: no conclusion is drawn"
-    findings.append(
-        Finding(
-            "tensor-parallel against one process",
-            (
-                f"one process's eager step at the same batch took {one_process_s * 1e3:.1f} ms "
-                f"(measured apart, not interleaved): {ratio:.1f}x; {reading}"
-            ),
-        )
-    )
-    return findings

@@ -291,6 +291,12 @@ def relative_to_naive(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def round_seconds(round_ms: str) -> list[float]:
+    """A row's per-round step times (its ``round_ms``, JSON milliseconds) in seconds, the unit
+    of a ``Comparison``'s times and medians."""
+    return [ms / 1e3 for ms in json.loads(round_ms)]
+
+
 def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFrame:
     """Every variant's step against ``baseline``'s, paired by round (they took turns in the
     same launch): ``Comparison.as_row`` per variant, bucketed ones named with their size."""
@@ -300,7 +306,7 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFram
         bucketed = row.variant.endswith("bucketed")
         return f"{row.variant} {row.bucket_size_mb:g} MB" if bucketed else row.variant
 
-    rounds = {name(row): json.loads(row.round_ms) for row in ok.itertuples()}
+    rounds = {name(row): round_seconds(row.round_ms) for row in ok.itertuples()}
     if baseline not in rounds:
         raise ValueError(f"no {baseline!r} rows to compare with; variants: {', '.join(rounds)}")
     return pd.DataFrame(
@@ -323,7 +329,7 @@ def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparis
             if row.variant.endswith("bucketed")
             else row.variant
         )
-        rounds[name] = json.loads(row.round_ms)
+        rounds[name] = round_seconds(row.round_ms)
     for name in (baseline, variant):
         if name not in rounds:
             raise ValueError(f"no {name!r} rows to compare; variants: {', '.join(rounds)}")

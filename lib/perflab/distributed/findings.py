@@ -9,8 +9,6 @@ tested on small frames (``tests/test_distributed_findings.py``).
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import torch
 
@@ -36,7 +34,7 @@ from perflab.distributed.comm_accounting import (
     min_fsdp_devices,
     training_state_bytes,
 )
-from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES
+from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES, round_seconds
 from perflab.distributed.ffn_calcs import tp_backward
 from perflab.distributed.launch import max_world_size, place_ranks
 
@@ -163,7 +161,7 @@ def zero_step_comparison(steps: pd.DataFrame) -> Comparison | None:
     where a timing failed."""
     if not (steps["status"] == "ok").all():
         return None
-    rounds = steps.set_index("optimizer")["round_ms"].map(json.loads)
+    rounds = steps.set_index("optimizer")["round_ms"].map(round_seconds)
     return paired_comparison(
         rounds["adamw"], rounds["sharded-adamw"], names=("AdamW", "sharded AdamW")
     )
@@ -208,7 +206,7 @@ def prefetch_findings(steps: pd.DataFrame, model: str, world_size: int) -> list[
         failed = ", ".join(steps.loc[steps["status"] != "ok", "status"])
         return [Finding("FSDP prefetch", f"no comparison: a timing failed ({failed})", None)]
     rows = steps.sort_values("prefetch").set_index("prefetch")
-    rounds = rows["round_ms"].map(json.loads)
+    rounds = rows["round_ms"].map(round_seconds)
     depths = [int(d) for d in rows.index]
     findings = []
     for shallow, deep in zip(depths, depths[1:], strict=False):
@@ -558,9 +556,13 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
                 f"N={r.world_size}: {r.egress_gbps:.2f} GB/s (R^2 {r.r2:.3f})"
                 for r in fit.itertuples()
             )
-            + f", differ {spread:.2f}x, so one W "
-            + ("describes" if spread <= RING_MODEL_SPREAD else "does not describe")
-            + " the ring's times (within 25%; medians, no interval)"
+            + f", differ {spread:.2f}x: "
+            + (
+                "consistent with one W for"
+                if spread <= RING_MODEL_SPREAD
+                else "one W does not describe"
+            )
+            + " the ring's times (the rule: within 25%; medians, no interval)"
         )
     if len(largest):
         # With the ring's W, the textbook reduce-scatter + all-gather ring would take
@@ -577,8 +579,8 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
             + (
                 ": consistent with that ring (within 25%)"
                 if textbook
-                else ": not that ring's time, so this all_reduce is not (only) the textbook ring "
-                "at this egress; what it does instead is not measured here"
+                else ": not that ring's time (outside 25%), so this all_reduce is not (only) the "
+                "textbook ring at this egress; what it does instead is not measured here"
             )
         )
     lines += [
@@ -636,8 +638,9 @@ def bucket_table(steps: pd.DataFrame, against_flat: pd.DataFrame) -> pd.DataFram
 
 
 def bucket_sentence(steps: pd.DataFrame, by_size: pd.DataFrame, overlap: pd.DataFrame) -> str:
-    """The bucket sizes' verdicts against flat, the most a bucketed step can save (flat's wait
-    after backward less the least a bucketed size waits), and backward's time in the profiled
+    """The bucket sizes' verdicts against flat, about what a bucketed step could save (flat's
+    median wait after backward less the least a bucketed size waits: medians, no interval),
+    and backward's time in the profiled
     steps with and without all-reduces beside it."""
     flat = steps[steps["variant"] == "flat"].iloc[0]
     counts = by_size["verdict"].value_counts()
@@ -649,9 +652,11 @@ def bucket_sentence(steps: pd.DataFrame, by_size: pd.DataFrame, overlap: pd.Data
         f"{counts.get('slower', 0)} slower, {counts.get('same', 0)} the same, "
         f"{counts.get('inconclusive', 0)} not established. Flat waits {flat['sync_ms']:.0f} ms "
         f"after backward in a {flat['step_ms']:.0f} ms step; the bucketed size that waits least, "
-        f"{least:.0f} ms: at most {bound:.0f} ms ({bound / flat['step_ms']:.0%} of the step) to "
-        f"gain. In the profiled steps, backward took {backward['naive']:.0f} ms with nothing sent "
-        f"during it (naive), {backward['bucketed']:.0f} ms bucketed and "
+        f"{least:.0f} ms: the two medians differ by {bound:.0f} ms "
+        f"({bound / flat['step_ms']:.0%} of the step; medians, no interval), about what overlap "
+        "could save here. In the profiled steps, backward took "
+        f"{backward['naive']:.0f} ms with nothing sent during it (naive), "
+        f"{backward['bucketed']:.0f} ms bucketed and "
         f"{backward['individual']:.0f} ms with an all-reduce per parameter beside it (one step "
         "each: a mechanism, not a measurement)."
     )
@@ -660,7 +665,13 @@ def bucket_sentence(steps: pd.DataFrame, by_size: pd.DataFrame, overlap: pd.Data
 def overhead_lines(overhead: dict, allreduce: pd.DataFrame, world_size: int) -> list[str]:
     """The bucket-overhead model's fit (``fit_bucket_overhead``): o, w and the optimum, w
     against the all-reduce bandwidth measured at the nearest size, and whether to trust it."""
-    lines = [str({k: round(v, 4) if isinstance(v, float) else v for k, v in overhead.items()})]
+    shown = {
+        ("usable fit (o > 0, s/w > 0, 3+ bucket counts)" if k == "valid" else k): (
+            round(v, 4) if isinstance(v, float) else v
+        )
+        for k, v in overhead.items()
+    }
+    lines = [str(shown)]
     if not overhead["valid"]:
         return [
             *lines,

@@ -31,6 +31,8 @@ def timer_line(forward_range, timer_row: dict) -> str:
             if low <= profiled_ms <= high
             else f"the profiler's figure is {profiled_ms / median_ms:.2f}x the timer's"
         )
+        + " (one profiled figure against a median's interval: the profiler's own cost and the "
+        "machine's noise are not told apart)"
     )
 
 
@@ -135,7 +137,8 @@ def trace_change_lines(comparison: TraceComparison) -> list[str]:
         lines.append(
             f"{short_name(largest['name'])}, the largest kernel in both traces, moved by "
             f"{largest['delta_pct']:+.1f}%: where the change leaves its work the same, a delta "
-            "of this size can come from run-to-run noise alone, so smaller ones mean nothing here"
+            "of this size can come from run-to-run noise alone; with one trace each, no delta in "
+            "this table, larger or smaller, is a tested change"
         )
     return lines
 

@@ -149,9 +149,9 @@ def ladder_sentences(
     sentences.append(
         f"the baseline's phases (section 1, {phase_steps} steps with synchronised marks) add up "
         f"to {phase_ms:.1f} ms against its {base_ms:.1f} ms median in the first comparison: "
-        f"{phase_ms / base_ms:.2f}x, two separate measurements at different moments (a sum of "
-        "medians is not the median of sums, the marks' synchronisations add their own cost, "
-        "and the machine drifts between them)"
+        f"{phase_ms / base_ms:.2f}x, two separate measurements at different moments (possible "
+        "reasons, none measured here: a sum of medians is not the median of sums, the marks' "
+        "synchronisations may add a cost of their own, and the machine may drift between them)"
     )
     return sentences
 
@@ -169,7 +169,8 @@ def stack_sentence(
         f"{flops / base_s / base_peak:.0%} of {base_peak / 1e9:.0f} GFLOP/s (float32), kept "
         f"stack {flops / stack_s / stack_peak:.0%} of {stack_peak / 1e9:.0f} GFLOP/s "
         f"({stack_dtype}); at the float32 peak the baseline's step would take "
-        f"{flops / base_peak * 1e3:.1f} ms against its {base_s * 1e3:.1f} ms"
+        f"{flops / base_peak * 1e3:.1f} ms against its {base_s * 1e3:.1f} ms (this comparison's "
+        "median)"
     )
 
 

@@ -129,7 +129,8 @@ def bound_sentence(row: pd.Series) -> str:
     inside = low <= alone <= high
     if row["verdict"] == "same":
         why = (
-            "as the hotspot alone predicts, within the step's interval"
+            "consistent with what the hotspot alone predicts, within the step's interval (one "
+            "trace each, so the prediction has no interval: not shown to be the cause)"
             if inside
             else "the hotspot alone predicts a change outside the step's interval: it does not "
             "account for the measured step alone (other operators or time outside them: not "
@@ -142,7 +143,10 @@ def bound_sentence(row: pd.Series) -> str:
     text += f", the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
-        why = "about what the hotspot alone gives"
+        why = (
+            "consistent with what the hotspot alone would give (one trace each, so the "
+            "prediction has no interval: not shown to be the cause)"
+        )
         if 0 < change < math.inf and abs(math.log(alone)) < abs(math.log(change)):
             why += (
                 f", less than the hotspot's own change ({change:.2f}x): it held "
