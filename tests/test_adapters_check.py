@@ -910,3 +910,19 @@ def test_the_summary_says_what_happened_per_adapter():
     rows = summary(table).set_index("adapter")
     assert rows.loc["a", ["passed", "failed", "not run", "status"]].tolist() == [2, 0, 1, "pass"]
     assert rows.loc["b", "status"] == "fail" and rows.loc["c", "status"] == "needs a GPU"
+
+
+def test_triton_35s_interpreter_with_numpy_24_is_the_environments_problem(monkeypatch):
+    """torch 2.9 (the 2025 course) brings Triton 3.5, whose interpreter fails under numpy 2.4
+    whatever the kernel: the Triton cases are skipped with why and the fix, not graded."""
+    from perflab.adapters import battery
+
+    assert battery.interpreter_problem("3.7.1", "2.4.6") is None
+    assert battery.interpreter_problem("3.5.1", "2.3.5") is None
+    assert battery.interpreter_problem(None, "2.4.6") is None
+    monkeypatch.setattr(battery, "_installed", lambda *names: ["3.5.1", "2.4.6"])
+    table = check_adapters("perflab.cs336", parts=("triton",), device="cpu")
+    (row,) = table.itertuples()
+    assert (row.adapter, row.status) == ("get_flashattention_autograd_function_triton", "skipped")
+    assert row.detail.startswith("not run: the Triton interpreter of Triton 3.5.1 fails with")
+    assert "pip install 'numpy<2.4'" in row.detail and not passed(table)

@@ -79,13 +79,14 @@ def check_adapters(
         progress("FlashAttention in PyTorch")
         rows += attention_rows(module, "pytorch", device)
     if "triton" in parts or "kernels" in parts:  # the kernels are those the adapter launches
-        if not triton_available():
+        problem = interpreter_problem(*_installed("triton", "numpy")) if device == "cpu" else None
+        if not triton_available() or problem:
             rows.append(
                 CheckRow(
                     GETTERS["triton"],
                     "forward and backward",
                     status="skipped",
-                    detail="Triton is not installed here",
+                    detail=problem or "Triton is not installed here",
                 )
             )
         else:
@@ -103,6 +104,41 @@ def check_adapters(
     runnable = [(check, args) for row, (check, args) in planned if row is None]
     rows += _run_distributed(spec, runnable, progress, student_root(module))
     return _one_row_when_not_provided(pd.DataFrame([vars(row) for row in rows], columns=COLUMNS))
+
+
+def _installed(*names: str) -> list[str | None]:
+    """The installed versions of ``names`` (None for one not installed), without importing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in names:
+        try:
+            found.append(version(name))
+        except PackageNotFoundError:
+            found.append(None)
+    return found
+
+
+def interpreter_problem(triton: str | None, numpy: str | None) -> str | None:
+    """Why the Triton interpreter cannot run any kernel in this environment, or None: Triton
+    3.5's interpreter (torch 2.9's, the 2025 course's) hands a kernel 1-element arrays where
+    ``range`` needs integers, which numpy 2.4 no longer converts. An error of the tool's
+    environment, not of the student's kernel."""
+    if triton is None or numpy is None:
+        return None
+
+    def major_minor(text: str) -> tuple[int, int]:
+        major, minor, *_ = (re.match(r"\d+", part) for part in text.split("."))
+        return int(major.group()), int(minor.group())
+
+    if major_minor(triton) < (3, 6) and major_minor(numpy) >= (2, 4):
+        return (
+            f"not run: the Triton interpreter of Triton {triton} fails with numpy {numpy} (a "
+            "loop over tensor bounds raises 'only 0-dimensional arrays can be converted'), "
+            "whatever the kernel: this environment's problem, not your code's; pip install "
+            "'numpy<2.4' (or Triton 3.6 or newer with its torch)"
+        )
+    return None
 
 
 def _no_kernel_launched(rows: list[CheckRow]) -> CheckRow:

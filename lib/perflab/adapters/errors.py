@@ -45,7 +45,7 @@ _MISSING_TRITON_API = (
         r"[Bb]lock pointers have been removed|no attribute 'make_block_ptr'|"
         r"no attribute 'advance'",
         "uses tl.make_block_ptr, removed in Triton 3.9 (and .advance() broken in 3.8's "
-        "interpreter); the course uses triton==3.6.0, perflab's install 3.7.1: "
+        "interpreter); the 2026 course's torch brings triton 3.6.0, perflab's install 3.7.1: "
         "pip install triton==3.7.1",
     ),
 )
