@@ -544,7 +544,7 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         folder = results_name(args.adapters)
         print(
             f"perflab check: {args.adapters}; the notebooks keep this implementation's results "
-            f"in data/results/<notebook>/{folder}/",
+            f"in {data_dir().resolve() / 'results'}/<notebook>/{folder}/",
             file=sys.stderr,
         )
         table = check_adapters(args.adapters, parts=args.parts, progress=progress)

@@ -22,9 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.bench.simulate import NOISE_MODELS
-
-#: The false-claim rate every finding is held to.
-ALPHA = 0.05
+from perflab.bench.stats import ALPHA
 
 
 def noisy_seconds(rng: np.random.Generator, size: int, median_s: float = 0.01) -> np.ndarray:

@@ -115,9 +115,9 @@ PLAN = (
 COMMAND_NAMES = tuple(c.name for c in PLAN)
 
 
-def lease_minutes(lease: int) -> float:
-    """A lease's estimated minutes: its commands and the machine's start."""
-    return START_MINUTES + sum(c.estimate_s for c in PLAN if c.lease == lease) / 60
+def lease_minutes(lease: int, plan: tuple[LeaseCommand, ...] = PLAN) -> float:
+    """A lease's estimated minutes: its commands in ``plan`` and the machine's start."""
+    return START_MINUTES + sum(c.estimate_s for c in plan if c.lease == lease) / 60
 
 
 def plan_problems(
@@ -134,7 +134,7 @@ def plan_problems(
         if c.estimate_s > COMMAND_LIMIT_S:
             problems.append(f"{c.name}: {c.estimate_s} s is over a call's {COMMAND_LIMIT_S} s")
     for lease in sorted({c.lease for c in plan}):
-        minutes = START_MINUTES + sum(c.estimate_s for c in plan if c.lease == lease) / 60
+        minutes = lease_minutes(lease, plan)
         if minutes > LEASE_MINUTES:
             problems.append(f"lease {lease}: {minutes:.1f} minutes, over {LEASE_MINUTES}")
     runs = read_log(log)

@@ -394,7 +394,10 @@ def _death(exitcode: int | None) -> str:
         return "the check of this case did not finish in its time"
     if exitcode < 0:
         number = -exitcode
-        name = signal.Signals(number).name if number in signal.Signals._value2member_map_ else ""
+        try:
+            name = signal.Signals(number).name
+        except ValueError:  # a number no signal of this platform has
+            name = ""
         meaning = SIGNALS.get(number, "a signal the check does not know")
         return f"the Triton interpreter crashed on this case ({name or number}): {meaning}"
     return f"the check's process exited with status {exitcode} before answering"

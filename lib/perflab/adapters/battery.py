@@ -145,16 +145,18 @@ def _no_kernel_launched(rows: list[CheckRow]) -> CheckRow:
     """The compile check's row when the Triton adapter launched no kernel here (kernels are
     compiled from the launches they make): why, as far as the Triton rows tell."""
     triton = [row for row in rows if row.adapter == GETTERS["triton"]]
+    status = "skipped"
     if any(row.status == "needs a GPU" for row in triton):
+        status = "needs a GPU"
         why = "the adapter refused this CPU before launching a kernel (its rows say why)"
     elif any(row.status == "not provided" for row in triton):
         why = "the Triton adapter is not provided"
     else:
-        why = "the Triton adapter failed before launching a kernel (its rows say why)"
+        why = "the Triton adapter did not launch a kernel here (its rows say why)"
     return CheckRow(
         "triton kernels",
         "compile for " + ", ".join(COMPILE_TARGETS),
-        status="needs a GPU" if "refused" in why else "skipped",
+        status=status,
         detail=f"no kernel launched here, so none could be compiled: {why}",
     )
 

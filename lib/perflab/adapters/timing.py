@@ -11,6 +11,7 @@ zeroing the gradients your ``ddp_bucketed_on_train_batch_start`` where you provi
 from __future__ import annotations
 
 import json
+import warnings
 
 import torch
 from torch import nn
@@ -219,6 +220,9 @@ def attention_of_yours(
         return {}, [f"no adapters given: {how} checks and times yours here"]
     checked = check_adapters(spec, parts=parts, device=device.type)
     save_table(checked, out / "yours_check.csv", provenance)
+    # Triton 3.7 warns at every compile of a block-pointer kernel (the course teaches them):
+    # once is enough
+    warnings.filterwarnings("once", message="tl.make_block_ptr is deprecated")
     passing = {}
     for name, function in attention_functions(spec, passing_adapters(checked)).items():
         add_implementation(name, function, triton=name == "yours_triton")

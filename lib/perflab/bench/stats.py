@@ -25,6 +25,8 @@ from math import comb
 
 import numpy as np
 
+#: The false-claim rate every test and finding is held to; an interval's confidence is 1 - ALPHA.
+ALPHA = 0.05
 CONFIDENCE = 0.95
 UNSTABLE_IQR_FRACTION = 0.25
 MIN_STABLE_SAMPLES = 3

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.bench.conclusions import Finding
-from perflab.bench.stats import median_interval
+from perflab.bench.stats import ALPHA, median_interval
 from perflab.bench.steps import BenchConfig
 
 
@@ -46,11 +46,6 @@ def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
     long = study[["warmup"]].assign(samples_s=samples).explode("samples_s")
     long["step"] = long.groupby("warmup").cumcount()
     return long.rename(columns={"samples_s": "seconds"}).astype({"seconds": float})
-
-
-#: The false-claim rate the warm-up finding allows: it says a first timed step paid a one-off
-#: cost only where an exact test rejects "no one-off cost" at this level.
-ALPHA = 0.05
 
 
 def first_step_p_value(samples) -> float:
@@ -94,7 +89,7 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
                 "median_ci_high_s": interval.high,
                 "median_ci_level": interval.level,
                 "first_over_rest_median": seconds[0] / np.median(rest) if len(rest) else np.nan,
-                "first_rank": int((seconds >= seconds[0]).sum()),
+                "first_rank": round(p_value * len(seconds)),  # the k of first_step_p_value
                 "first_p_value": p_value,
                 "first_slower": slower,
                 "mean_with_first_over_without": seconds.mean() / rest.mean()
