@@ -747,7 +747,10 @@ def test_each_implementation_and_version_gets_its_own_results_folder(tmp_path):
         "--parts",
         "optimizer",
     )
-    assert f"data/results/<notebook>/{alice}/" in done.stderr.splitlines()[0]
+    from perflab.paths import data_dir
+
+    where = f"{data_dir().resolve() / 'results'}/<notebook>/{alice}/"  # a full path
+    assert where.startswith("/") and where in done.stderr.splitlines()[0]
 
 
 def test_only_the_adapters_of_the_files_year_are_listed(tmp_path):

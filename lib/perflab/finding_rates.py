@@ -400,9 +400,9 @@ DDP_ROUNDS = (6, 10)
 #: buckets (the CPU default's give 3 distinct counts, too few for the claim), medians of its 10
 #: rounds
 OVERHEAD_BUCKETS = ((87, 50, 6, 1), 10)
-#: notebook 10's rounds of the int8 and grouped-query comparisons
-INT8_ROUNDS = (6,)
-GQA_ROUNDS = (16,)
+#: notebook 10's rounds of the int8 and grouped-query comparisons (CPU default, full, lease)
+INT8_ROUNDS = (6, 10)
+GQA_ROUNDS = (6, 10, 16)
 CASES: tuple[FindingCase, ...] = (
     *(_warmup_case(steps) for steps in WARMUP_STEPS),
     *(_phase_case(steps) for steps in PHASE_STEPS),
