@@ -387,8 +387,9 @@ save_table(pd.DataFrame([mask_row]), out / "mask_copy.csv", {"settings": setting
 print(say.mask_copy_sentence(copies, mask_row, mask_result.sentence()))
 
 # %% [markdown]
-# A saving below the noise band cannot be shown by timing the step, however many rounds run:
-# the profile's share is the better measure of what a copy costs. On a GPU the (n x n) copy
+# A saving below the noise band cannot be shown by timing the step, however many rounds run;
+# the profile's share (one profiled step, no interval) is then the only figure of what a copy
+# costs, an estimate rather than a verdict. On a GPU the (n x n) copy
 # is a full pass over the scores in memory, a larger share of a memory-bound attention; that
 # path (`perflab run 02 --full`) has not been run here.
 #

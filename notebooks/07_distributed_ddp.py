@@ -278,10 +278,11 @@ print("\n".join(conclude_all(out, ddp_findings(steps))))  # yours too, with -p a
 # %% [markdown]
 # What to read from it: no variant can beat the compute-only step (`none`), which bounds what
 # hiding communication can gain on this machine; how close GPUs come to it is what `--full`
-# measures there (not run here). One all-reduce per gradient after backward (naive) pays the
-# per-call
-# cost for every tensor and overlaps nothing. One flat all-reduce pays it once, but only after
-# backward. Per-parameter asynchronous all-reduces overlap with the rest of backward, and
+# measures there (not run here). The design, as expected rather than measured here (no
+# per-call cost is timed on its own, and the verdicts above say which differences these rounds
+# could tell apart): one all-reduce per gradient after backward (naive) pays a per-call cost
+# for every tensor and overlaps nothing; one flat all-reduce pays it once, but only after
+# backward; per-parameter asynchronous all-reduces overlap with the rest of backward, and
 # buckets combine the two: few calls, each started as soon as its gradients are ready. Very
 # large buckets fill only at the end of backward (no overlap), very small ones pay the per-call
 # cost again. PyTorch's DDP uses the bucketed design (25 MiB by default), with the buckets

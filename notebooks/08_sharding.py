@@ -209,7 +209,8 @@ for sentence in conclude_all(out, say.zero_step_findings(zero_steps, zero_time_m
 
 # %% [markdown]
 # Sharding trades memory for traffic: each rank steps only its own parameters (less optimizer
-# work), then every parameter is broadcast from its owner (more communication).
+# work by count; what that saves in time is what the step comparison above could or could not
+# tell), then every parameter is broadcast from its owner (more communication).
 #
 # ### This wrapper against ZeRO stage 1
 #

@@ -239,8 +239,9 @@ for row in caches.to_dict("records"):
 print(say.cache_rates_line(caches))
 
 # %% [markdown]
-# The paged cache gathers each sequence's blocks through its block table, per sequence and
-# layer, in Python here; on a GPU, PagedAttention reads the blocks inside the attention kernel.
+# How the paged cache reads (a description of the code, not a measured cause of its time): it
+# gathers each sequence's blocks through its block table, per sequence and layer, in Python
+# here; on a GPU, PagedAttention reads the blocks inside the attention kernel.
 # What paging is for is memory, next.
 #
 # ## 4. KV memory for a batch of very unequal requests
@@ -315,8 +316,9 @@ print("the compiled step picks the same next tokens as the eager one:",
       compiled["same_next_tokens"])
 
 # %% [markdown]
-# On a CPU, what compilation can gain comes from inductor's fused C++ kernels: fewer operator
-# calls and fewer passes over memory. On a GPU with `mode="reduce-overhead"` the step is also
+# On a CPU, what compilation can gain is expected to come from inductor's fused C++ kernels:
+# fewer operator calls (counted in section 5's profile) and fewer passes over memory (not
+# measured here). On a GPU with `mode="reduce-overhead"` the step is also
 # one CUDA graph, replayed with one launch instead of one per kernel; what that gains for
 # decoding at small batches is what the comparison above measures when it runs on a GPU (not
 # run here; on a CPU there are no kernel launches to save).

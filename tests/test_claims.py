@@ -93,8 +93,9 @@ def test_the_statistics_and_activation_rows_answer_their_own_quantity():
         }
     )
     assert _activation_peak_rows(depth) == (
-        "without checkpointing a step's peak grows 5.0 MB a layer (the activations kept for "
-        "backward) from 4 to 16 layers, to 90.0 MB"
+        "without checkpointing the peak of a block stack's forward and backward grows 5.0 MB a "
+        "layer from 4 to 16 layers, to 90.0 MB (the activations kept for backward and the "
+        "temporaries live at the peak, not told apart)"
     )
 
 
@@ -110,14 +111,35 @@ def test_every_answer_resolves_to_a_committed_result(claim):
 def test_answers_are_read_from_the_results_not_typed(tmp_path):
     folder = tmp_path / "10_decoding" / "some-cpu"
     folder.mkdir(parents=True)
+    from perflab.paths import library_tree
+
     pd.DataFrame(
-        {"key": ["int8 weights", "int8 other"], "sentence": ["int8 is 9.99x faster", "second"]}
+        {
+            "key": ["int8 weights", "int8 other"],
+            "sentence": ["int8 is 9.99x faster", "second"],
+            "library_tree": library_tree(),  # measured by this library: quoted as it is
+        }
     ).to_csv(folder / "conclusions.csv", index=False)
     found = ours_cells(Conclusion("10_decoding", "int8", "q"), tmp_path)
     assert found == [
         ("10_decoding/some-cpu", "int8 is 9.99x faster"),
         ("10_decoding/some-cpu", "second"),
     ]
+    # rows of older code say so, with their commit
+    pd.DataFrame(
+        {
+            "key": ["int8 weights"],
+            "sentence": ["old"],
+            "library_tree": "0" * 40,
+            "commit": "abc1234",
+        }
+    ).to_csv(folder / "conclusions.csv", index=False)
+    ((_, old),) = ours_cells(Conclusion("10_decoding", "int8", "q"), tmp_path)
+    assert old == "old [measured by older code at commit abc1234, not this library: what it " \
+        "measured may differ]"  # fmt: skip
+    pd.DataFrame(
+        {"key": ["int8 weights", "int8 other"], "sentence": ["int8 is 9.99x faster", "second"]}
+    ).to_csv(folder / "conclusions.csv", index=False)
     assert ours_cells(Conclusion("10_decoding", "absent", "q"), tmp_path) == []
     assert ours_cells(Rows("01_benchmarking", "timings", len, "q"), tmp_path) == []
 
@@ -145,11 +167,17 @@ def test_docs_sources_is_rendered_from_the_committed_results():
 
 
 def test_the_writeup_appendix_holds_the_claims_beside_each_folder(tmp_path):
+    from perflab.paths import library_tree
+
     folder = tmp_path / "cpu" / "01_benchmarking" / "amd-epyc"
     folder.mkdir(parents=True)
-    pd.DataFrame({"key": ["backward/forward"], "sentence": ["backward 1.23x the forward"]}).to_csv(
-        folder / "conclusions.csv", index=False
-    )
+    pd.DataFrame(
+        {
+            "key": ["backward/forward"],
+            "sentence": ["backward 1.23x the forward"],
+            "library_tree": [library_tree()],
+        }
+    ).to_csv(folder / "conclusions.csv", index=False)
     text, _ = writeup_source("2026", [Source("cpu", tmp_path / "cpu")], tmp_path / "out")
     appendix = text[text.index("The sources' claims beside ours") :]
     assert "backward 1.23x the forward (01_benchmarking/amd-epyc)" in appendix

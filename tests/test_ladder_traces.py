@@ -114,7 +114,9 @@ def test_untimed_rows_and_operators_that_appear_or_vanish(tmp_path):
     assert "is gone (was 0.30 ms a step, 30%)" in text and "measured" not in text
     reverse = bound_rows([("a", traces["a"], traces["b"])], steps=1).iloc[0]
     assert reverse["hotspot"] == "aten::sqrt" and reverse["hotspot_change"] == float("inf")
-    assert "is new (0.30 ms a step)" in bound_sentence(reverse)
+    new = bound_sentence(reverse)
+    assert "is new (0.30 ms a step) (an operator that appears or disappears" in new
+    assert "alone it would make" not in new and "than the hotspot alone" not in new
 
 
 def test_a_sentence_without_a_usable_measurement_states_only_the_trace(tmp_path):

@@ -163,9 +163,9 @@ def test_mask_copy_sentence_counts_the_forwards_masked_fill_only():
     sentence = say.mask_copy_sentence(copies, {"same_loss_and_gradients": True}, "same time")
     assert sentence.startswith("all copies: 3.5 ms, 35.0% of the step's operator time, in 5 calls")
     assert (
-        "forward pass: 1.00 ms (10.0%, 2 calls)" in sentence
+        "forward pass: 1.00 ms (10.0%, 2 calls; one profiled step)" in sentence
         and "either way: 2 more calls" in sentence
     )
     assert sentence.endswith("in place: True. Measured: same time")
     no_forward = say.mask_copy_sentence(copies.iloc[1:], {"same_loss_and_gradients": True}, "x")
-    assert "forward pass: 0.00 ms (0.0%, 0 calls)" in no_forward
+    assert "forward pass: 0.00 ms (0.0%, 0 calls; one profiled step)" in no_forward

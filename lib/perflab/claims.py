@@ -12,12 +12,14 @@ committed results) and ``perflab report`` puts it in the write-up's appendix.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from perflab.bench.stats import level_text
 from perflab.paths import data_dir
 from perflab.report import device_folders
 
@@ -321,11 +323,24 @@ def _attention_growth_rows(table: pd.DataFrame) -> str:
         return (
             f"naive attention from n={small} to {big} ({big / small:.0f}x): time "
             f"{_span(times)}, peak memory {_span(memory)} (quadratic: {(big / small) ** 2:.0f}x)"
+            + _apart(naive)
         )
-    return "naive attention, each head dimension up to its longest length that ran: " + "; ".join(
-        f"d={head_dim}: n={small} to {big} ({big / small:.0f}x): time {_times(time)}, peak "
-        f"memory {_times(peak)} (quadratic: {(big / small) ** 2:.0f}x)"
-        for head_dim, (small, big, time, peak) in spans.items()
+    return (
+        "naive attention, each head dimension up to its longest length that ran: "
+        + "; ".join(
+            f"d={head_dim}: n={small} to {big} ({big / small:.0f}x): time {_times(time)}, peak "
+            f"memory {_times(peak)} (quadratic: {(big / small) ** 2:.0f}x)"
+            for head_dim, (small, big, time, peak) in spans.items()
+        )
+        + _apart(naive)
+    )
+
+
+def _apart(rows: pd.DataFrame) -> str:
+    """What a ratio of two rows' times is: separate medians, and how many of them are unstable."""
+    unstable = int(rows.get("end_to_end_unstable", pd.Series(False, index=rows.index)).sum())
+    return "; times: separate medians, no interval" + (
+        f", {unstable} of {len(rows)} of them unstable" if unstable else ""
     )
 
 
@@ -358,7 +373,7 @@ def _allreduce_rows(table: pd.DataFrame) -> str:
     return (
         f"Gloo all-reduce {small:g} → {big:g} MB ({big / small:g}x the bytes): "
         + ", ".join(parts)
-        + " the time"
+        + " the time (separate medians, no interval)"
     )
 
 
@@ -374,20 +389,23 @@ def _weights_rows(table: pd.DataFrame) -> str:
 
 
 def _data_path_rows(table: pd.DataFrame) -> str:
-    rows = table.set_index("data_path")
+    """Each data path's step against synthetic batches, paired by round: ratio, interval and
+    verdict (``vs_reference``)."""
+    rows = table[table["data_path"] != "synthetic"]
     parts = [
-        f"{name} {rows.at[name, 'median_ms'] / rows.at['synthetic', 'median_ms']:.2f}x"
-        for name in rows.index
-        if name != "synthetic"
+        f"{r.data_path} {r.vs_reference:.2f}x ({level_text(r.confidence)} CI "
+        f"{r.ci_low:.2f}–{r.ci_high:.2f}, {r.verdict})"
+        for r in rows.itertuples()
     ]
-    return "step time against synthetic batches: " + ", ".join(parts)
+    return "step time against synthetic batches, paired by round: " + ", ".join(parts)
 
 
 def _batch_rows(table: pd.DataFrame) -> str:
     first, last = table.iloc[0], table.iloc[-1]
     return (
         f"batch {first['batch_size']:.0f} → {last['batch_size']:.0f}: "
-        f"{last['tokens_per_s'] / first['tokens_per_s']:.2f}x the tokens/s"
+        f"{last['tokens_per_s'] / first['tokens_per_s']:.2f}x the tokens/s (separate medians, "
+        "no interval)"
     )
 
 
@@ -396,7 +414,7 @@ def _accumulation_rows(table: pd.DataFrame) -> str:
     return (
         f"{last['micro_batches']:.0f} micro-batches instead of 1: peak "
         f"{last['peak_bytes'] / first['peak_bytes']:.2f}x, "
-        f"step {last['step_s'] / first['step_s']:.2f}x"
+        f"step {last['step_s'] / first['step_s']:.2f}x (separate medians, no interval)"
     )
 
 
@@ -405,9 +423,10 @@ def _activation_peak_rows(table: pd.DataFrame) -> str:
     fewest, most = plain.index.min(), plain.index.max()
     per_layer = (plain[most] - plain[fewest]) / (most - fewest)
     return (
-        f"without checkpointing a step's peak grows {per_layer / 1e6:.1f} MB a layer (the "
-        f"activations kept for backward) from {fewest} to {most} layers, to "
-        f"{plain[most] / 1e6:.1f} MB"
+        f"without checkpointing the peak of a block stack's forward and backward grows "
+        f"{per_layer / 1e6:.1f} MB a layer from {fewest} to {most} layers, to "
+        f"{plain[most] / 1e6:.1f} MB (the activations kept for backward and the temporaries "
+        "live at the peak, not told apart)"
     )
 
 
@@ -415,8 +434,8 @@ def _kv_rows(table: pd.DataFrame) -> str:
     rows = table.drop_duplicates("cache").set_index("cache")
     return (
         f"paged cache holds {rows.at['paged', 'vs_contiguous']:.2f}x the bytes of a contiguous "
-        f"one preallocated to the full context ({rows.at['contiguous', 'waste']:.0%} of that "
-        "unused)"
+        "one preallocated to the longest length the batch can reach "
+        f"({rows.at['contiguous', 'waste']:.0%} of that unused)"
     )
 
 
@@ -588,8 +607,8 @@ CLAIMS = (
         _cs336_softmax,
         (
             NotMeasured(
-                "02 times softmax against the two attention matmuls (its answer (e)), not "
-                "against the whole attention range"
+                "02 prints softmax's time beside its attention ranges (scores, softmax, weighted "
+                "sum) from one profile on this device, but saves no table of it to quote here"
             ),
         ),
         "softmax's share of the attention range",
@@ -814,12 +833,30 @@ def ours_cells(ours: Ours, results: Path) -> list[tuple[str, str]]:
         for device, path in _device_files(results, ours.notebook, "conclusions.csv"):
             table = pd.read_csv(path)
             hits = table[table["key"].astype(str).str.startswith(ours.key)]
-            cells += [(f"{ours.notebook}/{device}", str(s)) for s in hits["sentence"]]
+            note = _older_code(table, path)
+            cells += [(f"{ours.notebook}/{device}", str(s) + note) for s in hits["sentence"]]
         return cells
     cells = []
     for device, path in _device_files(results, ours.notebook, f"{ours.file}.csv"):
-        cells.append((f"{ours.notebook}/{device}/{ours.file}.csv", ours.summary(pd.read_csv(path))))
+        table = pd.read_csv(path)
+        where = f"{ours.notebook}/{device}/{ours.file}.csv"
+        cells.append((where, ours.summary(table) + _older_code(table, path)))
     return cells
+
+
+def _older_code(table: pd.DataFrame, path: Path) -> str:
+    """'' for rows this library measured; else a note of the older code that did (its
+    commit), since what it measured may have changed since."""
+    from perflab.paths import from_this_library, library_tree, recorded_trees
+
+    sidecar = path.with_suffix(".json")
+    saved = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    if from_this_library(recorded_trees(table, saved), library_tree()):
+        return ""
+    commits = sorted({str(c) for c in table.get("commit", pd.Series(dtype=str)).dropna()})
+    commits = commits or ([str(saved["commit"])] if saved.get("commit") else [])
+    at = f" at commit {', '.join(commits)}" if commits else ""
+    return f" [measured by older code{at}, not this library: what it measured may differ]"
 
 
 def claims_table(results: str | Path) -> pd.DataFrame:

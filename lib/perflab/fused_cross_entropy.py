@@ -31,8 +31,9 @@ IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy
 #: with peaks of 18.6 / 20.6 / 24.5 / 32.4 / 62.5 / 125x, 13.2 / 15.7 / 20.7 / 39.1 / 78.2 /
 #: 156x and 10.8 / 12.7 / 16.7 / 31.3 / 62.5 / 125x the hidden states. 128 tokens is within
 #: 8% of the fastest in all three at about 1.3-1.6x the smallest peak; the formula used before
-#: (one chunk's logits the size of the hidden states: 32 tokens here) was 1.8-2.5x slower.
-#: A GPU's best may differ: the sweep measures it there.
+#: (one chunk's logits the size of the hidden states: 32 tokens here) took 1.8-2.5x its time.
+#: Separate medians of one sweep, no interval: a choice, not a tested ranking (notebook 09's
+#: chunk sentence says which chunk sizes its own sweep tells apart). A GPU's best may differ.
 DEFAULT_CHUNK_TOKENS = 128
 
 

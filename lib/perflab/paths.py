@@ -70,16 +70,14 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
         torch_version = saved.get("versions", {}).get("torch")
         versions = sorted({str(v) for v in _recorded(table, "torch", torch_version)})
         source += f" with torch {', '.join(versions)}" if versions else ""
-        trees = sorted(
-            {str(t) for t in _recorded(table, "library_tree", saved.get("library_tree"))}
-        )
+        trees = recorded_trees(table, saved)
         shown = ", ".join(t[:10] for t in trees)
         if not trees:
             source += (
                 "; a historical record, measured before rows recorded their library_tree: by "
                 "older code than this library, which may have changed what they measure"
             )
-        elif here_tree and all(here_tree.startswith(t) for t in trees):
+        elif from_this_library(trees, here_tree):
             source += f"; library_tree {shown} (this library)"
         else:
             source += (
@@ -89,6 +87,17 @@ def results_elsewhere(notebook: str, filename: str, device: torch.device | str) 
         table.attrs["source"] = source
         found[path.parent.name] = table
     return found
+
+
+def recorded_trees(table, saved: dict) -> list[str]:
+    """The library trees that measured ``table``'s rows (its column, else its JSON's)."""
+    return sorted({str(t) for t in _recorded(table, "library_tree", saved.get("library_tree"))})
+
+
+def from_this_library(trees: list[str], here_tree: str | None) -> bool:
+    """Whether every recorded tree is the library running here (False when none is recorded,
+    or this library's is unknown)."""
+    return bool(trees) and bool(here_tree) and all(here_tree.startswith(t) for t in trees)
 
 
 def _recorded(table, column: str, value):

@@ -98,8 +98,8 @@ def roofline_sentences(throughput: pd.DataFrame) -> list[str]:
     text += (
         "The compiled step's tokens/s over the eager one's: "
         + ", ".join(f"{v:.2f}x at batch {b}" for b, v in gain.items())
-        + " (separate medians, not interleaved: which step is faster, and where compiling "
-        "gains more, is for section 5's interleaved comparison to say)."
+        + " (separate medians, not interleaved: no step is called faster from them; section "
+        "5 compares compiled with eager, interleaved, at one batch only)."
     )
     if "frozen" in share.columns:
         frozen = share["frozen"] / share["compiled"]

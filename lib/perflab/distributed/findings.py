@@ -568,7 +568,12 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
         # With the ring's W, the textbook reduce-scatter + all-gather ring would take
         # 2 (N-1)/N S / W: N/2 times less than the alternate ring. all_reduce's time over that.
         over_model = (largest["world_size"] / 2 / largest["ring_over_all_reduce"]).tolist()
-        textbook = all(1 / RING_MODEL_SPREAD <= x <= RING_MODEL_SPREAD for x in over_model)
+        outside = [
+            int(n)
+            for n, x in zip(largest["world_size"], over_model, strict=True)
+            if not 1 / RING_MODEL_SPREAD <= x <= RING_MODEL_SPREAD
+        ]
+        textbook = not outside
         lines.append(
             "Gloo's all_reduce against the textbook ring's model with the alternate ring's "
             f"egress (2 (N-1)/N S / W, N/2 times less than the alternate ring) at {size:g} MB: "
@@ -579,8 +584,9 @@ def ring_lines(ring: pd.DataFrame, fit: pd.DataFrame) -> list[str]:
             + (
                 ": consistent with that ring (within 25%)"
                 if textbook
-                else ": not that ring's time (outside 25%), so this all_reduce is not (only) the "
-                "textbook ring at this egress; what it does instead is not measured here"
+                else f": not that ring's time on {', '.join(map(str, outside))} ranks (outside "
+                "25%), so this all_reduce is not (only) the textbook ring at this egress; what it "
+                "does instead is not measured here"
             )
         )
     lines += [
@@ -653,8 +659,8 @@ def bucket_sentence(steps: pd.DataFrame, by_size: pd.DataFrame, overlap: pd.Data
         f"{counts.get('inconclusive', 0)} not established. Flat waits {flat['sync_ms']:.0f} ms "
         f"after backward in a {flat['step_ms']:.0f} ms step; the bucketed size that waits least, "
         f"{least:.0f} ms: the two medians differ by {bound:.0f} ms "
-        f"({bound / flat['step_ms']:.0%} of the step; medians, no interval), about what overlap "
-        "could save here. In the profiled steps, backward took "
+        f"({bound / flat['step_ms']:.0%} of the step; medians, no interval). In the profiled "
+        "steps, backward took "
         f"{backward['naive']:.0f} ms with nothing sent during it (naive), "
         f"{backward['bucketed']:.0f} ms bucketed and "
         f"{backward['individual']:.0f} ms with an all-reduce per parameter beside it (one step "
@@ -666,9 +672,11 @@ def overhead_lines(overhead: dict, allreduce: pd.DataFrame, world_size: int) -> 
     """The bucket-overhead model's fit (``fit_bucket_overhead``): o, w and the optimum, w
     against the all-reduce bandwidth measured at the nearest size, and whether to trust it."""
     shown = {
-        ("usable fit (o > 0, s/w > 0, 3+ bucket counts)" if k == "valid" else k): (
-            round(v, 4) if isinstance(v, float) else v
-        )
+        (
+            "computable fit (o > 0, s/w > 0, 3+ bucket counts; trusted needs more)"
+            if k == "valid"
+            else k
+        ): (round(v, 4) if isinstance(v, float) else v)
         for k, v in overhead.items()
     }
     lines = [str(shown)]

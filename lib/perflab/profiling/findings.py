@@ -199,8 +199,9 @@ def mask_copy_sentence(copies: pd.DataFrame, mask_row: dict, sentence: str) -> s
         f"all copies: {copies['time_ms'].sum():.1f} ms, {copies['share_of_step'].sum():.1%} of "
         f"the step's operator time, in {copies['calls'].sum()} calls; masked_fill's in the "
         f"forward pass: {forward['time_ms'].sum():.2f} ms ({forward['share_of_step'].sum():.1%}, "
-        f"{int(forward['calls'].sum())} calls), the most writing the mask in place can save (its "
-        f"backward masks the gradient out of place either way: {backward_calls} more calls). "
+        f"{int(forward['calls'].sum())} calls; one profiled step), about what writing the mask "
+        "in place could save in it (its backward masks the gradient out of place either way: "
+        f"{backward_calls} more calls). "
         f"The same loss and gradients in place: {mask_row['same_loss_and_gradients']}. "
         f"Measured: {sentence}"
     )

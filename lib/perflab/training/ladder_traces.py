@@ -110,10 +110,16 @@ def bound_sentence(row: pd.Series) -> str:
             f"went from {before:.2f} to {after:.2f} ms a step in one trace each "
             f"({row['hotspot_share_before']:.0%} of the time before)"
         )
+    replaced = before == 0 or after == 0  # it stands in for other operators, or they for it
     text += (
-        f"; the hotspot that moved most, {row['hotspot']}, {moved}: alone it would make "
-        f"the step take {row['hotspot_alone']:.2f}x as long; all operators take "
-        f"{row['operators_ratio']:.2f}x"
+        f"; the hotspot that moved most, {row['hotspot']}, {moved}"
+        + (
+            " (an operator that appears or disappears stands in for others: its change alone "
+            "predicts nothing of the step)"
+            if replaced
+            else f": alone it would make the step take {row['hotspot_alone']:.2f}x as long"
+        )
+        + f"; all operators take {row['operators_ratio']:.2f}x"
     )
     busy = row.get("device_busy")
     if busy is not None and not pd.isna(busy) and busy < 0.8:
@@ -122,8 +128,14 @@ def bound_sentence(row: pd.Series) -> str:
             "is not told apart in a kernel trace)"
         )
     step, alone = row.get("vs_previous"), row.get("hotspot_alone")
-    if step is None or pd.isna(step) or step <= 0 or pd.isna(alone) or alone <= 0:
+    if step is None or pd.isna(step) or step <= 0:
         return text + "."
+    if replaced or pd.isna(alone) or alone <= 0:
+        low, high = row.get("ci_low", step), row.get("ci_high", step)
+        level = level_text(row.get("confidence", float("nan")))
+        return f"{text}, the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, " + (
+            f"{row['verdict']})."
+        )
     low, high = row.get("ci_low", step), row.get("ci_high", step)
     level = level_text(row.get("confidence", float("nan")))  # the interval's own level
     inside = low <= alone <= high
