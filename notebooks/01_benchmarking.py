@@ -192,9 +192,9 @@ print("\n".join(mfu_lines(rates, presets)))
 # they can agree with that or not, but do not test it.
 #
 # **The same sweep on other devices.** Results this notebook measured elsewhere and committed
-# under `data/results/01_benchmarking/` (on a CPU run: an H100's, perflab's `TransformerLM` at
-# the handout's presets, context 512, float32, whatever model this run timed; see
-# `data/GPU_CHECKS.md`), with the rows that ran out of memory:
+# under `data/results/01_benchmarking/` (on a CPU run: an H100's and an H200's, perflab's
+# `TransformerLM` at the handout's presets that each lease ran, context 512, float32, whatever
+# model this run timed; see `data/GPU_CHECKS.md`), with the rows that ran out of memory:
 
 # %%
 for slug, rows in results_elsewhere("01_benchmarking", "timings.csv", dev).items():
