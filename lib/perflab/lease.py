@@ -42,7 +42,8 @@ LOG = Path(
 )
 LOG_FIELDS = ("command", "status", "seconds", "commit", "library_tree", "gpu", "finished_at")
 #: Python packages a notebook command needs that a lease box lacks (torch, pandas, matplotlib,
-#: seaborn and tqdm are there): carried as wheels (``.ci/gpu-check wheels``, run here).
+#: seaborn and tqdm are there): carried as wheels (``.ci/gpu-check wheels``, run here). The
+#: unit tests need them too: four test modules import nbformat, papermill or ipywidgets.
 NOTEBOOK_WHEELS = (
     "papermill", "nbclient", "nbformat", "jupyter-client", "jupyter-core", "traitlets",
     "fastjsonschema", "jsonschema", "jsonschema-specifications", "referencing", "rpds-py",
@@ -76,20 +77,24 @@ class LeaseCommand:
 
     @property
     def wheels(self) -> str:
-        return "papermill, ipykernel and their needs" if self.notebooks else "none"
+        return "none" if self.name == "smoke" else "papermill, ipykernel and their needs"
 
 
 PLAN = (
     LeaseCommand(1, "smoke", (), 240,
-                 "H200 lease 2026-11-27: all seven stages in 103 s, then decode alone in 34 s"),
+                 "H200 leases 2026-11-27: all seven stages in 152 s at 2dad7d6 (kernels 64 s, "
+                 "decode 29 s, distributed 24 s)"),
     LeaseCommand(1, "tests-gpu", (), 300,
-                 "H200 lease 2026-11-27: 261 tests in 222 s under pytest -n 8"),
+                 "H200 leases 2026-11-27 under pytest -n 8: 261 tests in 222 s at 7408627 (four "
+                 "modules not collected: no papermill); at 2dad7d6, with the wheels, 265 of 270 "
+                 "started in 260 s"),
     LeaseCommand(2, "06", ("06_flash_attention",), 420,
                  "H100 lease 2026-11-23: the sweep, checks and compiles of three lengths in "
                  "250 s; the comparisons and the leaderboard case add about 3 minutes"),
     LeaseCommand(2, "01", ("01_benchmarking",), 240,
                  "H100 lease 2026-11-23: five presets at full sizes in about 200 s; the lease "
-                 "times three, with the warm-up study"),
+                 "times three, with the warm-up study (H200 2026-11-27: the three timed in "
+                 "about 50 s, then stopped by a 93 s limit in the warm-up study)"),
     LeaseCommand(3, "tests-rest", (), 480,
                  "H200 lease 2026-11-27: not finished in 320 s under -n 12; the CPU's "
                  "2-core run, divided among 8 workers, with the compiling tests"),
