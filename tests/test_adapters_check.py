@@ -171,7 +171,9 @@ def test_an_edited_adapters_file_or_implementation_is_imported_again(tmp_path):
     (impl / "kernel.py").write_text("SPEED = 2\n")  # same size, likely the same second
     assert load_adapters(str(adapters)).SPEED == 2
     assert results_name(str(adapters)) != name  # the kernel's edit names a new folder too
-    assert results_name(str(adapters)) == results_name(str(adapters))
+    (impl / "kernel.py").write_text("SPEED = 1\n")  # undone: the name follows the content
+    assert load_adapters(str(adapters)).SPEED == 1
+    assert results_name(str(adapters)) == name
 
 
 @pytest.mark.parametrize(

@@ -77,6 +77,35 @@ def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
     assert git_commit() == "abc1234"
 
 
+def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp_path):
+    """Results and executed notebooks that a run writes leave the commit clean; a change to the
+    library or to a notebook's script marks it '+dirty'."""
+    import subprocess
+
+    from perflab import paths
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for name in ("lib/perflab/timer.py", "notebooks/01_x.py", "notebooks/01_x.ipynb", "data/r.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    monkeypatch.delenv("PERFLAB_COMMIT", raising=False)
+    clean = paths.git_commit()
+    assert clean is not None and not clean.endswith("+dirty")
+    (tmp_path / "data/r.csv").write_text("2\n")
+    (tmp_path / "notebooks/01_x.ipynb").write_text("2\n")
+    assert paths.git_commit() == clean
+    for name in ("notebooks/01_x.py", "lib/perflab/timer.py"):
+        (tmp_path / name).write_text("2\n")
+        assert paths.git_commit() == clean + "+dirty"
+        git("checkout", "--", name)
+
+
 def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatch, tmp_path):
     from perflab import paths
     from perflab.paths import device_slug, results_elsewhere

@@ -268,19 +268,18 @@ def _bucket_overhead(
     every bucket count is "no effect"."""
     from perflab.distributed.ddp_benchmark import fit_bucket_overhead
 
+    # per_call_s = 0 is no model at all: the same wait whatever the bucket count.
+    waits = [n * per_call_s + 0.05 / n if per_call_s else 0.05 for n in bucket_counts]
     rows = [
         {
             "variant": "bucketed",
             "status": "ok",
             "buckets": n,
             "gradient_mb": 514.5,
-            "sync_ms": 1e3 * _median_calls(rng, rounds, n * per_call_s + 0.05 / n),
+            "sync_ms": 1e3 * _median_calls(rng, rounds, wait),
         }
-        for n in bucket_counts
+        for n, wait in zip(bucket_counts, waits, strict=True)
     ]
-    if per_call_s == 0:  # no model at all: the same wait whatever the bucket count
-        for row in rows:
-            row["sync_ms"] = 1e3 * _median_calls(rng, rounds, 0.05)
     no_sweep = pd.DataFrame(columns=["status", "world_size", "size_mb", "algbw_gbps"])
     return fit_bucket_overhead(pd.DataFrame(rows)), no_sweep
 

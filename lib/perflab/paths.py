@@ -125,10 +125,16 @@ def listing(directory: str | Path) -> str:
     return "\n".join(display_path(path) for path in sorted(Path(directory).iterdir()))
 
 
+#: The code that measures: '+dirty' means one of these differs from the commit. What a run
+#: writes itself (results, executed notebooks) does not count, or every row of a run would say so.
+MEASURING_CODE = ("lib/perflab", "notebooks/*.py")
+
+
 def git_commit() -> str | None:
-    """The repository's current commit (short hash, '+dirty' with uncommitted changes), or
-    None outside a git checkout. ``$PERFLAB_COMMIT`` wins when set: a copy of the tree without
-    its ``.git`` (a GPU box that was sent the files) still records what it ran."""
+    """The repository's current commit (short hash, '+dirty' when ``MEASURING_CODE`` has
+    uncommitted changes), or None outside a git checkout. ``$PERFLAB_COMMIT`` wins when set: a
+    copy of the tree without its ``.git`` (a GPU box that was sent the files) still records
+    what it ran."""
     if os.environ.get("PERFLAB_COMMIT"):
         return os.environ["PERFLAB_COMMIT"]
 
@@ -139,7 +145,7 @@ def git_commit() -> str | None:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *MEASURING_CODE))
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "")
