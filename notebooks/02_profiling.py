@@ -59,23 +59,23 @@ from perflab.bench.checks import check_results, contradictions_line
 from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth
 from perflab.device import resolve_device
-from perflab.layer_norm import (
-    LAYER_NORMS,
+from perflab.layer_norm import LAYER_NORMS
+from perflab.model import get_preset
+from perflab.paths import REPO_ROOT, display_path, listing, results_dir, save_figure, save_table
+from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
+from perflab.profiling import findings as say
+from perflab.profiling.grid import grid_answers, profile_grid
+from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
+from perflab.profiling.layer_norm_study import (
     check_layer_norms,
     compare_layer_norms,
     reduction_counts,
     statistics_times,
 )
-from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, listing, results_dir, save_figure, save_table
-from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling import findings as say
-from perflab.profiling.capture import record_step_trace
-from perflab.profiling.grid import grid_answers, profile_grid
-from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
 from perflab.profiling.plots import plot_category_comparison, plot_hotspots
-from perflab.profiling.summary import attention_time_vs_flops, range_names, range_totals
+from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.profiling.summary import range_names, range_totals
 from perflab.settings import record_settings
 from perflab.training.step_profile import compare_mask_copy, step_copy_sites
 
@@ -308,7 +308,8 @@ print("\n".join(say.trace_change_lines(comparison)))
 # operations among the hotspots (the A100 trace of section 5 is of a network with cuDNN's batch
 # norm, not LayerNorm, so here it is measured on its own): its mean and variance are reductions,
 # each a pass over the activations, and autograd differentiates through every operation. Two
-# remedies, and PyTorch's own kernel as the yardstick (`perflab.layer_norm`): the statistics
+# remedies, and PyTorch's own kernel as the yardstick (`perflab.layer_norm`; checked, profiled
+# and timed by `perflab.profiling.layer_norm_study`): the statistics
 # from **one** reduction (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`;
 # and a **hand-written backward** that reuses the normalised input x̂ and 1/σ saved by the
 # forward,

@@ -94,6 +94,7 @@ from perflab.decode import CACHES, generate
 from perflab.decode import findings as say
 from perflab.decode.bench import (
     compare_caches,
+    compare_int8,
     compare_kv_heads,
     compare_rotary_tables,
     compare_sampling_place,
@@ -106,7 +107,6 @@ from perflab.decode.bench import (
 )
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
-from perflab.decode.quantize import compare_int8
 from perflab.decode.roofline import compiled_graphs, yardstick_columns
 from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
 from perflab.device import parse_dtype, resolve_device

@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from perflab.decode import generate
+from perflab.decode.bench import compare_int8
 from perflab.decode.inputs import build_model
-from perflab.decode.quantize import Int8Linear, compare_int8, quantize_int8, weight_bytes
+from perflab.decode.quantize import Int8Linear, quantize_int8, weight_bytes
 from perflab.model import ModelConfig, QKVProjection
 
 TINY = ModelConfig(

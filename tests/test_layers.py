@@ -1,9 +1,14 @@
 """The library's layers (docs/layout.md): a module imports only from its own layer or the ones
-below it, and no modules import each other in a circle. Read from the source with ``ast``
+below it, and no modules import each other in a circle. Two wings by reader besides: the
+implementations a student compares with import only torch, Triton and each other, and the
+measuring core imports no implementation and no experiment. Read from the source with ``ast``
 (imports inside functions included), so a late import cannot hide an upward one."""
 
 import ast
+import sys
 from pathlib import Path
+
+import pytest
 
 LIB = Path(__file__).resolve().parents[1] / "lib"
 #: Layer of each top-level part of ``perflab``, from the ground up (docs/layout.md).
@@ -43,16 +48,71 @@ LAYERS = {
 }
 
 
+#: The code a student writes and compares with: the model, attention and FlashAttention in
+#: PyTorch and Triton, checkpointing, the fused loss head, LayerNorm, the DDP variants, ZeRO,
+#: FSDP, the KV caches and decoding steps, int8 weights (docs/layout.md).
+IMPLEMENTATIONS = {
+    "perflab.model",
+    "perflab.attention",
+    "perflab.attention.reference",
+    "perflab.attention.annotated",
+    "perflab.attention.flash_torch",
+    "perflab.attention.flash_triton",
+    "perflab.attention.flash_triton_plain",
+    "perflab.attention.flash_configs",
+    "perflab.attention.weighted_sum",
+    "perflab.checkpointing",
+    "perflab.fused_cross_entropy",
+    "perflab.layer_norm",
+    "perflab.distributed.ddp",
+    "perflab.distributed.fsdp",
+    "perflab.distributed.sharded_optimizer",
+    "perflab.decode.caches",
+    "perflab.decode.steps",
+    "perflab.decode.quantize",
+}
+#: What an implementation may use beside torch, Triton and the others: the ranges it opens (the
+#: annotated attention's lesson), and the kernel compiler with the GPUs' figures, which the
+#: autotuner's pruner asks which tile configurations fit a GPU.
+IMPLEMENTATION_HELPERS = {"perflab.ranges", "perflab.attention.triton_compile", "perflab.hardware"}
+#: Third-party packages an implementation may import (pandas for the tables of presets and
+#: kernel configurations that they print).
+IMPLEMENTATION_PACKAGES = {"torch", "triton", "numpy", "pandas"}
+#: The measuring core: it times, compares, profiles and stores any callable's results.
+MEASURING_CORE = {
+    "perflab.bench.timer",
+    "perflab.bench.stats",
+    "perflab.bench.comparison",
+    "perflab.bench.simulate",
+    "perflab.bench.sweep",
+    "perflab.bench.peak",
+    "perflab.bench.crosscheck",
+    "perflab.bench.conclusions",
+    "perflab.bench.tables",
+    "perflab.profiling.capture",
+    "perflab.profiling.trace",
+    "perflab.profiling.summary",
+    "perflab.profiling.hotspots",
+    "perflab.profiling.nsys",
+    "perflab.memory.timeline",
+    "perflab.paths",
+    "perflab.device",
+    "perflab.progress",
+    "perflab.ranges",
+    "perflab.hardware",
+}
+
+
 def _module(path: Path) -> str:
-    parts = path.relative_to(LIB).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return _module_in(path, LIB)
 
 
-def _imports() -> dict[str, set[str]]:
-    """perflab module -> the perflab modules it imports."""
+def _imports(lib: Path = LIB, everything: bool = False) -> dict[str, set[str]]:
+    """perflab module -> the perflab modules it imports (every module it imports when
+    ``everything``: third-party and the standard library's too)."""
     graph = {}
-    for path in sorted((LIB / "perflab").rglob("*.py")):
-        module = _module(path)
+    for path in sorted((lib / "perflab").rglob("*.py")):
+        module = _module_in(path, lib)
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -61,9 +121,43 @@ def _imports() -> dict[str, set[str]]:
                 names = [alias.name for alias in node.names]
             else:
                 continue
-            found.update(n for n in names if n == "perflab" or n.startswith("perflab."))
+            found.update(
+                n for n in names if everything or n == "perflab" or n.startswith("perflab.")
+            )
         graph[module] = found - {module}
     return graph
+
+
+def _module_in(path: Path, lib: Path) -> str:
+    parts = path.relative_to(lib).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _defining(name: str, known: set[str]) -> str:
+    """The module that defines ``name`` (``perflab.bench.timer.time_fn`` -> its module)."""
+    while name not in known and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -> list[str]:
+    """An implementation that imports other perflab code than the implementations (and their
+    helpers) or a third-party package other than ``IMPLEMENTATION_PACKAGES``; a measuring-core
+    module that imports outside the core (the package's face, for its version, aside). One
+    sentence each."""
+    known = set(graph)
+    problems = []
+    for module in sorted(IMPLEMENTATIONS & known):
+        wrong = (
+            {_defining(t, known) for t in graph[module]} - IMPLEMENTATIONS - IMPLEMENTATION_HELPERS
+        )
+        third = {n.split(".")[0] for n in everything[module] if not n.startswith("perflab")}
+        third -= set(sys.stdlib_module_names) | {"__future__"} | IMPLEMENTATION_PACKAGES
+        problems += [f"{module} (an implementation) imports {t}" for t in sorted(wrong | third)]
+    for module in sorted(MEASURING_CORE & known):
+        wrong = {_defining(t, known) for t in graph[module]} - MEASURING_CORE - {"perflab"}
+        problems += [f"{module} (measuring core) imports {t}" for t in sorted(wrong)]
+    return problems
 
 
 def _layer(module: str) -> int:
@@ -110,3 +204,33 @@ def test_the_scan_sees_imports():
     graph = _imports()
     assert "perflab.checkpointing" in graph["perflab.model"]
     assert "perflab.bench.timer" in graph["perflab.bench.peak"]
+
+
+def test_the_wings_listed_exist():
+    assert (IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE) - set(_imports()) == set()
+
+
+def test_implementations_import_only_each_other_and_the_core_no_experiment():
+    assert wing_problems(_imports(), _imports(everything=True)) == []
+
+
+@pytest.mark.parametrize(
+    "module, source, problem",
+    [
+        ("model.py", "def f():\n    from perflab.bench.timer import time_fn\n",
+         "perflab.model (an implementation) imports perflab.bench.timer"),
+        ("model.py", "import scipy\nimport torch\nimport triton.language\n",
+         "perflab.model (an implementation) imports scipy"),
+        ("bench/timer.py", "from perflab.model import TransformerLM\n",
+         "perflab.bench.timer (measuring core) imports perflab.model"),
+        ("paths.py", "import perflab.decode.bench\n",
+         "perflab.paths (measuring core) imports perflab.decode.bench"),
+    ],
+)  # fmt: skip
+def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
+    for name in ("__init__.py", "bench/__init__.py", "bench/timer.py", "model.py", "paths.py",
+                 "decode/__init__.py", "decode/bench.py"):  # fmt: skip
+        (tmp_path / "perflab" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "perflab" / name).write_text("import torch\n")
+    (tmp_path / "perflab" / module).write_text(source)
+    assert wing_problems(_imports(tmp_path), _imports(tmp_path, everything=True)) == [problem]

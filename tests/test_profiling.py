@@ -19,15 +19,10 @@ from perflab.profiling import (
     kernel_summary,
     load_trace,
 )
-from perflab.profiling.capture import record_step_trace
 from perflab.profiling.hotspots import busy_fraction, short_name
 from perflab.profiling.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
-from perflab.profiling.summary import (
-    SUMMARY_COLUMNS,
-    attention_time_vs_flops,
-    range_names,
-    range_totals,
-)
+from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.profiling.summary import SUMMARY_COLUMNS, range_names, range_totals
 from perflab.profiling.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 
 REAL_TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"

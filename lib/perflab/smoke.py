@@ -403,7 +403,7 @@ def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 def trace_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.bench.steps import BenchConfig
-    from perflab.profiling.capture import record_step_trace
+    from perflab.profiling.step_trace import record_step_trace
     from perflab.profiling.summary import kernel_summary
     from perflab.profiling.trace import load_trace
 

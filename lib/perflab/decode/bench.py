@@ -1,8 +1,8 @@
 """The measurements of notebook 10, each returning a DataFrame: prefill against decode per
 token, decode tokens/s against batch size beside the roofline, the three caches' tokens/s
 and KV memory, the fixed-shape step eager against compiled (and how often a growing-shape step
-recompiles), rotary tables, sampling on the device, and grouped-query attention against
-multi-head attention.
+recompiles), rotary tables, sampling on the device, grouped-query attention against
+multi-head attention, and int8 weights against the original's (``compare_int8``).
 
 Every timed decode step runs at a fixed context: the cache's lengths are set back before each
 call, so that each sample does the same work. Every table of timing medians carries the
@@ -22,11 +22,12 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import numpy as np
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.bench.comparison import compare
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
@@ -37,6 +38,7 @@ from perflab.decode.costs import (
     prefill_cost,
 )
 from perflab.decode.inputs import build_model, check_context, element_bytes, random_prompts
+from perflab.decode.quantize import quantize_int8, weight_bytes
 from perflab.decode.roofline import (
     compiled_graphs,
     decode_step,
@@ -590,4 +592,79 @@ def compare_kv_heads(
             "decodes_like_recomputation": same,
         }
     )
+    return row, result
+
+
+def compare_int8(
+    model: TransformerLM,
+    batch: int,
+    context: int,
+    *,
+    rounds: int = 6,
+    warmup: int = 2,
+    new_tokens: int = 16,
+    seed: int = 0,
+) -> tuple[dict, Comparison]:
+    """``model``'s compiled fixed-shape decode step against its int8 copy's (``quantize_int8``),
+    at ``batch`` sequences of ``context`` tokens: the weights' bytes of each (``_original``: the
+    model's own dtype), each first call (its compilation), the largest absolute and the relative
+    (norm) error of the int8 logits and whether they pick the same next tokens, the interleaved
+    ``Comparison`` (the original as a, int8 as b), and, over ``new_tokens`` greedy tokens from
+    the same random prompts, where each sequence's tokens first differ and the share of
+    positions that agree."""
+    device = next(model.parameters()).device
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    quantised = quantize_int8(model)
+    steps, logits, first_s = {}, {}, {}
+    for name, which in (("original", model), ("int8", quantised)):
+        steps[name] = decode_step(which, "contiguous", batch, context, compiled=True, seed=seed)
+        start = time.perf_counter()
+        logits[name] = steps[name]().clone()
+        first_s[name] = time.perf_counter() - start
+    result = compare(
+        steps["original"],
+        steps["int8"],
+        rounds=rounds,
+        warmup=warmup,
+        device=device,
+        names=(
+            f"the compiled step with {dtype} weights ({batch} x {context} tokens)",
+            "int8 weights",
+        ),
+    )
+    prompts = random_prompts(model.config.vocab_size, [context] * batch, seed + 1)
+    with torch.no_grad():
+        tokens = {
+            name: generate(which, prompts, new_tokens, "contiguous")
+            for name, which in (("original", model), ("int8", quantised))
+        }
+    firsts = [
+        next((i for i, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), new_tokens)
+        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
+    ]
+    agree = sum(
+        a == b
+        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
+        for a, b in zip(x, y, strict=True)
+    )
+    error = logits["int8"] - logits["original"]
+    row = {
+        "batch": batch,
+        "context": context,
+        "weight_bytes_original": weight_bytes(model),
+        "weight_bytes_int8": weight_bytes(quantised),
+        "first_call_s_original": first_s["original"],
+        "first_call_s_int8": first_s["int8"],
+        "logits_max_abs_error": error.abs().max().item(),
+        "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
+        "same_next_tokens": bool(
+            (logits["int8"].argmax(-1) == logits["original"].argmax(-1)).all()
+        ),
+        "new_tokens": new_tokens,
+        "first_differing_token": min(firsts),
+        "tokens_agreeing": agree / (batch * new_tokens),
+        **result.as_row(),
+        "tokens_per_s_original": batch / float(np.median(result.times_a)),
+        "tokens_per_s_int8": batch / float(np.median(result.times_b)),
+    }
     return row, result

@@ -11,23 +11,18 @@ calling a float matmul reads int8 and then writes and reads float32 again. Under
 ``torch.compile`` the product and sum over the input dimension are written out, and inductor
 fuses them with the conversion into one loop over the int8 weights; eager (and for more than
 ``FUSED_ROWS`` rows of activations, where the matmul is no longer a matrix-vector product) the
-weight is dequantised and ``F.linear`` does the rest.
+weight is dequantised and ``F.linear`` does the rest. ``perflab.decode.bench.compare_int8``
+times a model against its int8 copy.
 """
 
 from __future__ import annotations
 
 import copy
-import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from perflab.bench.comparison import Comparison, compare
-from perflab.decode import generate
-from perflab.decode.inputs import random_prompts
-from perflab.decode.roofline import decode_step
 from perflab.model import QKVProjection, TransformerLM
 
 #: Up to this many rows of activations (batch x new tokens) a compiled step multiplies and sums
@@ -105,78 +100,3 @@ def weight_bytes(model: nn.Module) -> int:
         buffer for name, buffer in model.named_buffers() if name.endswith(("weight", "scale"))
     ]
     return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def compare_int8(
-    model: TransformerLM,
-    batch: int,
-    context: int,
-    *,
-    rounds: int = 6,
-    warmup: int = 2,
-    new_tokens: int = 16,
-    seed: int = 0,
-) -> tuple[dict, Comparison]:
-    """``model``'s compiled fixed-shape decode step against its int8 copy's (``quantize_int8``),
-    at ``batch`` sequences of ``context`` tokens: the weights' bytes of each (``_original``: the
-    model's own dtype), each first call (its compilation), the largest absolute and the relative
-    (norm) error of the int8 logits and whether they pick the same next tokens, the interleaved
-    ``Comparison`` (the original as a, int8 as b), and, over ``new_tokens`` greedy tokens from
-    the same random prompts, where each sequence's tokens first differ and the share of
-    positions that agree."""
-    device = next(model.parameters()).device
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-    quantised = quantize_int8(model)
-    steps, logits, first_s = {}, {}, {}
-    for name, which in (("original", model), ("int8", quantised)):
-        steps[name] = decode_step(which, "contiguous", batch, context, compiled=True, seed=seed)
-        start = time.perf_counter()
-        logits[name] = steps[name]().clone()
-        first_s[name] = time.perf_counter() - start
-    result = compare(
-        steps["original"],
-        steps["int8"],
-        rounds=rounds,
-        warmup=warmup,
-        device=device,
-        names=(
-            f"the compiled step with {dtype} weights ({batch} x {context} tokens)",
-            "int8 weights",
-        ),
-    )
-    prompts = random_prompts(model.config.vocab_size, [context] * batch, seed + 1)
-    with torch.no_grad():
-        tokens = {
-            name: generate(which, prompts, new_tokens, "contiguous")
-            for name, which in (("original", model), ("int8", quantised))
-        }
-    firsts = [
-        next((i for i, (a, b) in enumerate(zip(x, y, strict=True)) if a != b), new_tokens)
-        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
-    ]
-    agree = sum(
-        a == b
-        for x, y in zip(tokens["original"], tokens["int8"], strict=True)
-        for a, b in zip(x, y, strict=True)
-    )
-    error = logits["int8"] - logits["original"]
-    row = {
-        "batch": batch,
-        "context": context,
-        "weight_bytes_original": weight_bytes(model),
-        "weight_bytes_int8": weight_bytes(quantised),
-        "first_call_s_original": first_s["original"],
-        "first_call_s_int8": first_s["int8"],
-        "logits_max_abs_error": error.abs().max().item(),
-        "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
-        "same_next_tokens": bool(
-            (logits["int8"].argmax(-1) == logits["original"].argmax(-1)).all()
-        ),
-        "new_tokens": new_tokens,
-        "first_differing_token": min(firsts),
-        "tokens_agreeing": agree / (batch * new_tokens),
-        **result.as_row(),
-        "tokens_per_s_original": batch / float(np.median(result.times_a)),
-        "tokens_per_s_int8": batch / float(np.median(result.times_b)),
-    }
-    return row, result

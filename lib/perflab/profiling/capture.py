@@ -1,9 +1,6 @@
-"""Record a torch.profiler trace of one training step of the workbook's model (notebook 02).
-
-The step is ``perflab.bench.make_step``'s, with its "step", "forward", "backward" and
-"optimizer" ranges; the model's attention can be swapped for the annotated one (ranges for
-scores, softmax and weighted sum) or for PyTorch's fused ``scaled_dot_product_attention``.
-On CUDA the trace holds device kernels, on CPU only CPU operators.
+"""Record a torch.profiler trace of any callable (``record_trace``), with a profiler whose start
+and stop print nothing (``profiling``). On CUDA the trace holds device kernels, on CPU only CPU
+operators. A training step of the workbook's model: ``perflab.profiling.step_trace``.
 """
 
 from __future__ import annotations
@@ -18,18 +15,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from perflab.attention import annotated_attention, naive_attention
-from perflab.bench.steps import BenchConfig, build_step
-from perflab.device import resolve_device, synchronize
-
-ATTENTIONS = {
-    "naive": naive_attention,
-    "annotated": annotated_attention,
-    "sdpa": F.scaled_dot_product_attention,
-}
+from perflab.device import synchronize
 
 
 @contextlib.contextmanager
@@ -95,16 +83,3 @@ def record_trace(
         else:
             shutil.copyfile(plain, path)
     return path
-
-
-def record_step_trace(
-    path: str | Path, config: BenchConfig, attention: str = "annotated", seed: int = 0
-) -> Path:
-    """Profile ``config.steps`` steps of ``config`` after ``config.warmup`` unprofiled ones,
-    with one of ``ATTENTIONS``; write the trace to ``path`` (gzipped when it ends in .gz) and
-    return the path."""
-    if attention not in ATTENTIONS:
-        raise ValueError(f"unknown attention {attention!r}; valid: {', '.join(ATTENTIONS)}")
-    device = resolve_device(config.device)
-    step = build_step(config, device, seed=seed, attention_fn=ATTENTIONS[attention])
-    return record_trace(step, path, device, warmup=config.warmup, steps=config.steps)

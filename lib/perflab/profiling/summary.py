@@ -125,30 +125,3 @@ def range_totals(trace: Trace, names: tuple[str, ...] | list[str]) -> pd.DataFra
             total = float(spans["dur"].sum())
         rows.append({"range": name, "instances": len(spans), "total_us": total})
     return pd.DataFrame(rows)
-
-
-def attention_time_vs_flops(
-    trace: Trace, batch_size: int, num_heads: int, seq_len: int, head_dim: int
-) -> pd.DataFrame:
-    """Time and FLOPs of the three annotated attention parts (``annotated_attention``'s ranges).
-
-    FLOPs per call for (batch x heads) rows of seq_len x seq_len scores: scores and weighted
-    sum 2*T*T*d each; softmax about 5*T*T (max, subtract, exp, sum, divide). Softmax does
-    ~2.5/d of a matmul's arithmetic but reads and writes the whole score matrix, so its share of
-    the time is far above its share of the FLOPs wherever memory traffic bounds it.
-    """
-    from perflab.attention.annotated import ATTENTION_RANGES, attention_part_flops
-
-    table = range_totals(trace, ATTENTION_RANGES)
-    if (table["instances"] == 0).any():
-        missing = ", ".join(table.loc[table["instances"] == 0, "range"])
-        raise ValueError(
-            f"{trace.path.name} lacks the attention ranges {missing}; "
-            "record it with attention='annotated'"
-        )
-    flops = attention_part_flops(batch_size, num_heads, seq_len, seq_len, head_dim)
-    table["flops"] = table["range"].map(flops) * table["instances"]
-    table["time_share"] = table["total_us"] / table["total_us"].sum()
-    table["flop_share"] = table["flops"] / table["flops"].sum()
-    table["gflops_per_s"] = table["flops"] / (table["total_us"] * 1e3)
-    return table
