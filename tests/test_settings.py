@@ -79,10 +79,14 @@ def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
 
 def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp_path):
     """Results and executed notebooks that a run writes leave the commit clean; a change to the
-    library or to a notebook's script marks it '+dirty'."""
+    library or to a notebook's script, or a new module of the library, marks it '+dirty'."""
+    import shutil
     import subprocess
 
     from perflab import paths
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -92,7 +96,8 @@ def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp
         (tmp_path / name).write_text("1\n")
     git("init", "-q")
     git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", "commit", "-q",
+        "-m", "x")  # fmt: skip
     monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
     monkeypatch.delenv("PERFLAB_COMMIT", raising=False)
     clean = paths.git_commit()
@@ -104,6 +109,8 @@ def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp
         (tmp_path / name).write_text("2\n")
         assert paths.git_commit() == clean + "+dirty"
         git("checkout", "--", name)
+    (tmp_path / "lib/perflab/new_module.py").write_text("1\n")
+    assert paths.git_commit() == clean + "+dirty"
 
 
 def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatch, tmp_path):
@@ -184,8 +191,8 @@ def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes(tmp_
     assert [c.name for c in PLAN[:2]] == ["smoke", "tests-gpu"] and PLAN[0].lease == 1
     assert {c.name for c in PLAN} >= {"smoke", "tests-gpu", "tests-rest"}
     assert [c.lease for c in PLAN] == sorted(c.lease for c in PLAN)  # leases in order
-    assert all(c.wheels == ("none" if c.name == "smoke" else "papermill, ipykernel and their needs")
-               for c in PLAN)  # fmt: skip
+    wheels = "papermill, ipykernel, ipywidgets and their needs"
+    assert all(c.wheels == ("none" if c.name == "smoke" else wheels) for c in PLAN)
 
     smoke, tests, notebook = PLAN[0], PLAN[1], PLAN[2]
     log = tmp_path / "leases.csv"

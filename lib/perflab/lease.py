@@ -77,7 +77,8 @@ class LeaseCommand:
 
     @property
     def wheels(self) -> str:
-        return "none" if self.name == "smoke" else "papermill, ipykernel and their needs"
+        wheels = "papermill, ipykernel, ipywidgets and their needs"
+        return "none" if self.name == "smoke" else wheels
 
 
 PLAN = (

@@ -145,7 +145,8 @@ def git_commit() -> str | None:
 
     try:
         commit = git("rev-parse", "--short", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", *MEASURING_CODE))
+        # New files count too: library_tree() hashes an untracked module of the library.
+        dirty = bool(git("status", "--porcelain", "--untracked-files=all", "--", *MEASURING_CODE))
     except (OSError, subprocess.SubprocessError):
         return None
     return commit + ("+dirty" if dirty else "")

@@ -1,7 +1,7 @@
 """A trace of the workbook's training step (notebook 02), and its attention ranges against their
 FLOPs.
 
-The step is ``perflab.bench.build_step``'s, with its "step", "forward", "backward" and
+The step is ``perflab.bench.steps.build_step``'s, with its "step", "forward", "backward" and
 "optimizer" ranges; the model's attention can be swapped for the annotated one (ranges for
 scores, softmax and weighted sum) or for PyTorch's fused ``scaled_dot_product_attention``.
 """
