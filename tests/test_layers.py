@@ -109,23 +109,37 @@ def _module(path: Path) -> str:
 
 def _imports(lib: Path = LIB, everything: bool = False) -> dict[str, set[str]]:
     """perflab module -> the perflab modules it imports (every module it imports when
-    ``everything``: third-party and the standard library's too)."""
+    ``everything``: third-party and the standard library's too). Relative imports are resolved
+    against the module's package; ``from package import name`` counts the submodule ``name``
+    where there is one, else the package."""
+    paths = sorted((lib / "perflab").rglob("*.py"))
+    known = {_module_in(path, lib) for path in paths}
     graph = {}
-    for path in sorted((lib / "perflab").rglob("*.py")):
+    for path in paths:
         module = _module_in(path, lib)
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # from . import x, from ..model import y
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                names = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                    for alias in node.names
+                ]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
                 continue
-            found.update(
-                n for n in names if everything or n == "perflab" or n.startswith("perflab.")
-            )
+            found.update(n for n in names if everything or _is_perflab(n))
         graph[module] = found - {module}
     return graph
+
+
+def _is_perflab(name: str) -> bool:
+    return name == "perflab" or name.startswith("perflab.")
 
 
 def _module_in(path: Path, lib: Path) -> str:
@@ -141,17 +155,18 @@ def _defining(name: str, known: set[str]) -> str:
 
 
 def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -> list[str]:
-    """An implementation that imports other perflab code than the implementations (and their
-    helpers) or a third-party package other than ``IMPLEMENTATION_PACKAGES``; a measuring-core
-    module that imports outside the core (the package's face, for its version, aside). One
-    sentence each."""
+    """An implementation (or one of its helpers) that imports other perflab code than the
+    implementations and their helpers, or a third-party package other than
+    ``IMPLEMENTATION_PACKAGES``; a measuring-core module that imports outside the core (the
+    package's face, ``import perflab`` for its version, aside). A module's own imports: importing
+    one also runs its packages' ``__init__``. One sentence each."""
     known = set(graph)
     problems = []
-    for module in sorted(IMPLEMENTATIONS & known):
+    for module in sorted((IMPLEMENTATIONS | IMPLEMENTATION_HELPERS) & known):
         wrong = (
             {_defining(t, known) for t in graph[module]} - IMPLEMENTATIONS - IMPLEMENTATION_HELPERS
         )
-        third = {n.split(".")[0] for n in everything[module] if not n.startswith("perflab")}
+        third = {n.split(".")[0] for n in everything[module] if not _is_perflab(n)}
         third -= set(sys.stdlib_module_names) | {"__future__"} | IMPLEMENTATION_PACKAGES
         problems += [f"{module} (an implementation) imports {t}" for t in sorted(wrong | third)]
     for module in sorted(MEASURING_CORE & known):
@@ -181,6 +196,7 @@ def test_no_import_circles():
     known = set(graph)
 
     def resolve(target: str) -> str | None:  # "perflab.bench" is its __init__
+        target = _defining(target, known)
         return target if target in known else None
 
     state: dict[str, int] = {}  # 1: on the current path, 2: done
@@ -225,6 +241,12 @@ def test_implementations_import_only_each_other_and_the_core_no_experiment():
          "perflab.bench.timer (measuring core) imports perflab.model"),
         ("paths.py", "import perflab.decode.bench\n",
          "perflab.paths (measuring core) imports perflab.decode.bench"),
+        ("paths.py", "from perflab import model\n",
+         "perflab.paths (measuring core) imports perflab.model"),
+        ("bench/timer.py", "from ..decode import bench\n",
+         "perflab.bench.timer (measuring core) imports perflab.decode.bench"),
+        ("model.py", "from .bench.timer import time_fn\n",
+         "perflab.model (an implementation) imports perflab.bench.timer"),
     ],
 )  # fmt: skip
 def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
