@@ -52,47 +52,42 @@ model = None                         # your model class, package.module:Class (t
 # %%
 import pandas as pd
 
-from perflab.adapters import results_name
-from perflab.bench import MODES, BenchConfig
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.comparison import describe_ratio
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.bench.crosscheck import compare_timers, matmul_size_for
-from perflab.bench.peak import measure_peak_matmul
-from perflab.bench.plots import plot_phases, plot_warmup
-from perflab.bench.steps import benchmark_sweep, compare_configs
-from perflab.bench.tables import (
+from perflab.lessons.nb01_benchmarking import (
+    MODES,
+    BenchConfig,
+    MeasureNow,
+    benchmark_sweep,
+    compare_configs,
+    compare_timers,
+    conclude,
+    conclude_all,
+    describe_ratio,
+    listing,
+    matmul_size_for,
+    measure_in_fresh_process,
+    measure_peak_matmul,
     mfu_lines,
+    open_notebook,
+    parse_dtype,
     phase_breakdown,
     phase_findings,
+    plot_phases,
+    plot_warmup,
+    presets_table,
+    results_elsewhere,
+    results_explorer,
+    save_figure,
     throughput,
     timing_table,
-)
-from perflab.bench.warmup import (
-    measure_in_fresh_process,
     warmup_configs,
     warmup_effect,
     warmup_finding,
     warmup_samples,
 )
-from perflab.device import describe, parse_dtype, resolve_device
-from perflab.model import presets_table
-from perflab.paths import (
-    listing,
-    results_dir,
-    results_elsewhere,
-    save_figure,
-    save_table,
-)
-from perflab.settings import record_settings
-from perflab.widgets import MeasureNow, results_explorer
 
 pd.set_option("display.precision", 4)
-settings = record_settings("01_benchmarking", globals())
-dev = resolve_device(device)
-out = results_dir("01_benchmarking" + (f"/{results_name(model)}" if model else ""), dev)
-machine = describe(dev)
-provenance = {"settings": settings, "machine": machine}
+nb = open_notebook("01_benchmarking", globals(), device=device, yours=model)
+dev, out, provenance, machine = nb.device, nb.out, nb.provenance, nb.provenance["machine"]
 pd.Series(machine, name="this run")
 
 # %% [markdown]
@@ -156,7 +151,7 @@ timing_table(results)
 
 # %%
 breakdown = phase_breakdown(results)
-save_table(breakdown, out / "phases.csv", provenance)
+nb.save(breakdown, "phases.csv")
 fig = plot_phases(breakdown)
 save_figure(fig, out / "phases.png")
 breakdown
@@ -326,6 +321,4 @@ print(listing(out))
 # rows.
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -54,37 +54,50 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from perflab.bench import BenchConfig, run_benchmark
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.conclusions import Finding, conclude_all
-from perflab.bench.peak import measure_copy_bandwidth
-from perflab.device import resolve_device
-from perflab.layer_norm import LAYER_NORMS
-from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, listing, results_dir, save_figure, save_table
-from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling import findings as say
-from perflab.profiling.grid import grid_answers, profile_grid
-from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
-from perflab.profiling.layer_norm_study import (
+from perflab.lessons.nb02_profiling import (
+    LAYER_NORMS,
+    REPO_ROOT,
+    BenchConfig,
+    Finding,
+    attention_time_vs_flops,
+    busy_fraction,
+    category_shares,
     check_layer_norms,
     compare_layer_norms,
+    compare_mask_copy,
+    compare_traces,
+    conclude_all,
+    display_path,
+    get_preset,
+    grid_answers,
+    kernel_hotspots,
+    kernel_summary,
+    listing,
+    load_trace,
+    measure_copy_bandwidth,
+    nsys_available,
+    nsys_kernel_summary,
+    open_notebook,
+    plot_category_comparison,
+    plot_hotspots,
+    profile_grid,
+    range_names,
+    range_totals,
+    record_step_trace,
     reduction_counts,
+    run_benchmark,
+    save_figure,
+    say,
+    short_name,
     statistics_times,
+    step_copy_sites,
 )
-from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
-from perflab.profiling.plots import plot_category_comparison, plot_hotspots
-from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
-from perflab.profiling.summary import range_names, range_totals
-from perflab.settings import record_settings
-from perflab.training.step_profile import compare_mask_copy, step_copy_sites
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.max_colwidth", 70)
-settings = record_settings("02_profiling", globals())
-dev = resolve_device(device)
+nb = open_notebook("02_profiling", globals(), device=device)
+dev, out = nb.device, nb.out
 config = get_preset(preset)
-out = results_dir("02_profiling", dev)
 print(f"{preset}, context {context_length}, batch {batch_size}, "
       f"{steps} profiled steps after {warmup} warm-up steps, on {dev}")
 
@@ -210,7 +223,7 @@ print(softmax_bandwidth)
 # %%
 grid = profile_grid(grid_presets, grid_seq_lens, batch_size=batch_size, warmup=warmup,
                     steps=steps, timer_steps=timer_steps, device=str(dev))
-save_table(grid, out / "profile_grid.csv", {"settings": settings})
+nb.save(grid, "profile_grid.csv")
 grid.drop(columns=["source", "batch_size", "forward_timer_ci_level"]).set_index(
     ["preset", "seq_len"]).T
 
@@ -347,7 +360,7 @@ print(say.reduction_line(counts))
 
 # %%
 stats = statistics_times(ln_tokens, ln_width, steps=ln_steps, device=dev)
-save_table(stats, out / "layer_norm_statistics.csv", {"settings": settings})
+nb.save(stats, "layer_norm_statistics.csv")
 steps_ln = compare_layer_norms(ln_tokens, ln_width, rounds=ln_rounds, device=dev)
 print("\n".join(conclude_all(out, [Finding(f"layer norm: {r.name_b} vs {r.name_a}", r.sentence(), r)
                                    for r in steps_ln])))
@@ -372,7 +385,7 @@ print(say.statistics_line(stats, ln_tokens, ln_width, dev.type))
 
 # %%
 copies = step_copy_sites(config, batch_size, copy_seq_len, dev)
-save_table(copies, out / "copy_sites.csv", {"settings": settings})
+nb.save(copies, "copy_sites.csv")
 copies.head(top)
 
 # %% [markdown]
@@ -384,7 +397,7 @@ copies.head(top)
 # %%
 mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
                                           rounds=copy_rounds)
-save_table(pd.DataFrame([mask_row]), out / "mask_copy.csv", {"settings": settings})
+nb.save(pd.DataFrame([mask_row]), "mask_copy.csv")
 print(say.mask_copy_sentence(copies, mask_row, mask_result.sentence()))
 
 # %% [markdown]
@@ -404,6 +417,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

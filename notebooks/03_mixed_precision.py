@@ -42,37 +42,33 @@ device = "auto"                      # "cuda" when present, else "cpu"
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import Finding, conclude_all
-from perflab.bench.plots import plot_comparisons
-from perflab.bench.steps import bf16_against_fp32
-from perflab.device import describe, resolve_device
-from perflab.loss_scaling import (
-    byte_vocabulary,
-    scaler_lines,
-    train_with_scaler,
-    underflow_lines,
-    underflow_table,
-)
-from perflab.model import get_preset
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.precision import (
+from perflab.lessons.nb03_mixed_precision import (
+    Finding,
     ToyModel,
     accumulation_experiment,
     accumulation_sentence,
     audit_lines,
+    bf16_against_fp32,
+    byte_vocabulary,
+    comparison_frame,
+    conclude_all,
     dtype_audit,
+    get_preset,
     layernorm_sensitivity,
+    listing,
+    open_notebook,
+    plot_comparisons,
+    save_figure,
+    scaler_lines,
     sensitivity_line,
+    train_with_scaler,
+    underflow_lines,
+    underflow_table,
 )
-from perflab.settings import record_settings
 
 pd.set_option("display.precision", 6)
-settings = record_settings("03_mixed_precision", globals())
-dev = resolve_device(device)
-out = results_dir("03_mixed_precision", dev)
-provenance = {"settings": settings, "machine": describe(dev)}
+nb = open_notebook("03_mixed_precision", globals(), device=device)
+dev, out = nb.device, nb.out
 print(f"on {dev}")
 
 # %% [markdown]
@@ -195,7 +191,7 @@ comparisons, phases, too_large = bf16_against_fp32(presets, context_length, batc
 if too_large:
     print("not compared (both training steps do not fit in memory together):", too_large)
 table = comparison_frame([({"preset": p}, c) for p, c in comparisons.items()])
-save_table(table, out / "bf16_vs_fp32.csv", provenance)
+nb.save(table, "bf16_vs_fp32.csv")
 fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
 save_figure(fig, out / "bf16_vs_fp32.png")
 table
@@ -203,7 +199,7 @@ table
 # %%
 phase_table = comparison_frame([({"preset": p, "phase": name}, c)
                                 for p, by_phase in phases.items() for name, c in by_phase.items()])
-save_table(phase_table, out / "bf16_vs_fp32_phases.csv", provenance)
+nb.save(phase_table, "bf16_vs_fp32_phases.csv")
 phase_table[["preset", "phase", "median_a_s", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high",
              "verdict"]]
 
@@ -239,7 +235,7 @@ print("\n".join(conclude_all(out, precision_findings)))
 # %%
 fp16_config = byte_vocabulary(get_preset(fp16_preset))
 underflow = underflow_table(fp16_config, fp16_batch_sizes, fp16_seq_len, fp16_scales, dev)
-save_table(underflow, out / "loss_scale_underflow.csv", provenance)
+nb.save(underflow, "loss_scale_underflow.csv")
 underflow
 
 # %%
@@ -261,7 +257,7 @@ print(scale_errors)
 # %%
 scaler = train_with_scaler(fp16_config, fp16_batch_sizes[0], fp16_seq_len, scaler_steps,
                            init_scale=scaler_init_scale, device=dev)
-save_table(scaler, out / "grad_scaler_steps.csv", provenance)
+nb.save(scaler, "grad_scaler_steps.csv")
 scaler
 
 # %%
@@ -288,6 +284,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -46,51 +46,49 @@ resume = True                      # skip peak-memory configurations already in 
 import inspect
 from dataclasses import replace
 
-from perflab.bench import BenchConfig
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.conclusions import Finding, conclude_all
-from perflab.checkpointing import run_nested
-from perflab.device import describe, resolve_device
-from perflab.device import gpu_memory_gib as gpu_memory_gib_of
-from perflab.memory import findings as say
-from perflab.memory.at_scale import (
+from perflab.lessons.nb04_memory import (
+    BenchConfig,
+    Finding,
+    best_group_size,
+    block_saved_tensors,
+    checkpointing_costs,
+    compile_backend,
+    conclude_all,
+    depth_sweep,
+    full_step_peak,
+    get_preset,
+    gpu_memory_gib_of,
+    gradient_memory,
+    group_size_sweep,
     handout_example,
     handout_sizes,
+    listing,
+    measured_residual_bytes,
     model_saved_tensors,
     modelled_step_peaks,
-    whole_step_table,
-)
-from perflab.memory.checkpoint_study import (
-    best_group_size,
-    checkpointing_costs,
-    depth_sweep,
-    group_size_sweep,
-)
-from perflab.memory.measure import (
-    block_saved_tensors,
-    compile_backend,
-    full_step_peak,
-    gradient_memory,
-    measured_residual_bytes,
+    open_notebook,
     peak_configs,
+    plot_depth,
+    plot_group_sweep,
+    plot_timelines,
     residual_stream_bytes,
     rmsnorm_saved_tensors,
+    run_nested,
+    save_figure,
+    saved_by_module,
+    saved_by_producer,
+    saved_bytes,
+    say,
     step_peak_memory,
     step_timelines,
+    whole_step_table,
 )
-from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
-from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
-from perflab.model import get_preset
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.settings import record_settings
 
 MiB = 2**20
-settings = record_settings("04_memory", globals())
-dev = resolve_device(device)
+nb = open_notebook("04_memory", globals(), device=device)
+dev, out, provenance = nb.device, nb.out, nb.provenance
 memory_gib = gpu_memory_gib_of(gpu_memory_gib, dev)
 config = get_preset(preset)
-out = results_dir("04_memory", dev)
-provenance = {"settings": settings, "machine": describe(dev)}
 context = context_lengths[-1]
 print(f"{preset}, batch {batch_size}, on {dev}")
 
@@ -221,7 +219,7 @@ by_module[["module", "tensors", "bytes", "share", "producers"]].round(3)
 
 # %%
 gradients, backward_ms = gradient_memory(preset, batch_size, context, dev)
-save_table(gradients, out / "gradient_memory.csv", provenance)
+nb.save(gradients, "gradient_memory.csv")
 gradients.round(2)
 
 # %%
@@ -311,7 +309,7 @@ print(say.xl_step_sentence(xl_steps, memory_gib))
 # %%
 layers = group_sweep_layers
 groups = group_size_sweep(checkpoint_preset, layers, batch_size, checkpoint_seq_len, dev)
-save_table(groups, out / "group_sweep.csv", provenance)
+nb.save(groups, "group_sweep.csv")
 optimum = best_group_size(groups, residual, block_bytes)
 fig = plot_group_sweep(groups, optimum["sqrt_layers"], optimum["model_optimum"])
 save_figure(fig, out / "group_sweep.png")
@@ -362,7 +360,7 @@ print(say.k_way_line())
 
 # %%
 depth = depth_sweep(checkpoint_preset, checkpoint_layers, batch_size, checkpoint_seq_len, dev)
-save_table(depth, out / "depth_sweep.csv", provenance)
+nb.save(depth, "depth_sweep.csv")
 fig = plot_depth(depth)
 save_figure(fig, out / "depth.png")
 depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
@@ -389,7 +387,7 @@ print(say.nested_forwards_line(checkpoint_layers))
 # %%
 costs = checkpointing_costs(checkpoint_preset, layers, best, max(checkpoint_layers), batch_size,
                             checkpoint_seq_len, dev, rounds=cost_rounds)
-save_table(costs, out / "checkpointing_cost.csv", provenance)
+nb.save(costs, "checkpointing_cost.csv")
 print("\n".join(conclude_all(out, [Finding.from_row(f"checkpointing cost {row['case']}", row)
                                    for row in costs.to_dict("records")])))
 print(say.nested_keep_line(depth))
@@ -420,6 +418,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -59,28 +59,29 @@ adapters = None                  # your course tests/adapters.py (or a module): 
 # %%
 import torch
 
-from perflab.adapters import results_name
-from perflab.adapters.timing import attention_of_yours
-from perflab.bench import Sweep
-from perflab.bench import attention_findings as say
-from perflab.bench.attention import attention_configs, measure_attention, naive_memory_check
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.compiled import compile_findings, compile_vs_eager
-from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_attention_sweep, plot_comparisons
-from perflab.device import describe, resolve_device
-from perflab.device import gpu_memory_gib as gpu_memory_gib_of
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.settings import record_settings
+from perflab.lessons.nb05_attention_compile import (
+    Sweep,
+    attention_configs,
+    attention_of_yours,
+    comparison_frame,
+    compile_findings,
+    compile_vs_eager,
+    conclude_all,
+    gpu_memory_gib_of,
+    listing,
+    measure_attention,
+    naive_memory_check,
+    open_notebook,
+    plot_attention_sweep,
+    plot_comparisons,
+    save_figure,
+    say,
+)
 
 MiB = 2**20
-settings = record_settings("05_attention_compile", globals())
-dev = resolve_device(device)
+nb = open_notebook("05_attention_compile", globals(), device=device, yours=adapters)
+dev, out, provenance = nb.device, nb.out, nb.provenance
 memory_gib = gpu_memory_gib_of(gpu_memory_gib, dev)
-out = results_dir("05_attention_compile" + (f"/{results_name(adapters)}" if adapters else ""),
-                  dev)
-provenance = {"settings": settings, "machine": describe(dev)}
 print(f"batch {batch}, d {head_dims}, sequence {seq_lens}, "
       f"{steps} timed calls after {warmup}, on {dev}")
 
@@ -152,7 +153,7 @@ naive_memory_check(results)
 grid_comparisons = say.compiled_against_naive(batch, head_dims, seq_lens, dev, rounds=steps,
                                               warmup=warmup)
 grid = say.compiled_grid(grid_comparisons, results)
-save_table(grid, out / "compiled_vs_naive.csv", provenance)
+nb.save(grid, "compiled_vs_naive.csv")
 fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
                                    grid["seq_len"].astype(str)),
                        x="point", title="compiled / naive attention, forward + backward (d/n)")
@@ -199,7 +200,7 @@ model_comparisons = (
                        modes=("train-step",), steps=steps, compile_modes=compile_modes)
 )
 model = comparison_frame(model_comparisons)
-save_table(model, out / "model_compile.csv", provenance)
+nb.save(model, "model_compile.csv")
 print(say.matmul_shapes_line(model))
 model.drop(columns=["sentence"])
 
@@ -222,6 +223,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -66,52 +66,48 @@ import pandas as pd
 import torch
 from IPython.display import Markdown
 
-from perflab.adapters import results_name
-from perflab.adapters.timing import attention_of_yours
-from perflab.attention.aot import (
-    compile_line,
-    compile_table,
-    jobs,
-    structure_cost,
-    structure_findings,
-    summary,
-)
-from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
-from perflab.attention.flash_configs import kept_table
-from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import (
+from perflab.lessons.nb06_flash_attention import (
     CHECK_CONFIG,
     INTERPRETED,
     SOURCES,
+    WEIGHTED_SUM_SOURCES,
+    FlashAttentionTorch,
     FlashAttentionTriton,
-    host_call_table,
-    pinned_config,
-)
-from perflab.attention.triton_compile import kernel_source
-from perflab.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
-from perflab.attention.weighted_sum import WeightedSumTriton
-from perflab.bench import Sweep
-from perflab.bench import attention_findings as say
-from perflab.bench.attention import (
+    Sweep,
+    WeightedSumTriton,
     attention_configs,
+    attention_of_yours,
     attention_peak_memory,
+    checks_line,
+    comparison_frame,
+    compile_line,
+    compile_table,
+    conclude_all,
     flash_speed,
+    host_call_table,
+    implementation_checks,
+    jobs,
+    kept_table,
+    kernel_source,
+    listing,
     measure_attention,
+    open_notebook,
+    parse_dtype,
+    pinned_config,
+    plot_attention_sweep,
     ratios_to,
+    results_elsewhere,
+    save_figure,
+    say,
+    structure_cost,
+    structure_findings,
+    summary,
+    weighted_sum_line,
 )
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_attention_sweep
-from perflab.device import describe, parse_dtype, resolve_device
-from perflab.paths import listing, results_dir, results_elsewhere, save_figure, save_table
-from perflab.settings import record_settings
 
 MiB = 2**20
-settings = record_settings("06_flash_attention", globals())
-dev = resolve_device(device)
-out = results_dir("06_flash_attention" + (f"/{results_name(adapters)}" if adapters else ""), dev)
-provenance = {"settings": settings, "machine": describe(dev)}
+nb = open_notebook("06_flash_attention", globals(), device=device, yours=adapters)
+dev, out, provenance = nb.device, nb.out, nb.provenance
 print(f"on {dev}; Triton {'interpreted (not a speed measurement)' if INTERPRETED else 'compiled'}")
 
 # %% [markdown]
@@ -201,7 +197,7 @@ print("\n".join(yours_lines))
 # %%
 compiled = compile_table(jobs(targets=kernel_targets, dtypes=kernel_dtypes, head_dims=(128,),
                               causal=kernel_causal))
-save_table(compiled, out / "compiled_kernels.csv", provenance)
+nb.save(compiled, "compiled_kernels.csv")
 summary(compiled)
 
 # %%
@@ -233,7 +229,7 @@ kept.assign(config=kept["num_warps"].astype(str) + "w " + kept["num_stages"].ast
 
 # %%
 structure = structure_cost(structure_targets)
-save_table(structure, out / "structure_cost.csv", provenance)
+nb.save(structure, "structure_cost.csv")
 structure
 
 # %%
@@ -298,7 +294,7 @@ contenders += [name for name in yours if name == "yours_pytorch" or not INTERPRE
 speed, speed_findings = say.against_naive(
     contenders, timed.groupby("implementation")["seq_len"].max(), batch, max(head_dims), dev,
     dtypes[-1], rounds=max(steps, 6), warmup=warmup)  # dtypes[-1]: the GPU's bfloat16 in the full profile
-save_table(speed, out / "against_naive.csv", provenance)
+nb.save(speed, "against_naive.csv")
 print("\n".join(conclude_all(out, speed_findings)))
 
 # %% [markdown]
@@ -321,8 +317,8 @@ else:
         ["sdpa", "flash_triton", "flash_torch"], heads=speed_heads, seq_lens=speed_seq_lens,
         head_dim=64, dtype="bfloat16", device=dev, rounds=max(steps, 6),
         max_seq_len={"flash_torch": max_seq_len["flash_torch"]})
-    save_table(speed_rows, out / "flash_speed.csv", provenance)
-    save_table(comparison_frame(against_sdpa), out / "flash_vs_sdpa.csv", provenance)
+    nb.save(speed_rows, "flash_speed.csv")
+    nb.save(comparison_frame(against_sdpa), "flash_vs_sdpa.csv")
     print("\n".join(conclude_all(out, say.against_sdpa_findings(against_sdpa))))
     display(speed_rows)
 
@@ -359,7 +355,7 @@ implementations = [name for name in [*memory_implementations, *yours]
 memory = pd.DataFrame([attention_peak_memory(name, memory_batch, memory_seq_len, memory_head_dim,
                                              dev, causal=True, dtype=parse_dtype(memory_dtype))
                        for name in implementations])
-save_table(memory, out / "long_context_memory.csv", provenance)
+nb.save(memory, "long_context_memory.csv")
 memory.assign(peak_MiB=memory["peak_bytes"] / MiB,
               held_MiB=memory["held_before_backward_bytes"] / MiB)
 
@@ -381,6 +377,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

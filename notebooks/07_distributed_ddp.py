@@ -58,44 +58,42 @@ adapters = None                       # your course tests/adapters.py (or a modu
 # %%
 import pandas as pd
 
-from perflab.adapters import results_name
-from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_comparisons
-from perflab.device import resolve_device
-from perflab.distributed import RankError, launch
-from perflab.distributed import findings as say
-from perflab.distributed.allreduce_benchmark import (
+from perflab.lessons.nb07_distributed_ddp import (
+    RankError,
+    adapters_setup,
     allreduce_sweep,
     bus_factor,
     check_allreduce_rank,
-)
-from perflab.distributed.ddp_benchmark import (
+    check_ring_rank,
+    conclude_all,
     ddp_comparisons,
     ddp_configs,
     ddp_findings,
+    ddp_of_yours,
+    ddp_parity_all,
     ddp_sweep,
+    ddp_timelines,
     fit_bucket_overhead,
-    relative_to_naive,
-)
-from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
-from perflab.distributed.launch import raise_on_rank
-from perflab.distributed.parity import ddp_parity_all
-from perflab.distributed.plots import (
+    fit_ring_model,
+    launch,
+    listing,
+    open_notebook,
+    overlap_table,
     plot_allreduce,
     plot_bucket_sweep,
+    plot_comparisons,
     plot_ddp_steps,
     plot_rank_timelines,
+    raise_on_rank,
+    relative_to_naive,
+    ring_sweep,
+    save_figure,
+    say,
+    yours_ddp_configs,
 )
-from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.settings import record_settings
 
-settings = record_settings("07_distributed_ddp", globals())
-out = results_dir("07_distributed_ddp" + (f"/{results_name(adapters)}" if adapters else ""),
-                  resolve_device("auto"))
-provenance = {"settings": settings}
+nb = open_notebook("07_distributed_ddp", globals(), yours=adapters)
+out, provenance = nb.out, nb.provenance
 print(say.ddp_placement_line(sizes_mb, world_sizes, ddp_world_size))
 
 # %% [markdown]
@@ -184,7 +182,7 @@ print("\n".join(ring_checks))
 ring = ring_sweep(out / "ring.csv", list(ring_sizes_mb), list(ring_world_sizes),
                   warmup=1, steps=allreduce_steps, resume=resume, metadata=provenance)
 ring_fit = fit_ring_model(ring)
-save_table(ring_fit, out / "ring_fit.csv", provenance)
+nb.save(ring_fit, "ring_fit.csv")
 display(ring[["world_size", "size_mb", "status", "ring_ms", "all_reduce_ms",
               "ring_over_all_reduce"]])
 ring_fit
@@ -266,7 +264,7 @@ save_figure(fig, out / "bucket_sweep.png");
 
 # %%
 against_naive = ddp_comparisons(steps, "naive")
-save_table(against_naive, out / "ddp_vs_naive.csv", provenance)
+nb.save(against_naive, "ddp_vs_naive.csv")
 fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
 save_figure(fig, out / "ddp_vs_naive.png")
 against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
@@ -304,7 +302,7 @@ timelines = ddp_timelines(["naive", "individual", "bucketed"], ddp_world_size, d
 fig = plot_rank_timelines(timelines)
 save_figure(fig, out / "ddp_timelines.png")
 overlap = overlap_table(timelines)
-save_table(overlap, out / "ddp_overlap.csv", provenance)
+nb.save(overlap, "ddp_overlap.csv")
 overlap.round(2)
 
 # %%
@@ -380,6 +378,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -58,49 +58,49 @@ adapters = None                             # your course tests/adapters.py (or 
 # %%
 import pandas as pd
 
-from perflab.adapters import results_name
-from perflab.adapters.timing import sharding_of_yours
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.conclusions import conclude_all
-from perflab.device import resolve_device
-from perflab.distributed import findings as say
-from perflab.distributed import launch
-from perflab.distributed.calculators import H100_NODE, Workload, max_devices_table
-from perflab.distributed.comm_accounting import (
-    compute_bound_conditions,
-    fsdp_memory_per_device,
-    smaller_batch_options,
-)
-from perflab.distributed.ddp_benchmark import (
+from perflab.lessons.nb08_sharding import (
+    H100_NODE,
     PREFETCH_KEY,
+    TP_BACKWARD,
     ZERO_KEY,
+    Workload,
+    build_model,
+    calculator_controls,
+    compute_bound_conditions,
+    conclude_all,
     ddp_sweep,
-    prefetch_configs,
-    zero_configs,
-)
-from perflab.distributed.ffn_calcs import TP_BACKWARD
-from perflab.distributed.ffn_calcs import answers as ffn_answers
-from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
-from perflab.distributed.memory_per_rank import (
+    ffn_answers,
+    fsdp_forward_timeline,
     fsdp_memory,
+    fsdp_memory_per_device,
+    fsdp_parity,
+    gather_summary,
+    get_preset,
+    launch,
+    listing,
+    max_devices_table,
     memory_per_rank_formula,
+    open_notebook,
+    plot_max_devices,
+    plot_memory_per_rank,
+    plot_rank_timelines,
+    prefetch_configs,
+    resolve_device,
+    save_figure,
+    say,
+    sharding_of_yours,
+    smaller_batch_options,
+    torch_fsdp_comparison,
     zero_communication,
+    zero_configs,
     zero_memory,
     zero_memory_points,
+    zero_parity_all,
 )
-from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
-from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
-from perflab.distributed.toy import build_model
-from perflab.model import get_preset
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.settings import record_settings
-from perflab.widgets import calculator_controls
 
 MiB = 2**20
-settings = record_settings("08_sharding", globals())
-out = results_dir("08_sharding" + (f"/{results_name(adapters)}" if adapters else ""),
-                  resolve_device("auto"))
-provenance = {"settings": settings}
+nb = open_notebook("08_sharding", globals(), yours=adapters)
+out, provenance = nb.out, nb.provenance
 print(say.placement_line(world_size, memory_model))
 
 # %% [markdown]
@@ -132,7 +132,7 @@ print(say.zero_parity_checks(zero).to_string(index=False))
 
 # %%
 zero_mem = pd.DataFrame(launch(zero_memory, world_size, (memory_model,)))
-save_table(zero_mem, out / "zero_memory.csv", provenance)
+nb.save(zero_mem, "zero_memory.csv")
 zero_mem
 
 # %%
@@ -155,7 +155,7 @@ print(say.zero_state_sentence(zero_mem, memory_model, world_size))
 # %%
 points = pd.DataFrame([row for rows in launch(zero_memory_points, world_size, (memory_model,))
                        for row in rows])
-save_table(points, out / "zero_memory_points.csv", provenance)
+nb.save(points, "zero_memory_points.csv")
 rank0 = points[points["rank"] == 0].drop(columns="rank").set_index(["optimizer", "point"])
 rank0.div(MiB).round(1).rename(columns=lambda c: c.replace("bytes", "MiB"))
 
@@ -264,7 +264,7 @@ print(say.fsdp_parity_checks(fsdp).to_string(index=False))
 
 # %%
 fsdp_mem = pd.DataFrame(launch(fsdp_memory, world_size, (memory_model,)))
-save_table(fsdp_mem, out / "fsdp_memory.csv", provenance)
+nb.save(fsdp_mem, "fsdp_memory.csv")
 fsdp_mem
 
 # %%
@@ -409,7 +409,7 @@ controls.result
 table = pd.concat([max_devices_table(get_preset(name), H100_NODE, calculator_batch_sizes,
                                      calculator_seq_len)
                    for name in calculator_presets])
-save_table(table, out / "max_devices.csv", provenance)
+nb.save(table, "max_devices.csv")
 fig = plot_max_devices(table)
 save_figure(fig, out / "max_devices.png")
 shown = table[table["batch_size"].isin([1, 16, 256, 4096])]
@@ -558,6 +558,4 @@ print(listing(out))
 # rules; CI runs it over `data/results`):
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -75,65 +75,59 @@ import json
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.comparison import paired_table
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.bench.peak import measure_peak_matmul
-from perflab.bench.recipe import Recipe
-from perflab.bench.steps import BenchConfig
-from perflab.device import parse_dtype, resolve_device
-from perflab.hardware import HANDOUT_B200
-from perflab.model import TransformerLM, get_preset
-from perflab.paths import listing, results_dir, save_table
-from perflab.settings import record_settings
-from perflab.training import default_chunk_size
-from perflab.training import findings as say
-from perflab.training.batching import (
-    check_bucketing,
-    check_loss_batching,
-    compare_bucketing,
-    compare_loss_batching,
-    speeches,
-)
-from perflab.training.data import (
+from perflab.lessons.nb09_training_step import (
+    B200,
+    BASELINE,
     CPU_DATA_PATHS,
     DATA_PATHS,
+    HANDOUT_B200,
+    BenchConfig,
     ByteTokenizer,
-    data_path_steps,
-    read_corpus,
-)
-from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head, head_peak_memory
-from perflab.training.ladder import (
-    BASELINE,
-    TrainingStep,
-    greedy_ladder,
-    kv_heads_against_mha,
-    stack_against_baseline,
-)
-from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
-from perflab.training.sharded_step import sharded_step_row
-from perflab.training.step_model import (
-    B200,
     Efficiency,
+    Recipe,
     StepPlan,
-    price_rungs_at,
-    rung_findings,
-    step_ops,
-    time_by_part,
-)
-from perflab.training.step_profile import (
+    TrainingStep,
+    TransformerLM,
     accumulation_table,
     batch_size_table,
+    bound_sentence,
+    check_bucketing,
+    check_loss_batching,
+    chunk_size_sweep,
+    compare_bucketing,
+    compare_loss_batching,
+    compare_with_torch_head,
+    conclude,
+    conclude_all,
+    data_path_steps,
+    default_chunk_size,
+    get_preset,
+    greedy_bound_table,
+    greedy_ladder,
+    head_peak_memory,
+    kv_heads_against_mha,
+    listing,
+    measure_peak_matmul,
+    open_notebook,
+    paired_table,
+    parse_dtype,
+    price_rungs_at,
+    read_corpus,
+    rung_findings,
+    say,
+    sharded_step_row,
+    speeches,
+    stack_against_baseline,
     step_memory,
+    step_ops,
     step_phases,
+    time_by_part,
 )
 
 MiB = 2**20
-dev = resolve_device(device)
+nb = open_notebook("09_training_step", globals(), device=device)
+dev, out = nb.device, nb.out
 config = get_preset(preset)
-settings = record_settings("09_training_step", globals())
-out = results_dir("09_training_step", dev)
-provenance = {"settings": settings}
 leaderboard = get_preset("leaderboard-8B")
 for line in say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard):
     print(line)
@@ -150,7 +144,7 @@ for line in say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard):
 # %%
 baseline = TrainingStep(config, BASELINE, batch_size, seq_len, dev)
 phases = step_phases(baseline, steps=phase_steps)
-save_table(phases, out / "baseline_phases.csv", provenance)
+nb.save(phases, "baseline_phases.csv")
 phases.round(3)
 
 # %%
@@ -164,7 +158,7 @@ print(say.phase_sentence(phases))
 
 # %%
 memory = step_memory(baseline)
-save_table(memory, out / "baseline_memory.csv", provenance)
+nb.save(memory, "baseline_memory.csv")
 memory.assign(measured_MiB=memory["measured_bytes"] / MiB,
               formula_MiB=memory["formula_bytes"] / MiB).drop(
     columns=["measured_bytes", "formula_bytes"]).round(2)
@@ -191,7 +185,7 @@ print(say.logits_sentence(memory, config))
 
 # %%
 head = head_peak_memory(head_tokens, head_vocab, head_d_model, device=device)
-save_table(head, out / "head_memory.csv", provenance)
+nb.save(head, "head_memory.csv")
 head.assign(peak_MiB=head["peak_bytes"] / MiB, full_logits_MiB=head["logits_bytes"] / MiB).drop(
     columns=["peak_bytes", "logits_bytes"]).round(3)
 
@@ -220,7 +214,7 @@ print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch)
 # %%
 chunks = chunk_size_sweep(head_tokens, head_vocab, head_d_model, head_chunk_sizes,
                           device=device)
-save_table(chunks, out / "head_chunk_sizes.csv", provenance)
+nb.save(chunks, "head_chunk_sizes.csv")
 chunks.assign(median_ms=chunks["median_s"] * 1e3, peak_MiB=chunks["peak_bytes"] / MiB)[
     ["chunk_size", "median_ms", "unstable", "peak_MiB", "peak_over_hidden", "default"]].round(3)
 
@@ -265,7 +259,7 @@ print(say.chunk_sentence(chunks, default_chunk_size(head_tokens, head_vocab, hea
 # %%
 greedy, stack = greedy_ladder(config, rungs, batch_size, seq_len, dev, rounds=rounds,
                               budget_s=budget_s, trace_dir=out / "traces", trace_steps=trace_steps)
-save_table(greedy.drop(columns=["trace", "trace_base"]), out / "ladder.csv", provenance)
+nb.save(greedy.drop(columns=["trace", "trace_base"]), "ladder.csv")
 greedy.assign(step_ms=greedy["step_s"] * 1e3, first_step_ms=greedy["first_step_s"] * 1e3,
               peak_MiB=greedy["peak_bytes"] / MiB)[
     ["rung", "tried_on", "matches_baseline", "verdict", "vs_best", "ci_low", "ci_high",
@@ -312,7 +306,7 @@ print(say.stack_sentence(whole, config.train_step_flops(batch_size, seq_len),
 # %%
 bounds = greedy_bound_table(greedy, steps=trace_steps)
 final = greedy[["rung", "kept", "step_s", "peak_bytes"]].merge(bounds, on="rung")
-save_table(final.drop(columns="source"), out / "final_table.csv", provenance)
+nb.save(final.drop(columns="source"), "final_table.csv")
 print(f"operator times from {bounds['source'].iloc[0]}")
 final.assign(step_ms=final["step_s"] * 1e3, peak_MiB=final["peak_bytes"] / MiB)[
     ["rung", "kept", "step_ms", "peak_MiB", "dominant", "dominant_share", "hotspot",
@@ -348,7 +342,7 @@ print("perflab bench " + " ".join(command.command_line()))
 # %%
 gqa_row, gqa_result = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len,
                                            dev, rounds=gqa_rounds)
-save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
+nb.save(pd.DataFrame([gqa_row]), "grouped_query.csv")
 print(say.gqa_sentence(gqa_row, gqa_result, config.num_heads, gqa_kv_heads))
 
 # %% [markdown]
@@ -370,7 +364,7 @@ modes = tuple(DATA_PATHS) if dev.type == "cuda" else CPU_DATA_PATHS
 data_run = TrainingStep(config, BASELINE, batch_size, seq_len, dev)
 data_times = data_path_steps(data_run, text, data_rounds, modes=modes)
 data_table = paired_table(data_times, "synthetic", label="data_path")
-save_table(data_table, out / "data_path.csv", provenance)
+nb.save(data_table, "data_path.csv")
 data_table.round(3)
 
 # %%
@@ -394,7 +388,7 @@ print("the loop and the one call give the same loss and gradient in float64 (wit
 # %%
 loss_batching = compare_loss_batching(loss_batch, loss_seq_len, vocab, rounds=data_rounds,
                                       device=dev)
-save_table(pd.DataFrame([loss_batching.as_row()]), out / "loss_batching.csv", provenance)
+nb.save(pd.DataFrame([loss_batching.as_row()]), "loss_batching.csv")
 print(conclude(out, "loss in one call vs a loop over examples", loss_batching))
 
 # %% [markdown]
@@ -426,7 +420,7 @@ print("random order, bucketed and one at a time give the same summed loss in flo
 torch.manual_seed(0)
 byte_model = TransformerLM(byte_config).to(dev)
 bucket_rows, bucketing = compare_bucketing(byte_model, picked, bucket_batch, rounds=data_rounds)
-save_table(bucket_rows, out / "bucketing.csv", provenance)
+nb.save(bucket_rows, "bucketing.csv")
 print(conclude(out, "bucketed by length vs random order", bucketing))
 print(say.bucketing_sentence(bucket_rows, bucket_sequences, bucket_batch))
 bucket_rows.round(3)
@@ -445,14 +439,14 @@ bucket_rows.round(3)
 
 # %%
 sizes = batch_size_table(config, batch_sizes, batch_seq_len, dev)
-save_table(sizes, out / "batch_sizes.csv", provenance)
+nb.save(sizes, "batch_sizes.csv")
 sizes.assign(step_ms=sizes["step_s"] * 1e3, peak_MiB=sizes["peak_bytes"] / MiB).drop(
     columns=["step_s", "peak_bytes"]).round(2)
 
 # %%
 accumulated = accumulation_table(config, global_batch, say.micro_batch_sizes(global_batch),
                                  batch_seq_len, dev)
-save_table(accumulated, out / "accumulation.csv", provenance)
+nb.save(accumulated, "accumulation.csv")
 accumulated.assign(step_ms=accumulated["step_s"] * 1e3,
                    peak_MiB=accumulated["peak_bytes"] / MiB).drop(
     columns=["step_s", "peak_bytes"]).round(2)
@@ -475,7 +469,7 @@ print(say.batch_size_sentence(sizes, accumulated, global_batch))
 
 # %%
 leaderboard_memory = say.leaderboard_memory(leaderboard)
-save_table(leaderboard_memory, out / "leaderboard_memory.csv", provenance)
+nb.save(leaderboard_memory, "leaderboard_memory.csv")
 leaderboard_memory.round(2)
 
 # %%
@@ -503,7 +497,7 @@ for line in say.gpu_lines(leaderboard_gpus):
 print(leaderboard_efficiency)
 leaderboard_estimate = price_rungs_at(leaderboard, 2, leaderboard.context_length, 2,
                                       leaderboard_gpus, leaderboard_efficiency)
-save_table(leaderboard_estimate, out / "leaderboard_estimate.csv", provenance)
+nb.save(leaderboard_estimate, "leaderboard_estimate.csv")
 leaderboard_estimate.round(3)
 
 # %%
@@ -520,9 +514,9 @@ best_plan = StepPlan(attention="flash", head="fused", optimizer="fused", compile
                      checkpointing=True)
 best_parts = time_by_part(step_ops(leaderboard, best_plan, 2, leaderboard.context_length, 2,
                                    B200, leaderboard_efficiency))
-save_table(best_parts, out / "leaderboard_estimate_parts.csv", provenance)
+nb.save(best_parts, "leaderboard_estimate_parts.csv")
 chunks = say.head_chunk_estimates(leaderboard, best_plan, B200, leaderboard_efficiency)
-save_table(chunks, out / "leaderboard_estimate_chunks.csv", provenance)
+nb.save(chunks, "leaderboard_estimate_chunks.csv")
 for sentence in say.best_step_sentences(best_parts, chunks, leaderboard_efficiency, B200):
     print(sentence)
 best_parts.round(3)
@@ -546,7 +540,7 @@ sharded_row, why_not = sharded_step_row(sharded_preset, sharded_recipe, sharded_
 if sharded_row is None:
     print(why_not)
 else:
-    save_table(pd.DataFrame([sharded_row]), out / "sharded_step.csv", provenance)
+    nb.save(pd.DataFrame([sharded_row]), "sharded_step.csv")
     print(say.sharded_sentence(sharded_row))
 
 # %%
@@ -561,6 +555,4 @@ if sharded_check and sharded_row is not None:
 print(listing(out))
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

@@ -87,41 +87,47 @@ device = "auto"                               # "cuda" when present, else "cpu"
 import pandas as pd
 import torch
 
-from perflab.bench.checks import check_results, contradictions_line
-from perflab.bench.conclusions import Finding, conclude, conclude_all
-from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
-from perflab.decode import CACHES, generate
-from perflab.decode import findings as say
-from perflab.decode.bench import (
+from perflab.lessons.nb10_decoding import (
+    CACHES,
+    Finding,
+    build_model,
     compare_caches,
     compare_int8,
     compare_kv_heads,
     compare_rotary_tables,
     compare_sampling_place,
     compile_static_step,
+    compiled_graphs,
+    conclude,
+    conclude_all,
     count_compilations,
+    generate,
+    get_preset,
     kv_memory,
+    listing,
+    max_world_size,
+    measure_copy_bandwidth,
+    measure_peak_matmul,
+    open_notebook,
+    parse_dtype,
+    plot_decode_roofline,
+    plot_kv_memory,
     prefill_vs_decode,
     profile_steps,
+    random_prompts,
+    save_figure,
+    say,
+    tensor_parallel_decode,
+    tensor_parallel_findings,
     throughput_by_batch,
+    yardstick_columns,
 )
-from perflab.decode.inputs import build_model, random_prompts
-from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
-from perflab.decode.roofline import compiled_graphs, yardstick_columns
-from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
-from perflab.device import parse_dtype, resolve_device
-from perflab.distributed.launch import max_world_size
-from perflab.model import get_preset
-from perflab.paths import listing, results_dir, save_figure, save_table
-from perflab.settings import record_settings
 
 MiB = 2**20
-dev = resolve_device(device)
+nb = open_notebook("10_decoding", globals(), device=device)
+dev, out = nb.device, nb.out
 param_dtype = parse_dtype(dtype)
 config = get_preset(preset)
-settings = record_settings("10_decoding", globals())
-out = results_dir("10_decoding", dev)
-provenance = {"settings": settings}
 model = build_model(config, dev, param_dtype)
 element = torch.finfo(param_dtype).bits // 8
 mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
@@ -136,7 +142,7 @@ print(say.model_line(config, element, dtype, dev.type))
 # %%
 bandwidth = measure_copy_bandwidth(dev)
 peak = measure_peak_matmul(dev, param_dtype, sizes=(512, 1024) if dev.type == "cpu" else None)
-save_table(pd.DataFrame([yardstick_columns(bandwidth, peak)]), out / "yardsticks.csv", provenance)
+nb.save(pd.DataFrame([yardstick_columns(bandwidth, peak)]), "yardsticks.csv")
 print(say.yardstick_line(bandwidth, peak, dtype))
 
 # %% [markdown]
@@ -150,7 +156,7 @@ print(say.yardstick_line(bandwidth, peak, dtype))
 
 # %%
 phases = prefill_vs_decode(model, prompt_len, steps=steps)
-save_table(phases, out / "prefill_vs_decode.csv", provenance)
+nb.save(phases, "prefill_vs_decode.csv")
 phases.round(4)
 
 # %%
@@ -183,7 +189,7 @@ print(say.phase_sentence(phases, ridge, steps))
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
                                  peak.flops_per_s, compiled=(False, True), mode=mode, freeze=freeze,
                                  steps=steps)
-save_table(throughput, out / "decode_throughput.csv", provenance)
+nb.save(throughput, "decode_throughput.csv")
 fig = plot_decode_roofline(throughput, dev.type)
 save_figure(fig, out / "decode_roofline.png")
 print(say.error_bar_line(throughput, steps))
@@ -229,7 +235,7 @@ for sampling in ({}, {"temperature": 1.0, "top_k": 20}):
 # %%
 prompts = random_prompts(config.vocab_size, cache_prompt_lens)
 caches = compare_caches(model, prompts, cache_new_tokens, rounds=cache_rounds)
-save_table(caches, out / "cache_modes.csv", provenance)
+nb.save(caches, "cache_modes.csv")
 caches[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low", "ci_high",
         "verdict"]].round(3)
 
@@ -255,7 +261,7 @@ print(say.cache_rates_line(caches))
 # %%
 kv_model = model if kv_preset == preset else build_model(get_preset(kv_preset), dev, param_dtype)
 kv = kv_memory(kv_model, kv_prompt_lens, kv_new_tokens, block_sizes)
-save_table(kv, out / "kv_memory.csv", provenance)
+nb.save(kv, "kv_memory.csv")
 fig = plot_kv_memory(kv)
 save_figure(fig, out / "kv_memory.png")
 kv.assign(kv_MiB=kv["kv_bytes"] / MiB)[["cache", "block_size", "kv_MiB", "table_entries",
@@ -289,7 +295,7 @@ print(saved)
 compile_model = (model if compile_preset == preset
                  else build_model(get_preset(compile_preset), dev, param_dtype))
 compilations = count_compilations(compile_model, compile_batch, context, compile_calls)
-save_table(compilations, out / "compilations.csv", provenance)
+nb.save(compilations, "compilations.csv")
 compilations.pivot(index="call", columns="shapes", values=["graphs", "seconds"]).round(3)
 
 # %%
@@ -306,7 +312,7 @@ print(say.tracing_sentence(compilations, compile_calls))
 
 # %%
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
-save_table(pd.DataFrame([compiled]), out / "compiled_step.csv", provenance)
+nb.save(pd.DataFrame([compiled]), "compiled_step.csv")
 print(say.compiled_step_sentence(
     compiled, conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]))
 
@@ -339,7 +345,7 @@ print("the compiled step picks the same next tokens as the eager one:",
 # %%
 largest = max(batch_sizes)
 profiles, parts, calls = profile_steps(model, context, largest, mode, dev, freeze=freeze)
-save_table(profiles, out / "decode_profile.csv", provenance)
+nb.save(profiles, "decode_profile.csv")
 parts.round(3)
 
 # %%
@@ -359,7 +365,7 @@ for sentence in say.profile_sentences(parts, calls, config, element, bandwidth.b
 # %%
 rotary = compare_rotary_tables(model, batch_sizes[-1], context, rounds=rounds)
 sampling = compare_sampling_place(model, batch_sizes[-1], context, rounds=rounds)
-save_table(pd.DataFrame([rotary, sampling]), out / "rotary_and_sampling.csv", provenance)
+nb.save(pd.DataFrame([rotary, sampling]), "rotary_and_sampling.csv")
 for sentence in conclude_all(out, [Finding.from_row("rotary tables once", rotary),
                                    Finding.from_row("sampling on the device", sampling)]):
     print(sentence)
@@ -391,7 +397,7 @@ for line in say.sampling_lines(rotary, sampling, config.vocab_size, element):
 # %%
 int8_row, int8_result = compare_int8(model, int8_batch, context, rounds=rounds,
                                      new_tokens=int8_new_tokens)
-save_table(pd.DataFrame([int8_row]), out / "int8_weights.csv", provenance)
+nb.save(pd.DataFrame([int8_row]), "int8_weights.csv")
 print(conclude(out, "int8 weights", int8_result))
 pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
                      "first_call_s_int8", "tokens_per_s_original", "tokens_per_s_int8",
@@ -432,7 +438,7 @@ else:
     tp = pd.concat([tensor_parallel_decode(tp_config, tp_prompts, tp_new_tokens,
                                            world_size=tp_world_size, dtype=which)
                     for which in (torch.float64, torch.float32)], ignore_index=True)
-    save_table(tp, out / "tensor_parallel.csv", provenance)
+    nb.save(tp, "tensor_parallel.csv")
     display(tp)
 
 # %%
@@ -465,7 +471,7 @@ if tp is not None:
 gqa_row, gqa_result = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev,
                                        param_dtype, rounds=gqa_rounds,
                                        compiled=gqa_compiled)
-save_table(pd.DataFrame([gqa_row]), out / "grouped_query.csv", provenance)
+nb.save(pd.DataFrame([gqa_row]), "grouped_query.csv")
 pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
                     "kv_cache_bytes_mha", "kv_cache_bytes_grouped", "step_bytes_mha",
                     "step_bytes_grouped", "tokens_per_s_mha", "tokens_per_s_grouped",
@@ -498,6 +504,4 @@ print(f"graphs torch.compile built in this run: {compiled_graphs()} (the fixed-s
 print(listing(out))
 
 # %%
-findings = check_results(out)
-print(contradictions_line(findings, out))
-findings
+nb.check()

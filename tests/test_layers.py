@@ -45,6 +45,7 @@ LAYERS = {
     "cs336": 5,
     "smoke": 5,
     "finding_rates": 5,
+    "lessons": 5,
 }
 
 
@@ -256,3 +257,41 @@ def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
         (tmp_path / "perflab" / name).write_text("import torch\n")
     (tmp_path / "perflab" / module).write_text(source)
     assert wing_problems(_imports(tmp_path), _imports(tmp_path, everything=True)) == [problem]
+
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def notebook_imports(path: Path) -> tuple[set[str], set[str]]:
+    """The perflab modules a notebook's script imports, and the private names (a leading
+    underscore) it imports from them."""
+    modules, private = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and _is_perflab(node.module or ""):
+            modules.add(node.module)
+            private |= {a.name for a in node.names if a.name.startswith("_")}
+        elif isinstance(node, ast.Import):
+            modules |= {a.name for a in node.names if _is_perflab(a.name)}
+    return modules, private
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in NOTEBOOKS.glob("[0-9]*.py")))
+def test_a_notebook_imports_its_lesson_module_at_most_four_perflab_modules_no_private_name(
+    notebook,
+):
+    modules, private = notebook_imports(NOTEBOOKS / notebook)
+    assert f"perflab.lessons.nb{Path(notebook).stem}" in modules
+    assert len(modules) <= 4, sorted(modules)
+    assert not private
+
+
+def test_the_notebook_scan_sees_modules_and_private_names(tmp_path):
+    script = tmp_path / "01_x.py"
+    script.write_text(
+        "import pandas as pd\nfrom perflab.lessons.nb01_x import a\n"
+        "from perflab.bench.timer import _clock, time_fn\nimport perflab.model\n"
+    )
+    assert notebook_imports(script) == (
+        {"perflab.lessons.nb01_x", "perflab.bench.timer", "perflab.model"},
+        {"_clock"},
+    )

@@ -1,0 +1,60 @@
+"""One module per notebook, its front door: ``nb01_benchmarking`` to ``nb10_decoding`` each hold
+the names its notebook uses, imported from where they live in the library (each import line
+says where, for a reader who wants a name's source), so that a notebook imports one perflab
+module, not a dozen. ``open_notebook`` opens a notebook's run: its parameters recorded, its
+device, its results folder and the provenance every table it saves carries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from perflab.adapters.loading import results_name
+from perflab.bench.checks import check_results, contradictions_line
+from perflab.device import describe, resolve_device
+from perflab.paths import results_dir, save_table
+from perflab.settings import record_settings
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """A notebook's run, opened by ``open_notebook``: its parameters as recorded (``settings``),
+    the device, the results folder (``out``) and the provenance each saved table carries (the
+    settings and the machine)."""
+
+    notebook: str
+    settings: dict
+    device: torch.device
+    out: Path
+    provenance: dict
+
+    def save(self, table: pd.DataFrame, name: str) -> Path:
+        """``table`` as ``name`` (a CSV) in the results folder, with the provenance beside it
+        (``perflab.paths.save_table``)."""
+        return save_table(table, self.out / name, self.provenance)
+
+    def check(self) -> pd.DataFrame:
+        """The results folder held against itself (``perflab check-results``'s rules): prints how
+        many contradictions it found and returns them, one row each."""
+        findings = check_results(self.out)
+        print(contradictions_line(findings, self.out))
+        return findings
+
+
+def open_notebook(
+    notebook: str, parameters: dict, *, device: str = "auto", yours: str | None = None
+) -> NotebookRun:
+    """Open ``notebook``'s run: its parameters read from ``parameters`` (the notebook's
+    ``globals()``, after papermill's overrides) and recorded, ``device`` resolved ("auto": CUDA
+    when present), and its results folder, ``data/results/<notebook>/<device>/``, or a folder of
+    its own inside it for a student's code (``yours``: an adapters file or a model class, named
+    by ``perflab.adapters.results_name``)."""
+    settings = record_settings(notebook, parameters)
+    dev = resolve_device(device)
+    folder = notebook + (f"/{results_name(yours)}" if yours else "")
+    provenance = {"settings": settings, "machine": describe(dev)}
+    return NotebookRun(notebook, settings, dev, results_dir(folder, dev), provenance)

@@ -1,0 +1,64 @@
+"""Notebook 01, Benchmarking: how long does a training step take, and how good is that?: its front
+door. The names `notebooks/01_benchmarking.ipynb` uses from the library, each imported from
+where it lives (open that module for its source).
+"""
+
+from perflab.bench import MODES, BenchConfig
+from perflab.bench.comparison import describe_ratio
+from perflab.bench.conclusions import conclude, conclude_all
+from perflab.bench.crosscheck import compare_timers, matmul_size_for
+from perflab.bench.peak import measure_peak_matmul
+from perflab.bench.plots import plot_phases, plot_warmup
+from perflab.bench.steps import benchmark_sweep, compare_configs
+from perflab.bench.tables import (
+    mfu_lines,
+    phase_breakdown,
+    phase_findings,
+    throughput,
+    timing_table,
+)
+from perflab.bench.warmup import (
+    measure_in_fresh_process,
+    warmup_configs,
+    warmup_effect,
+    warmup_finding,
+    warmup_samples,
+)
+from perflab.device import parse_dtype
+from perflab.lessons import open_notebook
+from perflab.model import presets_table
+from perflab.paths import listing, results_elsewhere, save_figure
+from perflab.widgets import MeasureNow, results_explorer
+
+__all__ = [
+    "BenchConfig",
+    "MODES",
+    "MeasureNow",
+    "benchmark_sweep",
+    "compare_configs",
+    "compare_timers",
+    "conclude",
+    "conclude_all",
+    "describe_ratio",
+    "listing",
+    "matmul_size_for",
+    "measure_in_fresh_process",
+    "measure_peak_matmul",
+    "mfu_lines",
+    "open_notebook",
+    "parse_dtype",
+    "phase_breakdown",
+    "phase_findings",
+    "plot_phases",
+    "plot_warmup",
+    "presets_table",
+    "results_elsewhere",
+    "results_explorer",
+    "save_figure",
+    "throughput",
+    "timing_table",
+    "warmup_configs",
+    "warmup_effect",
+    "warmup_finding",
+    "warmup_samples",
+]

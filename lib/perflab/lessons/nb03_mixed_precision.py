@@ -1,0 +1,52 @@
+"""Notebook 03, Mixed precision: what low precision costs, and what it buys: its front door. The
+names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported from where it
+lives (open that module for its source).
+"""
+
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.conclusions import Finding, conclude_all
+from perflab.bench.plots import plot_comparisons
+from perflab.bench.steps import bf16_against_fp32
+from perflab.lessons import open_notebook
+from perflab.loss_scaling import (
+    byte_vocabulary,
+    scaler_lines,
+    train_with_scaler,
+    underflow_lines,
+    underflow_table,
+)
+from perflab.model import get_preset
+from perflab.paths import listing, save_figure
+from perflab.precision import (
+    ToyModel,
+    accumulation_experiment,
+    accumulation_sentence,
+    audit_lines,
+    dtype_audit,
+    layernorm_sensitivity,
+    sensitivity_line,
+)
+
+__all__ = [
+    "Finding",
+    "ToyModel",
+    "accumulation_experiment",
+    "accumulation_sentence",
+    "audit_lines",
+    "bf16_against_fp32",
+    "byte_vocabulary",
+    "comparison_frame",
+    "conclude_all",
+    "dtype_audit",
+    "get_preset",
+    "layernorm_sensitivity",
+    "listing",
+    "open_notebook",
+    "plot_comparisons",
+    "save_figure",
+    "scaler_lines",
+    "sensitivity_line",
+    "train_with_scaler",
+    "underflow_lines",
+    "underflow_table",
+]

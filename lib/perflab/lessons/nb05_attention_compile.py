@@ -1,0 +1,35 @@
+"""Notebook 05, Attention and torch.compile: where naive attention runs out, and what compiling
+buys: its front door. The names `notebooks/05_attention_compile.ipynb` uses from the library,
+each imported from where it lives (open that module for its source).
+"""
+
+from perflab.adapters.timing import attention_of_yours
+from perflab.bench import Sweep
+from perflab.bench import attention_findings as say
+from perflab.bench.attention import attention_configs, measure_attention, naive_memory_check
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.compiled import compile_findings, compile_vs_eager
+from perflab.bench.conclusions import conclude_all
+from perflab.bench.plots import plot_attention_sweep, plot_comparisons
+from perflab.device import gpu_memory_gib as gpu_memory_gib_of
+from perflab.lessons import open_notebook
+from perflab.paths import listing, save_figure
+
+__all__ = [
+    "Sweep",
+    "attention_configs",
+    "attention_of_yours",
+    "comparison_frame",
+    "compile_findings",
+    "compile_vs_eager",
+    "conclude_all",
+    "gpu_memory_gib_of",
+    "listing",
+    "measure_attention",
+    "naive_memory_check",
+    "open_notebook",
+    "plot_attention_sweep",
+    "plot_comparisons",
+    "save_figure",
+    "say",
+]

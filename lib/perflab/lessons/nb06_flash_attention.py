@@ -1,0 +1,82 @@
+"""Notebook 06, FlashAttention-2: attention without the quadratic memory: its front door. The names
+`notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it lives
+(open that module for its source).
+"""
+
+from perflab.adapters.timing import attention_of_yours
+from perflab.attention.aot import (
+    compile_line,
+    compile_table,
+    jobs,
+    structure_cost,
+    structure_findings,
+    summary,
+)
+from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
+from perflab.attention.flash_configs import kept_table
+from perflab.attention.flash_torch import FlashAttentionTorch
+from perflab.attention.flash_triton import (
+    CHECK_CONFIG,
+    INTERPRETED,
+    SOURCES,
+    FlashAttentionTriton,
+    host_call_table,
+    pinned_config,
+)
+from perflab.attention.triton_compile import kernel_source
+from perflab.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
+from perflab.attention.weighted_sum import WeightedSumTriton
+from perflab.bench import Sweep
+from perflab.bench import attention_findings as say
+from perflab.bench.attention import (
+    attention_configs,
+    attention_peak_memory,
+    flash_speed,
+    measure_attention,
+    ratios_to,
+)
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.conclusions import conclude_all
+from perflab.bench.plots import plot_attention_sweep
+from perflab.device import parse_dtype
+from perflab.lessons import open_notebook
+from perflab.paths import listing, results_elsewhere, save_figure
+
+__all__ = [
+    "CHECK_CONFIG",
+    "FlashAttentionTorch",
+    "FlashAttentionTriton",
+    "INTERPRETED",
+    "SOURCES",
+    "Sweep",
+    "WEIGHTED_SUM_SOURCES",
+    "WeightedSumTriton",
+    "attention_configs",
+    "attention_of_yours",
+    "attention_peak_memory",
+    "checks_line",
+    "comparison_frame",
+    "compile_line",
+    "compile_table",
+    "conclude_all",
+    "flash_speed",
+    "host_call_table",
+    "implementation_checks",
+    "jobs",
+    "kept_table",
+    "kernel_source",
+    "listing",
+    "measure_attention",
+    "open_notebook",
+    "parse_dtype",
+    "pinned_config",
+    "plot_attention_sweep",
+    "ratios_to",
+    "results_elsewhere",
+    "save_figure",
+    "say",
+    "structure_cost",
+    "structure_findings",
+    "summary",
+    "weighted_sum_line",
+]

@@ -1,0 +1,69 @@
+"""Notebook 07, Distributed communication and data-parallel training: its front door. The names
+`notebooks/07_distributed_ddp.ipynb` uses from the library, each imported from where it lives
+(open that module for its source).
+"""
+
+from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
+from perflab.bench.conclusions import conclude_all
+from perflab.bench.plots import plot_comparisons
+from perflab.distributed import RankError, launch
+from perflab.distributed import findings as say
+from perflab.distributed.allreduce_benchmark import (
+    allreduce_sweep,
+    bus_factor,
+    check_allreduce_rank,
+)
+from perflab.distributed.ddp_benchmark import (
+    ddp_comparisons,
+    ddp_configs,
+    ddp_findings,
+    ddp_sweep,
+    fit_bucket_overhead,
+    relative_to_naive,
+)
+from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
+from perflab.distributed.launch import raise_on_rank
+from perflab.distributed.parity import ddp_parity_all
+from perflab.distributed.plots import (
+    plot_allreduce,
+    plot_bucket_sweep,
+    plot_ddp_steps,
+    plot_rank_timelines,
+)
+from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
+from perflab.lessons import open_notebook
+from perflab.paths import listing, save_figure
+
+__all__ = [
+    "RankError",
+    "adapters_setup",
+    "allreduce_sweep",
+    "bus_factor",
+    "check_allreduce_rank",
+    "check_ring_rank",
+    "conclude_all",
+    "ddp_comparisons",
+    "ddp_configs",
+    "ddp_findings",
+    "ddp_of_yours",
+    "ddp_parity_all",
+    "ddp_sweep",
+    "ddp_timelines",
+    "fit_bucket_overhead",
+    "fit_ring_model",
+    "launch",
+    "listing",
+    "open_notebook",
+    "overlap_table",
+    "plot_allreduce",
+    "plot_bucket_sweep",
+    "plot_comparisons",
+    "plot_ddp_steps",
+    "plot_rank_timelines",
+    "raise_on_rank",
+    "relative_to_naive",
+    "ring_sweep",
+    "save_figure",
+    "say",
+    "yours_ddp_configs",
+]

@@ -1,0 +1,105 @@
+"""Notebook 09, The fastest training step, one measured change at a time: its front door. The names
+`notebooks/09_training_step.ipynb` uses from the library, each imported from where it lives
+(open that module for its source).
+"""
+
+from perflab.bench.comparison import paired_table
+from perflab.bench.conclusions import conclude, conclude_all
+from perflab.bench.peak import measure_peak_matmul
+from perflab.bench.recipe import Recipe
+from perflab.bench.steps import BenchConfig
+from perflab.device import parse_dtype
+from perflab.hardware import HANDOUT_B200
+from perflab.lessons import open_notebook
+from perflab.model import TransformerLM, get_preset
+from perflab.paths import listing
+from perflab.training import default_chunk_size
+from perflab.training import findings as say
+from perflab.training.batching import (
+    check_bucketing,
+    check_loss_batching,
+    compare_bucketing,
+    compare_loss_batching,
+    speeches,
+)
+from perflab.training.data import (
+    CPU_DATA_PATHS,
+    DATA_PATHS,
+    ByteTokenizer,
+    data_path_steps,
+    read_corpus,
+)
+from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head, head_peak_memory
+from perflab.training.ladder import (
+    BASELINE,
+    TrainingStep,
+    greedy_ladder,
+    kv_heads_against_mha,
+    stack_against_baseline,
+)
+from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
+from perflab.training.sharded_step import sharded_step_row
+from perflab.training.step_model import (
+    B200,
+    Efficiency,
+    StepPlan,
+    price_rungs_at,
+    rung_findings,
+    step_ops,
+    time_by_part,
+)
+from perflab.training.step_profile import (
+    accumulation_table,
+    batch_size_table,
+    step_memory,
+    step_phases,
+)
+
+__all__ = [
+    "B200",
+    "BASELINE",
+    "BenchConfig",
+    "ByteTokenizer",
+    "CPU_DATA_PATHS",
+    "DATA_PATHS",
+    "Efficiency",
+    "HANDOUT_B200",
+    "Recipe",
+    "StepPlan",
+    "TrainingStep",
+    "TransformerLM",
+    "accumulation_table",
+    "batch_size_table",
+    "bound_sentence",
+    "check_bucketing",
+    "check_loss_batching",
+    "chunk_size_sweep",
+    "compare_bucketing",
+    "compare_loss_batching",
+    "compare_with_torch_head",
+    "conclude",
+    "conclude_all",
+    "data_path_steps",
+    "default_chunk_size",
+    "get_preset",
+    "greedy_bound_table",
+    "greedy_ladder",
+    "head_peak_memory",
+    "kv_heads_against_mha",
+    "listing",
+    "measure_peak_matmul",
+    "open_notebook",
+    "paired_table",
+    "parse_dtype",
+    "price_rungs_at",
+    "read_corpus",
+    "rung_findings",
+    "say",
+    "sharded_step_row",
+    "speeches",
+    "stack_against_baseline",
+    "step_memory",
+    "step_ops",
+    "step_phases",
+    "time_by_part",
+]

@@ -1,0 +1,67 @@
+"""Notebook 10, Decoding fast: KV cache, paged KV cache, static shapes, sampling on the device: its
+front door. The names `notebooks/10_decoding.ipynb` uses from the library, each imported from
+where it lives (open that module for its source).
+"""
+
+from perflab.bench.conclusions import Finding, conclude, conclude_all
+from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
+from perflab.decode import CACHES, generate
+from perflab.decode import findings as say
+from perflab.decode.bench import (
+    compare_caches,
+    compare_int8,
+    compare_kv_heads,
+    compare_rotary_tables,
+    compare_sampling_place,
+    compile_static_step,
+    count_compilations,
+    kv_memory,
+    prefill_vs_decode,
+    profile_steps,
+    throughput_by_batch,
+)
+from perflab.decode.inputs import build_model, random_prompts
+from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
+from perflab.decode.roofline import compiled_graphs, yardstick_columns
+from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
+from perflab.device import parse_dtype
+from perflab.distributed.launch import max_world_size
+from perflab.lessons import open_notebook
+from perflab.model import get_preset
+from perflab.paths import listing, save_figure
+
+__all__ = [
+    "CACHES",
+    "Finding",
+    "build_model",
+    "compare_caches",
+    "compare_int8",
+    "compare_kv_heads",
+    "compare_rotary_tables",
+    "compare_sampling_place",
+    "compile_static_step",
+    "compiled_graphs",
+    "conclude",
+    "conclude_all",
+    "count_compilations",
+    "generate",
+    "get_preset",
+    "kv_memory",
+    "listing",
+    "max_world_size",
+    "measure_copy_bandwidth",
+    "measure_peak_matmul",
+    "open_notebook",
+    "parse_dtype",
+    "plot_decode_roofline",
+    "plot_kv_memory",
+    "prefill_vs_decode",
+    "profile_steps",
+    "random_prompts",
+    "save_figure",
+    "say",
+    "tensor_parallel_decode",
+    "tensor_parallel_findings",
+    "throughput_by_batch",
+    "yardstick_columns",
+]

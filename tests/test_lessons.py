@@ -1,0 +1,61 @@
+"""A notebook's front door: ``open_notebook`` records the notebook's parameters, resolves its
+device, opens its results folder (a folder of its own for a student's code) and saves tables
+with their provenance; ``check`` holds the folder against itself."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from perflab.lessons import open_notebook
+from perflab.paths import device_slug
+
+
+@pytest.fixture
+def data(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_a_run_records_its_parameters_and_saves_tables_with_them(data, capsys):
+    namespace = {"device": "cpu", "rounds": 7, "not_a_parameter": 1}
+    nb = open_notebook("03_mixed_precision", namespace, device="cpu")
+    assert nb.settings == {"device": "cpu", "rounds": 7}
+    assert nb.device.type == "cpu"
+    assert nb.out == data / "results" / "03_mixed_precision" / device_slug("cpu")
+    assert nb.out.is_dir()
+    assert nb.provenance["settings"] == nb.settings and "device" in nb.provenance["machine"]
+
+    path = nb.save(pd.DataFrame({"x": [1, 2]}), "table.csv")
+    assert path == nb.out / "table.csv"
+    assert pd.read_csv(path)["x"].tolist() == [1, 2]
+    saved = json.loads(path.with_suffix(".json").read_text())
+    assert saved["settings"] == {"device": "cpu", "rounds": 7} and "library_tree" in saved
+
+    assert nb.check().empty
+    assert capsys.readouterr().out.strip().startswith("0 contradictions in ")
+
+
+def test_a_students_code_gets_a_results_folder_of_its_own(data, tmp_path):
+    adapters = tmp_path / "course" / "tests" / "adapters.py"
+    adapters.parent.mkdir(parents=True)
+    adapters.write_text("VALUE = 1\n")
+    nb = open_notebook("07_distributed_ddp", {}, yours=str(adapters))
+    from perflab.adapters.loading import results_name
+
+    assert nb.out.parent.name == results_name(str(adapters))
+    assert nb.out.parent.name.startswith("yours-")
+    assert nb.out.parent.parent == data / "results" / "07_distributed_ddp"
+
+
+def test_a_contradiction_is_printed_and_returned(data, capsys):
+    nb = open_notebook("01_benchmarking", {}, device="cpu")
+    nb.save(pd.DataFrame({"preset": ["small"], "mode": ["forward"], "median_s": [-1.0]}), "t.csv")
+    findings = nb.check()
+    line = capsys.readouterr().out.strip()
+    assert line == f"{len(findings)} contradictions in {nb.out.relative_to(data.parent)}"
+
+
+def test_an_unknown_notebook_is_a_one_line_error(data):
+    with pytest.raises(ValueError, match="unknown notebook '11_nothing'; valid: 01_benchmarking"):
+        open_notebook("11_nothing", {})
