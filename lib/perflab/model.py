@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.attention import naive_attention
+from perflab.attention.reference import attention_matmul_flops
 from perflab.checkpointing import check_strategy, run_blocks
 from perflab.fused_cross_entropy import fused_linear_cross_entropy
 
@@ -109,7 +110,7 @@ class ModelConfig:
         tokens = batch_size * seq_len
         d = self.d_model
         projections = 2 * tokens * (self.attention_weights() + 3 * d * self.d_ff)
-        attention = 2 * 2 * batch_size * seq_len * seq_len * d
+        attention = attention_matmul_flops(batch_size, seq_len, seq_len, d)  # all heads: d wide
         lm_head = 2 * tokens * d * self.vocab_size
         return self.num_layers * (projections + attention) + lm_head
 

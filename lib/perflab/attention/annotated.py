@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from perflab.attention.reference import attention_scores, attention_softmax, weighted_sum
+from perflab.attention.reference import (
+    attention_matmul_flops,
+    attention_scores,
+    attention_softmax,
+    weighted_sum,
+)
 from perflab.ranges import annotate
 
 ATTENTION_RANGES = ("attention/scores", "attention/softmax", "attention/weighted_sum")
@@ -30,8 +35,9 @@ def attention_part_flops(
     """FLOPs of one call of each part for ``batch_size`` x ``num_heads`` score matrices:
     scores and weighted sum 2*n_q*n_k*d each, softmax about 5*n_q*n_k."""
     rows = batch_size * num_heads
+    matmul = attention_matmul_flops(rows, n_queries, n_keys, head_dim) // 2  # each of the two
     return {
-        "attention/scores": 2 * rows * n_queries * n_keys * head_dim,
+        "attention/scores": matmul,
         "attention/softmax": 5 * rows * n_queries * n_keys,
-        "attention/weighted_sum": 2 * rows * n_queries * n_keys * head_dim,
+        "attention/weighted_sum": matmul,
     }

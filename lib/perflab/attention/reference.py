@@ -26,6 +26,29 @@ def causal_mask(n_queries: int, n_keys: int, device: torch.device | str | None =
     return cols <= rows + offset
 
 
+def causal_pairs(n_queries: int, n_keys: int) -> int:
+    """The (query, key) pairs ``causal_mask`` keeps: query i sees keys up to i + n_keys -
+    n_queries, so n_q (n_k - n_q + 1) + n_q (n_q - 1) / 2 of them (T (T + 1) / 2 for a square
+    of T), or n_k (n_k + 1) / 2 when there are more queries than keys."""
+    offset = n_keys - n_queries
+    if offset >= 0:
+        return n_queries * (offset + 1) + n_queries * (n_queries - 1) // 2
+    return n_keys * (n_keys + 1) // 2
+
+
+def attention_matmul_flops(
+    rows: int, n_queries: int, n_keys: int, head_dim: int, causal: bool = False
+) -> int:
+    """FLOPs of attention's two matmuls, Q K^T and P V, for ``rows`` (batch x heads) score
+    matrices: 2 FLOPs a multiply-add, 2 n_q n_k d each, so 4 n_q n_k d; over the pairs the
+    causal mask keeps when ``causal`` (what a kernel that skips masked tiles needs at least;
+    a dense kernel computes the whole square). The workbook's one count of them: the model's
+    FLOPs, the annotated parts, the attention benchmarks, FlashAttention's work and decoding's
+    costs all take it from here."""
+    pairs = causal_pairs(n_queries, n_keys) if causal else n_queries * n_keys
+    return 4 * rows * pairs * head_dim
+
+
 def attention_scores(q: Tensor, k: Tensor, *, is_causal: bool) -> Tensor:
     """q k^T / sqrt(d), with -inf where the causal mask forbids: 2 * n_q * n_k * d FLOPs."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])

@@ -7,7 +7,8 @@ backward, and TFLOP/s from the FLOP model below. Run through ``perflab.bench.Swe
 out-of-memory becomes a row and the sweep goes on.
 
 FLOPs (Dao 2023, FlashAttention-2, section 4): forward 4 * b * n_q * n_k * d (two matmuls),
-halved when causal; backward 2.5x the forward (five matmuls, one of them recomputing S).
+over the pairs the mask keeps when causal (``attention_matmul_flops``: about half); backward
+2.5x the forward (five matmuls, one of them recomputing S).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.reference import naive_attention
+from perflab.attention.reference import attention_matmul_flops, naive_attention
 from perflab.bench.comparison import Comparison, compare
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.device import parse_dtype, resolve_device, synchronize
@@ -95,7 +96,7 @@ def get_implementation(name: str) -> Callable:
 
 def attention_flops(batch: int, n_q: int, n_k: int, d: int, causal: bool) -> dict[str, float]:
     """Forward, backward and forward + backward FLOPs of attention (see the module docstring)."""
-    forward = 4 * batch * n_q * n_k * d * (0.5 if causal else 1.0)
+    forward = attention_matmul_flops(batch, n_q, n_k, d, causal)
     return {"forward": forward, "backward": 2.5 * forward, "end_to_end": 3.5 * forward}
 
 

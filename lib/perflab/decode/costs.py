@@ -19,6 +19,7 @@ token of a prefilled prompt, for every decoded token.
 
 from __future__ import annotations
 
+from perflab.attention.reference import attention_matmul_flops
 from perflab.model import ModelConfig
 
 
@@ -40,7 +41,8 @@ def kv_bytes_per_token(config: ModelConfig, element_bytes: int) -> int:
 def flops_per_token(config: ModelConfig, context: int) -> int:
     """FLOPs of one token attending over ``context`` keys: 2 x matmul weights + 4 x context x
     d_model per layer."""
-    return 2 * matmul_weights(config) + 4 * context * config.d_model * config.num_layers
+    attention = attention_matmul_flops(1, 1, context, config.d_model)  # all heads: d_model wide
+    return 2 * matmul_weights(config) + attention * config.num_layers
 
 
 def decode_step_bytes(config: ModelConfig, batch: int, context: int, element_bytes: int) -> int:
@@ -60,7 +62,7 @@ def prefill_cost(config: ModelConfig, prompt_len: int, element_bytes: int) -> di
     flops = (
         2 * (matmul_weights(config) - head)
         + 2 * head / prompt_len
-        + 4 * prompt_len * config.d_model * config.num_layers
+        + attention_matmul_flops(1, 1, prompt_len, config.d_model) * config.num_layers
     )
     weights = matmul_weights(config) * element_bytes
     bytes_ = weights / prompt_len + kv_bytes_per_token(config, element_bytes)

@@ -38,6 +38,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from perflab.attention import naive_attention
+from perflab.attention.reference import attention_matmul_flops
 from perflab.bench.conclusions import Finding
 from perflab.device import parse_dtype
 from perflab.fused_cross_entropy import (
@@ -197,8 +198,7 @@ def flash_attention_work(
     kernel reads each key head once for its group of query heads, without repeating it."""
     width = torch.finfo(dtype).bits // 8
     heads, head_dim = config.num_heads, config.head_dim
-    pairs = seq_len * (seq_len + 1) / 2  # (query, key) pairs the causal mask keeps
-    forward = 4 * batch * heads * head_dim * pairs  # Q K^T and P V
+    forward = attention_matmul_flops(batch * heads, seq_len, seq_len, head_dim, causal=True)
     queries = batch * seq_len * config.d_model * width  # Q, O, dO or dQ
     keys = batch * seq_len * config.kv_dim * width  # K, V, dK or dV
     lse = batch * heads * seq_len * 4
