@@ -101,6 +101,7 @@ from perflab.lessons.nb10_decoding import (
     conclude,
     conclude_all,
     count_compilations,
+    exactness_line,
     generate,
     get_preset,
     kv_memory,
@@ -117,8 +118,8 @@ from perflab.lessons.nb10_decoding import (
     random_prompts,
     save_figure,
     say,
-    tensor_parallel_decode,
     tensor_parallel_findings,
+    tensor_parallel_study,
     throughput_by_batch,
     yardstick_columns,
 )
@@ -433,21 +434,15 @@ if tp_world_size > max_world_size():
     tp = None
     print(f"tensor parallelism over {tp_world_size} ranks: this machine holds {max_world_size()}")
 else:
-    tp_config = get_preset(tp_preset)
-    tp_prompts = random_prompts(tp_config.vocab_size, [tp_prompt_len] * tp_batch, seed=1)
-    tp = pd.concat([tensor_parallel_decode(tp_config, tp_prompts, tp_new_tokens,
-                                           world_size=tp_world_size, dtype=which)
-                    for which in (torch.float64, torch.float32)], ignore_index=True)
+    tp = tensor_parallel_study(get_preset(tp_preset), tp_batch, tp_prompt_len, tp_new_tokens,
+                               tp_world_size)
     nb.save(tp, "tensor_parallel.csv")
     display(tp)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 if tp is not None:
-    exact = tp[tp["dtype"] == "float64"]
-    print(f"{tp_world_size} ranks, float64: the tokens of one process on every rank: "
-          f"{bool(exact['same_tokens'].all())}; the prompt's logits within 1e-12: "
-          f"{bool((exact['max_abs_logit_diff'] <= 1e-12).all())}")
+    print(exactness_line(tp))
 
 # %%
 if tp is not None:

@@ -7,7 +7,11 @@ import pytest
 import torch
 
 from perflab.decode.inputs import random_prompts
-from perflab.decode.tensor_parallel import tensor_parallel_decode
+from perflab.decode.tensor_parallel import (
+    exactness_line,
+    tensor_parallel_decode,
+    tensor_parallel_study,
+)
 from perflab.model import ModelConfig
 
 TINY = ModelConfig(
@@ -95,3 +99,16 @@ def test_the_findings_read_the_ranks_rows():
     assert "whether splitting saves time is not measured here" in only.sentence
     for claim in ("faster", "x slower", "twice as long", "saves time,"):
         assert claim not in only.sentence
+
+
+def test_the_study_decodes_in_float64_then_float32_and_says_whether_the_ranks_agree():
+    table = tensor_parallel_study(TINY, 2, 5, 3, world_size=2)
+    assert list(zip(table["dtype"], table["rank"], strict=True)) == [
+        ("float64", 0), ("float64", 1), ("float32", 0), ("float32", 1)
+    ]  # fmt: skip
+    assert exactness_line(table) == (
+        "2 ranks, float64: the tokens of one process on every rank: True; "
+        "the prompt's logits within 1e-12: True"
+    )
+    table.loc[1, "max_abs_logit_diff"] = 1e-9  # a rank off by more than the bound
+    assert exactness_line(table).endswith("within 1e-12: False")

@@ -25,7 +25,7 @@ from torch import Tensor
 from perflab.bench.conclusions import Finding
 from perflab.bench.stats import is_unstable
 from perflab.decode import generate
-from perflab.decode.inputs import build_model
+from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.steps import attend, pick
 from perflab.distributed.launch import launch
 from perflab.model import ModelConfig, TransformerLM
@@ -220,6 +220,33 @@ def tensor_parallel_decode(
             }
             for r in ranks
         ]
+    )
+
+
+def tensor_parallel_study(
+    config: ModelConfig, batch: int, prompt_len: int, new_tokens: int, world_size: int
+) -> pd.DataFrame:
+    """Notebook 10's section 8: ``tensor_parallel_decode`` of ``batch`` random prompts of
+    ``prompt_len`` tokens (seed 1) in float64, where no near-tie can flip a token (the
+    exactness check), then in float32 (the timed rows), in one table."""
+    prompts = random_prompts(config.vocab_size, [prompt_len] * batch, seed=1)
+    return pd.concat(
+        [
+            tensor_parallel_decode(config, prompts, new_tokens, world_size=world_size, dtype=dtype)
+            for dtype in (torch.float64, torch.float32)
+        ],
+        ignore_index=True,
+    )
+
+
+def exactness_line(table: pd.DataFrame) -> str:
+    """Whether ``tensor_parallel_study``'s float64 ranks decoded one process's tokens, and
+    the prompt's logits within 1e-12 of one process's."""
+    exact = table[table["dtype"] == "float64"]
+    return (
+        f"{exact['rank'].nunique()} ranks, float64: the tokens of one process on every rank: "
+        f"{bool(exact['same_tokens'].all())}; the prompt's logits within 1e-12: "
+        f"{bool((exact['max_abs_logit_diff'] <= 1e-12).all())}"
     )
 
 

@@ -23,7 +23,11 @@ from perflab.decode.bench import (
 from perflab.decode.inputs import build_model, random_prompts
 from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
 from perflab.decode.roofline import compiled_graphs, yardstick_columns
-from perflab.decode.tensor_parallel import tensor_parallel_decode, tensor_parallel_findings
+from perflab.decode.tensor_parallel import (
+    exactness_line,
+    tensor_parallel_findings,
+    tensor_parallel_study,
+)
 from perflab.device import parse_dtype
 from perflab.distributed.launch import max_world_size
 from perflab.lessons import open_notebook
@@ -31,6 +35,7 @@ from perflab.model import get_preset
 from perflab.paths import listing, save_figure
 
 __all__ = [
+    "exactness_line",
     "CACHES",
     "Finding",
     "build_model",
@@ -60,7 +65,7 @@ __all__ = [
     "random_prompts",
     "save_figure",
     "say",
-    "tensor_parallel_decode",
+    "tensor_parallel_study",
     "tensor_parallel_findings",
     "throughput_by_batch",
     "yardstick_columns",
