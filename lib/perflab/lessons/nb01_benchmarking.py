@@ -1,5 +1,5 @@
-"""Notebook 01, Benchmarking: how long does a training step take, and how good is that?: its front
-door. The names `notebooks/01_benchmarking.ipynb` uses from the library, each imported from
+"""The front door of notebook 01, "Benchmarking: how long does a training step take, and how good
+is that?". The names `notebooks/01_benchmarking.ipynb` uses from the library, each imported from
 where it lives (open that module for its source).
 """
 

@@ -1,6 +1,6 @@
-"""Notebook 02, Profiling: where does the time go, and what bounds it?: its front door. The names
-`notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives (open
-that module for its source).
+"""The front door of notebook 02, "Profiling: where does the time go, and what bounds it?". The
+names `notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives
+(open that module for its source).
 """
 
 from perflab.bench import BenchConfig, run_benchmark

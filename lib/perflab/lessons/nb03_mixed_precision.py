@@ -1,6 +1,6 @@
-"""Notebook 03, Mixed precision: what low precision costs, and what it buys: its front door. The
-names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported from where it
-lives (open that module for its source).
+"""The front door of notebook 03, "Mixed precision: what low precision costs, and what it buys".
+The names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported from where
+it lives (open that module for its source).
 """
 
 from perflab.bench.comparison import comparison_frame

@@ -1,6 +1,6 @@
-"""Notebook 04, Memory: what a training step keeps, and how to keep less: its front door. The names
-`notebooks/04_memory.ipynb` uses from the library, each imported from where it lives (open that
-module for its source).
+"""The front door of notebook 04, "Memory: what a training step keeps, and how to keep less". The
+names `notebooks/04_memory.ipynb` uses from the library, each imported from where it lives (open
+that module for its source).
 """
 
 from perflab.bench import BenchConfig

@@ -1,5 +1,5 @@
-"""Notebook 05, Attention and torch.compile: where naive attention runs out, and what compiling
-buys: its front door. The names `notebooks/05_attention_compile.ipynb` uses from the library,
+"""The front door of notebook 05, "Attention and torch.compile: where naive attention runs out, and
+what compiling buys". The names `notebooks/05_attention_compile.ipynb` uses from the library,
 each imported from where it lives (open that module for its source).
 """
 

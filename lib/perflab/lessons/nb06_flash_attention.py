@@ -1,6 +1,6 @@
-"""Notebook 06, FlashAttention-2: attention without the quadratic memory: its front door. The names
-`notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it lives
-(open that module for its source).
+"""The front door of notebook 06, "FlashAttention-2: attention without the quadratic memory". The
+names `notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it
+lives (open that module for its source).
 """
 
 from perflab.adapters.timing import attention_of_yours

@@ -1,4 +1,4 @@
-"""Notebook 07, Distributed communication and data-parallel training: its front door. The names
+"""The front door of notebook 07, "Distributed communication and data-parallel training". The names
 `notebooks/07_distributed_ddp.ipynb` uses from the library, each imported from where it lives
 (open that module for its source).
 """

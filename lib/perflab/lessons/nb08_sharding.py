@@ -1,5 +1,5 @@
-"""Notebook 08, Sharding: ZeRO-1, fully sharded data parallel, and how far each strategy scales:
-its front door. The names `notebooks/08_sharding.ipynb` uses from the library, each imported
+"""The front door of notebook 08, "Sharding: ZeRO-1, fully sharded data parallel, and how far each
+strategy scales". The names `notebooks/08_sharding.ipynb` uses from the library, each imported
 from where it lives (open that module for its source).
 """
 

@@ -1,6 +1,6 @@
-"""Notebook 09, The fastest training step, one measured change at a time: its front door. The names
-`notebooks/09_training_step.ipynb` uses from the library, each imported from where it lives
-(open that module for its source).
+"""The front door of notebook 09, "The fastest training step, one measured change at a time". The
+names `notebooks/09_training_step.ipynb` uses from the library, each imported from where it
+lives (open that module for its source).
 """
 
 from perflab.bench.comparison import paired_table

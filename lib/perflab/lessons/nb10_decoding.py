@@ -1,6 +1,6 @@
-"""Notebook 10, Decoding fast: KV cache, paged KV cache, static shapes, sampling on the device: its
-front door. The names `notebooks/10_decoding.ipynb` uses from the library, each imported from
-where it lives (open that module for its source).
+"""The front door of notebook 10, "Decoding fast: KV cache, paged KV cache, static shapes, sampling
+on the device". The names `notebooks/10_decoding.ipynb` uses from the library, each imported
+from where it lives (open that module for its source).
 """
 
 from perflab.bench.conclusions import Finding, conclude, conclude_all
