@@ -76,7 +76,6 @@ from perflab.lessons.nb01_benchmarking import (
     presets_table,
     results_elsewhere,
     results_explorer,
-    save_figure,
     throughput,
     timing_table,
     warmup_configs,
@@ -153,12 +152,11 @@ timing_table(results)
 breakdown = phase_breakdown(results)
 nb.save(breakdown, "phases.csv")
 fig = plot_phases(breakdown)
-save_figure(fig, out / "phases.png")
+nb.figure(fig, "phases.png")
 breakdown
 
 # %%
-for sentence in conclude_all(out, phase_findings(breakdown)):
-    print(sentence)
+nb.say(conclude_all(out, phase_findings(breakdown)))
 
 # %% [markdown]
 # The backward pass does two matmuls for every one of the forward (gradients with respect to
@@ -238,7 +236,7 @@ study = benchmark_sweep(out / "warmup.csv", warmup_configs(base, warmup_study_wa
                         metadata=provenance)
 samples = warmup_samples(study)
 fig = plot_warmup(samples)
-save_figure(fig, out / "warmup.png")
+nb.figure(fig, "warmup.png")
 reading = warmup_effect(study)
 reading
 

@@ -86,7 +86,6 @@ from perflab.lessons.nb02_profiling import (
     record_step_trace,
     reduction_counts,
     run_benchmark,
-    save_figure,
     say,
     short_name,
     statistics_times,
@@ -233,8 +232,7 @@ print(f"{len(grid)} configurations profiled: {len(grid_presets)} presets x "
       f"{len(grid_seq_lens)} contexts")
 
 # %%
-for answer in grid_answers(grid):
-    print(answer)
+nb.say(grid_answers(grid))
 
 # %% [markdown]
 # These are few steps each, on a shared machine. A profiled forward outside the timer's
@@ -271,7 +269,7 @@ else:
 real_path = REPO_ROOT / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
 real = kernel_hotspots(real_path)
 fig = plot_hotspots(real, top, title="A100 DDP rank 0: top kernels")
-save_figure(fig, out / "a100_hotspots.png")
+nb.figure(fig, "a100_hotspots.png")
 real.head(top).assign(name=real["name"].map(short_name)).drop(columns="source")
 
 # %%
@@ -305,7 +303,7 @@ comparison.kernels.head(top).assign(name=comparison.kernels["name"].map(short_na
 
 # %%
 fig = plot_category_comparison(comparison.categories, title="naive attention -> fused SDPA")
-save_figure(fig, out / "naive_vs_sdpa.png")
+nb.figure(fig, "naive_vs_sdpa.png")
 comparison.categories
 
 # %%
@@ -397,7 +395,7 @@ copies.head(top)
 # %%
 mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
                                           rounds=copy_rounds)
-nb.save(pd.DataFrame([mask_row]), "mask_copy.csv")
+nb.save(mask_row, "mask_copy.csv")
 print(say.mask_copy_sentence(copies, mask_row, mask_result.sentence()))
 
 # %% [markdown]

@@ -58,7 +58,6 @@ from perflab.lessons.nb03_mixed_precision import (
     listing,
     open_notebook,
     plot_comparisons,
-    save_figure,
     scaler_lines,
     sensitivity_line,
     train_with_scaler,
@@ -193,7 +192,7 @@ if too_large:
 table = comparison_frame([({"preset": p}, c) for p, c in comparisons.items()])
 nb.save(table, "bf16_vs_fp32.csv")
 fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
-save_figure(fig, out / "bf16_vs_fp32.png")
+nb.figure(fig, "bf16_vs_fp32.png")
 table
 
 # %%

@@ -74,7 +74,6 @@ from perflab.lessons.nb04_memory import (
     residual_stream_bytes,
     rmsnorm_saved_tensors,
     run_nested,
-    save_figure,
     saved_by_module,
     saved_by_producer,
     saved_bytes,
@@ -101,7 +100,7 @@ print(f"{preset}, batch {batch_size}, on {dev}")
 # %%
 timelines = step_timelines(preset, context, batch_size, dev, out)
 fig = plot_timelines(timelines)
-save_figure(fig, out / "timelines.png")
+nb.figure(fig, "timelines.png")
 print(timelines["forward"].source)
 
 # %% [markdown]
@@ -312,7 +311,7 @@ groups = group_size_sweep(checkpoint_preset, layers, batch_size, checkpoint_seq_
 nb.save(groups, "group_sweep.csv")
 optimum = best_group_size(groups, residual, block_bytes)
 fig = plot_group_sweep(groups, optimum["sqrt_layers"], optimum["model_optimum"])
-save_figure(fig, out / "group_sweep.png")
+nb.figure(fig, "group_sweep.png")
 groups.assign(peak_MiB=groups["peak_bytes"] / MiB)
 
 # %%
@@ -362,7 +361,7 @@ print(say.k_way_line())
 depth = depth_sweep(checkpoint_preset, checkpoint_layers, batch_size, checkpoint_seq_len, dev)
 nb.save(depth, "depth_sweep.csv")
 fig = plot_depth(depth)
-save_figure(fig, out / "depth.png")
+nb.figure(fig, "depth.png")
 depth.assign(peak_MiB=depth["peak_bytes"] / MiB)
 
 # %%

@@ -74,7 +74,6 @@ from perflab.lessons.nb05_attention_compile import (
     open_notebook,
     plot_attention_sweep,
     plot_comparisons,
-    save_figure,
     say,
 )
 
@@ -121,7 +120,7 @@ table[["implementation", "head_dim", "seq_len", "status", "forward_s", "backward
 # %%
 fig = plot_attention_sweep(results, {"forward_s": "forward (s)", "backward_s": "backward (s)"},
                            hue="head_dim", style="implementation")
-save_figure(fig, out / "attention_times.png");
+nb.figure(fig, "attention_times.png");
 
 # %% [markdown]
 # ## 2. Memory: measured against the accounting
@@ -157,7 +156,7 @@ nb.save(grid, "compiled_vs_naive.csv")
 fig = plot_comparisons(grid.assign(point=grid["head_dim"].astype(str) + "/" +
                                    grid["seq_len"].astype(str)),
                        x="point", title="compiled / naive attention, forward + backward (d/n)")
-save_figure(fig, out / "compiled_vs_naive.png")
+nb.figure(fig, "compiled_vs_naive.png")
 grid[["head_dim", "seq_len", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict",
       "peak_memory_ratio"]]
 
@@ -169,10 +168,9 @@ print(conclude_all(out, [at_largest])[0])
 # %%
 # Yours (with -p adapters PATH), against naive and compiled attention at the largest size
 largest = grid.iloc[-1]
-for sentence in conclude_all(out, say.yours_against_naive(
+nb.say(conclude_all(out, say.yours_against_naive(
         yours, int(largest.head_dim), int(largest.seq_len), batch, dev, rounds=steps,
-        warmup=warmup)):
-    print(sentence)
+        warmup=warmup)))
 
 # %% [markdown]
 # `torch.compile` fuses the scaling, masking and softmax into fewer kernels, which should read
@@ -205,8 +203,7 @@ print(say.matmul_shapes_line(model))
 model.drop(columns=["sentence"])
 
 # %%
-for sentence in conclude_all(out, compile_findings(model_comparisons)):
-    print(sentence)
+nb.say(conclude_all(out, compile_findings(model_comparisons)))
 
 # %% [markdown]
 # Compilation is paid once per shape; a faster compiled step pays it back after

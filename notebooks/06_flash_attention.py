@@ -97,7 +97,6 @@ from perflab.lessons.nb06_flash_attention import (
     plot_attention_sweep,
     ratios_to,
     results_elsewhere,
-    save_figure,
     say,
     structure_cost,
     structure_findings,
@@ -273,7 +272,7 @@ fig = plot_attention_sweep(timed[timed["head_dim"] == d],
                            {"end_to_end_s": f"forward + backward (s), d={d}",
                             "peak_bytes": f"peak memory (bytes), d={d}"},
                            hue="implementation", style="dtype")
-save_figure(fig, out / "flash_benchmark.png");
+nb.figure(fig, "flash_benchmark.png");
 
 # %%
 largest = timed[timed["seq_len"] == timed["seq_len"].max()]

@@ -87,7 +87,6 @@ from perflab.lessons.nb07_distributed_ddp import (
     raise_on_rank,
     relative_to_naive,
     ring_sweep,
-    save_figure,
     say,
     yours_ddp_configs,
 )
@@ -140,7 +139,7 @@ allreduce[["world_size", "size_mb", "status", "time_ms", "algbw_gbps", "busbw_gb
 
 # %%
 fig = plot_allreduce(allreduce)
-save_figure(fig, out / "allreduce.png");
+nb.figure(fig, "allreduce.png");
 
 # %%
 print(say.busbw_line(allreduce))
@@ -251,11 +250,11 @@ steps[["variant", "bucket_size_mb", "status", "step_ms", "sync_ms", "vs_naive", 
 
 # %%
 fig = plot_ddp_steps(steps)
-save_figure(fig, out / "ddp_steps.png");
+nb.figure(fig, "ddp_steps.png");
 
 # %%
 fig = plot_bucket_sweep(steps)
-save_figure(fig, out / "bucket_sweep.png");
+nb.figure(fig, "bucket_sweep.png");
 
 # %% [markdown]
 # Because the variants took turns round by round, each one's rounds pair with naive's rounds:
@@ -266,7 +265,7 @@ save_figure(fig, out / "bucket_sweep.png");
 against_naive = ddp_comparisons(steps, "naive")
 nb.save(against_naive, "ddp_vs_naive.csv")
 fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
-save_figure(fig, out / "ddp_vs_naive.png")
+nb.figure(fig, "ddp_vs_naive.png")
 against_naive[["b", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high", "confidence", "verdict"]]
 
 # %%
@@ -300,7 +299,7 @@ timelines = ddp_timelines(["naive", "individual", "bucketed"], ddp_world_size, d
                           batch_size=batch_per_rank, seq_len=seq_len,
                           bucket_size_mb=timeline_bucket_mb, warmup=1)
 fig = plot_rank_timelines(timelines)
-save_figure(fig, out / "ddp_timelines.png")
+nb.figure(fig, "ddp_timelines.png")
 overlap = overlap_table(timelines)
 nb.save(overlap, "ddp_overlap.csv")
 overlap.round(2)

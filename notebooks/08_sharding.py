@@ -64,7 +64,6 @@ from perflab.lessons.nb08_sharding import (
     TP_BACKWARD,
     ZERO_KEY,
     Workload,
-    build_model,
     calculator_controls,
     compute_bound_conditions,
     conclude_all,
@@ -86,11 +85,11 @@ from perflab.lessons.nb08_sharding import (
     plot_rank_timelines,
     prefetch_configs,
     resolve_device,
-    save_figure,
     say,
     sharding_of_yours,
     smaller_batch_options,
     torch_fsdp_comparison,
+    toy_model,
     zero_communication,
     zero_configs,
     zero_memory,
@@ -137,8 +136,7 @@ zero_mem
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for line in say.zero_memory_lines(zero_mem):
-    print(line)
+nb.say(say.zero_memory_lines(zero_mem))
 
 # %%
 print(say.zero_state_sentence(zero_mem, memory_model, world_size))
@@ -161,8 +159,7 @@ rank0.div(MiB).round(1).rename(columns=lambda c: c.replace("bytes", "MiB"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for line in say.memory_point_lines(points, zero_mem):
-    print(line)
+nb.say(say.memory_point_lines(points, zero_mem))
 
 # %%
 print(say.rank0_sentence(points, world_size))
@@ -184,7 +181,7 @@ say.handout_points(xl_params).round(1)
 # %%
 formula = pd.DataFrame(memory_per_rank_formula(int(zero_mem["parameters"][0]), range(1, 9)))
 fig = plot_memory_per_rank(formula)
-save_figure(fig, out / "memory_per_rank.png")
+nb.figure(fig, "memory_per_rank.png")
 formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).round(1)
 
 # %% [markdown]
@@ -204,8 +201,7 @@ zero_steps = ddp_sweep(out / "zero_step.csv", zero_configs(world_size, zero_time
 zero_steps[["optimizer", "status", "rounds", "step_ms", "sync_ms"]]
 
 # %%
-for sentence in conclude_all(out, say.zero_step_findings(zero_steps, zero_time_model, world_size)):
-    print(sentence)
+nb.say(conclude_all(out, say.zero_step_findings(zero_steps, zero_time_model, world_size)))
 
 # %% [markdown]
 # Sharding trades memory for traffic: each rank steps only its own parameters (less optimizer
@@ -269,8 +265,7 @@ fsdp_mem
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for line in say.fsdp_memory_lines(fsdp_mem, world_size)[:2]:
-    print(line)
+nb.say(say.fsdp_memory_lines(fsdp_mem, world_size)[:2])
 
 # %%
 print(say.fsdp_memory_lines(fsdp_mem, world_size)[2])
@@ -290,13 +285,13 @@ gathers = fsdp_forward_timeline(world_size, memory_model, batch_size=zero_batch_
                                 seq_len=zero_seq_len)
 fig = plot_rank_timelines(gathers, lanes=("fsdp.wait", "fsdp.forward", "communication"),
                          xlabel="ms from the start of the forward (rank 0)")
-save_figure(fig, out / "fsdp_forward_timeline.png")
+nb.figure(fig, "fsdp_forward_timeline.png")
 gather_stats = gather_summary(gathers)
 pd.Series(gather_stats).round(2)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-holders = [m for m in build_model(memory_model, seed=0).modules()
+holders = [m for m in toy_model(memory_model, seed=0).modules()
            if any(p.ndim >= 2 for p in m.parameters(recurse=False))]
 print("one row per module that gathers weights:", gather_stats["modules_gathering"] == len(holders))
 
@@ -325,9 +320,8 @@ prefetch_steps[["prefetch", "status", "step_ms", "forward_in_time", "forward_pre
                 "backward_in_time", "backward_prefetched"]]
 
 # %%
-for sentence in conclude_all(out, say.prefetch_findings(prefetch_steps, zero_time_model,
-                                                        world_size)):
-    print(sentence)
+nb.say(conclude_all(out, say.prefetch_findings(prefetch_steps, zero_time_model,
+                                                        world_size)))
 
 # %% [markdown]
 # ### Against PyTorch's FSDP
@@ -358,10 +352,9 @@ print("same parameters as torch's FSDP (|diff| < 1e-6):",
 # holds, about 1 / world size for an FSDP that shards it.
 
 # %%
-for line in sharding_of_yours(adapters, out, provenance, world_size=world_size,
+nb.say(sharding_of_yours(adapters, out, provenance, world_size=world_size,
                               model=zero_time_model, batch_size=zero_batch_per_rank,
-                              seq_len=zero_seq_len, warmup=zero_warmup, rounds=zero_rounds):
-    print(line)
+                              seq_len=zero_seq_len, warmup=zero_warmup, rounds=zero_rounds))
 
 # %% [markdown]
 # ## 3. How many devices stay compute-bound?
@@ -411,7 +404,7 @@ table = pd.concat([max_devices_table(get_preset(name), H100_NODE, calculator_bat
                    for name in calculator_presets])
 nb.save(table, "max_devices.csv")
 fig = plot_max_devices(table)
-save_figure(fig, out / "max_devices.png")
+nb.figure(fig, "max_devices.png")
 shown = table[table["batch_size"].isin([1, 16, 256, 4096])]
 shown.pivot(index=["model", "batch_size"], columns="strategy", values="max_devices")
 

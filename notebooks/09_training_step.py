@@ -72,7 +72,6 @@ device = "auto"                 # "cuda" when present, else "cpu"
 import dataclasses
 import json
 
-import pandas as pd
 import torch
 
 from perflab.lessons.nb09_training_step import (
@@ -87,10 +86,10 @@ from perflab.lessons.nb09_training_step import (
     Recipe,
     StepPlan,
     TrainingStep,
-    TransformerLM,
     accumulation_table,
     batch_size_table,
     bound_sentence,
+    build_model,
     check_bucketing,
     check_loss_batching,
     chunk_size_sweep,
@@ -129,8 +128,7 @@ nb = open_notebook("09_training_step", globals(), device=device)
 dev, out = nb.device, nb.out
 config = get_preset(preset)
 leaderboard = get_preset("leaderboard-8B")
-for line in say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard):
-    print(line)
+nb.say(say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard))
 
 # %% [markdown]
 # ## 1. The baseline step: where the time and the memory go
@@ -271,9 +269,8 @@ checked = greedy[greedy["matches_baseline"].notna()]
 print(checked[["rung", "matches_baseline"]].to_string(index=False))
 
 # %%
-for sentence in say.ladder_sentences(greedy, stack.name, memory, phases, batch_size, seq_len,
-                                     phase_steps):
-    print(sentence)
+nb.say(say.ladder_sentences(greedy, stack.name, memory, phases, batch_size, seq_len,
+                                     phase_steps))
 
 # %% [markdown]
 # **The kept stack against the baseline**, taking turns in the same rounds: the ladder's verdict
@@ -342,7 +339,7 @@ print("perflab bench " + " ".join(command.command_line()))
 # %%
 gqa_row, gqa_result = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len,
                                            dev, rounds=gqa_rounds)
-nb.save(pd.DataFrame([gqa_row]), "grouped_query.csv")
+nb.save(gqa_row, "grouped_query.csv")
 print(say.gqa_sentence(gqa_row, gqa_result, config.num_heads, gqa_kv_heads))
 
 # %% [markdown]
@@ -368,8 +365,7 @@ nb.save(data_table, "data_path.csv")
 data_table.round(3)
 
 # %%
-for sentence in say.data_path_sentences(data_table, modes, dev.type):
-    print(sentence)
+nb.say(say.data_path_sentences(data_table, modes, dev.type))
 
 # %% [markdown]
 # **The loss one example at a time.** A loop calling the loss on each sequence's logits and
@@ -388,7 +384,7 @@ print("the loop and the one call give the same loss and gradient in float64 (wit
 # %%
 loss_batching = compare_loss_batching(loss_batch, loss_seq_len, vocab, rounds=data_rounds,
                                       device=dev)
-nb.save(pd.DataFrame([loss_batching.as_row()]), "loss_batching.csv")
+nb.save(loss_batching.as_row(), "loss_batching.csv")
 print(conclude(out, "loss in one call vs a loop over examples", loss_batching))
 
 # %% [markdown]
@@ -417,8 +413,7 @@ print("random order, bucketed and one at a time give the same summed loss in flo
       "1e-12 relative):", bucket_check["matches"])
 
 # %%
-torch.manual_seed(0)
-byte_model = TransformerLM(byte_config).to(dev)
+byte_model = build_model(byte_config, seed=0).to(dev)
 bucket_rows, bucketing = compare_bucketing(byte_model, picked, bucket_batch, rounds=data_rounds)
 nb.save(bucket_rows, "bucketing.csv")
 print(conclude(out, "bucketed by length vs random order", bucketing))
@@ -473,9 +468,8 @@ nb.save(leaderboard_memory, "leaderboard_memory.csv")
 leaderboard_memory.round(2)
 
 # %%
-for sentence in say.memory_sentences(leaderboard_memory, leaderboard,
-                                     say.peaks_near_gradients(greedy, memory)):
-    print(sentence)
+nb.say(say.memory_sentences(leaderboard_memory, leaderboard,
+                                     say.peaks_near_gradients(greedy, memory)))
 
 # %% [markdown]
 # How fast could that step be? This is a **model, not a measurement** (no B200 ran it):
@@ -492,8 +486,7 @@ for sentence in say.memory_sentences(leaderboard_memory, leaderboard,
 
 # %%
 leaderboard_gpus, leaderboard_efficiency = [B200, HANDOUT_B200], Efficiency()
-for line in say.gpu_lines(leaderboard_gpus):
-    print(line)
+nb.say(say.gpu_lines(leaderboard_gpus))
 print(leaderboard_efficiency)
 leaderboard_estimate = price_rungs_at(leaderboard, 2, leaderboard.context_length, 2,
                                       leaderboard_gpus, leaderboard_efficiency)
@@ -501,8 +494,7 @@ nb.save(leaderboard_estimate, "leaderboard_estimate.csv")
 leaderboard_estimate.round(3)
 
 # %%
-for sentence in conclude_all(out, rung_findings(leaderboard_estimate, leaderboard)):
-    print(sentence)
+nb.say(conclude_all(out, rung_findings(leaderboard_estimate, leaderboard)))
 
 # %% [markdown]
 # Where the modelled best step spends its time, and what the fused head's chunk size (chosen
@@ -517,8 +509,7 @@ best_parts = time_by_part(step_ops(leaderboard, best_plan, 2, leaderboard.contex
 nb.save(best_parts, "leaderboard_estimate_parts.csv")
 chunks = say.head_chunk_estimates(leaderboard, best_plan, B200, leaderboard_efficiency)
 nb.save(chunks, "leaderboard_estimate_chunks.csv")
-for sentence in say.best_step_sentences(best_parts, chunks, leaderboard_efficiency, B200):
-    print(sentence)
+nb.say(say.best_step_sentences(best_parts, chunks, leaderboard_efficiency, B200))
 best_parts.round(3)
 
 # %% [markdown]
@@ -540,7 +531,7 @@ sharded_row, why_not = sharded_step_row(sharded_preset, sharded_recipe, sharded_
 if sharded_row is None:
     print(why_not)
 else:
-    nb.save(pd.DataFrame([sharded_row]), "sharded_step.csv")
+    nb.save(sharded_row, "sharded_step.csv")
     print(say.sharded_sentence(sharded_row))
 
 # %%

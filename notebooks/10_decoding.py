@@ -90,7 +90,6 @@ import torch
 from perflab.lessons.nb10_decoding import (
     CACHES,
     Finding,
-    build_model,
     compare_caches,
     compare_int8,
     compare_kv_heads,
@@ -104,6 +103,7 @@ from perflab.lessons.nb10_decoding import (
     exactness_line,
     generate,
     get_preset,
+    inference_model,
     kv_memory,
     listing,
     max_world_size,
@@ -116,7 +116,6 @@ from perflab.lessons.nb10_decoding import (
     prefill_vs_decode,
     profile_steps,
     random_prompts,
-    save_figure,
     say,
     tensor_parallel_findings,
     tensor_parallel_study,
@@ -129,7 +128,7 @@ nb = open_notebook("10_decoding", globals(), device=device)
 dev, out = nb.device, nb.out
 param_dtype = parse_dtype(dtype)
 config = get_preset(preset)
-model = build_model(config, dev, param_dtype)
+model = inference_model(config, dev, param_dtype)
 element = torch.finfo(param_dtype).bits // 8
 mode = ("reduce-overhead" if dev.type == "cuda" else None) if compile_mode == "auto" else compile_mode
 print(say.model_line(config, element, dtype, dev.type))
@@ -143,7 +142,7 @@ print(say.model_line(config, element, dtype, dev.type))
 # %%
 bandwidth = measure_copy_bandwidth(dev)
 peak = measure_peak_matmul(dev, param_dtype, sizes=(512, 1024) if dev.type == "cpu" else None)
-nb.save(pd.DataFrame([yardstick_columns(bandwidth, peak)]), "yardsticks.csv")
+nb.save(yardstick_columns(bandwidth, peak), "yardsticks.csv")
 print(say.yardstick_line(bandwidth, peak, dtype))
 
 # %% [markdown]
@@ -192,14 +191,13 @@ throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_pe
                                  steps=steps)
 nb.save(throughput, "decode_throughput.csv")
 fig = plot_decode_roofline(throughput, dev.type)
-save_figure(fig, out / "decode_roofline.png")
+nb.figure(fig, "decode_roofline.png")
 print(say.error_bar_line(throughput, steps))
 throughput[["batch", "step", "median_s", "unstable", "tokens_per_s", "memory_bound_tokens_per_s",
             "compute_bound_tokens_per_s", "fraction_of_roofline"]].round(3)
 
 # %%
-for sentence in say.roofline_sentences(throughput):
-    print(sentence)
+nb.say(say.roofline_sentences(throughput))
 
 # %% [markdown]
 # The batch-1 eager decode step is timed twice in this notebook: in section 1 (at `prompt_len`
@@ -224,7 +222,7 @@ print(say.repeat_sentence(phases, throughput, prompt_len, context))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-check_model = build_model(get_preset("cpu-tiny"), dev, torch.float64, seed=1)
+check_model = inference_model(get_preset("cpu-tiny"), dev, torch.float64, seed=1)
 check_prompts = random_prompts(check_model.config.vocab_size, [3, 17, 1, 9], seed=1)
 for sampling in ({}, {"temperature": 1.0, "top_k": 20}):
     decoded = {cache: generate(check_model, check_prompts, [6, 2, 5, 4], cache,
@@ -260,11 +258,11 @@ print(say.cache_rates_line(caches))
 # most blocks in use, and the most bytes that held tokens at once.
 
 # %%
-kv_model = model if kv_preset == preset else build_model(get_preset(kv_preset), dev, param_dtype)
+kv_model = model if kv_preset == preset else inference_model(get_preset(kv_preset), dev, param_dtype)
 kv = kv_memory(kv_model, kv_prompt_lens, kv_new_tokens, block_sizes)
 nb.save(kv, "kv_memory.csv")
 fig = plot_kv_memory(kv)
-save_figure(fig, out / "kv_memory.png")
+nb.figure(fig, "kv_memory.png")
 kv.assign(kv_MiB=kv["kv_bytes"] / MiB)[["cache", "block_size", "kv_MiB", "table_entries",
                                         "waste", "vs_contiguous"]].round(3)
 
@@ -294,7 +292,7 @@ print(saved)
 
 # %%
 compile_model = (model if compile_preset == preset
-                 else build_model(get_preset(compile_preset), dev, param_dtype))
+                 else inference_model(get_preset(compile_preset), dev, param_dtype))
 compilations = count_compilations(compile_model, compile_batch, context, compile_calls)
 nb.save(compilations, "compilations.csv")
 compilations.pivot(index="call", columns="shapes", values=["graphs", "seconds"]).round(3)
@@ -313,7 +311,7 @@ print(say.tracing_sentence(compilations, compile_calls))
 
 # %%
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
-nb.save(pd.DataFrame([compiled]), "compiled_step.csv")
+nb.save(compiled, "compiled_step.csv")
 print(say.compiled_step_sentence(
     compiled, conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]))
 
@@ -351,9 +349,8 @@ parts.round(3)
 
 # %%
 timed_ms = throughput[throughput["batch"] == 1].set_index("step")["median_s"] * 1e3
-for sentence in say.profile_sentences(parts, calls, config, element, bandwidth.bytes_per_s,
-                                      peak.flops_per_s, largest, dev.type, timed_ms):
-    print(sentence)
+nb.say(say.profile_sentences(parts, calls, config, element, bandwidth.bytes_per_s,
+                                      peak.flops_per_s, largest, dev.type, timed_ms))
 
 # %% [markdown]
 # ## 6. Rotary tables, and choosing the next token on the device
@@ -366,15 +363,13 @@ for sentence in say.profile_sentences(parts, calls, config, element, bandwidth.b
 # %%
 rotary = compare_rotary_tables(model, batch_sizes[-1], context, rounds=rounds)
 sampling = compare_sampling_place(model, batch_sizes[-1], context, rounds=rounds)
-nb.save(pd.DataFrame([rotary, sampling]), "rotary_and_sampling.csv")
-for sentence in conclude_all(out, [Finding.from_row("rotary tables once", rotary),
-                                   Finding.from_row("sampling on the device", sampling)]):
-    print(sentence)
+nb.save([rotary, sampling], "rotary_and_sampling.csv")
+nb.say(conclude_all(out, [Finding.from_row("rotary tables once", rotary),
+                                   Finding.from_row("sampling on the device", sampling)]))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-for line in say.sampling_lines(rotary, sampling, config.vocab_size, element):
-    print(line)
+nb.say(say.sampling_lines(rotary, sampling, config.vocab_size, element))
 
 # %% [markdown]
 # On a CPU the "host copy" is a memory copy in the same memory; on a GPU it is a transfer over
@@ -398,7 +393,7 @@ for line in say.sampling_lines(rotary, sampling, config.vocab_size, element):
 # %%
 int8_row, int8_result = compare_int8(model, int8_batch, context, rounds=rounds,
                                      new_tokens=int8_new_tokens)
-nb.save(pd.DataFrame([int8_row]), "int8_weights.csv")
+nb.save(int8_row, "int8_weights.csv")
 print(conclude(out, "int8 weights", int8_result))
 pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
                      "first_call_s_int8", "tokens_per_s_original", "tokens_per_s_int8",
@@ -406,8 +401,7 @@ pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s
                      "first_differing_token", "tokens_agreeing"]]
 
 # %%
-for sentence in say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens, dtype):
-    print(sentence)
+nb.say(say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens, dtype))
 
 # %% [markdown]
 # int8 weights are a lossy change: the tokens above say how much it changed this random model's
@@ -455,7 +449,7 @@ if tp is not None:
 # With `gqa_kv_heads` heads of keys and values, each shared by a group of query heads
 # (`ModelConfig.num_kv_heads`; Ainslie et al. 2023), a token's keys and values take
 # kv_heads / heads of the bytes, and the decode step attends each group's queries to their
-# shared head in one matmul, reading the cache once per group (`perflab.decode.steps.attend`).
+# shared head in one matmul, reading the cache once per group (`perflab.decode.decoder.attend`).
 # At a batch and a context where the cache weighs as much as the weights, the bytes a step must
 # move shrink, and a step bound by memory should follow them. Both fixed-shape steps (eager
 # on a CPU by default, `gqa_compiled` to compile them; the grouped model has random weights of
@@ -466,7 +460,7 @@ if tp is not None:
 gqa_row, gqa_result = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev,
                                        param_dtype, rounds=gqa_rounds,
                                        compiled=gqa_compiled)
-nb.save(pd.DataFrame([gqa_row]), "grouped_query.csv")
+nb.save(gqa_row, "grouped_query.csv")
 pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
                     "kv_cache_bytes_mha", "kv_cache_bytes_grouped", "step_bytes_mha",
                     "step_bytes_grouped", "tokens_per_s_mha", "tokens_per_s_grouped",
@@ -474,10 +468,9 @@ pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
 
 # %%
 gqa_conclusion = conclude(out, "grouped-query decode step", gqa_result)
-for sentence in say.gqa_sentences(gqa_row, gqa_conclusion, throughput, config.num_heads,
+nb.say(say.gqa_sentences(gqa_row, gqa_conclusion, throughput, config.num_heads,
                                   gqa_kv_heads, gqa_batch, gqa_context, context,
-                                  step="compiled" if gqa_compiled else "eager"):
-    print(sentence)
+                                  step="compiled" if gqa_compiled else "eager"))
 
 # %% [markdown]
 # Everything above ran on this device. Not run on a CPU, written for a GPU: CUDA graphs

@@ -310,7 +310,7 @@ def test_every_half_batch_order_is_the_whole_batch_to_rounding():
 
 def test_results_name_and_added_implementations():
     from perflab.adapters import results_name
-    from perflab.bench.attention import add_implementation, get_implementation, interpreted
+    from perflab.bench.attention_timing import add_implementation, get_implementation, interpreted
 
     assert results_name("perflab.cs336").startswith("yours-perflab-cs336-")
     with pytest.raises(ValueError, match="'sdpa' is one of perflab's implementations"):

@@ -1,4 +1,4 @@
-"""The FlashAttention speed table of notebook 06 (perflab.bench.attention.flash_speed): each
+"""The FlashAttention speed table of notebook 06 (perflab.bench.attention_timing.flash_speed): each
 implementation's device and host time per call, and each against SDPA interleaved; checked
 here on small CPU shapes (its GPU rows come from a lease, .ci/gpu-check)."""
 
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from perflab.bench.attention import attention_flops, flash_speed, host_ms
+from perflab.bench.attention_timing import attention_flops, flash_speed, host_ms
 from perflab.bench.comparison import comparison_frame
 
 CPU = torch.device("cpu")

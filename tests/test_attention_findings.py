@@ -1,12 +1,12 @@
-"""Notebook 05's attention sentences (``perflab.bench.attention_findings``) on frames made by
+"""Notebook 05's attention sentences (``perflab.findings.attention``) on frames made by
 hand and stand-in comparisons: each states the numbers it was given, each branch taken."""
 
 import pandas as pd
 import pytest
 import torch
 
-from perflab.bench import attention_findings as say
 from perflab.bench.comparison import Comparison
+from perflab.findings import attention as say
 
 GiB = 2**30
 
@@ -155,7 +155,7 @@ def test_implementation_checks_and_weighted_sum_line():
 
 
 def test_the_smoke_comparison_of_another_device_is_shown_with_its_source(monkeypatch, tmp_path):
-    from perflab.bench.attention_findings import smoke_comparisons_elsewhere
+    from perflab.findings.attention import smoke_comparisons_elsewhere
     from perflab.paths import device_slug
 
     monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))

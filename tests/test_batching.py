@@ -100,8 +100,7 @@ def test_speeches_are_cut_and_filtered():
 
 
 def test_the_bucketing_rows_count_the_same_real_tokens():
-    torch.manual_seed(0)
-    model = batching.TransformerLM(BYTES)
+    model = batching.build_model(BYTES, seed=0)
     sequences = _sequences([3, 20, 7, 33, 2, 15, 9, 25])
     rows, result = compare_bucketing(model, sequences, 4, rounds=2, warmup=0)
     rows = rows.set_index("order")

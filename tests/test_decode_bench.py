@@ -7,15 +7,6 @@ import torch
 
 from perflab.bench.peak import measure_copy_bandwidth
 from perflab.bench.stats import max_level
-from perflab.decode.bench import (
-    compare_rotary_tables,
-    compare_sampling_place,
-    compile_static_step,
-    count_compilations,
-    kv_memory,
-    prefill_vs_decode,
-    throughput_by_batch,
-)
 from perflab.decode.costs import (
     decode_step_bytes,
     flops_per_token,
@@ -24,9 +15,18 @@ from perflab.decode.costs import (
     prefill_cost,
     roofline_tokens_per_s,
 )
-from perflab.decode.inputs import build_model
-from perflab.decode.plots import plot_decode_roofline
+from perflab.decode.inputs import inference_model
+from perflab.decode.measurements import (
+    compare_rotary_tables,
+    compare_sampling_place,
+    compile_static_step,
+    count_compilations,
+    kv_memory,
+    prefill_vs_decode,
+    throughput_by_batch,
+)
 from perflab.model import PRESETS, ModelConfig
+from perflab.plots.decode import plot_decode_roofline
 
 TINY = ModelConfig(
     "decode-bench-test",
@@ -67,7 +67,7 @@ def test_decode_bytes_and_roofline():
 
 
 def test_prefill_does_more_flops_per_byte_than_decode():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     table = prefill_vs_decode(model, 16, warmup=0, steps=2).set_index("phase")
     assert list(table["tokens"]) == [16, 1]
     assert table.loc["prefill", "flops_per_byte"] > 4 * table.loc["decode", "flops_per_byte"]
@@ -76,7 +76,7 @@ def test_prefill_does_more_flops_per_byte_than_decode():
 def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
     # check-results flags a table of medians without an unstable column; the interval's level
     # is the one its samples give (2 samples: 50%), never a typed 95%.
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     phases = prefill_vs_decode(model, 16, warmup=0, steps=2)
     throughput = throughput_by_batch(
         model, [1, 2], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=2
@@ -93,7 +93,7 @@ def test_timing_tables_carry_the_unstable_flag_and_the_interval_level():
 
 
 def test_throughput_table_has_a_row_per_batch_and_step_with_its_bounds():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     table = throughput_by_batch(
         model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=2, compiled=(False, True)
     )
@@ -118,14 +118,14 @@ def test_throughput_table_has_a_row_per_batch_and_step_with_its_bounds():
     )
 
 
-def test_build_model_initialises_in_the_dtype_asked_and_restores_the_default():
-    model = build_model(TINY, torch.device("cpu"), torch.bfloat16)
+def test_inference_model_initialises_in_the_dtype_asked_and_restores_the_default():
+    model = inference_model(TINY, torch.device("cpu"), torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == torch.float32 and not model.training
 
 
 def test_kv_memory_of_unequal_requests():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     prompts, new = [3, 40, 5], [10, 2, 12]
     table = kv_memory(model, prompts, new, [1, 8]).set_index("block_size", drop=False)
     token = kv_bytes_per_token(TINY, 4)
@@ -140,14 +140,14 @@ def test_kv_memory_of_unequal_requests():
 
 
 def test_fixed_shapes_are_traced_once_and_growing_ones_again():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     table = count_compilations(model, batch=2, context=4, calls=3)
     graphs = table.groupby("shapes")["graphs"].max()
     assert graphs["fixed"] == 1 and graphs["growing"] > 1
 
 
 def test_rotary_and_sampling_comparisons_report_correctness_and_bytes():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     rotary = compare_rotary_tables(model, 2, 8, rounds=2, warmup=0)
     assert rotary["max_abs_diff"] < 1e-5
     # 2 rounds give a 50% interval: below the 95% a verdict needs, whatever the times
@@ -168,7 +168,7 @@ def test_copy_bandwidth_counts_read_and_write():
 
 
 def test_timed_steps_refuse_a_context_the_model_does_not_have():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     with pytest.raises(ValueError, match=r"context must be in 1 \.\. 63 .*got 64"):
         throughput_by_batch(model, [1], 64, 1e10, 1e11)
     with pytest.raises(ValueError, match="prompt_len must be in 1 .. 63"):
@@ -188,7 +188,7 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
     monkeypatch.setattr(
         roofline, "time_fn", lambda fn, warmup, steps, device: Timing((0.02,) * steps, warmup)
     )
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     table = throughput_by_batch(
         model, [1, 3], 8, bandwidth=1e10, peak_flops=1e11, warmup=0, steps=3
     ).set_index("batch")
@@ -209,7 +209,7 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
 
 
 def test_compiled_static_step_against_eager_reports_its_compilation_and_agreement():
-    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    model = inference_model(TINY, torch.device("cpu"), torch.float64)
     torch._dynamo.reset()  # nothing of this shape compiled before
     try:
         row = compile_static_step(model, 2, 9, rounds=2, warmup=0)

@@ -1,13 +1,13 @@
-"""Notebook 10's sentences (``perflab.decode.findings``) on small frames made by hand: each
+"""Notebook 10's sentences (``perflab.findings.decode``) on small frames made by hand: each
 sentence states the numbers it was given, and each branch (GPU ones included) is taken."""
 
 import pandas as pd
 import pytest
 
 from perflab.bench.peak import CopyBandwidth, PeakMatmul
-from perflab.decode import findings as say
-from perflab.decode.bench import PARTS
 from perflab.decode.costs import matmul_weights
+from perflab.decode.measurements import PARTS
+from perflab.findings import decode as say
 from perflab.model import get_preset
 
 TINY = get_preset("cpu-tiny")

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from perflab.decode import generate
-from perflab.decode.bench import compare_int8
-from perflab.decode.inputs import build_model
+from perflab.decode.inputs import inference_model
+from perflab.decode.measurements import compare_int8
 from perflab.decode.quantize import Int8Linear, quantize_int8, weight_bytes
 from perflab.model import ModelConfig, QKVProjection
 
@@ -52,7 +52,7 @@ def test_the_int8_layer_is_a_matmul_with_the_dequantised_weight(rows):
 
 
 def test_quantize_replaces_every_linear_and_leaves_the_model_alone():
-    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    model = inference_model(TINY, torch.device("cpu"), torch.float64)
     before = {name: p.clone() for name, p in model.named_parameters()}
     quantised = quantize_int8(model)
     assert not any(isinstance(m, nn.Linear) for m in quantised.modules())
@@ -97,7 +97,7 @@ def test_grouped_query_models_quantise_and_decode():
         vocab_size=53,
         context_length=32,
     )
-    model = build_model(config, torch.device("cpu"), torch.float64)
+    model = inference_model(config, torch.device("cpu"), torch.float64)
     generator = torch.Generator().manual_seed(4)
     with torch.no_grad():
         for module in model.modules():
@@ -117,7 +117,7 @@ def test_grouped_query_models_quantise_and_decode():
 
 
 def test_int8_decoding_against_float32_reports_error_speed_and_tokens():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
         row, result = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5)
     finally:
@@ -132,7 +132,7 @@ def test_int8_decoding_against_float32_reports_error_speed_and_tokens():
 def test_int8_decoding_of_exactly_representable_weights_agrees_token_for_token():
     """Weights that are already int8 values times a row scale quantise to themselves: the
     tokens must agree everywhere and the logits' error be float32 rounding only."""
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.Linear):

@@ -15,7 +15,6 @@ import torch
 from perflab.bench.peak import CopyBandwidth, PeakMatmul
 from perflab.bench.timer import Timing
 from perflab.decode import CACHES
-from perflab.decode.bench import PARTS, profile_step
 from perflab.decode.costs import (
     decode_cost,
     decode_step_bytes,
@@ -23,7 +22,8 @@ from perflab.decode.costs import (
     recompute_cost,
     rooflines,
 )
-from perflab.decode.inputs import build_model, random_prompts
+from perflab.decode.inputs import inference_model, random_prompts
+from perflab.decode.measurements import PARTS, profile_step
 from perflab.decode.roofline import (
     DecodeConfig,
     compile_options,
@@ -54,7 +54,7 @@ def _full_sequence_logits(model, batch, context):
 
 @pytest.mark.parametrize("cache", CACHES)
 def test_every_caches_step_gives_the_logits_of_the_whole_sequence_in_float64(cache):
-    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    model = inference_model(TINY, torch.device("cpu"), torch.float64)
     step = decode_step(model, cache, 3, 11)
     expected = _full_sequence_logits(model, 3, 11)
     first, again = step(), step()  # set back to the context: the same work at every call
@@ -64,7 +64,7 @@ def test_every_caches_step_gives_the_logits_of_the_whole_sequence_in_float64(cac
 
 
 def test_the_compiled_fixed_shape_step_gives_the_same_logits():
-    model = build_model(TINY, torch.device("cpu"), torch.float64)
+    model = inference_model(TINY, torch.device("cpu"), torch.float64)
     step = decode_step(model, "contiguous", 2, 7, compiled=True)
     try:
         logits = step()
@@ -90,7 +90,7 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
             (torch.float32, True, 1e-5),
             (torch.float64, True, 1e-10),
         ):
-            model = build_model(TINY, torch.device("cpu"), dtype)
+            model = inference_model(TINY, torch.device("cpu"), dtype)
             step = decode_step(model, "contiguous", 2, 7, compiled=True, freeze=freeze)
             logits, found = run_and_get_code(step)
             codes[dtype, freeze] = "\n".join(found)
@@ -138,9 +138,9 @@ def test_the_gemm_template_is_asked_for_only_where_freezing_packs_the_linears(mo
 
 
 def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
-    from perflab.decode.bench import profile_steps
+    from perflab.decode.measurements import profile_steps
 
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
         _, with_frozen, _ = profile_steps(model, 7, 2, None, torch.device("cpu"))
         _, without, calls = profile_steps(model, 7, 2, None, torch.device("cpu"), freeze=False)
@@ -160,10 +160,10 @@ def test_the_profile_reuses_the_steps_compiled_before_it():
     """Notebook 10 compiles its steps in section 2 and profiles them in section 5: the profile
     compiles nothing again (at the lease sizes each would be a compile of the 8B model; the
     profile used to reset dynamo after each step and compile both again)."""
-    from perflab.decode.bench import profile_steps
+    from perflab.decode.measurements import profile_steps
     from perflab.decode.roofline import compiled_graphs, decode_step
 
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
         for batch in (1, 2):  # section 2's sweep
             decode_step(model, "contiguous", batch, 7, compiled=True)()
@@ -191,7 +191,7 @@ def test_the_compiled_step_writes_one_slot_not_the_whole_cache():
     no loop may run over a layer's cache (batch x heads x slots x head_dim elements)."""
     from torch._inductor.utils import run_and_get_code
 
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     batch, context = 3, 12  # 13 slots: a layer's cache is 3 x 2 x 13 x 16 = 1,248 values
     step = decode_step(model, "contiguous", batch, context, compiled=True)
     try:
@@ -205,7 +205,7 @@ def test_the_compiled_step_writes_one_slot_not_the_whole_cache():
 
 
 def test_only_the_fixed_shape_step_is_compiled():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     for cache in ("none", "paged"):
         with pytest.raises(ValueError, match="compile needs the fixed-shape step"):
             decode_step(model, cache, 1, 4, compiled=True)
@@ -266,7 +266,7 @@ def test_tokens_per_second_and_the_fraction_from_a_planted_timing():
     """Planted: steps of 0.25 to 1 s with median 0.5 s at batch 2 are 4 tokens/s (the mean,
     0.55 s, would give 3.6); a bandwidth of 8 x the bytes per token bounds the step at 8
     tokens/s, so it runs at half its roofline; the interval's ends invert."""
-    model = build_model(get_preset("cpu-tiny"), torch.device("cpu"), torch.float32)
+    model = inference_model(get_preset("cpu-tiny"), torch.device("cpu"), torch.float32)
     cost = decode_cost(model.config, 2, 16, 4)
     timing = Timing((0.5, 0.25, 1.0, 0.4, 0.6), warmup=0)
     row = roofline_columns(model, "contiguous", 2, 16, timing, 8 * cost["bytes_per_token"], 1e18)
@@ -322,7 +322,7 @@ def test_perflab_bench_mode_decode_prints_the_roofline_as_json():
 
 
 def test_a_step_profile_accounts_for_matmuls_and_the_rest():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     table = profile_step(
         decode_step(model, "contiguous", 1, 8), torch.device("cpu"), warmup=1, steps=3
     ).set_index("part")
@@ -347,7 +347,7 @@ def test_a_step_profile_counts_each_operator_call():
 
 
 def test_time_outside_any_operator_is_counted_as_python():
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     step = decode_step(model, "contiguous", 1, 8)
 
     def step_after_a_nap():
@@ -366,7 +366,7 @@ def test_the_compiled_decode_step_runs_as_a_cuda_graph_on_gpu():
     without, and says so only in its counters."""
     from torch._dynamo.utils import counters
 
-    model = build_model(TINY, torch.device("cuda"), torch.float32)
+    model = inference_model(TINY, torch.device("cuda"), torch.float32)
     counters.clear()
     step = decode_step(model, "contiguous", 2, 8, compiled=True, mode="reduce-overhead")
     try:
@@ -383,7 +383,7 @@ def test_a_second_step_of_the_same_shape_reuses_the_compiled_graph():
     (another decoder, the same model shape, batch and context) compiles nothing new."""
     from perflab.decode.roofline import compiled_graphs
 
-    model = build_model(TINY, torch.device("cpu"), torch.float32)
+    model = inference_model(TINY, torch.device("cpu"), torch.float32)
     torch._dynamo.reset()
     before = compiled_graphs()
     try:

@@ -612,13 +612,13 @@ def test_bucket_overhead_fit_recovers_the_model_and_its_optimum():
 
 def test_ddp_timelines_show_naive_communicating_only_after_backward():
     from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
-    from perflab.distributed.plots import plot_rank_timelines
-    from perflab.distributed.toy import build_model
+    from perflab.distributed.toy import toy_model
+    from perflab.plots.distributed import plot_rank_timelines
 
     timelines = ddp_timelines(["naive", "flat"], 2, "toy", batch_size=2, seq_len=8, warmup=1)
     assert set(timelines["lane"]) == {"forward", "backward", "sync", "communication"}
     table = overlap_table(timelines).set_index("variant")
-    tensors = sum(p.requires_grad for p in build_model("toy", seed=0).parameters())
+    tensors = sum(p.requires_grad for p in toy_model("toy", seed=0).parameters())
     assert table.loc["naive", "collectives"] == tensors  # one all-reduce per gradient
     assert table.loc["flat", "collectives"] == 1
     assert (table["during_backward_ms"] == 0).all()  # both wait for backward to end
@@ -650,10 +650,10 @@ def test_zero_memory_points_break_down_into_params_grads_and_state():
     import pandas as pd
 
     from perflab.distributed.memory_per_rank import zero_memory_points
-    from perflab.distributed.toy import build_model
+    from perflab.distributed.toy import toy_model
 
     rows = pd.DataFrame([r for rank in launch(zero_memory_points, 2, ("lm:64:2",)) for r in rank])
-    n_params = sum(p.numel() for p in build_model("lm:64:2", seed=0).parameters())
+    n_params = sum(p.numel() for p in toy_model("lm:64:2", seed=0).parameters())
     assert (rows["parameter_bytes"] == 4 * n_params).all()
     before = rows[rows["point"] == "before step"]
     assert (before["gradient_bytes"] == 4 * n_params).all()
@@ -675,11 +675,11 @@ def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
         gather_summary,
         gather_table,
     )
-    from perflab.distributed.plots import plot_rank_timelines
-    from perflab.distributed.toy import build_model
+    from perflab.distributed.toy import toy_model
+    from perflab.plots.distributed import plot_rank_timelines
 
     timeline = fsdp_forward_timeline(2, "lm:64:2", batch_size=2, seq_len=8)
-    model = build_model("lm:64:2", seed=0)
+    model = toy_model("lm:64:2", seed=0)
     holders = [m for m in model.modules() if any(True for _ in m.parameters(recurse=False))]
     counts = timeline["lane"].value_counts()
     assert counts["fsdp.wait"] == counts["fsdp.forward"] == len(holders)

@@ -1,4 +1,4 @@
-"""Notebook 08's checks and sentences (``perflab.distributed.findings``) on small frames made
+"""Notebook 08's checks and sentences (``perflab.findings.distributed``) on small frames made
 by hand, or on the models they read: each states the numbers it was given, each branch taken,
 and each check can say False."""
 
@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-from perflab.distributed import findings as say
 from perflab.distributed.calculators import H100_NODE, Workload
 from perflab.distributed.comm_accounting import smaller_batch_options
 from perflab.distributed.ffn_calcs import answers
 from perflab.distributed.memory_per_rank import zero_communication
+from perflab.findings import distributed as say
 from perflab.model import get_preset
 
 MiB = 2**20

@@ -87,12 +87,12 @@ def test_notebook_07s_ddp_rounds_are_simulated():
 def test_the_overhead_fit_is_simulated_at_the_full_presets_bucket_counts():
     from perflab.cli import NOTEBOOKS_DIR
     from perflab.distributed.ddp import plan_buckets
-    from perflab.distributed.toy import build_model
+    from perflab.distributed.toy import toy_model
 
     full = FULL_SIZES["07_distributed_ddp"]
     source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
     sizes = full.get("bucket_sizes_mb", _parameter(source, "bucket_sizes_mb"))
-    params = [p for p in build_model(full["ddp_model"], 0).parameters() if p.requires_grad]
+    params = [p for p in toy_model(full["ddp_model"], 0).parameters() if p.requires_grad]
     counts = tuple(len(plan_buckets(params, size)) for size in sizes)
     assert OVERHEAD_BUCKETS == (counts, full["rounds"])
 

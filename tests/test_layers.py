@@ -1,8 +1,10 @@
 """The library's layers (docs/layout.md): a module imports only from its own layer or the ones
-below it, and no modules import each other in a circle. Two wings by reader besides: the
-implementations a student compares with import only torch, Triton and each other, and the
-measuring core imports no implementation and no experiment. Read from the source with ``ast``
-(imports inside functions included), so a late import cannot hide an upward one."""
+below it, and no modules import each other in a circle. Wings by reader besides: the
+implementations a student compares with import only torch, Triton and each other; the measuring
+core imports no implementation and no experiment; nothing but a tool or a lesson module imports
+a tool. One of each: one model builder, one kernel compiler, one default for rounds, one module
+per name. Read from the source with ``ast`` (imports inside functions included), so a late
+import cannot hide an upward one."""
 
 import ast
 import sys
@@ -46,6 +48,8 @@ LAYERS = {
     "smoke": 5,
     "finding_rates": 5,
     "lessons": 5,
+    "findings": 5,
+    "plots": 5,
 }
 
 
@@ -69,7 +73,7 @@ IMPLEMENTATIONS = {
     "perflab.distributed.fsdp",
     "perflab.distributed.sharded_optimizer",
     "perflab.decode.caches",
-    "perflab.decode.steps",
+    "perflab.decode.decoder",
     "perflab.decode.quantize",
 }
 #: What an implementation may use beside torch, Triton and the others: the ranges it opens (the
@@ -155,6 +159,66 @@ def _defining(name: str, known: set[str]) -> str:
     return name
 
 
+#: The tools: the command line, ``perflab check`` and its adapters, the write-ups, the claims,
+#: the handout map, the lease plan, check-results, the widgets, the smoke command and the
+#: finding rates. A tool may import anything; nothing but another tool or a lesson module (a
+#: notebook's front door) imports a tool, so that an implementation, the core or an
+#: experiment runs without them.
+TOOLS = {
+    "perflab.cli",
+    "perflab.__main__",
+    "perflab.adapters",
+    "perflab.cs336",
+    "perflab.smoke",
+    "perflab.finding_rates",
+    "perflab.widgets",
+    "perflab.report",
+    "perflab.writeup",
+    "perflab.claims",
+    "perflab.handout",
+    "perflab.lease",
+    "perflab.bench.checks",
+}
+
+
+def _in(module: str, wing: set[str]) -> bool:
+    return any(module == part or module.startswith(part + ".") for part in wing)
+
+
+def tool_problems(graph: dict[str, set[str]]) -> list[str]:
+    """A module other than a tool or a lesson module that imports a tool (its own imports).
+    One sentence each."""
+    known = set(graph)
+    return [
+        f"{module} imports the tool {target}"
+        for module in sorted(graph)
+        if not _in(module, TOOLS | {"perflab.lessons"}) and module != "perflab"
+        for target in sorted({_defining(t, known) for t in graph[module]})
+        if _in(target, TOOLS)
+    ]
+
+
+def test_no_implementation_core_or_experiment_imports_a_tool():
+    assert tool_problems(_imports()) == []
+
+
+def test_a_planted_import_of_a_tool_is_found():
+    graph = {
+        "perflab.memory.measure": {"perflab.adapters.loading", "perflab.model"},
+        "perflab.lessons.nb04_memory": {"perflab.widgets"},
+        "perflab.cli": {"perflab.report"},
+        "perflab.model": {"perflab.bench.checks"},
+        "perflab.adapters.loading": set(),
+        "perflab.widgets": set(),
+        "perflab.report": set(),
+        "perflab.bench.checks": set(),
+    }
+    assert tool_problems(graph) == [
+        "perflab.memory.measure imports the tool perflab.adapters.loading",
+        "perflab.model imports the tool perflab.bench.checks",
+    ]
+
+
 def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -> list[str]:
     """An implementation (or one of its helpers) that imports other perflab code than the
     implementations and their helpers, or a third-party package other than
@@ -224,7 +288,8 @@ def test_the_scan_sees_imports():
 
 
 def test_the_wings_listed_exist():
-    assert (IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE) - set(_imports()) == set()
+    wings = IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE | TOOLS
+    assert wings - set(_imports()) == set()
 
 
 def test_implementations_import_only_each_other_and_the_core_no_experiment():
@@ -240,19 +305,19 @@ def test_implementations_import_only_each_other_and_the_core_no_experiment():
          "perflab.model (an implementation) imports scipy"),
         ("bench/timer.py", "from perflab.model import TransformerLM\n",
          "perflab.bench.timer (measuring core) imports perflab.model"),
-        ("paths.py", "import perflab.decode.bench\n",
-         "perflab.paths (measuring core) imports perflab.decode.bench"),
+        ("paths.py", "import perflab.decode.measurements\n",
+         "perflab.paths (measuring core) imports perflab.decode.measurements"),
         ("paths.py", "from perflab import model\n",
          "perflab.paths (measuring core) imports perflab.model"),
-        ("bench/timer.py", "from ..decode import bench\n",
-         "perflab.bench.timer (measuring core) imports perflab.decode.bench"),
+        ("bench/timer.py", "from ..decode import measurements\n",
+         "perflab.bench.timer (measuring core) imports perflab.decode.measurements"),
         ("model.py", "from .bench.timer import time_fn\n",
          "perflab.model (an implementation) imports perflab.bench.timer"),
     ],
 )  # fmt: skip
 def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
     for name in ("__init__.py", "bench/__init__.py", "bench/timer.py", "model.py", "paths.py",
-                 "decode/__init__.py", "decode/bench.py"):  # fmt: skip
+                 "decode/__init__.py", "decode/measurements.py"):  # fmt: skip
         (tmp_path / "perflab" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "perflab" / name).write_text("import torch\n")
     (tmp_path / "perflab" / module).write_text(source)
@@ -295,3 +360,88 @@ def test_the_notebook_scan_sees_modules_and_private_names(tmp_path):
         {"perflab.lessons.nb01_x", "perflab.bench.timer", "perflab.model"},
         {"_clock"},
     )
+
+
+def one_of_each_problems(sources: dict[str, str]) -> list[str]:
+    """Where the library makes a second of what it keeps one of (docs/layout.md): a
+    ``TransformerLM(...)`` built outside ``model.build_model``, a Triton kernel compiled for a
+    GPU outside ``attention.triton_compile``, a ``rounds`` parameter whose default is a number
+    of its own instead of ``bench.stats.ROUNDS``. ``sources``: a file's name -> its text."""
+    problems = []
+    for name, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call):
+                called = ast.unparse(node.func)
+                if called.endswith("TransformerLM") and not name.endswith("perflab/model.py"):
+                    problems.append(f"{name} builds a TransformerLM itself (use build_model)")
+                if called == "triton.compile" and not name.endswith("attention/triton_compile.py"):
+                    problems.append(f"{name} compiles a kernel itself (use triton_compile)")
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                spec = node.args
+                positional = [*spec.posonlyargs, *spec.args][::-1]  # defaults fill from the end
+                pairs = [
+                    *zip(positional, spec.defaults[::-1], strict=False),
+                    *zip(spec.kwonlyargs, spec.kw_defaults, strict=True),
+                ]
+                problems += [
+                    f"{name}: {node.name}'s rounds default to {ast.unparse(default)} (use ROUNDS)"
+                    for argument, default in pairs
+                    if argument.arg == "rounds"
+                    and isinstance(default, ast.Constant)
+                    and default.value is not None
+                ]
+    return sorted(problems)
+
+
+def test_one_model_builder_one_kernel_compiler_one_default_for_rounds():
+    scripts = [*sorted((LIB / "perflab").rglob("*.py")), *sorted(NOTEBOOKS.glob("[0-9]*.py"))]
+    sources = {str(path.relative_to(LIB.parent)): path.read_text() for path in scripts}
+    assert one_of_each_problems(sources) == []
+
+
+def test_a_planted_second_builder_compiler_or_rounds_default_is_found():
+    sources = {
+        "lib/perflab/model.py": "def build_model(c, rounds=ROUNDS):\n    TransformerLM(c)\n",
+        "lib/perflab/decode/x.py": "m = TransformerLM(c)\ndef f(a, *, rounds=5): pass\n",
+        "lib/perflab/bench/y.py": "def g(rounds=6, warmup=2): pass\ndef h(a, rounds=None): pass\n",
+        "notebooks/09_x.py": "k = triton.compile(src)\nm = perflab.model.TransformerLM(c)\n",
+        "lib/perflab/attention/triton_compile.py": "k = triton.compile(src)\n",
+    }
+    assert one_of_each_problems(sources) == [
+        "lib/perflab/bench/y.py: g's rounds default to 6 (use ROUNDS)",
+        "lib/perflab/decode/x.py builds a TransformerLM itself (use build_model)",
+        "lib/perflab/decode/x.py: f's rounds default to 5 (use ROUNDS)",
+        "notebooks/09_x.py builds a TransformerLM itself (use build_model)",
+        "notebooks/09_x.py compiles a kernel itself (use triton_compile)",
+    ]
+
+
+def shared_names(modules: list[str]) -> dict[str, list[str]]:
+    """Names given to more than one module or package of ``modules`` (dotted names, packages
+    included), each with its holders. ``findings`` and ``plots`` hold one module per topic,
+    named after the topic's package (``findings.memory`` speaks of what ``memory`` measured):
+    those pairs are one name for one topic, not a clash."""
+    holders: dict[str, list[str]] = {}
+    for module in modules:
+        holders.setdefault(module.rpartition(".")[2], []).append(module)
+    shared = {}
+    for name, found in sorted(holders.items()):
+        topics = {f"perflab.findings.{name}", f"perflab.plots.{name}", f"perflab.{name}"}
+        if len(found) > 1 and not set(found) <= topics:
+            shared[name] = sorted(found)
+    return shared
+
+
+def test_no_two_modules_share_a_name():
+    modules = [m for m in _imports() if m.rpartition(".")[2] not in ("__init__", "__main__")]
+    assert shared_names([m for m in modules if m != "perflab"]) == {}
+
+
+def test_a_planted_shared_name_is_found():
+    modules = ["perflab.bench", "perflab.bench.steps", "perflab.decode", "perflab.decode.steps",
+               "perflab.decode.bench", "perflab.memory", "perflab.findings.memory",
+               "perflab.plots.memory", "perflab.plots.bench"]  # fmt: skip
+    assert shared_names(modules) == {
+        "bench": ["perflab.bench", "perflab.decode.bench", "perflab.plots.bench"],
+        "steps": ["perflab.bench.steps", "perflab.decode.steps"],
+    }

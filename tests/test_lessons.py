@@ -59,3 +59,28 @@ def test_a_contradiction_is_printed_and_returned(data, capsys):
 def test_an_unknown_notebook_is_a_one_line_error(data):
     with pytest.raises(ValueError, match="unknown notebook '11_nothing'; valid: 01_benchmarking"):
         open_notebook("11_nothing", {})
+
+
+def test_rows_figures_and_sentences_go_where_the_run_keeps_them(data, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nb = open_notebook("10_decoding", {}, device="cpu")
+    one = nb.save({"batch": 1, "tokens_per_s": 2.5}, "row.csv")
+    assert pd.read_csv(one).to_dict("records") == [{"batch": 1, "tokens_per_s": 2.5}]
+    rows = nb.save([{"a": 1}, {"a": 2}], "rows.csv")
+    assert pd.read_csv(rows)["a"].tolist() == [1, 2]
+    with pytest.raises(TypeError, match="save takes a DataFrame, a dict .* got str"):
+        nb.save("not a table", "x.csv")
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    png = nb.figure(fig, "line.png")
+    plt.close(fig)
+    assert png == nb.out / "line.png" and png.stat().st_size > 0
+    assert png.with_suffix(".pdf").exists()
+
+    nb.say(["first sentence.", "second sentence."])
+    assert capsys.readouterr().out == "first sentence.\nsecond sentence.\n"

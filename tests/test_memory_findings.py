@@ -1,4 +1,4 @@
-"""Notebook 04's sentences (``perflab.memory.findings``) on small frames made by hand, or on the
+"""Notebook 04's sentences (``perflab.findings.memory``) on small frames made by hand, or on the
 meta-device models they read: each states the numbers it was given, and each branch is
 taken."""
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from perflab.memory import findings as say
+from perflab.findings import memory as say
 from perflab.memory.at_scale import handout_example, handout_sizes
 from perflab.model import get_preset
 

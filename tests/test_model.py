@@ -4,7 +4,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from perflab.attention import naive_attention
 from perflab.bench import BenchConfig, run_benchmark
-from perflab.model import PRESETS, ModelConfig, TransformerLM, cross_entropy, get_preset, sized_for
+from perflab.model import (
+    PRESETS,
+    ModelConfig,
+    TransformerLM,
+    build_model,
+    cross_entropy,
+    get_preset,
+    sized_for,
+)
 
 TINY = ModelConfig(
     "test", d_model=8, d_ff=16, num_layers=2, num_heads=2, vocab_size=10, context_length=16
@@ -167,3 +175,30 @@ def test_separate_qkv_projections_equal_the_fused_one():
     model.set_fused_qkv(False)
     assert not model.blocks[0].attn.qkv.fused
     torch.testing.assert_close(model(ids), fused, rtol=1e-12, atol=1e-12)
+
+
+def test_build_model_sizes_seeds_places_and_casts():
+    model = build_model(TINY, context=40, layers=1, seed=3, dtype=torch.float64)
+    assert model.config.context_length == 40 and len(model.blocks) == 1
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    again = build_model(TINY, context=40, layers=1, seed=3, dtype=torch.float64)
+    other = build_model(TINY, context=40, layers=1, seed=4, dtype=torch.float64)
+    weight = model.embedding.weight
+    assert torch.equal(weight, again.embedding.weight)
+    assert not torch.equal(weight, other.embedding.weight)
+    assert build_model(TINY, context=8).config.context_length == 16  # never shrunk
+    meta = build_model(TINY, device="meta")
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
+
+
+def test_build_model_direct_draws_in_the_dtype_and_restores_the_default():
+    default = torch.get_default_dtype()
+    direct = build_model(TINY, seed=0, dtype=torch.float64, direct=True)
+    cast = build_model(TINY, seed=0, dtype=torch.float64)
+    assert torch.get_default_dtype() == default
+    assert {p.dtype for p in direct.parameters()} == {torch.float64}
+    # drawn in float64, not float32 rounded up: the same generator, different values
+    assert not torch.equal(direct.embedding.weight, cast.embedding.weight)
+    with pytest.raises(ValueError, match="model must be 'package.module:Class'"):
+        build_model(TINY, model_class="no-colon")
+    assert torch.get_default_dtype() == default

@@ -1,4 +1,4 @@
-"""Notebook 02's sentences (``perflab.profiling.findings``) on small tables made by hand: each
+"""Notebook 02's sentences (``perflab.findings.profiling``) on small tables made by hand: each
 states the numbers it was given, and each branch is taken."""
 
 from types import SimpleNamespace
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from perflab.findings import profiling as say
 from perflab.model import get_preset
-from perflab.profiling import findings as say
 from perflab.profiling.hotspots import TraceComparison
 from perflab.profiling.summary import KernelSummary, summarize_durations
 

@@ -1,13 +1,13 @@
-"""Notebook 09's sentences (``perflab.training.findings``) on small frames made by hand: each
+"""Notebook 09's sentences (``perflab.findings.training``) on small frames made by hand: each
 states the numbers it was given, and each branch is taken."""
 
 import pandas as pd
 import pytest
 
 from perflab.bench.comparison import Comparison
+from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
 from perflab.model import get_preset
-from perflab.training import findings as say
 from perflab.training.step_model import B200, Efficiency, StepPlan
 
 MiB = 2**20

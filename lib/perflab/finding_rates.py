@@ -159,13 +159,13 @@ def _ring_sweep(
 
 
 def _ring_claims(sweep: tuple[pd.DataFrame, pd.DataFrame]) -> bool:
-    from perflab.distributed.findings import ring_lines
+    from perflab.findings.distributed import ring_lines
 
     return any("does not describe" in line for line in ring_lines(*sweep))
 
 
 def _textbook_claims(sweep: tuple[pd.DataFrame, pd.DataFrame]) -> bool:
-    from perflab.distributed.findings import ring_lines
+    from perflab.findings.distributed import ring_lines
 
     return any("not that ring's time" in line for line in ring_lines(*sweep))
 
@@ -174,7 +174,7 @@ def _ring_cases(sizes_mb, world_sizes, steps: int) -> tuple[FindingCase, ...]:
     setting = f"sizes {sizes_mb} MB x {world_sizes} ranks, medians of {2 * steps} calls"
     return (
         FindingCase(
-            "perflab.distributed.findings.ring_lines",
+            "perflab.findings.distributed.ring_lines",
             f"{setting}, one W",
             '"one W does not describe the ring\'s times"',
             f"W on {world_sizes[-1]} ranks half that on {world_sizes[0]}",
@@ -183,7 +183,7 @@ def _ring_cases(sizes_mb, world_sizes, steps: int) -> tuple[FindingCase, ...]:
             _ring_claims,
         ),
         FindingCase(
-            "perflab.distributed.findings.ring_lines",
+            "perflab.findings.distributed.ring_lines",
             f"{setting}, all_reduce the textbook ring at the ring's W",
             "\"not that ring's time\": Gloo's all_reduce is not the textbook ring",
             "all_reduce 2x the textbook ring's time",
@@ -285,14 +285,14 @@ def _bucket_overhead(
 
 
 def _overhead_claims(fit: tuple[dict, pd.DataFrame]) -> bool:
-    from perflab.distributed.findings import overhead_lines
+    from perflab.findings.distributed import overhead_lines
 
     return "a fit to trust" in overhead_lines(fit[0], fit[1], 2)
 
 
 def _overhead_case(bucket_counts, rounds: int) -> FindingCase:
     return FindingCase(
-        "perflab.distributed.findings.overhead_lines",
+        "perflab.findings.distributed.overhead_lines",
         f"bucket counts {list(bucket_counts)}, medians of {rounds} steps, the same wait at every "
         "count",
         '"a fit to trust": the overhead model n_b o + s/(n_b w) describes the waits',
@@ -333,7 +333,7 @@ def _int8_row(rng: np.random.Generator, rounds: int, speedup: float) -> dict:
 
 
 def _int8_claims(row: dict) -> bool:
-    from perflab.decode.findings import int8_sentences
+    from perflab.findings.decode import int8_sentences
 
     throughput = pd.DataFrame(
         [{"batch": 1, "step": "compiled", "fraction_of_roofline": 0.1,
@@ -344,7 +344,7 @@ def _int8_claims(row: dict) -> bool:
 
 def _int8_case(rounds: int) -> FindingCase:
     return FindingCase(
-        "perflab.decode.findings.int8_sentences",
+        "perflab.findings.decode.int8_sentences",
         f"{rounds} interleaved rounds, int8 exactly {INT8_BYTE_RATIO:g}x faster, "
         f"{INT8_BYTE_RATIO:g}x fewer bytes",
         "the speed-up is more than the bytes saved",
@@ -369,7 +369,7 @@ def _gqa_row(rng: np.random.Generator, rounds: int, time_ratio: float) -> dict:
 
 
 def _gqa_claims(row: dict) -> bool:
-    from perflab.decode.findings import gqa_sentences
+    from perflab.findings.decode import gqa_sentences
 
     throughput = pd.DataFrame([{"batch": 1, "step": "eager", "fraction_of_roofline": 0.1}])
     return len(gqa_sentences(row, "measured", throughput, 8, 2, 1, 128, 128)) > 1
@@ -377,7 +377,7 @@ def _gqa_claims(row: dict) -> bool:
 
 def _gqa_case(rounds: int) -> FindingCase:
     return FindingCase(
-        "perflab.decode.findings.gqa_sentences",
+        "perflab.findings.decode.gqa_sentences",
         f"{rounds} interleaved rounds, the time ratio exactly the bytes' {GQA_BYTE_RATIO:g}",
         "less gained than the bytes give",
         "no time gained at all (ratio 1)",

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from perflab.bench.steps import random_batch
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, TransformerLM, build_model
 
 DTYPES = ("float16", "bfloat16")
 
@@ -40,8 +40,7 @@ def _loss(
 
 
 def _model(config: ModelConfig, seed: int, device: torch.device) -> TransformerLM:
-    torch.manual_seed(seed)
-    return TransformerLM(config).to(device)
+    return build_model(config, seed=seed).to(device)
 
 
 def gradient_underflow(

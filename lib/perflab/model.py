@@ -11,6 +11,7 @@ Used by every notebook; the FLOP model here is the one utilisation figures are q
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 from collections.abc import Callable
@@ -301,7 +302,7 @@ class CausalSelfAttention(nn.Module):
     ) -> Tensor:
         """Causal self-attention of ``x`` (batch, seq, d_model) at positions 0 .. seq - 1. A
         decoder passes its new tokens' ``positions`` (batch, seq) and ``cached``, which keeps
-        their keys and values and attends over the whole cache (``perflab.decode.steps``)."""
+        their keys and values and attends over the whole cache (``perflab.decode.decoder``)."""
         batch, seq_len, d_model = x.shape
         q, k, v = (
             t.reshape(batch, seq_len, heads, -1).transpose(1, 2)
@@ -478,6 +479,46 @@ def load_model_class(spec: str) -> type:
     if not isinstance(found, type) or not issubclass(found, nn.Module):
         raise ValueError(f"{spec!r}: {module_name} has no nn.Module class {class_name!r}")
     return found
+
+
+def build_model(
+    config: ModelConfig,
+    *,
+    context: int | None = None,
+    layers: int | None = None,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    direct: bool = False,
+    model_class: str | None = None,
+) -> nn.Module:
+    """The library's one way to make a model: a ``TransformerLM`` of ``config`` sized for
+    ``context`` tokens (``sized_for``) with ``layers`` blocks, its weights drawn after
+    ``torch.manual_seed(seed)`` (the generators as they stand when None), made on ``device``
+    (the default device when None: meta counts without memory) and cast to ``dtype``.
+
+    ``direct``: drawn in ``dtype`` on the device itself, so that a model too large for float32
+    or for host memory never exists there (an 8B model decoded in bf16). ``model_class``: a
+    student's class, ``package.module:Class``, built with the course's constructor arguments
+    (``build_model_class``) instead of ``TransformerLM``."""
+    if context is not None:
+        config = sized_for(config, context)
+    if layers is not None:
+        config = replace(config, num_layers=layers)
+    if seed is not None:
+        torch.manual_seed(seed)
+    default = torch.get_default_dtype()
+    try:
+        if direct and dtype is not None:
+            torch.set_default_dtype(dtype)
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            if model_class is not None:
+                model = build_model_class(model_class, config)
+            else:
+                model = TransformerLM(config)
+    finally:
+        torch.set_default_dtype(default)
+    return model.to(dtype) if dtype is not None else model
 
 
 def build_model_class(spec: str, config: ModelConfig) -> nn.Module:

@@ -142,7 +142,7 @@ def kernels_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 
 def flash_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.bench.attention import LEADERBOARD_CASE, flash_speed
+    from perflab.bench.attention_timing import LEADERBOARD_CASE, flash_speed
     from perflab.bench.comparison import comparison_frame
 
     lines, timed_rows, compared_rows = [], [], []
@@ -212,7 +212,7 @@ def _config_name(config) -> str:
 
 def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.attention import flash_triton as ft
-    from perflab.bench.attention import _attention_calls
+    from perflab.bench.attention_timing import _attention_calls
     from perflab.bench.comparison import compare, comparison_frame
     from perflab.device import parse_dtype
 
@@ -278,13 +278,13 @@ class _Skip(Exception):
 def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from torch._dynamo.utils import counters
 
-    from perflab.decode.bench import compile_static_step
-    from perflab.decode.inputs import build_model
+    from perflab.decode.inputs import inference_model
+    from perflab.decode.measurements import compile_static_step
     from perflab.decode.roofline import decode_step
     from perflab.device import parse_dtype
     from perflab.model import get_preset
 
-    model = build_model(
+    model = inference_model(
         get_preset(sizes["decode_preset"]), device, parse_dtype(sizes["decode_dtype"])
     )
     batch, context = sizes["decode_batch"], sizes["decode_context"]

@@ -18,7 +18,7 @@ from torch import nn
 
 from perflab.adapters.loading import NotProvided, call, load_adapters
 from perflab.distributed.parity import local_slice, max_difference
-from perflab.distributed.toy import build_model, global_batch, loss_fn
+from perflab.distributed.toy import global_batch, loss_fn, toy_model
 
 #: float32 parameters after a few steps: data parallelism sums the same gradients in another
 #: order, so they agree to rounding, not bit for bit (perflab's own: 6e-8 for DDP, 1.5e-8 for
@@ -98,8 +98,8 @@ def ddp_rank(
     under ``no_sync()``), "bf16 autocast" (forward under ``torch.autocast``)."""
     adapters = load_adapters(spec)
     after_backward, batch_start = DDP_ADAPTERS[getter]
-    module = build_model("toy", seed=dist.get_rank())
-    reference = build_model("toy", seed=0)
+    module = toy_model("toy", seed=dist.get_rank())
+    reference = toy_model("toy", seed=0)
     kwargs = {} if bucket_size_mb is None else {"bucket_size_mb": bucket_size_mb}
     autocast = (
         (lambda: torch.autocast(module.embedding.weight.device.type, torch.bfloat16))
@@ -213,8 +213,8 @@ def sharded_optimizer_rank(spec: str, mode: str, steps: int = 5) -> dict:
     rebuilds the sharded optimizer from its ``state_dict`` after ``steps - 2`` steps."""
     adapters = load_adapters(spec)
     kwargs = {"lr": 0.01, "weight_decay": 0.1, "betas": (0.9, 0.999), "eps": 1e-8}
-    model = build_model("toy", seed=0)
-    reference = build_model("toy", seed=0)
+    model = toy_model("toy", seed=0)
+    reference = toy_model("toy", seed=0)
     try:
         optimizer = call(
             adapters, "get_sharded_optimizer", model.parameters(), torch.optim.AdamW, **kwargs

@@ -20,7 +20,7 @@ from perflab.adapters.attention_checks import GETTERS, attention_functions
 from perflab.adapters.battery import check_adapters, findings, format_table, passing_adapters
 from perflab.adapters.distributed_checks import DDP_ADAPTERS
 from perflab.adapters.loading import call, load_adapters
-from perflab.bench.attention import add_implementation, interpreted
+from perflab.bench.attention_timing import add_implementation, interpreted
 from perflab.bench.comparison import paired_comparison
 from perflab.bench.conclusions import conclude
 from perflab.distributed.ddp_benchmark import (

@@ -48,12 +48,22 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.stats import CONFIDENCE, is_unstable, level_text, max_level, median_interval
+from perflab.bench.stats import (
+    CONFIDENCE,
+    ROUNDS,
+    is_unstable,
+    level_text,
+    max_level,
+    median_interval,
+)
 from perflab.device import synchronize
 
 NOISE_BAND = 0.03
 VERDICTS = ("same", "faster", "slower", "inconclusive")
 MAX_ROUNDS = 48
+#: Rounds of each of ``noise_check``'s comparisons: more than ``ROUNDS``, so that its A/B arm
+#: (a 2x slow-down) is found under competing load as well, not only on a quiet machine.
+NOISE_CHECK_ROUNDS = 20
 
 
 @dataclass(frozen=True)
@@ -221,7 +231,7 @@ def compare(
     fn_a: Callable[[], object],
     fn_b: Callable[[], object],
     *,
-    rounds: int = 20,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     device: torch.device | str = "cpu",
     noise_band: float = NOISE_BAND,
@@ -442,7 +452,7 @@ def noise_check(
     runs: int = 20,
     *,
     size: int = 192,
-    rounds: int = 20,
+    rounds: int = NOISE_CHECK_ROUNDS,
     burst: bool = False,
     noise_band: float = NOISE_BAND,
 ) -> pd.DataFrame:

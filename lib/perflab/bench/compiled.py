@@ -22,7 +22,7 @@ from perflab.bench.comparison import Comparison, compare
 from perflab.bench.conclusions import Finding
 from perflab.bench.steps import make_step, random_batch
 from perflab.device import synchronize
-from perflab.model import TransformerLM, get_preset, sized_for
+from perflab.model import build_model, get_preset, sized_for
 
 
 def _no_compile_caches() -> contextlib.ExitStack:
@@ -66,9 +66,7 @@ def _model_step(
     config, inputs, targets, step_mode: str, device: torch.device, compile_mode: str | None
 ):
     """A fresh model's step (``make_step``), compiled with ``compile_mode`` (None: eager)."""
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = TransformerLM(config)
+    model = build_model(config, seed=0, device=device)
     runner = model if compile_mode is None else torch.compile(model, mode=compile_mode)
     optimizer = torch.optim.AdamW(model.parameters()) if step_mode == "train-step" else None
     return make_step(runner, inputs, targets, step_mode, torch.float32, optimizer)

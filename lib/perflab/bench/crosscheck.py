@@ -13,6 +13,7 @@ import torch
 import torch.utils.benchmark as torch_benchmark
 
 from perflab.bench.comparison import paired_comparison
+from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 
 
@@ -29,7 +30,7 @@ def compare_timers(
     device: torch.device,
     warmup: int = 5,
     steps: int = 30,
-    rounds: int = 3,
+    rounds: int = ROUNDS,
 ) -> pd.DataFrame:
     """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each
     timer's time over the workbook's with its interval, that interval's confidence and the

@@ -71,6 +71,11 @@ def rounds_for(confidence: float = CONFIDENCE) -> int:
     return n
 
 
+#: Rounds (interleaved, paired) a comparison or a timing takes unless told otherwise, the
+#: library's one default: the fewest whose median's interval can reach ``CONFIDENCE``.
+ROUNDS = rounds_for(CONFIDENCE)
+
+
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
     """The narrowest order-statistic interval of the median of ``values`` whose level is at
     least ``confidence``, or [min, max] with its lower level when the samples are too few."""

@@ -30,6 +30,7 @@ from perflab.bench.recipe import (
     make_optimizer,
     prepare_model,
 )
+from perflab.bench.stats import ROUNDS
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
 from perflab.device import DTYPES, describe, resolve_device
@@ -39,7 +40,7 @@ from perflab.model import (
     AttentionFn,
     ModelConfig,
     TransformerLM,
-    build_model_class,
+    build_model,
     cross_entropy,
     get_preset,
     load_model_class,
@@ -364,12 +365,8 @@ def build_step(
     each step."""
     model_config = config.model_config()
     recipe = config.recipe
-    torch.manual_seed(seed)
-    with torch.device(device):  # initialise on the device: no full-size copy in host memory
-        if config.model:
-            model = build_model_class(config.model, model_config)
-        else:
-            model = TransformerLM(model_config)
+    # initialised on the device: no full-size copy in host memory
+    model = build_model(model_config, seed=seed, device=device, model_class=config.model or None)
     if not config.model:
         prepare_model(model, recipe, device)
     if attention_fn is not None:
@@ -483,7 +480,7 @@ def compare_configs(
     config_b: BenchConfig,
     device: torch.device,
     *,
-    rounds: int = 10,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     budget_s: float | None = None,
     names: tuple[str, str] | None = None,
@@ -552,7 +549,7 @@ def bf16_against_fp32(
     batch_size: int,
     device: torch.device,
     *,
-    rounds: int = 10,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     budget_s: float | None = None,
 ) -> tuple[dict[str, Comparison], dict[str, dict[str, Comparison]], list[str]]:

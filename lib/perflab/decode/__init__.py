@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from perflab.decode.caches import ContiguousKVCache, KVCache, PagedKVCache
-from perflab.decode.steps import StaticDecoder, attend, cached_logits, pick
+from perflab.decode.decoder import StaticDecoder, attend, cached_logits, pick
 from perflab.model import TransformerLM
 
 CACHES = ("none", "contiguous", "paged")

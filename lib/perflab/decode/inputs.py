@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import torch
 
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, TransformerLM, build_model
 
 
-def build_model(
+def inference_model(
     config: ModelConfig, device: torch.device, dtype: torch.dtype, seed: int = 0
 ) -> TransformerLM:
-    """A random ``TransformerLM`` in eval mode, initialised on ``device`` directly in ``dtype``
-    (an 8B model in bf16 never exists in float32 or in host memory)."""
-    default = torch.get_default_dtype()
-    torch.manual_seed(seed)
-    try:
-        torch.set_default_dtype(dtype)
-        with torch.device(device):
-            model = TransformerLM(config)
-    finally:
-        torch.set_default_dtype(default)
+    """A random ``TransformerLM`` in eval mode without gradients, initialised on ``device``
+    directly in ``dtype`` (``build_model(direct=True)``: an 8B model in bf16 never exists in
+    float32 or in host memory)."""
+    model = build_model(config, seed=seed, device=device, dtype=dtype, direct=True)
     return model.eval().requires_grad_(False)
 
 

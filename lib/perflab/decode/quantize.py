@@ -11,7 +11,7 @@ calling a float matmul reads int8 and then writes and reads float32 again. Under
 ``torch.compile`` the product and sum over the input dimension are written out, and inductor
 fuses them with the conversion into one loop over the int8 weights; eager (and for more than
 ``FUSED_ROWS`` rows of activations, where the matmul is no longer a matrix-vector product) the
-weight is dequantised and ``F.linear`` does the rest. ``perflab.decode.bench.compare_int8``
+weight is dequantised and ``F.linear`` does the rest. ``perflab.decode.measurements.compare_int8``
 times a model against its int8 copy.
 """
 

@@ -44,14 +44,14 @@ from perflab.bench.timer import Timing, time_fn
 from perflab.decode import CACHES
 from perflab.decode.caches import PagedKVCache
 from perflab.decode.costs import decode_cost, recompute_cost, rooflines
+from perflab.decode.decoder import StaticDecoder, cached_logits
 from perflab.decode.inputs import (
-    build_model,
     check_batch,
     check_context,
     element_bytes,
+    inference_model,
     random_prompts,
 )
-from perflab.decode.steps import StaticDecoder, cached_logits
 from perflab.device import (
     describe,
     last_level_cache_bytes,
@@ -366,7 +366,7 @@ def decode_benchmark(
     CPU, "reduce-overhead", a CUDA graph, on a GPU), the timing, tokens/s,
     FLOPs and bytes per token, the bounds and ``fraction_of_roofline``."""
     device, dtype = resolve_device(config.device), parse_dtype(config.dtype)
-    model = build_model(get_preset(config.preset), device, dtype, seed=seed)
+    model = inference_model(get_preset(config.preset), device, dtype, seed=seed)
     if bandwidth is None:
         bandwidth = measure_copy_bandwidth(device)
     if peak is None:

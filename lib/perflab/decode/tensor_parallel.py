@@ -25,8 +25,8 @@ from torch import Tensor
 from perflab.bench.conclusions import Finding
 from perflab.bench.stats import is_unstable
 from perflab.decode import generate
-from perflab.decode.inputs import build_model, random_prompts
-from perflab.decode.steps import attend, pick
+from perflab.decode.decoder import attend, pick
+from perflab.decode.inputs import inference_model, random_prompts
 from perflab.distributed.launch import launch
 from perflab.model import ModelConfig, TransformerLM
 
@@ -132,7 +132,7 @@ def _tensor_parallel_rank(
     config: ModelConfig, dtype: torch.dtype, prompts: list[list[int]], new_tokens: int, seed: int
 ) -> dict:
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    model = build_model(config, torch.device("cpu"), dtype, seed)  # the same weights everywhere
+    model = inference_model(config, torch.device("cpu"), dtype, seed)  # the same weights everywhere
     decoder = ShardedDecoder(model, rank, world_size, len(prompts), len(prompts[0]) + new_tokens)
     logits = decoder.step(torch.tensor(prompts))
     first_logits, out, seconds = logits.clone(), [], []
@@ -194,7 +194,7 @@ def tensor_parallel_decode(
             f"prompt + new_tokens reach {len(prompts[0]) + new_tokens} tokens; the "
             f"model's context is {config.context_length}"
         )
-    model = build_model(config, torch.device("cpu"), dtype, seed)
+    model = inference_model(config, torch.device("cpu"), dtype, seed)
     expected = generate(model, prompts, new_tokens, "contiguous")
     with torch.no_grad():
         reference = model(torch.tensor(prompts))[:, -1]

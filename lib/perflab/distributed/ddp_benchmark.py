@@ -27,7 +27,7 @@ from torch import nn
 
 from perflab.bench.comparison import Comparison, paired_comparison
 from perflab.bench.conclusions import Finding
-from perflab.bench.stats import least_squares
+from perflab.bench.stats import ROUNDS, least_squares
 from perflab.bench.sweep import Sweep
 from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
@@ -35,7 +35,7 @@ from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
 from perflab.distributed.sharded_optimizer import ShardedOptimizer
-from perflab.distributed.toy import build_model, loss_fn, vocab_size
+from perflab.distributed.toy import loss_fn, toy_model, vocab_size
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
 #: The collectives of perflab's data-parallel variants and of ZeRO (``launch``'s placement).
@@ -80,7 +80,7 @@ class _Trainer:
     """One variant's model, optimizer and batch; ``step()`` times its parts."""
 
     def __init__(self, config: dict, batch_size: int, seq_len: int, setup=perflab_setup):
-        module = build_model(config["model"], seed=0)
+        module = toy_model(config["model"], seed=0)
         self.module = module
         self.total_numel = sum(p.numel() for p in module.parameters())
         self.setup = setup(config, module)
@@ -239,7 +239,7 @@ def ddp_sweep(
     batch_size: int,
     seq_len: int,
     warmup: int = 2,
-    rounds: int = 10,
+    rounds: int = ROUNDS,
     resume: bool = True,
     metadata: dict | None = None,
     timeout_s: float = 600,

@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from perflab.distributed.ddp import make_data_parallel
 from perflab.distributed.launch import launch, rank_device
-from perflab.distributed.toy import build_model, loss_fn, vocab_size
+from perflab.distributed.toy import loss_fn, toy_model, vocab_size
 
 PHASES = ("forward", "backward", "sync")
 COLLECTIVE_PREFIXES = ("gloo:", "nccl:")
@@ -53,7 +53,7 @@ def _timeline_rank(
     generator = torch.Generator().manual_seed(dist.get_rank())
     rows = []
     for variant in variants:
-        module = build_model(model, seed=0).to(device)
+        module = toy_model(model, seed=0).to(device)
         wrapped = make_data_parallel(variant, module, bucket_size_mb)
         ids = torch.randint(0, vocab_size(module), (batch_size, seq_len + 1), generator=generator)
         inputs, targets = ids[:, :-1].to(device), ids[:, 1:].to(device)

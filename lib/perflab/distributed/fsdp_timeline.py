@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 from perflab.distributed.ddp_timeline import profiled_rows
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, rank_device
-from perflab.distributed.toy import build_model, loss_fn, vocab_size
+from perflab.distributed.toy import loss_fn, toy_model, vocab_size
 
 RANGES = ("fsdp.wait", "fsdp.forward")
 
@@ -29,7 +29,7 @@ RANGES = ("fsdp.wait", "fsdp.forward")
 def _timeline_rank(model: str, batch_size: int, seq_len: int, warmup: int) -> list[dict]:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # keep Kineto's start/stop lines quiet
     device = rank_device()
-    sharded = FSDP(build_model(model, seed=0))
+    sharded = FSDP(toy_model(model, seed=0))
     generator = torch.Generator().manual_seed(dist.get_rank())
     ids = torch.randint(
         0, vocab_size(sharded.module), (batch_size, seq_len + 1), generator=generator

@@ -22,7 +22,7 @@ from perflab.distributed.ddp import DDPFlat, DDPNaive
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
-from perflab.distributed.toy import build_model, loss_fn, vocab_size
+from perflab.distributed.toy import loss_fn, toy_model, vocab_size
 from perflab.memory.timeline import record_timeline
 
 ADAMW_BYTES_PER_ELEMENT = 8  # exp_avg + exp_avg_sq, fp32
@@ -45,7 +45,7 @@ def _one_step(wrapped, optimizer, model) -> None:
 def zero_memory(model: str) -> dict:
     """On every rank: AdamW state after one step, sharded (``ShardedOptimizer``) and not,
     measured (bytes of the state tensors) and computed (``adamw_state_bytes``)."""
-    module = build_model(model, seed=0)
+    module = toy_model(model, seed=0)
     wrapped = DDPFlat(module)
     sharded = ShardedOptimizer(module.parameters(), torch.optim.AdamW, lr=1e-3)
     _one_step(wrapped, sharded, module)
@@ -94,7 +94,7 @@ def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> li
         held: dict = {}
 
         def build(held=held, sharded=sharded):
-            held["module"] = build_model(model, seed=0)
+            held["module"] = toy_model(model, seed=0)
             held["wrapped"] = DDPNaive(held["module"])  # in place: no buffer comes and goes
             params = held["module"].parameters()
             held["optimizer"] = (
@@ -158,7 +158,7 @@ def zero_memory_points(model: str, batch_size: int = 2, seq_len: int = 16) -> li
 def fsdp_memory(model: str) -> dict:
     """On every rank: parameter, gradient and AdamW-state bytes held under ``FSDP`` after one
     step, measured, and the same computed from the shard sizes; and the replicated total."""
-    module = build_model(model, seed=0)
+    module = toy_model(model, seed=0)
     full = list(module.parameters())
     replicated_bytes = sum(p.numel() * p.element_size() for p in full)
     sharded = FSDP(module)

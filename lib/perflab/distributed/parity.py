@@ -21,7 +21,7 @@ from perflab.device import dtype_name
 from perflab.distributed.ddp import DDPFlat, broadcast_from_rank0, make_data_parallel
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
-from perflab.distributed.toy import build_model, global_batch, loss_fn
+from perflab.distributed.toy import global_batch, loss_fn, toy_model
 
 
 def local_slice(tensor: Tensor) -> Tensor:
@@ -34,7 +34,7 @@ def local_slice(tensor: Tensor) -> Tensor:
 
 def reference_copy(module: nn.Module, model: str) -> nn.Module:
     """A fresh model with ``module``'s current values and dtype (ties kept)."""
-    reference = build_model(model, seed=0, dtype=next(module.parameters()).dtype)
+    reference = toy_model(model, seed=0, dtype=next(module.parameters()).dtype)
     reference.load_state_dict(module.state_dict())
     return reference
 
@@ -82,7 +82,7 @@ def ddp_parity(
     are identical on all ranks and have their parameters' dtypes and shapes, and whether the
     frozen parameters stayed untouched. In float64 (the default) the only differences left
     are the order of the additions, ~1e-15 relative."""
-    module = build_model(model, seed=dist.get_rank(), dtype=dtype)
+    module = toy_model(model, seed=dist.get_rank(), dtype=dtype)
     wrapped = make_data_parallel(variant, module, bucket_size_mb)
     reference = reference_copy(module, model)
     frozen = {n: p.detach().clone() for n, p in module.named_parameters() if not p.requires_grad}
@@ -126,7 +126,7 @@ def accumulation_parity(
     inside ``no_sync()`` when ``use_no_sync``, then synchronises once and steps AdamW; the
     reference trains on the whole batch at once. Reports the largest parameter difference, or
     the error the variant raised (``error``, empty when none)."""
-    module = build_model(model, seed=dist.get_rank(), dtype=torch.float64)
+    module = toy_model(model, seed=dist.get_rank(), dtype=torch.float64)
     wrapped = make_data_parallel(variant, module, bucket_size_mb=0.01)
     reference = reference_copy(module, model)
     optimizer = torch.optim.AdamW(wrapped.parameters(), lr=lr)
@@ -167,7 +167,7 @@ def accumulation_parity_all(variants: list[str], **kwargs) -> list[dict]:
 def rewrap_parity(variant: str, steps: int = 2, model: str = "toy") -> dict:
     """Wrap the same module twice (a re-run notebook cell) and train with the second wrapper
     against one process; the first wrapper must refuse to synchronise."""
-    module = build_model(model, seed=dist.get_rank(), dtype=torch.float64)
+    module = toy_model(model, seed=dist.get_rank(), dtype=torch.float64)
     first = make_data_parallel(variant, module, bucket_size_mb=0.01)
     wrapped = make_data_parallel(variant, module, bucket_size_mb=0.01)
     reference = reference_copy(module, model)
@@ -223,7 +223,7 @@ def zero_parity(
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
     optimizer_cls, kwargs = OPTIMIZERS[optimizer]
-    module = build_model(model, seed=dist.get_rank(), dtype=dtype)
+    module = toy_model(model, seed=dist.get_rank(), dtype=dtype)
     wrapped = DDPFlat(module)
     reference = reference_copy(module, model)
     matrices, vectors = _two_groups(module)
@@ -249,7 +249,7 @@ def zero_resume_parity(steps_before: int = 2, steps_after: int = 2, model: str =
     """Save a ``ShardedOptimizer``'s state after ``steps_before`` steps, load it into one
     rebuilt with another learning rate, and train on: the parameters must equal those of an
     uninterrupted run (same world size). Also reports the learning rate used after loading."""
-    modules = [build_model(model, seed=dist.get_rank(), dtype=torch.float64) for _ in range(2)]
+    modules = [toy_model(model, seed=dist.get_rank(), dtype=torch.float64) for _ in range(2)]
     wrapped = [DDPFlat(m) for m in modules]
     straight = ShardedOptimizer(modules[0].parameters(), torch.optim.AdamW, lr=0.01)
     resumed = ShardedOptimizer(modules[1].parameters(), torch.optim.AdamW, lr=0.01)
@@ -299,7 +299,7 @@ def fsdp_parity(
     shapes, the replicated gradients' spread across ranks, parameter bytes held per rank and
     the prefetched gathers by pass (``FSDP.arrivals``)."""
     dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
-    module = build_model(model, seed=dist.get_rank())
+    module = toy_model(model, seed=dist.get_rank())
     full_bytes = sum(p.numel() * p.element_size() for p in module.parameters())
     broadcast_from_rank0(module)  # FSDP does it too, but takes the parameters off the module
     reference = reference_copy(module, model)
@@ -351,7 +351,7 @@ def torch_fsdp_comparison(
     """Train ``FSDP`` and PyTorch's ``fully_shard`` (FSDP2) side by side from the same weights
     with SGD; report the largest difference of their full parameters and the parameter bytes
     each holds on this rank."""
-    module = build_model(model, seed=dist.get_rank())
+    module = toy_model(model, seed=dist.get_rank())
     broadcast_from_rank0(module)
     theirs = reference_copy(module, model)
     ours = FSDP(module)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.distributed.launch import rank_device
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, build_model
 
 
 class TiedToyModel(nn.Module):
@@ -37,7 +37,7 @@ class TiedToyModel(nn.Module):
         return self.head(self.norm(x) * self.scale)
 
 
-def build_model(name: str, seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
+def toy_model(name: str, seed: int, dtype: torch.dtype = torch.float32) -> nn.Module:
     """``"toy"`` (TiedToyModel) or a ``TransformerLM`` given as ``"lm:<d_model>:<layers>"``
     (d_ff 4 d_model, 64-dim heads at most), initialised from ``seed``, in ``dtype``, on this
     rank's device (its GPU under NCCL, else the CPU)."""
@@ -49,7 +49,7 @@ def build_model(name: str, seed: int, dtype: torch.dtype = torch.float32) -> nn.
         raise ValueError(f"unknown model {name!r}; valid: 'toy', 'lm:<d_model>:<layers>'")
     d_model, layers = int(parts[1]), int(parts[2])
     config = ModelConfig(name, d_model, 4 * d_model, layers, max(1, d_model // 64))
-    return TransformerLM(config).to(rank_device(), dtype)
+    return build_model(config).to(rank_device(), dtype)
 
 
 def vocab_size(model: nn.Module) -> int:

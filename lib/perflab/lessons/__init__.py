@@ -7,6 +7,7 @@ device, its results folder and the provenance every table it saves carries.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import torch
 from perflab.adapters.loading import results_name
 from perflab.bench.checks import check_results, contradictions_line
 from perflab.device import describe, resolve_device
-from perflab.paths import results_dir, save_table
+from perflab.paths import results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 
@@ -32,10 +33,30 @@ class NotebookRun:
     out: Path
     provenance: dict
 
-    def save(self, table: pd.DataFrame, name: str) -> Path:
+    def save(self, table: pd.DataFrame | dict | list[dict], name: str) -> Path:
         """``table`` as ``name`` (a CSV) in the results folder, with the provenance beside it
-        (``perflab.paths.save_table``)."""
+        (``perflab.paths.save_table``); a dict is saved as a table of one row, a list of dicts
+        as one row each."""
+        if isinstance(table, dict):
+            table = [table]
+        if isinstance(table, list):
+            table = pd.DataFrame(table)
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(
+                f"save takes a DataFrame, a dict (one row) or a list of dicts, "
+                f"got {type(table).__name__}"
+            )
         return save_table(table, self.out / name, self.provenance)
+
+    def figure(self, fig, name: str) -> Path:
+        """``fig`` as ``name`` (a PNG, with a PDF beside it) in the results folder
+        (``perflab.paths.save_figure``)."""
+        return save_figure(fig, self.out / name)
+
+    def say(self, sentences: Iterable[str]) -> None:
+        """Print each of ``sentences`` (a findings function's) on its own line."""
+        for sentence in sentences:
+            print(sentence)
 
     def check(self) -> pd.DataFrame:
         """The results folder held against itself (``perflab check-results``'s rules): prints how

@@ -8,7 +8,6 @@ from perflab.bench.comparison import describe_ratio
 from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.peak import measure_peak_matmul
-from perflab.bench.plots import plot_phases, plot_warmup
 from perflab.bench.steps import benchmark_sweep, compare_configs
 from perflab.bench.tables import (
     mfu_lines,
@@ -27,7 +26,8 @@ from perflab.bench.warmup import (
 from perflab.device import parse_dtype
 from perflab.lessons import open_notebook
 from perflab.model import presets_table
-from perflab.paths import listing, results_elsewhere, save_figure
+from perflab.paths import listing, results_elsewhere
+from perflab.plots.bench import plot_phases, plot_warmup
 from perflab.widgets import MeasureNow, results_explorer
 
 __all__ = [
@@ -54,7 +54,6 @@ __all__ = [
     "presets_table",
     "results_elsewhere",
     "results_explorer",
-    "save_figure",
     "throughput",
     "timing_table",
     "warmup_configs",

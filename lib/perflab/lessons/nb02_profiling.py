@@ -6,12 +6,13 @@ names `notebooks/02_profiling.ipynb` uses from the library, each imported from w
 from perflab.bench import BenchConfig, run_benchmark
 from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth
+from perflab.findings import profiling as say
 from perflab.layer_norm import LAYER_NORMS
 from perflab.lessons import open_notebook
 from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, listing, save_figure
+from perflab.paths import REPO_ROOT, display_path, listing
+from perflab.plots.profiling import plot_category_comparison, plot_hotspots
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling import findings as say
 from perflab.profiling.grid import grid_answers, profile_grid
 from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.layer_norm_study import (
@@ -21,7 +22,6 @@ from perflab.profiling.layer_norm_study import (
     statistics_times,
 )
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
-from perflab.profiling.plots import plot_category_comparison, plot_hotspots
 from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.profiling.summary import range_names, range_totals
 from perflab.training.step_profile import compare_mask_copy, step_copy_sites
@@ -58,7 +58,6 @@ __all__ = [
     "record_step_trace",
     "reduction_counts",
     "run_benchmark",
-    "save_figure",
     "say",
     "short_name",
     "statistics_times",

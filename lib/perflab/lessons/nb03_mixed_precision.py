@@ -5,7 +5,6 @@ it lives (open that module for its source).
 
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import Finding, conclude_all
-from perflab.bench.plots import plot_comparisons
 from perflab.bench.steps import bf16_against_fp32
 from perflab.lessons import open_notebook
 from perflab.loss_scaling import (
@@ -16,7 +15,8 @@ from perflab.loss_scaling import (
     underflow_table,
 )
 from perflab.model import get_preset
-from perflab.paths import listing, save_figure
+from perflab.paths import listing
+from perflab.plots.bench import plot_comparisons
 from perflab.precision import (
     ToyModel,
     accumulation_experiment,
@@ -43,7 +43,6 @@ __all__ = [
     "listing",
     "open_notebook",
     "plot_comparisons",
-    "save_figure",
     "scaler_lines",
     "sensitivity_line",
     "train_with_scaler",

@@ -7,8 +7,8 @@ from perflab.bench import BenchConfig
 from perflab.bench.conclusions import Finding, conclude_all
 from perflab.checkpointing import run_nested
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
+from perflab.findings import memory as say
 from perflab.lessons import open_notebook
-from perflab.memory import findings as say
 from perflab.memory.at_scale import (
     handout_example,
     handout_sizes,
@@ -34,10 +34,10 @@ from perflab.memory.measure import (
     step_peak_memory,
     step_timelines,
 )
-from perflab.memory.plots import plot_depth, plot_group_sweep, plot_timelines
 from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
 from perflab.model import get_preset
-from perflab.paths import listing, save_figure
+from perflab.paths import listing
+from perflab.plots.memory import plot_depth, plot_group_sweep, plot_timelines
 
 __all__ = [
     "BenchConfig",
@@ -67,7 +67,6 @@ __all__ = [
     "residual_stream_bytes",
     "rmsnorm_saved_tensors",
     "run_nested",
-    "save_figure",
     "saved_by_module",
     "saved_by_producer",
     "saved_bytes",

@@ -5,15 +5,15 @@ each imported from where it lives (open that module for its source).
 
 from perflab.adapters.timing import attention_of_yours
 from perflab.bench import Sweep
-from perflab.bench import attention_findings as say
-from perflab.bench.attention import attention_configs, measure_attention, naive_memory_check
+from perflab.bench.attention_timing import attention_configs, measure_attention, naive_memory_check
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.compiled import compile_findings, compile_vs_eager
 from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_attention_sweep, plot_comparisons
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
+from perflab.findings import attention as say
 from perflab.lessons import open_notebook
-from perflab.paths import listing, save_figure
+from perflab.paths import listing
+from perflab.plots.bench import plot_attention_sweep, plot_comparisons
 
 __all__ = [
     "Sweep",
@@ -30,6 +30,5 @@ __all__ = [
     "open_notebook",
     "plot_attention_sweep",
     "plot_comparisons",
-    "save_figure",
     "say",
 ]

@@ -27,8 +27,7 @@ from perflab.attention.triton_compile import kernel_source
 from perflab.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
 from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
-from perflab.bench import attention_findings as say
-from perflab.bench.attention import (
+from perflab.bench.attention_timing import (
     attention_configs,
     attention_peak_memory,
     flash_speed,
@@ -37,10 +36,11 @@ from perflab.bench.attention import (
 )
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_attention_sweep
 from perflab.device import parse_dtype
+from perflab.findings import attention as say
 from perflab.lessons import open_notebook
-from perflab.paths import listing, results_elsewhere, save_figure
+from perflab.paths import listing, results_elsewhere
+from perflab.plots.bench import plot_attention_sweep
 
 __all__ = [
     "CHECK_CONFIG",
@@ -73,7 +73,6 @@ __all__ = [
     "plot_attention_sweep",
     "ratios_to",
     "results_elsewhere",
-    "save_figure",
     "say",
     "structure_cost",
     "structure_findings",

@@ -5,9 +5,7 @@
 
 from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
 from perflab.bench.conclusions import conclude_all
-from perflab.bench.plots import plot_comparisons
 from perflab.distributed import RankError, launch
-from perflab.distributed import findings as say
 from perflab.distributed.allreduce_benchmark import (
     allreduce_sweep,
     bus_factor,
@@ -24,15 +22,17 @@ from perflab.distributed.ddp_benchmark import (
 from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
 from perflab.distributed.launch import raise_on_rank
 from perflab.distributed.parity import ddp_parity_all
-from perflab.distributed.plots import (
+from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
+from perflab.findings import distributed as say
+from perflab.lessons import open_notebook
+from perflab.paths import listing
+from perflab.plots.bench import plot_comparisons
+from perflab.plots.distributed import (
     plot_allreduce,
     plot_bucket_sweep,
     plot_ddp_steps,
     plot_rank_timelines,
 )
-from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
-from perflab.lessons import open_notebook
-from perflab.paths import listing, save_figure
 
 __all__ = [
     "RankError",
@@ -63,7 +63,6 @@ __all__ = [
     "raise_on_rank",
     "relative_to_naive",
     "ring_sweep",
-    "save_figure",
     "say",
     "yours_ddp_configs",
 ]

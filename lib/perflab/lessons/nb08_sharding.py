@@ -6,7 +6,6 @@ from where it lives (open that module for its source).
 from perflab.adapters.timing import sharding_of_yours
 from perflab.bench.conclusions import conclude_all
 from perflab.device import resolve_device
-from perflab.distributed import findings as say
 from perflab.distributed import launch
 from perflab.distributed.calculators import H100_NODE, Workload, max_devices_table
 from perflab.distributed.comm_accounting import (
@@ -32,11 +31,12 @@ from perflab.distributed.memory_per_rank import (
     zero_memory_points,
 )
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
-from perflab.distributed.plots import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
-from perflab.distributed.toy import build_model
+from perflab.distributed.toy import toy_model
+from perflab.findings import distributed as say
 from perflab.lessons import open_notebook
 from perflab.model import get_preset
-from perflab.paths import listing, save_figure
+from perflab.paths import listing
+from perflab.plots.distributed import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
 from perflab.widgets import calculator_controls
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
     "TP_BACKWARD",
     "Workload",
     "ZERO_KEY",
-    "build_model",
+    "toy_model",
     "calculator_controls",
     "compute_bound_conditions",
     "conclude_all",
@@ -67,7 +67,6 @@ __all__ = [
     "plot_rank_timelines",
     "prefetch_configs",
     "resolve_device",
-    "save_figure",
     "say",
     "sharding_of_yours",
     "smaller_batch_options",

@@ -9,12 +9,12 @@ from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.recipe import Recipe
 from perflab.bench.steps import BenchConfig
 from perflab.device import parse_dtype
+from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
 from perflab.lessons import open_notebook
-from perflab.model import TransformerLM, get_preset
+from perflab.model import build_model, get_preset
 from perflab.paths import listing
 from perflab.training import default_chunk_size
-from perflab.training import findings as say
 from perflab.training.batching import (
     check_bucketing,
     check_loss_batching,
@@ -67,7 +67,7 @@ __all__ = [
     "Recipe",
     "StepPlan",
     "TrainingStep",
-    "TransformerLM",
+    "build_model",
     "accumulation_table",
     "batch_size_table",
     "bound_sentence",

@@ -6,8 +6,8 @@ from where it lives (open that module for its source).
 from perflab.bench.conclusions import Finding, conclude, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.decode import CACHES, generate
-from perflab.decode import findings as say
-from perflab.decode.bench import (
+from perflab.decode.inputs import inference_model, random_prompts
+from perflab.decode.measurements import (
     compare_caches,
     compare_int8,
     compare_kv_heads,
@@ -20,8 +20,6 @@ from perflab.decode.bench import (
     profile_steps,
     throughput_by_batch,
 )
-from perflab.decode.inputs import build_model, random_prompts
-from perflab.decode.plots import plot_decode_roofline, plot_kv_memory
 from perflab.decode.roofline import compiled_graphs, yardstick_columns
 from perflab.decode.tensor_parallel import (
     exactness_line,
@@ -30,15 +28,17 @@ from perflab.decode.tensor_parallel import (
 )
 from perflab.device import parse_dtype
 from perflab.distributed.launch import max_world_size
+from perflab.findings import decode as say
 from perflab.lessons import open_notebook
 from perflab.model import get_preset
-from perflab.paths import listing, save_figure
+from perflab.paths import listing
+from perflab.plots.decode import plot_decode_roofline, plot_kv_memory
 
 __all__ = [
     "exactness_line",
     "CACHES",
     "Finding",
-    "build_model",
+    "inference_model",
     "compare_caches",
     "compare_int8",
     "compare_kv_heads",
@@ -63,7 +63,6 @@ __all__ = [
     "prefill_vs_decode",
     "profile_steps",
     "random_prompts",
-    "save_figure",
     "say",
     "tensor_parallel_study",
     "tensor_parallel_findings",

@@ -17,7 +17,12 @@ import torch
 from perflab.checkpointing import run_blocks
 from perflab.memory.measure import residual_stream_bytes
 from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, cross_entropy, get_preset, sized_for
+from perflab.model import (
+    ModelConfig,
+    build_model,
+    cross_entropy,
+    get_preset,
+)
 
 META = torch.device("meta")
 MiB = 2**20
@@ -47,7 +52,7 @@ def saved_at_scale(
     partitioner without code generation); ``group_size``: checkpointed in groups of that many
     blocks (``perflab.checkpointing``)."""
     with torch.device(META):
-        model = TransformerLM(replace(sized_for(config, seq_len), num_layers=num_blocks))
+        model = build_model(config, context=seq_len, layers=num_blocks)
         x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)
     strategy = "single" if group_size else "none"
 
@@ -81,7 +86,7 @@ def handout_example() -> pd.DataFrame:
 def block_gradient_bytes(config: ModelConfig) -> int:
     """Bytes of one block's float32 gradients: one value per parameter of the block."""
     with torch.device(META):
-        block = TransformerLM(replace(config, num_layers=1)).blocks[0]
+        block = build_model(config, layers=1).blocks[0]
     return 4 * sum(p.numel() for p in block.parameters())
 
 
@@ -115,7 +120,7 @@ def model_saved_tensors(
     default meta (nothing computed or allocated). Buffers (RoPE's tables) count as parameters:
     they live in memory whatever the step."""
     with torch.device(device):
-        model = TransformerLM(sized_for(config, seq_len))
+        model = build_model(config, context=seq_len)
         tokens = torch.zeros(batch_size, seq_len, dtype=torch.long)
 
     held = [*model.parameters(), *model.buffers()]
@@ -152,7 +157,7 @@ def whole_step_memory(
     if saved is None:
         saved = model_saved_tensors(config, batch_size, seq_len)
     with torch.device(META):
-        sizes = [4 * p.numel() for p in TransformerLM(config).parameters()]
+        sizes = [4 * p.numel() for p in build_model(config).parameters()]
     parameters = sum(sizes)
     temporaries = parameters if foreach else 2 * max(sizes)
     logits = batch_size * seq_len * config.vocab_size * 4

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from perflab.bench.comparison import Comparison, compare, comparison_frame
+from perflab.bench.stats import ROUNDS
 from perflab.checkpointing import check_strategy
 from perflab.memory.measure import (
     block_stack,
@@ -92,7 +93,7 @@ def compare_checkpointing(
     group_size: int | None,
     device: torch.device,
     *,
-    rounds: int = 5,
+    rounds: int = ROUNDS,
     warmup: int = 1,
 ) -> Comparison:
     """What recomputation costs: forward + backward through the same ``num_layers`` blocks
@@ -120,7 +121,7 @@ def checkpointing_costs(
     seq_len: int,
     device: torch.device,
     *,
-    rounds: int = 5,
+    rounds: int = ROUNDS,
 ) -> pd.DataFrame:
     """What recomputation costs, two ways (``compare_checkpointing``): single level with
     ``group_size`` at ``layers`` blocks, and nested at ``deepest_layers``; one row each

@@ -23,6 +23,7 @@ from perflab.model import (
     ModelConfig,
     RMSNorm,
     TransformerLM,
+    build_model,
     cross_entropy,
     get_preset,
     sized_for,
@@ -40,8 +41,7 @@ def measured_residual_bytes(
     config: ModelConfig, batch_size: int, seq_len: int, device: torch.device
 ) -> int:
     """Bytes of the tensor that actually enters the second block (captured by a hook)."""
-    with torch.device(device):
-        model = TransformerLM(replace(sized_for(config, seq_len), num_layers=2))
+    model = build_model(config, context=seq_len, layers=2, device=device)
     seen = []
     handle = model.blocks[1].register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
     with torch.no_grad():
@@ -77,7 +77,7 @@ def block_stack(
     config = replace(sized_for(get_preset(preset), seq_len), num_layers=num_layers)
     torch.manual_seed(0)
     with torch.device(device):
-        model = TransformerLM(config)
+        model = build_model(config)
         x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)
     return model, x
 
@@ -140,9 +140,7 @@ def full_step_peak(
 ) -> int:
     """Peak bytes of a whole AdamW training step of ``config`` with a checkpointing strategy,
     above the model, gradients and optimizer state (made by a warm-up step)."""
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = TransformerLM(sized_for(config, seq_len))
+    model = build_model(config, context=seq_len, seed=0, device=device)
     model.set_checkpointing(strategy, group_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     inputs, targets = random_batch(config.vocab_size, batch_size, seq_len, device)
@@ -164,9 +162,7 @@ def block_saved_tensors(
     """``saved_tensors`` of one TransformerBlock of ``preset``'s shape on a random input."""
     torch.manual_seed(0)
     with torch.device(device):
-        block = TransformerLM(replace(sized_for(get_preset(preset), seq_len), num_layers=1)).blocks[
-            0
-        ]
+        block = build_model(get_preset(preset), context=seq_len, layers=1).blocks[0]
         x = torch.randn(batch_size, seq_len, block.attn.out.in_features, requires_grad=True)
     return saved_tensors(lambda: block(x), block.parameters())
 
@@ -193,9 +189,7 @@ def gradient_memory(
     allocations, and its bytes, when it was allocated and whether it was freed, beside the
     formula (the parameter's element size x its numel: 4 bytes in float32). Returns the table
     and when backward began (ms into the recording): every gradient is allocated after it."""
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = TransformerLM(sized_for(get_preset(preset), seq_len))
+    model = build_model(get_preset(preset), context=seq_len, seed=0, device=device)
     inputs, targets = random_batch(model.config.vocab_size, batch_size, seq_len, device)
     marks = {}
 

@@ -13,6 +13,7 @@ from torch import Tensor
 from torch.profiler import ProfilerActivity
 
 from perflab.bench.comparison import compare
+from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 from perflab.layer_norm import LAYER_NORMS, sum_of_squares, torch_layer_norm
 from perflab.profiling.capture import profiling
@@ -132,7 +133,7 @@ def compare_layer_norms(
     tokens: int,
     width: int,
     *,
-    rounds: int = 6,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,

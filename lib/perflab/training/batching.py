@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import is_unstable
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, build_model
 from perflab.training.data import tokenise
 
 IGNORE = -100  # the target of a padded position: F.cross_entropy's ignore_index
@@ -235,8 +235,7 @@ def check_bucketing(
     """Both orders' summed token losses on a random float64 ``TransformerLM(config)``, beside
     the sum over the sequences run one at a time, unpadded: their largest relative difference,
     and whether it is within 1e-12 (padding changes no real token's loss)."""
-    torch.manual_seed(seed)
-    model = TransformerLM(config).double()
+    model = build_model(config, seed=seed, dtype=torch.float64)
     with torch.no_grad():
         alone = loss_sum(model, [(s[None, :-1], s[None, 1:]) for s in sequences]).item()
         sums = {

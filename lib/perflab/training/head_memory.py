@@ -8,6 +8,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from perflab.bench.stats import ROUNDS
 from perflab.device import resolve_device
 from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
 from perflab.memory.timeline import peak_memory
@@ -140,7 +141,7 @@ def compare_with_torch_head(
     vocab: int,
     d_model: int,
     *,
-    rounds: int = 6,
+    rounds: int = ROUNDS,
     chunk_size: int | None = None,
     dtype: torch.dtype = torch.float32,
     device: str = "auto",

@@ -22,11 +22,12 @@ import torch
 
 from perflab.bench.comparison import compare
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
+from perflab.bench.stats import ROUNDS
 from perflab.bench.steps import random_batch
 from perflab.bench.timer import PhaseClock
 from perflab.device import dtype_name, parse_dtype, synchronize
 from perflab.memory.timeline import peak_memory
-from perflab.model import ModelConfig, TransformerLM
+from perflab.model import ModelConfig, build_model
 
 #: The ladder's first rung: the workbook's model with Q, K and V projected by three matmuls.
 BASELINE = Recipe("baseline", qkv="separate")
@@ -82,9 +83,7 @@ class TrainingStep:
         self.recipe = recipe
         self.device = device
         self.tokens = batch_size * seq_len
-        torch.manual_seed(seed)
-        with torch.device(device):
-            self.model = TransformerLM(config).to(param_dtype)
+        self.model = build_model(config, seed=seed, device=device, dtype=param_dtype)
         prepare_model(self.model, recipe, device)
         self.optimizer = make_optimizer(self.model, recipe)
         self.inputs, self.targets = random_batch(
@@ -277,7 +276,7 @@ def greedy_ladder(
     seq_len: int,
     device: torch.device,
     *,
-    rounds: int = 6,
+    rounds: int = ROUNDS,
     warmup: int = 1,
     seed: int = 0,
     budget_s: float | None = None,
@@ -394,7 +393,7 @@ def stack_against_baseline(
     seq_len: int,
     device: torch.device,
     *,
-    rounds: int = 8,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
     budget_s: float | None = None,
@@ -425,7 +424,7 @@ def kv_heads_against_mha(
     seq_len: int,
     device: torch.device,
     *,
-    rounds: int = 8,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
 ):

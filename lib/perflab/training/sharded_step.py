@@ -11,7 +11,7 @@ the meta device), so one sees before running it how many devices the step needs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -28,7 +28,7 @@ from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, max_world_size, rank_device
 from perflab.fused_cross_entropy import default_chunk_size
 from perflab.memory.saved import saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, get_preset, sized_for
+from perflab.model import ModelConfig, TransformerLM, build_model, get_preset, sized_for
 from perflab.training.ladder import (
     UPDATE_TOLERANCE,
     TrainingStep,
@@ -85,9 +85,8 @@ def _rank(
 ) -> dict:
     device = rank_device()
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.manual_seed(seed)  # the same weights as TrainingStep's with this seed
-    with torch.device(device):
-        model = TransformerLM(config).to(param_dtype)
+    # the same weights as TrainingStep's with this seed
+    model = build_model(config, seed=seed, device=device, dtype=param_dtype)
     prepare_model(model, recipe, device)
     compute = parse_dtype(recipe.dtype)
     sharded = FSDP(
@@ -302,7 +301,7 @@ def block_bytes_per_token(
     counts = []
     for length in (seq_len, 2 * seq_len):
         with torch.device("meta"):
-            model = TransformerLM(replace(sized_for(config, length), num_layers=1)).to(dtype)
+            model = build_model(config, context=length, layers=1, dtype=dtype)
             model.set_attention(flash_attention_torch)
             x = torch.randn(1, length, config.d_model, dtype=dtype, requires_grad=True)
         counts.append(saved_bytes(saved_tensors(lambda: model.blocks[0](x), model.parameters())))  # noqa: B023

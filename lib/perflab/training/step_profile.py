@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity
 
 from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
 from perflab.bench.comparison import compare
-from perflab.bench.stats import is_unstable, median_interval
+from perflab.bench.stats import ROUNDS, is_unstable, median_interval
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
@@ -189,7 +189,7 @@ def compare_mask_copy(
     seq_len: int,
     device: torch.device,
     *,
-    rounds: int = 8,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
 ):

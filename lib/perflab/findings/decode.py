@@ -1,6 +1,6 @@
 """What notebook 10's measurements say, as sentences computed from their tables.
 
-Each function reads the frames or rows that ``perflab.decode.bench`` returned and returns the
+Each function reads the frames or rows that ``perflab.decode.measurements`` returned and returns the
 sentences the notebook prints; where a sentence states a verdict it comes from the comparison
 behind it (``Finding``), so that ``conclude_all`` stores it and ``perflab check-results`` can
 hold it to the numbers. They are tested on small frames, GPU branches included

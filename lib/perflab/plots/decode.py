@@ -1,4 +1,4 @@
-"""Figures of notebook 10; each takes the DataFrame a ``perflab.decode.bench`` function
+"""Figures of notebook 10; each takes the DataFrame a ``perflab.decode.measurements`` function
 returned."""
 
 from __future__ import annotations

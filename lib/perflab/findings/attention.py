@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from perflab.bench.attention import compare_attention, naive_memory_bytes, ratios_to
+from perflab.bench.attention_timing import compare_attention, naive_memory_bytes, ratios_to
 from perflab.bench.comparison import Comparison, comparison_frame
 from perflab.bench.conclusions import Finding
 from perflab.device import parse_dtype

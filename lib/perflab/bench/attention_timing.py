@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.reference import attention_matmul_flops, naive_attention
 from perflab.bench.comparison import Comparison, compare
+from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.device import parse_dtype, resolve_device, synchronize
 from perflab.memory.timeline import peak_memory, record_timeline
@@ -216,7 +217,7 @@ def compare_attention(
     device: torch.device,
     dtype: torch.dtype = torch.float32,
     causal: bool = False,
-    rounds: int = 10,
+    rounds: int = ROUNDS,
     warmup: int = 2,
 ) -> Comparison:
     """Forward + backward of two implementations on the same shapes, interleaved by
@@ -387,7 +388,7 @@ def flash_speed(
     dtype: str = "bfloat16",
     causal: bool = True,
     device: torch.device,
-    rounds: int = 10,
+    rounds: int = ROUNDS,
     against: str = "sdpa",
     max_seq_len: dict[str, int] | None = None,
 ) -> tuple[pd.DataFrame, list]:

@@ -28,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from perflab.bench.comparison import Comparison, compare
+from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
@@ -37,7 +38,8 @@ from perflab.decode.costs import (
     kv_bytes_per_token,
     prefill_cost,
 )
-from perflab.decode.inputs import build_model, check_context, element_bytes, random_prompts
+from perflab.decode.decoder import StaticDecoder, cached_logits, pick
+from perflab.decode.inputs import check_context, element_bytes, inference_model, random_prompts
 from perflab.decode.quantize import quantize_int8, weight_bytes
 from perflab.decode.roofline import (
     compiled_graphs,
@@ -46,7 +48,6 @@ from perflab.decode.roofline import (
     roofline_columns,
     time_decode,
 )
-from perflab.decode.steps import StaticDecoder, cached_logits, pick
 from perflab.device import synchronize
 from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
 from perflab.profiling.capture import profiling
@@ -150,7 +151,7 @@ def compare_caches(
     prompts: list[list[int]],
     max_new_tokens: int,
     *,
-    rounds: int = 5,
+    rounds: int = ROUNDS,
     warmup: int = 1,
     block_size: int = 16,
 ) -> pd.DataFrame:
@@ -220,7 +221,7 @@ def compile_static_step(
     batch: int,
     context: int,
     *,
-    rounds: int = 5,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     mode: str | None = None,
 ) -> dict:
@@ -346,7 +347,7 @@ def _rotary_modules(model: TransformerLM) -> list[RotaryEmbedding]:
 
 
 def compare_rotary_tables(
-    model: TransformerLM, batch: int, context: int, *, rounds: int = 5, warmup: int = 2
+    model: TransformerLM, batch: int, context: int, *, rounds: int = ROUNDS, warmup: int = 2
 ) -> dict:
     """A decode step with the rotary cos/sin tables computed once (at construction) against
     computing them at every step from the positions; and the logits' largest difference."""
@@ -393,7 +394,7 @@ def device_pick(logits: torch.Tensor) -> tuple[list[int], int]:
 
 
 def compare_sampling_place(
-    model: TransformerLM, batch: int, context: int, *, rounds: int = 5, warmup: int = 2
+    model: TransformerLM, batch: int, context: int, *, rounds: int = ROUNDS, warmup: int = 2
 ) -> dict:
     """A decode step with the next ids picked on the device (ids to the host) against with
     the logits copied to the host and picked there: bytes to the host per token, measured
@@ -532,7 +533,7 @@ def compare_kv_heads(
     device: torch.device,
     dtype: torch.dtype,
     *,
-    rounds: int = 6,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
     compiled: bool = True,
@@ -548,8 +549,8 @@ def compare_kv_heads(
         config, name=f"{config.name} ({kv_heads} kv heads)", num_kv_heads=kv_heads
     )
     models = {
-        "mha": build_model(config, device, dtype, seed),
-        "grouped": build_model(grouped_config, device, dtype, seed),
+        "mha": inference_model(config, device, dtype, seed),
+        "grouped": inference_model(grouped_config, device, dtype, seed),
     }
     steps = {
         name: decode_step(model, "contiguous", batch, context, compiled=compiled, seed=seed)
@@ -600,7 +601,7 @@ def compare_int8(
     batch: int,
     context: int,
     *,
-    rounds: int = 6,
+    rounds: int = ROUNDS,
     warmup: int = 2,
     new_tokens: int = 16,
     seed: int = 0,
