@@ -204,7 +204,7 @@ def test_bad_names_get_one_clear_error():
 
 
 def test_kernel_source_is_the_kernels_own_code():
-    from perflab.attention.flash_triton import _flash_forward_kernel, _forward_stage
+    from perflab.attention.flash_forward import _flash_forward_kernel, _forward_stage
     from perflab.attention.weighted_sum import _weighted_sum_forward_kernel
 
     source = kernel_source(_flash_forward_kernel)

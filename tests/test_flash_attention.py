@@ -41,7 +41,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from perflab.attention.flash_triton import _heaviest_first
+    from perflab.attention.flash_forward import _heaviest_first
 
     @triton.jit
     def _which_tile(Out, IS_CAUSAL: tl.constexpr):
@@ -351,7 +351,7 @@ def test_a_call_launches_its_kernels_and_nothing_else():
     kernels are the allocations of their outputs (autograd's own ``detach`` of what it saves
     aside): no arithmetic, no float32 copies. The interpreter runs the same host code as a
     GPU, so this holds there too."""
-    from perflab.attention.flash_triton import host_calls
+    from perflab.bench.attention_timing import host_calls
 
     calls = host_calls(FlashAttentionTriton, *_inputs(2, 40, 56, 16, torch.float32, seed=5))
     assert calls["forward_launches"] == ["_flash_forward_kernel"]

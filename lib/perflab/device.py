@@ -38,7 +38,7 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 def triton_available() -> bool:
     """Whether Triton can be imported here (it ships for Linux only), without importing it:
-    importing decides interpreted or compiled for good (``flash_triton``)."""
+    importing decides interpreted or compiled for good (``attention.interpreter``)."""
     import importlib.util
 
     try:

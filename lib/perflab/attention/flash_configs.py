@@ -20,7 +20,7 @@ On a GPU of another architecture (sm_86 and sm_89 have 99 KiB of shared memory p
 sm_120 too) ``flash_triton`` also compiles each kept configuration for the GPU at hand and
 drops those that do not fit, before the autotuner benchmarks any.
 
-This module imports no Triton: ``flash_triton`` decides first whether Triton is interpreted.
+This module imports no Triton: ``interpreter`` decides first whether Triton is interpreted.
 """
 
 from __future__ import annotations

@@ -185,3 +185,52 @@ def resource_usage(compiled) -> dict:
         "loop_instructions": " ".join(map(str, loop_instructions(sass))),
         "main_loop_instructions": min(loop_instructions(sass), default=None),
     }
+
+
+def argument_types(args: dict) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Triton types of a launch's runtime arguments (tensors as pointers, ints as i32 or i64,
+    floats as fp32) and the names Triton's launcher marks divisible by 16."""
+    types, divisible = {}, []
+    for name, value in args.items():
+        if isinstance(value, torch.Tensor):
+            types[name] = "*" + TRITON_DTYPES[value.dtype]
+            aligned = value.data_ptr() % 16 == 0
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        elif isinstance(value, int):
+            types[name] = "i32" if -(2**31) <= value < 2**31 else "i64"
+            aligned = value % 16 == 0
+        else:
+            types[name] = "fp32"
+            aligned = False
+        if aligned:
+            divisible.append(name)
+    return types, tuple(divisible)
+
+
+def configs_that_fit(kernel, configs: list, args: dict, constexprs: dict, target: Target) -> list:
+    """The autotune ``configs`` whose compiled ``kernel`` needs no more shared memory than
+    ``target`` has, for a launch with runtime ``args`` and compile-time ``constexprs``.
+
+    Each configuration is compiled here for the check (Triton caches the binary on disk, so a
+    later run pays nothing; autotuning compiles its own, specialised launch as usual)."""
+    types, divisible = argument_types(args)
+    kept = []
+    for config in configs:
+        compiled = compile_kernel(
+            kernel,
+            types,
+            {**constexprs, **config.kwargs},
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+            target=target,
+            divisible=divisible,
+        )
+        if compiled.metadata.shared <= target.max_shared_bytes:
+            kept.append(config)
+    if not kept:
+        raise ValueError(
+            f"no autotune configuration of {kernel.__name__} fits in {target.max_shared_bytes} "
+            f"bytes of shared memory on {target.name} (constexprs {constexprs})"
+        )
+    return kept

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-# triton and tl come from flash_triton, which sets TRITON_INTERPRET before importing triton
-from perflab.attention.flash_triton import INTERPRETED, tl, triton
+# triton and tl come from interpreter, which sets TRITON_INTERPRET before importing triton
+from perflab.attention.interpreter import INTERPRETED, tl, triton
 
 ROWS = 16  # rows per program
 COLS = 32  # columns per chunk of the D axis

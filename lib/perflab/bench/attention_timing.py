@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.reference import attention_matmul_flops, naive_attention
@@ -434,3 +435,76 @@ def flash_speed(
                 )
                 versus.append(({"heads": n_heads, "seq_len": n}, result))
     return pd.DataFrame(timed), versus
+
+
+def host_calls(function, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = True) -> dict:
+    """What one forward + backward of the autograd.Function ``function`` does on the host,
+    after a first call (which autotunes): Triton kernel launches and PyTorch operators outside
+    them (autograd's own ``detach`` of what it saves aside), each as a list of names, forward
+    and backward apart. The interpreter runs the same host code as a GPU."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from perflab.attention.interpreter import INTERPRETED  # imports Triton
+
+    if INTERPRETED:
+        from triton.runtime.interpreter import InterpretedFunction as Launcher
+    else:
+        from triton.runtime.jit import JITFunction as Launcher
+    launches, operators, in_kernel = [], [], []
+    launch = Launcher.run
+
+    def counted(self, *args, **kwargs):
+        launches.append(self.fn.__name__)
+        in_kernel.append(True)  # the interpreter copies arguments with aten operators: not ours
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            in_kernel.pop()
+
+    class Operators(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not in_kernel and func.overloadpacket.__name__ != "detach":
+                operators.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    grad = torch.randn_like(q)
+    function.apply(q, k, v, is_causal).backward(grad)  # the first call (autotunes on a GPU)
+    q.grad = k.grad = v.grad = None
+    Launcher.run = counted
+    try:
+        with Operators():
+            out = function.apply(q, k, v, is_causal)
+            forward = (list(launches), list(operators))
+            out.backward(grad)
+    finally:
+        Launcher.run = launch
+    return {
+        "forward_launches": forward[0],
+        "forward_operators": forward[1],
+        "backward_launches": launches[len(forward[0]) :],
+        "backward_operators": operators[len(forward[1]) :],
+    }
+
+
+def host_call_table(
+    functions: dict, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = True
+) -> pd.DataFrame:
+    """``host_calls`` of each named autograd.Function, one row each: Triton launches and
+    PyTorch operators of a forward and of a backward, and the operators' distinct names."""
+    rows = []
+    for name, function in functions.items():
+        calls = host_calls(function, q, k, v, is_causal)
+        rows.append(
+            {
+                "implementation": name,
+                "forward_launches": len(calls["forward_launches"]),
+                "forward_operators": len(calls["forward_operators"]),
+                "backward_launches": len(calls["backward_launches"]),
+                "backward_operators": len(calls["backward_operators"]),
+                "operators": ", ".join(
+                    sorted(set(calls["forward_operators"] + calls["backward_operators"]))
+                ),
+            }
+        )
+    return pd.DataFrame(rows)

@@ -20,7 +20,6 @@ from perflab.attention.flash_triton import (
     INTERPRETED,
     SOURCES,
     FlashAttentionTriton,
-    host_call_table,
     pinned_config,
 )
 from perflab.attention.triton_compile import kernel_source
@@ -31,6 +30,7 @@ from perflab.bench.attention_timing import (
     attention_configs,
     attention_peak_memory,
     flash_speed,
+    host_call_table,
     measure_attention,
     ratios_to,
 )
