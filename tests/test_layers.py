@@ -28,6 +28,7 @@ LAYERS = {
     "precision": 1,
     "fused_cross_entropy": 1,
     "model": 2,
+    "model_config": 2,
     "bench": 3,
     "profiling": 3,
     "memory": 3,
@@ -58,6 +59,7 @@ LAYERS = {
 #: FSDP, the KV caches and decoding steps, int8 weights (docs/layout.md).
 IMPLEMENTATIONS = {
     "perflab.model",
+    "perflab.model_config",
     "perflab.attention",
     "perflab.attention.reference",
     "perflab.attention.annotated",
