@@ -17,13 +17,3 @@ def pytest_configure(config):
     # perflab's kernels refuse to load, depending on which files run.
     import perflab  # noqa: F401
 
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n 2 --dist loadgroup``, pyproject.toml), a notebook's cells share
-    one kernel and run in order: every cell of a notebook goes to the same worker. The unit
-    tests are handed out one by one."""
-    import pytest
-
-    for item in items:
-        if item.nodeid.split("::")[0].endswith(".ipynb"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

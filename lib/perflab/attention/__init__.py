@@ -3,7 +3,7 @@
 ``FlashAttentionTorch`` and ``FlashAttentionTriton`` are ``torch.autograd.Function`` classes
 called as ``.apply(q, k, v, is_causal=False)`` with q (batch, n_q, d), k and v (batch, n_k, d).
 The Triton one is imported on first use: importing it loads Triton and, without CUDA, switches
-the Triton interpreter on (``flash_triton``'s docstring).
+the Triton interpreter on (``attention.interpreter``).
 """
 
 from perflab.attention.annotated import ATTENTION_RANGES, annotated_attention, attention_part_flops

@@ -76,14 +76,15 @@ class KernelSpec:
         return kernel
 
 
-_FLASH = "perflab.attention.flash_triton"
+_FORWARD = "perflab.attention.flash_forward"
+_BACKWARD = "perflab.attention.flash_backward"
 _PLAIN = "perflab.attention.flash_triton_plain"
 _WSUM = "perflab.attention.weighted_sum"
 _QKV = {"Q": "input", "K": "input", "V": "input"}
 KERNELS = (
     KernelSpec(
         "flash_forward",
-        _FLASH,
+        _FORWARD,
         "_flash_forward_kernel",
         {**_QKV, "Out": "input", "L": "fp32"},
         ("scale",),
@@ -91,7 +92,7 @@ KERNELS = (
     ),
     KernelSpec(
         "flash_backward_kv",
-        _FLASH,
+        _BACKWARD,
         "_flash_backward_kv_kernel",
         {**_QKV, "DO": "input", "L": "fp32", "DELTA": "fp32", "DK": "input", "DV": "input"},
         ("scale",),
@@ -99,7 +100,7 @@ KERNELS = (
     ),
     KernelSpec(
         "flash_backward_q",
-        _FLASH,
+        _BACKWARD,
         "_flash_backward_q_kernel",
         {**_QKV, "DO": "input", "L": "fp32", "DELTA": "fp32", "DQ": "input"},
         ("scale",),
@@ -107,7 +108,7 @@ KERNELS = (
     ),
     KernelSpec(
         "flash_backward_preprocess",
-        _FLASH,
+        _BACKWARD,
         "_flash_backward_preprocess_kernel",
         {"Out": "input", "DO": "input", "DELTA": "fp32"},
         fixed={"BQ": PREPROCESS_CONFIG[0], "EVEN_Q": False},
@@ -540,7 +541,7 @@ def structure_cost(
     config: tuple[int, int, int, int] = (64, 64, 4, 3),
 ) -> pd.DataFrame:
     """The plain one-loop forward (``flash_triton_plain``) and the lean two-stage forward
-    (``flash_triton``) compiled alike (causal, ragged lengths, one configuration) for each
+    (``flash_forward``) compiled alike (causal, ragged lengths, one configuration) for each
     target: the SASS instructions of each loop, the main loop's, registers and spills."""
     kernels = ("flash_forward_plain", "flash_forward")
     job_list = jobs(

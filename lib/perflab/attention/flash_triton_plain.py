@@ -1,10 +1,10 @@
 """The FlashAttention-2 forward as one first writes it in Triton, kept beside the lean one
-(``flash_triton``) to show what the structure of a kernel costs (notebook 06, section 3).
+(``flash_forward``) to show what the structure of a kernel costs (notebook 06, section 3).
 
 Algorithm 1 of the paper, straight: one loop over the key tiles, and in every trip the bounds
 mask, the causal mask (a run-time branch on the diagonal tiles), a -inf select, a "safe"
 maximum for rows that have seen no key yet, ``exp`` with the softmax scale applied apart. It
-computes the same function as ``flash_triton``'s forward (tests hold both to float64); compiled
+computes the same function as ``flash_forward``'s kernel (tests hold both to float64); compiled
 for a GPU, its loop issues far more instructions per tile (``perflab kernels`` counts them).
 Forward only, fixed 64 x 64 tiles: a contrast, not a second implementation to use.
 """
