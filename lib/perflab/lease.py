@@ -83,19 +83,20 @@ class LeaseCommand:
 
 PLAN = (
     LeaseCommand(1, "smoke", (), 240,
-                 "H200 leases 2026-11-27: all seven stages in 152 s at 2dad7d6 (kernels 64 s, "
-                 "decode 29 s, distributed 24 s)"),
+                 "H200 leases: all seven stages in 152 s at 2dad7d6 (2026-11-27) and in 126 s "
+                 "at d50dab1 (2026-11-28: kernels 55 s, decode 24 s, distributed 16 s)"),
     LeaseCommand(1, "tests-gpu", (), 300,
                  "H200 leases 2026-11-27 under pytest -n 8: 261 tests in 222 s at 7408627 (four "
                  "modules not collected: no papermill); at 2dad7d6, with the wheels, 265 of 270 "
-                 "started in 260 s"),
+                 "started in 260 s; at d50dab1 (2026-11-28) 267 passed and 4 skipped in 253 s"),
     LeaseCommand(2, "06", ("06_flash_attention",), 420,
                  "H100 lease 2026-11-23: the sweep, checks and compiles of three lengths in "
                  "250 s; the comparisons and the leaderboard case add about 3 minutes"),
     LeaseCommand(2, "01", ("01_benchmarking",), 240,
                  "H100 lease 2026-11-23: five presets at full sizes in about 200 s; the lease "
                  "times three, with the warm-up study (H200 2026-11-27: the three timed in "
-                 "about 50 s, then stopped by a 93 s limit in the warm-up study)"),
+                 "about 50 s, then stopped by a 93 s limit in the warm-up study; H200 "
+                 "2026-11-28: the whole notebook in 124 s, 153 s with the command's start)"),
     LeaseCommand(3, "tests-rest", (), 480,
                  "H200 lease 2026-11-27: not finished in 320 s under -n 12; the CPU's "
                  "2-core run, divided among 8 workers, with the compiling tests"),
@@ -109,7 +110,8 @@ PLAN = (
                  "one GPU: the ranks on Gloo (07 with CUDA tensors, 08 on the CPU at its "
                  "lease model sizes); the smoke command's all-reduce and DDP sweeps took 18 s"),
     LeaseCommand(5, "03", ("03_mixed_precision",), 240,
-                 "three presets, float32 against bfloat16 in 20-second budgets"),
+                 "three presets, float32 against bfloat16 in 20-second budgets (H200 "
+                 "2026-11-28: the whole notebook in 65 s, 94 s with the command's start)"),
     LeaseCommand(6, "09", ("09_training_step",), 360,
                  "the ladder's rungs at 10 s per comparison with their checks, the compile "
                  "rung's compilation, the sharded step on two Gloo ranks of a small model"),
