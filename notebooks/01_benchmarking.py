@@ -59,9 +59,9 @@ from perflab.lessons.nb01_benchmarking import (
     benchmark_sweep,
     compare_configs,
     compare_timers,
+    comparison_frame,
     conclude,
     conclude_all,
-    describe_ratio,
     listing,
     matmul_size_for,
     measure_in_fresh_process,
@@ -260,13 +260,11 @@ print(conclude_all(out, [warmup_finding(reading)])[0])
 # %%
 n = matmul_size_for(0.01, peak.flops_per_s)
 timers = compare_timers(n, dev, rounds=6)
-timers
+comparison_frame(timers)[["b", "median_a_s", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high",
+                          "confidence", "verdict"]]
 
 # %%
-other = timers.iloc[1]
-print(f"{n}x{n} matmul, {other.rounds} rounds: " + describe_ratio(
-    "the workbook's timer", "torch.utils.benchmark", other.ratio_to_perflab,
-    (other.ci_low, other.ci_high), confidence=other.confidence))
+nb.say(f"{n}x{n} matmul, {timer.rounds} rounds: {timer.sentence()}" for timer in timers)
 
 # %% [markdown]
 # `torch.utils.benchmark` times blocks of many calls and divides, so it hides per-call

@@ -393,10 +393,9 @@ copies.head(top)
 # for bit: the loss and every gradient) without that copy. The two steps, taking turns:
 
 # %%
-mask_row, mask_result = compare_mask_copy(config, batch_size, copy_seq_len, dev,
-                                          rounds=copy_rounds)
-nb.save(mask_row, "mask_copy.csv")
-print(say.mask_copy_sentence(copies, mask_row, mask_result.sentence()))
+mask = compare_mask_copy(config, batch_size, copy_seq_len, dev, rounds=copy_rounds)
+nb.save(mask, "mask_copy.csv")
+print(say.mask_copy_sentence(copies, mask.details, mask.sentence()))
 
 # %% [markdown]
 # A saving below the noise band cannot be shown by timing the step, however many rounds run;

@@ -185,28 +185,31 @@ print(sensitivity_line(sensitivity))
 # faster call, paired; the number of rounds was chosen for the whole step's verdict).
 
 # %%
-comparisons, phases, too_large = bf16_against_fp32(presets, context_length, batch_size, dev,
-                                                   rounds=rounds, warmup=warmup, budget_s=budget_s)
+compared = bf16_against_fp32(presets, context_length, batch_size, dev, rounds=rounds,
+                             warmup=warmup, budget_s=budget_s)
+comparisons = [c for c in compared if c.labels["phase"] == "step"]
+phases = [c for c in compared if c.labels["phase"] != "step"]
+too_large = [p for p in presets if p not in {c.labels["preset"] for c in comparisons}]
 if too_large:
     print("not compared (both training steps do not fit in memory together):", too_large)
-table = comparison_frame([({"preset": p}, c) for p, c in comparisons.items()])
+table = comparison_frame(comparisons)
 nb.save(table, "bf16_vs_fp32.csv")
 fig = plot_comparisons(table, x="preset", title=f"bfloat16 autocast against float32 ({dev.type})")
 nb.figure(fig, "bf16_vs_fp32.png")
 table
 
 # %%
-phase_table = comparison_frame([({"preset": p, "phase": name}, c)
-                                for p, by_phase in phases.items() for name, c in by_phase.items()])
+phase_table = comparison_frame(phases)
 nb.save(phase_table, "bf16_vs_fp32_phases.csv")
 phase_table[["preset", "phase", "median_a_s", "median_b_s", "ratio_b_over_a", "ci_low", "ci_high",
              "verdict"]]
 
 # %%
-precision_findings = [Finding(f"bf16 vs fp32 {p}", f"{p}: {c.sentence()}", c)
-                      for p, c in comparisons.items()]
-precision_findings += [Finding(f"{name}: bf16 vs fp32 {p}", f"{p}, {name}: {c.sentence()}", c)
-                       for p, by_phase in phases.items() for name, c in by_phase.items()]
+precision_findings = [Finding(f"bf16 vs fp32 {c.labels['preset']}",
+                              f"{c.labels['preset']}: {c.sentence()}", c) for c in comparisons]
+precision_findings += [Finding(f"{c.labels['phase']}: bf16 vs fp32 {c.labels['preset']}",
+                               f"{c.labels['preset']}, {c.labels['phase']}: {c.sentence()}", c)
+                       for c in phases]
 print("\n".join(conclude_all(out, precision_findings)))
 
 # %% [markdown]

@@ -48,12 +48,11 @@ from dataclasses import replace
 
 from perflab.lessons.nb04_memory import (
     BenchConfig,
-    Finding,
     best_group_size,
     block_saved_tensors,
     checkpointing_costs,
     compile_backend,
-    conclude_all,
+    conclude,
     depth_sweep,
     full_step_peak,
     get_preset,
@@ -387,8 +386,7 @@ print(say.nested_forwards_line(checkpoint_layers))
 costs = checkpointing_costs(checkpoint_preset, layers, best, max(checkpoint_layers), batch_size,
                             checkpoint_seq_len, dev, rounds=cost_rounds)
 nb.save(costs, "checkpointing_cost.csv")
-print("\n".join(conclude_all(out, [Finding.from_row(f"checkpointing cost {row['case']}", row)
-                                   for row in costs.to_dict("records")])))
+nb.say(conclude(out, f"checkpointing cost {cost.labels['case']}", cost) for cost in costs)
 print(say.nested_keep_line(depth))
 
 # %% [markdown]

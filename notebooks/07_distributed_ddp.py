@@ -65,6 +65,7 @@ from perflab.lessons.nb07_distributed_ddp import (
     bus_factor,
     check_allreduce_rank,
     check_ring_rank,
+    comparison_frame,
     conclude_all,
     ddp_comparisons,
     ddp_configs,
@@ -262,7 +263,7 @@ nb.figure(fig, "bucket_sweep.png");
 # 6 rounds) and a verdict (`perflab.bench.comparison.paired_comparison`).
 
 # %%
-against_naive = ddp_comparisons(steps, "naive")
+against_naive = comparison_frame(ddp_comparisons(steps, "naive"))
 nb.save(against_naive, "ddp_vs_naive.csv")
 fig = plot_comparisons(against_naive, x="b", title="step time / naive's, paired by round")
 nb.figure(fig, "ddp_vs_naive.png")
@@ -323,7 +324,7 @@ print(say.overlap_line(overlap))
 # size against flat, paired by round, and those waits:
 
 # %%
-by_size = say.bucket_table(steps, ddp_comparisons(steps, "flat"))
+by_size = say.bucket_table(steps, comparison_frame(ddp_comparisons(steps, "flat")))
 by_size[["bucket_size_mb", "buckets", "step_ms", "sync_ms", "vs_flat", "verdict"]].round(3)
 
 # %%

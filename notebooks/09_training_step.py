@@ -337,10 +337,10 @@ print("perflab bench " + " ".join(command.command_line()))
 # The baseline step of both, taking turns:
 
 # %%
-gqa_row, gqa_result = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len,
-                                           dev, rounds=gqa_rounds)
-nb.save(gqa_row, "grouped_query.csv")
-print(say.gqa_sentence(gqa_row, gqa_result, config.num_heads, gqa_kv_heads))
+gqa = kv_heads_against_mha(config, gqa_kv_heads, BASELINE, batch_size, seq_len, dev,
+                           rounds=gqa_rounds)
+nb.save(gqa, "grouped_query.csv")
+print(say.gqa_sentence(gqa, config.num_heads, gqa_kv_heads))
 
 # %% [markdown]
 # ## 4. The data path on real text

@@ -89,12 +89,12 @@ import torch
 
 from perflab.lessons.nb10_decoding import (
     CACHES,
-    Finding,
     compare_caches,
     compare_int8,
     compare_kv_heads,
     compare_rotary_tables,
     compare_sampling_place,
+    comparison_frame,
     compile_static_step,
     compiled_graphs,
     conclude,
@@ -235,13 +235,14 @@ for sampling in ({}, {"temperature": 1.0, "top_k": 20}):
 prompts = random_prompts(config.vocab_size, cache_prompt_lens)
 caches = compare_caches(model, prompts, cache_new_tokens, rounds=cache_rounds)
 nb.save(caches, "cache_modes.csv")
-caches[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low", "ci_high",
+cache_table = comparison_frame(caches)
+cache_table[["a", "b", "tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "ci_low", "ci_high",
         "verdict"]].round(3)
 
 # %%
-for row in caches.to_dict("records"):
-    print(conclude_all(out, [Finding.from_row(f"cache {row['b']} vs {row['a']}", row)])[0])
-print(say.cache_rates_line(caches))
+for cache in caches:
+    print(conclude(out, f"cache {cache.name_b} vs {cache.name_a}", cache))
+print(say.cache_rates_line(cache_table))
 
 # %% [markdown]
 # How the paged cache reads (a description of the code, not a measured cause of its time): it
@@ -313,12 +314,12 @@ print(say.tracing_sentence(compilations, compile_calls))
 compiled = compile_static_step(compile_model, compile_batch, context, rounds=rounds, mode=mode)
 nb.save(compiled, "compiled_step.csv")
 print(say.compiled_step_sentence(
-    compiled, conclude_all(out, [Finding.from_row("compiled fixed-shape step", compiled)])[0]))
+    compiled.as_row(), conclude(out, "compiled fixed-shape step", compiled)))
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print("the compiled step picks the same next tokens as the eager one:",
-      compiled["same_next_tokens"])
+      compiled.details["same_next_tokens"])
 
 # %% [markdown]
 # On a CPU, what compilation can gain is expected to come from inductor's fused C++ kernels:
@@ -364,12 +365,12 @@ nb.say(say.profile_sentences(parts, calls, config, element, bandwidth.bytes_per_
 rotary = compare_rotary_tables(model, batch_sizes[-1], context, rounds=rounds)
 sampling = compare_sampling_place(model, batch_sizes[-1], context, rounds=rounds)
 nb.save([rotary, sampling], "rotary_and_sampling.csv")
-nb.say(conclude_all(out, [Finding.from_row("rotary tables once", rotary),
-                                   Finding.from_row("sampling on the device", sampling)]))
+nb.say([conclude(out, "rotary tables once", rotary),
+        conclude(out, "sampling on the device", sampling)])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-nb.say(say.sampling_lines(rotary, sampling, config.vocab_size, element))
+nb.say(say.sampling_lines(rotary.details, sampling.details, config.vocab_size, element))
 
 # %% [markdown]
 # On a CPU the "host copy" is a memory copy in the same memory; on a GPU it is a transfer over
@@ -391,17 +392,16 @@ nb.say(say.sampling_lines(rotary, sampling, config.vocab_size, element))
 # that the rounding changes:
 
 # %%
-int8_row, int8_result = compare_int8(model, int8_batch, context, rounds=rounds,
-                                     new_tokens=int8_new_tokens)
-nb.save(int8_row, "int8_weights.csv")
-print(conclude(out, "int8 weights", int8_result))
-pd.Series(int8_row)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
+int8 = compare_int8(model, int8_batch, context, rounds=rounds, new_tokens=int8_new_tokens)
+nb.save(int8, "int8_weights.csv")
+print(conclude(out, "int8 weights", int8))
+pd.Series(int8.details)[["weight_bytes_original", "weight_bytes_int8", "first_call_s_original",
                      "first_call_s_int8", "tokens_per_s_original", "tokens_per_s_int8",
                      "logits_max_abs_error", "logits_relative_error", "same_next_tokens",
                      "first_differing_token", "tokens_agreeing"]]
 
 # %%
-nb.say(say.int8_sentences(int8_row, throughput, int8_batch, int8_new_tokens, dtype))
+nb.say(say.int8_sentences(int8.as_row(), throughput, int8_batch, int8_new_tokens, dtype))
 
 # %% [markdown]
 # int8 weights are a lossy change: the tokens above say how much it changed this random model's
@@ -457,18 +457,17 @@ if tp is not None:
 # recomputation in every cache:
 
 # %%
-gqa_row, gqa_result = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev,
-                                       param_dtype, rounds=gqa_rounds,
-                                       compiled=gqa_compiled)
-nb.save(gqa_row, "grouped_query.csv")
-pd.Series(gqa_row)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
+gqa = compare_kv_heads(config, gqa_kv_heads, gqa_batch, gqa_context, dev, param_dtype,
+                       rounds=gqa_rounds, compiled=gqa_compiled)
+nb.save(gqa, "grouped_query.csv")
+pd.Series(gqa.details)[["kv_bytes_per_token_mha", "kv_bytes_per_token_grouped",
                     "kv_cache_bytes_mha", "kv_cache_bytes_grouped", "step_bytes_mha",
                     "step_bytes_grouped", "tokens_per_s_mha", "tokens_per_s_grouped",
                     "decodes_like_recomputation"]]
 
 # %%
-gqa_conclusion = conclude(out, "grouped-query decode step", gqa_result)
-nb.say(say.gqa_sentences(gqa_row, gqa_conclusion, throughput, config.num_heads,
+gqa_conclusion = conclude(out, "grouped-query decode step", gqa)
+nb.say(say.gqa_sentences(gqa.as_row(), gqa_conclusion, throughput, config.num_heads,
                                   gqa_kv_heads, gqa_batch, gqa_context, context,
                                   step="compiled" if gqa_compiled else "eager"))
 

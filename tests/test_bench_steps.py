@@ -277,8 +277,12 @@ def test_phases_are_paired_by_round_from_the_faster_call_of_each():
     a_calls = [warm] + [{"forward": 1.0, "backward": 2.0}, {"forward": 1.5, "backward": 2.5}] * 3
     b_calls = [warm] + [{"forward": 0.6, "backward": 2.2}, {"forward": 0.5, "backward": 1.9}] * 3
     step = paired_comparison([3.0] * 3, [2.4] * 3, names=("float32", "bfloat16"))
-    phases = phase_comparisons(step, _clock(a_calls), _clock(b_calls), warmup=1)
+    step = step.with_labels(preset="small")
+    phases = {
+        c.labels["phase"]: c for c in phase_comparisons(step, _clock(a_calls), _clock(b_calls), 1)
+    }
     assert list(phases) == ["forward", "backward"]  # no optimizer phase was recorded
+    assert phases["forward"].labels == {"preset": "small", "phase": "forward"}
     # a's faster call is the first (3.0 < 4.0), b's the second (2.4 < 2.8)
     assert phases["forward"].times_a == (1.0,) * 3 and phases["forward"].times_b == (0.5,) * 3
     assert phases["backward"].ratio == pytest.approx(1.9 / 2.0)
@@ -299,7 +303,7 @@ def test_a_compared_steps_phases_come_from_its_own_rounds():
     step = compare_configs(
         a, replace(a, dtype="bfloat16"), torch.device("cpu"), rounds=3, warmup=1, clocks=clocks
     )
-    phases = phase_comparisons(step, *clocks, warmup=1)
+    phases = {c.labels["phase"]: c for c in phase_comparisons(step, *clocks, warmup=1)}
     assert list(phases) == ["forward", "backward", "optimizer"]
     for phase in phases.values():
         assert len(phase.times_a) == 3 and all(t > 0 for t in phase.times_a + phase.times_b)

@@ -241,3 +241,20 @@ def test_each_comparison_draws_its_own_round_order_and_records_it():
     assert first != second and result.seed != other.seed
     assert order_of(seed=result.seed)[0] == first
     assert result.as_row()["order_seed"] == result.seed
+
+
+def test_labels_and_details_travel_with_a_comparison_into_its_row():
+    from perflab.bench.comparison import comparison_frame, paired_comparison
+
+    plain = paired_comparison([2.0] * 6, [1.0] * 6, names=("a", "b"))
+    labelled = plain.with_labels(seq_len=64).with_details(max_abs_diff=0.5)
+    assert plain.labels == {} and plain.details == {}  # a new comparison, the old one unchanged
+    assert labelled == plain  # the same measurement: labels and details are not compared
+    row = labelled.as_row()
+    assert list(row)[0] == "seq_len" and list(row)[-1] == "max_abs_diff"
+    table = comparison_frame([labelled, plain.with_labels(seq_len=128)])
+    assert table["seq_len"].tolist() == [64, 128] and table["sentence"].iloc[0] == plain.sentence()
+    with pytest.raises(
+        TypeError, match=r"takes Comparisons \(labels go in with_labels\), got tuple"
+    ):
+        comparison_frame([({"seq_len": 64}, plain)])

@@ -64,17 +64,17 @@ def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
     monkeypatch.setattr(compiled, "COMPILE_MODES", ("default", "other"))
     monkeypatch.setattr(torch, "compile", lambda model, mode=None: model)  # no real compile
     modes = {"modes": ("forward",), "compile_modes": ("default", "other")}
-    pairs = compiled.compile_vs_eager("cpu-tiny", 8, 1, torch.device("cpu"), **modes)
+    results = compiled.compile_vs_eager("cpu-tiny", 8, 1, torch.device("cpu"), **modes)
     assert events == ["reset", "compile", "compile"]
-    assert all(labels["matmul_shapes"] > 0 for labels, _ in pairs)
+    assert all(r.details["matmul_shapes"] > 0 and r.labels["mode"] == "forward" for r in results)
     # eager against each mode, then the other mode against the default, each with its cost
-    findings = compiled.compile_findings(pairs)
+    findings = compiled.compile_findings(results)
     assert [f.key for f in findings] == [
         "compiled model forward",
         "other model forward",
         "other against default forward",
     ]
-    assert "compiles in" in findings[-1].sentence and findings[-1].comparison is pairs[-1][1]
+    assert "compiles in" in findings[-1].sentence and findings[-1].comparison is results[-1]
 
 
 def _same(names):
@@ -90,7 +90,7 @@ def test_the_payback_is_given_with_the_range_its_ratio_interval_allows():
 
     faster = Comparison("eager", "compiled", (0.1,) * 6, (0.05,) * 6, 0.5, (0.4, 0.6), 0.03,
                         0.968, 0.95)  # fmt: skip
-    (finding,) = compile_findings([({"mode": "forward", "compile_s": 10.0}, faster)])
+    (finding,) = compile_findings([faster.with_labels(mode="forward").with_details(compile_s=10.0)])
     assert finding.sentence.endswith(
         "; the 10.0 s of compilation (one compilation timed) pay back after about 200 steps "
         "(167-250 by the ratio's interval)"

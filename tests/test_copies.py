@@ -100,6 +100,7 @@ def test_the_step_comparison_checks_the_gradients_first():
         vocab_size=50,
         context_length=32,
     )
-    row, result = compare_mask_copy(config, 2, 16, torch.device("cpu"), rounds=2, warmup=0)
+    result = compare_mask_copy(config, 2, 16, torch.device("cpu"), rounds=2, warmup=0)
+    row = result.as_row()
     assert row["same_loss_and_gradients"] is True
     assert result.rounds == 2 and row["b"] == "masked_fill_ (in place)"

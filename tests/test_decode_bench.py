@@ -149,10 +149,10 @@ def test_fixed_shapes_are_traced_once_and_growing_ones_again():
 def test_rotary_and_sampling_comparisons_report_correctness_and_bytes():
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     rotary = compare_rotary_tables(model, 2, 8, rounds=2, warmup=0)
-    assert rotary["max_abs_diff"] < 1e-5
+    assert rotary.details["max_abs_diff"] < 1e-5
     # 2 rounds give a 50% interval: below the 95% a verdict needs, whatever the times
-    assert rotary["verdict"] == "inconclusive" and "not established" in rotary["sentence"]
-    sampling = compare_sampling_place(model, 2, 8, rounds=2, warmup=0)
+    assert rotary.verdict == "inconclusive" and "not established" in rotary.sentence()
+    sampling = compare_sampling_place(model, 2, 8, rounds=2, warmup=0).details
     assert sampling["same_ids"]
     assert sampling["device_bytes_per_token"] == 8  # one int64 id
     assert sampling["host_bytes_per_token"] == TINY.vocab_size * 4  # float32 logits
@@ -212,8 +212,8 @@ def test_compiled_static_step_against_eager_reports_its_compilation_and_agreemen
     model = inference_model(TINY, torch.device("cpu"), torch.float64)
     torch._dynamo.reset()  # nothing of this shape compiled before
     try:
-        row = compile_static_step(model, 2, 9, rounds=2, warmup=0)
-        again = compile_static_step(model, 2, 9, rounds=2, warmup=0)
+        row = compile_static_step(model, 2, 9, rounds=2, warmup=0).as_row()
+        again = compile_static_step(model, 2, 9, rounds=2, warmup=0).as_row()
     finally:
         torch._dynamo.reset()
     assert row["same_next_tokens"] and row["max_abs_diff"] < 1e-10

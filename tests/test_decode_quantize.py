@@ -119,7 +119,8 @@ def test_grouped_query_models_quantise_and_decode():
 def test_int8_decoding_against_float32_reports_error_speed_and_tokens():
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
-        row, result = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5)
+        result = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5)
+        row = result.as_row()
     finally:
         torch._dynamo.reset()
     assert row["logits_relative_error"] < 0.05
@@ -139,7 +140,7 @@ def test_int8_decoding_of_exactly_representable_weights_agrees_token_for_token()
                 scale = module.weight.abs().amax(dim=1, keepdim=True) / 127
                 module.weight.copy_(torch.round(module.weight / scale) * scale)
     try:
-        row, _ = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5)
+        row = compare_int8(model, 2, 9, rounds=2, warmup=0, new_tokens=5).details
     finally:
         torch._dynamo.reset()
     assert (row["tokens_agreeing"], row["first_differing_token"]) == (1.0, 5)

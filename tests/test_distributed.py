@@ -22,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 
+from perflab.bench.comparison import comparison_frame
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.allreduce_benchmark import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
@@ -321,7 +322,7 @@ def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
     # a variant's step is the median of its rounds (each round's slowest rank)
     medians = ok["round_ms"].map(lambda text: statistics.median(json.loads(text)))
     assert ok["step_ms"].tolist() == medians.tolist()
-    against = ddp_comparisons(frame, "naive")
+    against = comparison_frame(ddp_comparisons(frame, "naive"))
     assert set(against["b"]) == set(ok["variant"]) - {"naive", "bucketed"} | {"bucketed 1 MB"}
     # 2 rounds give a 50% interval: every comparison is inconclusive, however the times fall.
     assert (against["confidence"] == 0.5).all() and (against["verdict"] == "inconclusive").all()

@@ -96,9 +96,10 @@ def test_kv_heads_must_divide_the_heads(kv_heads):
 
 
 def test_the_decode_comparison_counts_the_bytes_grouping_saves():
-    row, result = compare_kv_heads(
+    result = compare_kv_heads(
         MHA, 2, 3, 12, torch.device("cpu"), torch.float32, rounds=2, warmup=0, compiled=False
     )
+    row = result.as_row()
     assert row["decodes_like_recomputation"] is True
     assert row["kv_bytes_per_token_grouped"] * 3 == row["kv_bytes_per_token_mha"]
     assert row["kv_cache_bytes_mha"] == 3 * 12 * row["kv_bytes_per_token_mha"]
@@ -110,9 +111,8 @@ def test_the_decode_comparison_counts_the_bytes_grouping_saves():
 
 
 def test_the_training_comparison_names_both_models_and_their_sizes():
-    row, result = kv_heads_against_mha(
-        MHA, 3, BASELINE, 2, 16, torch.device("cpu"), rounds=2, warmup=0
-    )
+    result = kv_heads_against_mha(MHA, 3, BASELINE, 2, 16, torch.device("cpu"), rounds=2, warmup=0)
+    row = result.as_row()
     assert row["parameters_mha"] - row["parameters_grouped"] == (
         MHA.num_layers * 2 * MHA.d_model * (MHA.d_model - 3 * MHA.head_dim)
     )

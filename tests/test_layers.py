@@ -7,6 +7,7 @@ per name. Read from the source with ``ast`` (imports inside functions included),
 import cannot hide an upward one."""
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -367,14 +368,49 @@ def test_the_notebook_scan_sees_modules_and_private_names(tmp_path):
     )
 
 
+#: What a comparison function may return: one ``Comparison`` (labels and details inside it), a
+#: list of them, or, where it also measures a table of its own, the table and then them.
+COMPARISON_RETURNS = {
+    "Comparison",
+    "Comparison | None",
+    "list[Comparison]",
+    "tuple[pd.DataFrame, Comparison]",
+    "tuple[pd.DataFrame, list[Comparison]]",
+}
+#: A comparison function's name: compare_*, *_comparison(s), *_against_*, *_vs_*.
+COMPARISON_NAME = re.compile(r"^(compare_\w+|\w+_comparisons?|\w+_against_\w+|\w+_vs_\w+)$")
+
+
+def _compares(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` times a comparison itself (calls ``compare`` or
+    ``paired_comparison``)."""
+    return any(
+        isinstance(node, ast.Call)
+        and ast.unparse(node.func).split(".")[-1] in {"compare", "paired_comparison"}
+        for node in ast.walk(function)
+    )
+
+
 def one_of_each_problems(sources: dict[str, str]) -> list[str]:
     """Where the library makes a second of what it keeps one of (docs/layout.md): a
     ``TransformerLM(...)`` built outside ``model.build_model``, a Triton kernel compiled for a
     GPU outside ``attention.triton_compile``, a ``rounds`` parameter whose default is a number
-    of its own instead of ``bench.stats.ROUNDS``. ``sources``: a file's name -> its text."""
+    of its own instead of ``bench.stats.ROUNDS``, a comparison function (named like one, and
+    timing one) that returns something other than ``COMPARISON_RETURNS``. ``sources``: a
+    file's name -> its text."""
     problems = []
     for name, text in sources.items():
         for node in ast.walk(ast.parse(text)):
+            if (
+                isinstance(node, ast.FunctionDef)
+                and name.startswith("lib/")
+                and not node.name.startswith("_")
+                and COMPARISON_NAME.match(node.name)
+                and _compares(node)
+            ):
+                returns = ast.unparse(node.returns) if node.returns else "nothing declared"
+                if returns not in COMPARISON_RETURNS:
+                    problems.append(f"{name}: {node.name} returns {returns}, not a Comparison")
             if isinstance(node, ast.Call):
                 called = ast.unparse(node.func)
                 if called.endswith("TransformerLM") and not name.endswith("perflab/model.py"):
@@ -398,24 +434,32 @@ def one_of_each_problems(sources: dict[str, str]) -> list[str]:
     return sorted(problems)
 
 
-def test_one_model_builder_one_kernel_compiler_one_default_for_rounds():
+def test_one_model_builder_one_kernel_compiler_one_default_for_rounds_one_comparison_type():
     scripts = [*sorted((LIB / "perflab").rglob("*.py")), *sorted(NOTEBOOKS.glob("[0-9]*.py"))]
     sources = {str(path.relative_to(LIB.parent)): path.read_text() for path in scripts}
     assert one_of_each_problems(sources) == []
 
 
-def test_a_planted_second_builder_compiler_or_rounds_default_is_found():
+def test_a_planted_second_builder_compiler_rounds_default_or_comparison_shape_is_found():
     sources = {
         "lib/perflab/model.py": "def build_model(c, rounds=ROUNDS):\n    TransformerLM(c)\n",
         "lib/perflab/decode/x.py": "m = TransformerLM(c)\ndef f(a, *, rounds=5): pass\n",
         "lib/perflab/bench/y.py": "def g(rounds=6, warmup=2): pass\ndef h(a, rounds=None): pass\n",
         "notebooks/09_x.py": "k = triton.compile(src)\nm = perflab.model.TransformerLM(c)\n",
         "lib/perflab/attention/triton_compile.py": "k = triton.compile(src)\n",
+        "lib/perflab/decode/z.py": (
+            "def compare_rows(a, b) -> dict:\n    return compare(a, b).as_row()\n"
+            "def caches_vs_none(a) -> list[Comparison]:\n    return [compare(a, a)]\n"
+            "def kv_against_mha(a):\n    return paired_comparison(a, a), a\n"
+            "def compare_sizes(a) -> dict:\n    return {}\n"  # times nothing: not one
+        ),
     }
     assert one_of_each_problems(sources) == [
         "lib/perflab/bench/y.py: g's rounds default to 6 (use ROUNDS)",
         "lib/perflab/decode/x.py builds a TransformerLM itself (use build_model)",
         "lib/perflab/decode/x.py: f's rounds default to 5 (use ROUNDS)",
+        "lib/perflab/decode/z.py: compare_rows returns dict, not a Comparison",
+        "lib/perflab/decode/z.py: kv_against_mha returns nothing declared, not a Comparison",
         "notebooks/09_x.py builds a TransformerLM itself (use build_model)",
         "notebooks/09_x.py compiles a kernel itself (use triton_compile)",
     ]

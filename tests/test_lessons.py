@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+from perflab.bench.comparison import paired_comparison
 from perflab.lessons import open_notebook
 from perflab.paths import device_slug
 
@@ -74,6 +75,15 @@ def test_rows_figures_and_sentences_go_where_the_run_keeps_them(data, capsys):
     assert pd.read_csv(rows)["a"].tolist() == [1, 2]
     with pytest.raises(TypeError, match="save takes a DataFrame, a dict .* got str"):
         nb.save("not a table", "x.csv")
+    # a Comparison is saved as its row: labels, times and verdict, details, then its sentence
+    faster = paired_comparison([2.0] * 6, [1.0] * 6, names=("eager", "compiled"))
+    faster = faster.with_labels(batch=4).with_details(compile_s=3.5)
+    (row,) = pd.read_csv(nb.save(faster, "one.csv")).to_dict("records")
+    columns = list(row)
+    assert columns[:3] == ["batch", "a", "b"] and columns[-2:] == ["compile_s", "sentence"]
+    assert (row["verdict"], row["sentence"]) == ("faster", faster.sentence())
+    two = pd.read_csv(nb.save([faster, faster.with_labels(batch=8)], "two.csv"))
+    assert two["batch"].tolist() == [4, 8]
 
     fig, ax = plt.subplots()
     ax.plot([0, 1], [1, 0])

@@ -201,4 +201,6 @@ def test_build_model_direct_draws_in_the_dtype_and_restores_the_default():
     assert not torch.equal(direct.embedding.weight, cast.embedding.weight)
     with pytest.raises(ValueError, match="model must be 'package.module:Class'"):
         build_model(TINY, model_class="no-colon")
+    with pytest.raises(ValueError, match=r"direct=True draws the weights in a dtype: pass dtype"):
+        build_model(TINY, direct=True)
     assert torch.get_default_dtype() == default

@@ -8,6 +8,7 @@ import torch
 
 from perflab.bench import steps
 from perflab.bench.checks import contradictions_line
+from perflab.bench.comparison import paired_comparison
 from perflab.loss_scaling import scaler_lines, underflow_lines
 from perflab.paths import listing
 from perflab.precision import (
@@ -116,20 +117,21 @@ def test_scaler_lines_with_and_without_a_step_through():
     assert "; no step went through." in none[1]
 
 
-def test_a_preset_too_large_for_both_steps_is_reported_apart(monkeypatch):
+def test_a_preset_too_large_for_both_steps_has_no_comparison(monkeypatch):
     def fake_compare(config_a, config_b, device, **kwargs):
         if config_a.preset == "xl":
             raise torch.OutOfMemoryError("CUDA out of memory")
-        return (config_a.dtype, config_b.dtype)
+        return paired_comparison([1.0] * 6, [0.5] * 6, names=(config_a.dtype, config_b.dtype))
 
     monkeypatch.setattr(steps, "compare_configs", fake_compare)
-    monkeypatch.setattr(steps, "phase_comparisons", lambda step, a, b, warmup: {"forward": step})
+    monkeypatch.setattr(steps, "phase_comparisons", lambda step, a, b, warmup: [step])
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    done, phases, too_large = steps.bf16_against_fp32(
-        ["cpu-tiny", "xl"], 64, 2, torch.device("cpu")
-    )
-    assert done == {"cpu-tiny": ("float32", "bfloat16")} and too_large == ["xl"]
-    assert phases == {"cpu-tiny": {"forward": ("float32", "bfloat16")}}
+    done = steps.bf16_against_fp32(["cpu-tiny", "xl"], 64, 2, torch.device("cpu"))
+    # xl does not fit: no comparison of it; cpu-tiny's whole step, then its (faked) phases
+    assert [(c.labels, c.name_a, c.name_b) for c in done] == [
+        ({"preset": "cpu-tiny", "phase": "step"}, "float32", "bfloat16"),
+        ({"preset": "cpu-tiny"}, "float32", "bfloat16"),
+    ]
 
 
 def test_closing_lines(tmp_path, monkeypatch):

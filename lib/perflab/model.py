@@ -345,6 +345,10 @@ def build_model(
     or for host memory never exists there (an 8B model decoded in bf16). ``model_class``: a
     student's class, ``package.module:Class``, built with the course's constructor arguments
     (``build_model_class``) instead of ``TransformerLM``."""
+    if direct and dtype is None:
+        raise ValueError(
+            "direct=True draws the weights in a dtype: pass dtype (e.g. torch.bfloat16)"
+        )
     if context is not None:
         config = sized_for(config, context)
     if layers is not None:
@@ -353,7 +357,7 @@ def build_model(
         torch.manual_seed(seed)
     default = torch.get_default_dtype()
     try:
-        if direct and dtype is not None:
+        if direct:
             torch.set_default_dtype(dtype)
         with torch.device(device) if device is not None else contextlib.nullcontext():
             if model_class is not None:

@@ -262,7 +262,7 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
         device=device,
         names=(f"{many} heads on the {few}-head choice", f"{many} heads on their own choice"),
     )
-    _save(comparison_frame([({"heads": many, "seq_len": n}, result)]), folder,
+    _save(comparison_frame([result.with_labels(heads=many, seq_len=n)]), folder,
           "smoke_autotune_vs.csv", sizes)  # fmt: skip
     changed = int((by_bucket[buckets[few]] != by_bucket[buckets[many]]).sum())
     return (
@@ -289,23 +289,24 @@ def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     )
     batch, context = sizes["decode_batch"], sizes["decode_context"]
     skips_before = counters["inductor"]["cudagraph_skips"]
-    row = compile_static_step(
+    result = compile_static_step(
         model, batch, context, rounds=sizes["decode_rounds"], mode="reduce-overhead"
     )
     step = decode_step(model, "contiguous", batch, context, compiled=True, mode="reduce-overhead")
     launches = count_launches(step, device)
     eager = count_launches(decode_step(model, "contiguous", batch, context), device, warmup=1)
     launches["eager_kernel_launches"] = eager["kernel_launches"]
-    row.update(
-        preset=sizes["decode_preset"],
-        dtype=sizes["decode_dtype"],
-        batch=batch,
-        context=context,
-        cudagraph_skips=counters["inductor"]["cudagraph_skips"] - skips_before,
+    row = {
+        **result.as_row(),
+        "sentence": result.sentence(),
+        "preset": sizes["decode_preset"],
+        "dtype": sizes["decode_dtype"],
+        "batch": batch,
+        "context": context,
+        "cudagraph_skips": counters["inductor"]["cudagraph_skips"] - skips_before,
         **launches,
-    )
-    frame = pd.DataFrame([row])
-    _save(frame, folder, "smoke_decode_reduce_overhead.csv", sizes)
+    }
+    _save(pd.DataFrame([row]), folder, "smoke_decode_reduce_overhead.csv", sizes)
     launched = (
         f"one compiled step made {launches['graph_launches']} CUDA graph launch(es) and "
         f"{launches['kernel_launches']} kernel launch(es) (eager: "

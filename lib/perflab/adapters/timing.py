@@ -21,7 +21,7 @@ from perflab.adapters.battery import check_adapters, findings, format_table, pas
 from perflab.adapters.distributed_checks import DDP_ADAPTERS
 from perflab.adapters.loading import call, load_adapters
 from perflab.bench.attention_timing import add_implementation, interpreted
-from perflab.bench.comparison import paired_comparison
+from perflab.bench.comparison import Comparison, paired_comparison
 from perflab.bench.conclusions import conclude
 from perflab.distributed.ddp_benchmark import (
     LEARNING_RATE,
@@ -119,7 +119,7 @@ ZERO_PAIRS = (
 )
 
 
-def yours_zero_comparisons(frame) -> list:
+def yours_zero_comparisons(frame) -> list[Comparison]:
     """Your FSDP and sharded AdamW each against perflab's, paired by round
     (``paired_comparison``), from a sweep of ``zero_configs`` + ``yours_zero_configs``."""
     ok = frame[frame["status"] == "ok"]

@@ -392,11 +392,11 @@ def flash_speed(
     rounds: int = ROUNDS,
     against: str = "sdpa",
     max_seq_len: dict[str, int] | None = None,
-) -> tuple[pd.DataFrame, list]:
+) -> tuple[pd.DataFrame, list[Comparison]]:
     """Forward + backward of each implementation at each (heads, length): device time per call
     (``device_ms``), host time per call (``host_ms``) and TFLOP/s, one row each; and every
-    implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds), as
-    (labels, Comparison) pairs (``comparison_frame`` makes them a table). ``max_seq_len`` skips
+    implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds),
+    labelled by heads and length (``comparison_frame`` makes them a table). ``max_seq_len`` skips
     an implementation beyond a length (the tiled PyTorch version)."""
     limits, timed, versus = max_seq_len or {}, [], []
     dtype_ = parse_dtype(dtype)
@@ -433,7 +433,7 @@ def flash_speed(
                     device=device,
                     names=(against, name),
                 )
-                versus.append(({"heads": n_heads, "seq_len": n}, result))
+                versus.append(result.with_labels(heads=n_heads, seq_len=n))
     return pd.DataFrame(timed), versus
 
 

@@ -41,8 +41,8 @@ import dataclasses
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -83,10 +83,23 @@ class Comparison:
     looks: int = 1  # how often the rounds were looked at (adaptive rounds: more than one)
     planned_looks: int = 1  # the looks the Bonferroni level was divided over (adaptive rounds)
     seed: int | None = None  # of the round order (``compare``; None: rounds measured elsewhere)
+    #: What it was measured under ({"seq_len": 4096}): a row's first columns.
+    labels: dict = field(default_factory=dict, compare=False)
+    #: What was measured beside the times (a compilation's seconds, the largest difference of
+    #: the two sides' outputs): a row's last columns.
+    details: dict = field(default_factory=dict, compare=False)
 
     @property
     def rounds(self) -> int:
         return len(self.times_a)
+
+    @property
+    def median_a_s(self) -> float:
+        return float(np.median(self.times_a))
+
+    @property
+    def median_b_s(self) -> float:
+        return float(np.median(self.times_b))
 
     @property
     def verdict(self) -> str:
@@ -109,13 +122,23 @@ class Comparison:
             self.required,
         )
 
+    def with_labels(self, **labels) -> Comparison:
+        """This comparison with ``labels`` added to what it was measured under."""
+        return dataclasses.replace(self, labels={**self.labels, **labels})
+
+    def with_details(self, **details) -> Comparison:
+        """This comparison with ``details`` added to what was measured beside the times."""
+        return dataclasses.replace(self, details={**self.details, **details})
+
     def as_row(self) -> dict:
-        """A flat dict for a results table."""
+        """A flat dict for a results table: the labels, the times, ratio, interval and verdict,
+        then the details."""
         return {
+            **self.labels,
             "a": self.name_a,
             "b": self.name_b,
-            "median_a_s": float(np.median(self.times_a)),
-            "median_b_s": float(np.median(self.times_b)),
+            "median_a_s": self.median_a_s,
+            "median_b_s": self.median_b_s,
             "ratio_b_over_a": self.ratio,
             "ci_low": self.ci[0],
             "ci_high": self.ci[1],
@@ -126,6 +149,7 @@ class Comparison:
             "noise_band": self.noise_band,
             "verdict": self.verdict,
             "order_seed": self.seed,
+            **self.details,
         }
 
 
@@ -393,14 +417,17 @@ def paired_comparison(
     )
 
 
-def comparison_frame(comparisons) -> pd.DataFrame:
-    """One row per comparison, the same columns everywhere: the labels it was measured under
-    (a dict, e.g. {"seq_len": 4096}), ``Comparison.as_row()`` and its sentence. ``comparisons``
-    is a list of (labels, Comparison) pairs, or of Comparisons."""
+def comparison_frame(comparisons: Iterable[Comparison]) -> pd.DataFrame:
+    """One row per comparison, the same columns everywhere: ``Comparison.as_row()`` (its
+    labels, times, verdict and details) and its sentence."""
     rows = []
-    for item in comparisons:
-        labels, result = item if isinstance(item, tuple) else ({}, item)
-        rows.append({**labels, **result.as_row(), "sentence": result.sentence()})
+    for result in comparisons:
+        if not isinstance(result, Comparison):
+            raise TypeError(
+                f"comparison_frame takes Comparisons (labels go in with_labels), "
+                f"got {type(result).__name__}"
+            )
+        rows.append({**result.as_row(), "sentence": result.sentence()})
     return pd.DataFrame(rows)
 
 

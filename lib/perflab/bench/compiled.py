@@ -90,13 +90,13 @@ def compile_vs_eager(
     modes=("forward", "train-step"),
     steps: int = 5,
     compile_modes=("default",),
-) -> list[tuple[dict, Comparison]]:
+) -> list[Comparison]:
     """Per step mode (``modes``, as ``make_step``) and per ``torch.compile`` mode
     (``compile_modes``, from ``COMPILE_MODES``): the compiled step against the eager one
-    (``b`` names the compile mode, "compiled" for the default), as (labels, Comparison) pairs
-    (``comparison_frame`` makes them a table); the labels hold the step mode, the compiled
-    model's first call from cold and its compile seconds (first call - steady median), and the
-    distinct matmul shapes of the step (``matmul_shapes``: what max-autotune tunes). Every
+    (``b`` names the compile mode, "compiled" for the default), labelled with the step mode
+    (``comparison_frame`` makes them a table); the details hold the compiled model's first call
+    from cold and its compile seconds (first call - steady median), and the distinct matmul
+    shapes of the step (``matmul_shapes``: what max-autotune tunes). Every
     other compile mode is also compared with the default directly (``a`` "compiled"):
     max-autotune's gain, where there is one, is in the matmuls it tunes, its cost the tuning,
     paid at compile time."""
@@ -133,34 +133,29 @@ def compile_vs_eager(
                 device=device,
                 names=tuple(_NAMES.get(n, n) for n in (name_a, name_b)),
             )
-            median_b = float(np.median(result.times_b))
             rows.append(
-                (
-                    {
-                        "mode": mode,
-                        "first_call_s": first[name_b],
-                        "compile_s": max(first[name_b] - median_b, 0.0),
-                        "matmul_shapes": shapes,
-                    },
-                    result,
+                result.with_labels(mode=mode).with_details(
+                    first_call_s=first[name_b],
+                    compile_s=max(first[name_b] - result.median_b_s, 0.0),
+                    matmul_shapes=shapes,
                 )
             )
     return rows
 
 
-def compile_findings(pairs: list[tuple[dict, Comparison]]) -> list[Finding]:
+def compile_findings(comparisons: list[Comparison]) -> list[Finding]:
     """One finding per comparison of ``compile_vs_eager``: its sentence, then what compilation
     costs: against eager, after how many steps a faster compiled step pays its compile time
     back (at the median ratio, and at the ends of its interval, eager's median the scale);
     against the default mode, the two modes' compile seconds (one compilation each)."""
     default_s = {
-        (labels["mode"], result.name_b): labels["compile_s"]
-        for labels, result in pairs
+        (result.labels["mode"], result.name_b): result.details["compile_s"]
+        for result in comparisons
         if result.name_a == "eager"
     }
     findings = []
-    for labels, result in pairs:
-        mode, compile_s = labels["mode"], labels["compile_s"]
+    for result in comparisons:
+        mode, compile_s = result.labels["mode"], result.details["compile_s"]
         if result.name_a == "eager":
             # a step saves eager's median x (1 - ratio); the ratio's interval bounds it
             eager = float(np.median(result.times_a))

@@ -112,19 +112,6 @@ class Finding:
     def verdict(self) -> str:
         return self.comparison.verdict if self.comparison is not None else self.verdict_text
 
-    @classmethod
-    def from_row(cls, key: str, row, prefix: str = "") -> Finding:
-        """A comparison's finding from its row (``Comparison.as_row`` with its ``sentence``),
-        where the row is what a library function returned: its sentence, verdict and interval
-        as recorded."""
-        get = row.get if hasattr(row, "get") else row.__getitem__
-        return cls(
-            key,
-            prefix + str(get("sentence")),
-            verdict_text=str(get("verdict")),
-            interval=(get("ci_low"), get("ci_high"), get("confidence")),
-        )
-
 
 def conclude_all(out: str | Path, findings: list[Finding]) -> list[str]:
     """Each finding stored in ``out``'s conclusions.csv (``conclude``); their sentences."""

@@ -7,12 +7,10 @@ times blocks of calls and reports the median per call over blocks) and, on CUDA 
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import torch
 import torch.utils.benchmark as torch_benchmark
 
-from perflab.bench.comparison import paired_comparison
+from perflab.bench.comparison import Comparison, paired_comparison
 from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 
@@ -31,10 +29,10 @@ def compare_timers(
     warmup: int = 5,
     steps: int = 30,
     rounds: int = ROUNDS,
-) -> pd.DataFrame:
-    """Median seconds of an (n x n) @ (n x n) float32 matmul under each timer, and each
-    timer's time over the workbook's with its interval, that interval's confidence and the
-    verdict.
+) -> list[Comparison]:
+    """An (n x n) @ (n x n) float32 matmul timed by each other timer against the workbook's
+    (a), labelled with ``n``: each timer's time over the workbook's with its interval, that
+    interval's confidence and the verdict.
 
     The timers take turns for ``rounds`` rounds (each reports its median per round), so that
     a slow phase of a shared machine does not land on one timer only; the ratio is the paired
@@ -64,21 +62,8 @@ def compare_timers(
             ms = triton.testing.do_bench(matmul, return_mode="median")
             medians.setdefault("triton.testing.do_bench", []).append(ms / 1e3)
 
-    ours = medians["perflab.bench.time_fn"]
-    rows = []
-    for timer, values in medians.items():
-        paired = paired_comparison(ours, values, names=("perflab", timer))
-        rows.append(
-            {
-                "n": n,
-                "rounds": rounds,
-                "timer": timer,
-                "median_s": float(np.median(values)),
-                "ratio_to_perflab": paired.ratio,
-                "ci_low": paired.ci[0],
-                "ci_high": paired.ci[1],
-                "confidence": paired.confidence,
-                "verdict": paired.verdict,
-            }
-        )
-    return pd.DataFrame(rows)
+    ours = medians.pop("perflab.bench.time_fn")
+    return [
+        paired_comparison(ours, values, names=("perflab.bench.time_fn", timer)).with_labels(n=n)
+        for timer, values in medians.items()
+    ]

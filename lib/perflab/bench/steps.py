@@ -511,8 +511,9 @@ def compare_configs(
 
 def phase_comparisons(
     step: Comparison, clock_a: PhaseClock, clock_b: PhaseClock, warmup: int
-) -> dict[str, Comparison]:
-    """Each phase (forward, backward, optimizer) of b against a, paired by the rounds of the
+) -> list[Comparison]:
+    """Each phase (forward, backward, optimizer) of b against a, labelled with ``phase`` (after
+    the step's own labels), paired by the rounds of the
     interleaved ``step`` comparison the clocks recorded: ``compare`` calls each step ``warmup``
     times, then twice a round and keeps the faster call; the phases kept are that call's. A
     secondary reading of the same rounds: their number was chosen for the whole step's
@@ -532,15 +533,15 @@ def phase_comparisons(
 
     phases_a, phases_b = kept(clock_a), kept(clock_b)
     names = [p for p in PHASES if p in phases_a[0] and p in phases_b[0]]
-    return {
-        phase: paired_comparison(
+    return [
+        paired_comparison(
             [c[phase] for c in phases_a],
             [c[phase] for c in phases_b],
             names=(step.name_a, step.name_b),
             noise_band=step.noise_band,
-        )
+        ).with_labels(**step.labels, phase=phase)
         for phase in names
-    }
+    ]
 
 
 def bf16_against_fp32(
@@ -552,13 +553,13 @@ def bf16_against_fp32(
     rounds: int = ROUNDS,
     warmup: int = 2,
     budget_s: float | None = None,
-) -> tuple[dict[str, Comparison], dict[str, dict[str, Comparison]], list[str]]:
+) -> list[Comparison]:
     """Per preset, the bfloat16-autocast training step against the float32 one
-    (``compare_configs``), and each phase of it (forward, backward, optimizer:
-    ``phase_comparisons`` of the same rounds); the presets whose two steps do not fit in
-    memory together are returned apart instead (two models with their AdamW states at once:
-    xl on 80 GB)."""
-    comparisons, phases, too_large = {}, {}, []
+    (``compare_configs``, labelled with ``preset`` and the phase "step"), then each phase of it
+    (forward, backward, optimizer: ``phase_comparisons`` of the same rounds, labelled with
+    ``preset`` and ``phase``). A preset whose two steps do not fit in memory together (two
+    models with their AdamW states at once: xl on 80 GB) has no comparison."""
+    comparisons = []
     for preset in presets:
         fp32 = BenchConfig(
             preset=preset,
@@ -570,7 +571,7 @@ def bf16_against_fp32(
         )
         clocks = (PhaseClock(device), PhaseClock(device))
         try:
-            comparisons[preset] = compare_configs(
+            step = compare_configs(
                 fp32,
                 dataclasses.replace(fp32, dtype="bfloat16"),
                 device,
@@ -578,13 +579,12 @@ def bf16_against_fp32(
                 warmup=warmup,
                 budget_s=budget_s,
                 clocks=clocks,
-            )
+            ).with_labels(preset=preset)
         except torch.OutOfMemoryError:
-            too_large.append(preset)
             torch.cuda.empty_cache()
             continue
-        phases[preset] = phase_comparisons(comparisons[preset], *clocks, warmup)
-    return comparisons, phases, too_large
+        comparisons += [step.with_labels(phase="step"), *phase_comparisons(step, *clocks, warmup)]
+    return comparisons
 
 
 def _difference(config: BenchConfig, other: BenchConfig) -> str:

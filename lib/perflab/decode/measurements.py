@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
@@ -154,28 +153,27 @@ def compare_caches(
     rounds: int = ROUNDS,
     warmup: int = 1,
     block_size: int = 16,
-) -> pd.DataFrame:
+) -> list[Comparison]:
     """Generation with no cache against the contiguous cache, and the contiguous against the
-    paged cache (``compare``): one row per pair, with each side's tokens/s."""
+    paged cache (``compare``): one comparison per pair, each side's tokens/s in its details."""
     device = next(model.parameters()).device
     tokens = len(prompts) * max_new_tokens
     runs = {
         cache: partial(generate, model, prompts, max_new_tokens, cache, block_size=block_size)
         for cache in ("none", "contiguous", "paged")
     }
-    rows = []
+    results = []
     for a, b in (("none", "contiguous"), ("contiguous", "paged")):
         result = compare(
             runs[a], runs[b], rounds=rounds, warmup=warmup, device=device, names=(a, b)
         )
-        row = result.as_row()
-        row.update(
-            tokens_per_s_a=tokens / row["median_a_s"],
-            tokens_per_s_b=tokens / row["median_b_s"],
-            sentence=result.sentence(),
+        results.append(
+            result.with_details(
+                tokens_per_s_a=tokens / result.median_a_s,
+                tokens_per_s_b=tokens / result.median_b_s,
+            )
         )
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return results
 
 
 def kv_memory(
@@ -224,7 +222,7 @@ def compile_static_step(
     rounds: int = ROUNDS,
     warmup: int = 2,
     mode: str | None = None,
-) -> dict:
+) -> Comparison:
     """The fixed-shape decode step (``StaticDecoder``) eager against ``torch.compile``d (with
     ``mode``; on CUDA "reduce-overhead" captures it as a CUDA graph, recorded on a later call
     than the first), at ``context``: the compiled step's first call (``compile_s``: its
@@ -245,18 +243,15 @@ def compile_static_step(
     result = compare(
         eager, compiled, rounds=rounds, warmup=warmup, device=device, names=("eager", "compiled")
     )
-    row = result.as_row()
-    return {
-        **row,
-        "mode": mode or "default",
-        "compile_s": compile_s,
-        "graphs_compiled": graphs_compiled,
-        "max_abs_diff": (eager_logits - compiled_logits).abs().max().item(),
-        "same_next_tokens": bool((eager_logits.argmax(-1) == compiled_logits.argmax(-1)).all()),
-        "tokens_per_s_eager": batch / row["median_a_s"],
-        "tokens_per_s_compiled": batch / row["median_b_s"],
-        "sentence": result.sentence(),
-    }
+    return result.with_details(
+        mode=mode or "default",
+        compile_s=compile_s,
+        graphs_compiled=graphs_compiled,
+        max_abs_diff=(eager_logits - compiled_logits).abs().max().item(),
+        same_next_tokens=bool((eager_logits.argmax(-1) == compiled_logits.argmax(-1)).all()),
+        tokens_per_s_eager=batch / result.median_a_s,
+        tokens_per_s_compiled=batch / result.median_b_s,
+    )
 
 
 class _RecompileLog(logging.Handler):
@@ -348,7 +343,7 @@ def _rotary_modules(model: TransformerLM) -> list[RotaryEmbedding]:
 
 def compare_rotary_tables(
     model: TransformerLM, batch: int, context: int, *, rounds: int = ROUNDS, warmup: int = 2
-) -> dict:
+) -> Comparison:
     """A decode step with the rotary cos/sin tables computed once (at construction) against
     computing them at every step from the positions; and the logits' largest difference."""
     device = next(model.parameters()).device
@@ -376,7 +371,7 @@ def compare_rotary_tables(
         device=device,
         names=("tables once", "tables every step"),
     )
-    return {**result.as_row(), "max_abs_diff": diff, "sentence": result.sentence()}
+    return result.with_details(max_abs_diff=diff)
 
 
 def host_pick(logits: torch.Tensor) -> tuple[list[int], int]:
@@ -395,7 +390,7 @@ def device_pick(logits: torch.Tensor) -> tuple[list[int], int]:
 
 def compare_sampling_place(
     model: TransformerLM, batch: int, context: int, *, rounds: int = ROUNDS, warmup: int = 2
-) -> dict:
+) -> Comparison:
     """A decode step with the next ids picked on the device (ids to the host) against with
     the logits copied to the host and picked there: bytes to the host per token, measured
     from what was copied, and the interleaved comparison of the two steps."""
@@ -411,14 +406,12 @@ def compare_sampling_place(
         device=device,
         names=("on the device", "on the host"),
     )
-    return {
-        **result.as_row(),
-        "same_ids": device_ids == host_ids,
-        "device_bytes_per_token": device_bytes / batch,
-        "host_bytes_per_token": host_bytes / batch,
-        "bytes_ratio": host_bytes / device_bytes,
-        "sentence": result.sentence(),
-    }
+    return result.with_details(
+        same_ids=device_ids == host_ids,
+        device_bytes_per_token=device_bytes / batch,
+        host_bytes_per_token=host_bytes / batch,
+        bytes_ratio=host_bytes / device_bytes,
+    )
 
 
 _PARTS = (
@@ -537,7 +530,7 @@ def compare_kv_heads(
     warmup: int = 2,
     seed: int = 0,
     compiled: bool = True,
-) -> tuple[dict, object]:
+) -> Comparison:
     """The fixed-shape decode step (``compiled``, or eager) of ``config`` (multi-head attention)
     against the same shape with ``kv_heads`` key and value heads (grouped-query attention;
     random weights of its own), at ``batch`` sequences of ``context`` tokens, interleaved
@@ -572,28 +565,21 @@ def compare_kv_heads(
             models["grouped"], prompts, 4, "none"
         )
     element = element_bytes(models["mha"])
-    row = {
-        "batch": batch,
-        "context": context,
-        "heads": config.num_heads,
-        "kv_heads": kv_heads,
-        "compiled": compiled,
-    }
+    details = {}
     for name, shape in (("mha", config), ("grouped", grouped_config)):
-        row[f"parameters_{name}"] = shape.num_parameters()
-        row[f"kv_bytes_per_token_{name}"] = kv_bytes_per_token(shape, element)
-        row[f"kv_cache_bytes_{name}"] = batch * context * kv_bytes_per_token(shape, element)
-        row[f"step_bytes_{name}"] = decode_step_bytes(shape, batch, context, element)
-    row["step_bytes_ratio"] = row["step_bytes_grouped"] / row["step_bytes_mha"]
-    row.update(result.as_row())
-    row.update(
-        {
-            "tokens_per_s_mha": batch / row["median_a_s"],
-            "tokens_per_s_grouped": batch / row["median_b_s"],
-            "decodes_like_recomputation": same,
-        }
+        details[f"parameters_{name}"] = shape.num_parameters()
+        details[f"kv_bytes_per_token_{name}"] = kv_bytes_per_token(shape, element)
+        details[f"kv_cache_bytes_{name}"] = batch * context * kv_bytes_per_token(shape, element)
+        details[f"step_bytes_{name}"] = decode_step_bytes(shape, batch, context, element)
+    details["step_bytes_ratio"] = details["step_bytes_grouped"] / details["step_bytes_mha"]
+    return result.with_labels(
+        batch=batch, context=context, heads=config.num_heads, kv_heads=kv_heads, compiled=compiled
+    ).with_details(
+        **details,
+        tokens_per_s_mha=batch / result.median_a_s,
+        tokens_per_s_grouped=batch / result.median_b_s,
+        decodes_like_recomputation=same,
     )
-    return row, result
 
 
 def compare_int8(
@@ -605,7 +591,7 @@ def compare_int8(
     warmup: int = 2,
     new_tokens: int = 16,
     seed: int = 0,
-) -> tuple[dict, Comparison]:
+) -> Comparison:
     """``model``'s compiled fixed-shape decode step against its int8 copy's (``quantize_int8``),
     at ``batch`` sequences of ``context`` tokens: the weights' bytes of each (``_original``: the
     model's own dtype), each first call (its compilation), the largest absolute and the relative
@@ -649,23 +635,21 @@ def compare_int8(
         for a, b in zip(x, y, strict=True)
     )
     error = logits["int8"] - logits["original"]
-    row = {
-        "batch": batch,
-        "context": context,
-        "weight_bytes_original": weight_bytes(model),
-        "weight_bytes_int8": weight_bytes(quantised),
-        "first_call_s_original": first_s["original"],
-        "first_call_s_int8": first_s["int8"],
-        "logits_max_abs_error": error.abs().max().item(),
-        "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
-        "same_next_tokens": bool(
-            (logits["int8"].argmax(-1) == logits["original"].argmax(-1)).all()
-        ),
-        "new_tokens": new_tokens,
-        "first_differing_token": min(firsts),
-        "tokens_agreeing": agree / (batch * new_tokens),
-        **result.as_row(),
-        "tokens_per_s_original": batch / float(np.median(result.times_a)),
-        "tokens_per_s_int8": batch / float(np.median(result.times_b)),
-    }
-    return row, result
+    return result.with_labels(batch=batch, context=context).with_details(
+        **{
+            "weight_bytes_original": weight_bytes(model),
+            "weight_bytes_int8": weight_bytes(quantised),
+            "first_call_s_original": first_s["original"],
+            "first_call_s_int8": first_s["int8"],
+            "logits_max_abs_error": error.abs().max().item(),
+            "logits_relative_error": (error.norm() / logits["original"].norm()).item(),
+            "same_next_tokens": bool(
+                (logits["int8"].argmax(-1) == logits["original"].argmax(-1)).all()
+            ),
+            "new_tokens": new_tokens,
+            "first_differing_token": min(firsts),
+            "tokens_agreeing": agree / (batch * new_tokens),
+            "tokens_per_s_original": batch / result.median_a_s,
+            "tokens_per_s_int8": batch / result.median_b_s,
+        }
+    )

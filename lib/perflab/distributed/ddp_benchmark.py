@@ -297,39 +297,34 @@ def round_seconds(round_ms: str) -> list[float]:
     return [ms / 1e3 for ms in json.loads(round_ms)]
 
 
-def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> pd.DataFrame:
-    """Every variant's step against ``baseline``'s, paired by round (they took turns in the
-    same launch): ``Comparison.as_row`` per variant, bucketed ones named with their size."""
-    ok = frame[frame["status"] == "ok"]
-
-    def name(row) -> str:
+def _rounds_by_name(frame: pd.DataFrame) -> dict[str, list[float]]:
+    """Each measured variant's per-round step times in seconds, bucketed ones named with their
+    size ("bucketed 1 MB")."""
+    rounds = {}
+    for row in frame[frame["status"] == "ok"].itertuples():
         bucketed = row.variant.endswith("bucketed")
-        return f"{row.variant} {row.bucket_size_mb:g} MB" if bucketed else row.variant
+        name = f"{row.variant} {row.bucket_size_mb:g} MB" if bucketed else row.variant
+        rounds[name] = round_seconds(row.round_ms)
+    return rounds
 
-    rounds = {name(row): round_seconds(row.round_ms) for row in ok.itertuples()}
+
+def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Comparison]:
+    """Every variant's step against ``baseline``'s, paired by round (they took turns in the
+    same launch), bucketed ones named with their size."""
+    rounds = _rounds_by_name(frame)
     if baseline not in rounds:
         raise ValueError(f"no {baseline!r} rows to compare with; variants: {', '.join(rounds)}")
-    return pd.DataFrame(
-        [
-            paired_comparison(rounds[baseline], times, names=(baseline, variant)).as_row()
-            for variant, times in rounds.items()
-            if variant != baseline
-        ]
-    )
+    return [
+        paired_comparison(rounds[baseline], times, names=(baseline, variant))
+        for variant, times in rounds.items()
+        if variant != baseline
+    ]
 
 
 def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
     """``variant``'s step against ``baseline``'s (names as ``ddp_comparisons`` gives them),
     paired by round."""
-    ok = frame[frame["status"] == "ok"]
-    rounds = {}
-    for row in ok.itertuples():
-        name = (
-            f"{row.variant} {row.bucket_size_mb:g} MB"
-            if row.variant.endswith("bucketed")
-            else row.variant
-        )
-        rounds[name] = round_seconds(row.round_ms)
+    rounds = _rounds_by_name(frame)
     for name in (baseline, variant):
         if name not in rounds:
             raise ValueError(f"no {name!r} rows to compare; variants: {', '.join(rounds)}")

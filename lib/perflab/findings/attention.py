@@ -58,31 +58,26 @@ def oom_lines(
 
 def compiled_against_naive(
     batch: int, head_dims, seq_lens, device, *, rounds: int, warmup: int
-) -> list[tuple[dict, Comparison]]:
+) -> list[Comparison]:
     """At every point of the grid, compiled naive attention against naive, forward + backward
     taking turns (``compare_attention``), labelled by head dimension and length."""
     return [
-        (
-            {"head_dim": d, "seq_len": n},
-            compare_attention(
-                "naive",
-                "naive_compiled",
-                batch=batch,
-                seq_len=n,
-                head_dim=d,
-                device=device,
-                rounds=rounds,
-                warmup=warmup,
-            ),
-        )
+        compare_attention(
+            "naive",
+            "naive_compiled",
+            batch=batch,
+            seq_len=n,
+            head_dim=d,
+            device=device,
+            rounds=rounds,
+            warmup=warmup,
+        ).with_labels(head_dim=d, seq_len=n)
         for d in head_dims
         for n in seq_lens
     ]
 
 
-def compiled_grid(
-    comparisons: list[tuple[dict, Comparison]], results: pd.DataFrame
-) -> pd.DataFrame:
+def compiled_grid(comparisons: list[Comparison], results: pd.DataFrame) -> pd.DataFrame:
     """``comparison_frame`` of ``compiled_against_naive`` with each point's peak-memory ratio
     from the sweep's rows (compiled over naive)."""
     grid = comparison_frame(comparisons)
@@ -90,13 +85,11 @@ def compiled_grid(
     return grid.join(memory.rename("peak_memory_ratio"), on=["head_dim", "seq_len"])
 
 
-def grid_findings(
-    grid: pd.DataFrame, comparisons: list[tuple[dict, Comparison]]
-) -> tuple[str, Finding]:
+def grid_findings(grid: pd.DataFrame, comparisons: list[Comparison]) -> tuple[str, Finding]:
     """The verdicts over the grid in counts, and the finding at its largest point (with its
     peak-memory ratio)."""
     counts = grid["verdict"].value_counts()
-    largest, comparison = grid.iloc[-1], comparisons[-1][1]
+    largest, comparison = grid.iloc[-1], comparisons[-1]
     tally = (
         f"compiled attention over {len(grid)} grid points: {counts.get('faster', 0)} faster, "
         f"{counts.get('same', 0)} the same within the noise band, {counts.get('slower', 0)} "
@@ -180,7 +173,7 @@ def against_naive(
             rounds=rounds,
             warmup=warmup,
         )
-        compared.append(({"seq_len": seq_len, "dtype": dtype}, result))
+        compared.append(result.with_labels(seq_len=seq_len, dtype=dtype))
         findings.append(
             Finding(
                 f"{name} vs naive",
@@ -191,15 +184,16 @@ def against_naive(
     return comparison_frame(compared), findings
 
 
-def against_sdpa_findings(against_sdpa: list[tuple[dict, Comparison]]) -> list[Finding]:
+def against_sdpa_findings(against_sdpa: list[Comparison]) -> list[Finding]:
     """``flash_speed``'s comparisons against SDPA, one finding per heads and length."""
     return [
         Finding(
-            f"{result.name_b} vs sdpa, {labels['heads']} heads, n={labels['seq_len']}",
+            f"{result.name_b} vs sdpa, {result.labels['heads']} heads, "
+            f"n={result.labels['seq_len']}",
             result.sentence(),
             result,
         )
-        for labels, result in against_sdpa
+        for result in against_sdpa
     ]
 
 

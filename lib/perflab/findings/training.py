@@ -184,9 +184,10 @@ def kept_bound_sentence(bounds: pd.DataFrame, greedy: pd.DataFrame, stack_name: 
     )
 
 
-def gqa_sentence(row: dict, result: Comparison, num_heads: int, kv_heads: int) -> str:
-    """Grouped-query attention's parameters against multi-head, with the timed comparison."""
-    grouped, mha = row["parameters_grouped"], row["parameters_mha"]
+def gqa_sentence(result: Comparison, num_heads: int, kv_heads: int) -> str:
+    """Grouped-query attention's parameters against multi-head, with the timed comparison
+    (``kv_heads_against_mha``)."""
+    grouped, mha = result.details["parameters_grouped"], result.details["parameters_mha"]
     return (
         f"{num_heads} query heads, {kv_heads} key and value heads: {grouped / 1e6:.2f} M "
         f"parameters against {mha / 1e6:.2f} M ({1 - grouped / mha:.1%} fewer); "

@@ -16,6 +16,7 @@ import torch
 
 from perflab.adapters.loading import results_name
 from perflab.bench.checks import check_results, contradictions_line
+from perflab.bench.comparison import Comparison, comparison_frame
 from perflab.device import describe, resolve_device
 from perflab.paths import results_dir, save_figure, save_table
 from perflab.settings import record_settings
@@ -33,18 +34,23 @@ class NotebookRun:
     out: Path
     provenance: dict
 
-    def save(self, table: pd.DataFrame | dict | list[dict], name: str) -> Path:
+    def save(self, table: pd.DataFrame | dict | list | Comparison, name: str) -> Path:
         """``table`` as ``name`` (a CSV) in the results folder, with the provenance beside it
         (``perflab.paths.save_table``); a dict is saved as a table of one row, a list of dicts
-        as one row each."""
+        as one row each, a ``Comparison`` or a list of them as ``comparison_frame`` lays them
+        out."""
+        if isinstance(table, Comparison):
+            table = [table]
+        if isinstance(table, list) and table and all(isinstance(t, Comparison) for t in table):
+            table = comparison_frame(table)
         if isinstance(table, dict):
             table = [table]
         if isinstance(table, list):
             table = pd.DataFrame(table)
         if not isinstance(table, pd.DataFrame):
             raise TypeError(
-                f"save takes a DataFrame, a dict (one row) or a list of dicts, "
-                f"got {type(table).__name__}"
+                f"save takes a DataFrame, a dict (one row), a list of dicts or a Comparison "
+                f"or list of them, got {type(table).__name__}"
             )
         return save_table(table, self.out / name, self.provenance)
 

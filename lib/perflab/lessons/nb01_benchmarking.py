@@ -4,7 +4,7 @@ where it lives (open that module for its source).
 """
 
 from perflab.bench import MODES, BenchConfig
-from perflab.bench.comparison import describe_ratio
+from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.crosscheck import compare_timers, matmul_size_for
 from perflab.bench.peak import measure_peak_matmul
@@ -37,9 +37,9 @@ __all__ = [
     "benchmark_sweep",
     "compare_configs",
     "compare_timers",
+    "comparison_frame",
     "conclude",
     "conclude_all",
-    "describe_ratio",
     "listing",
     "matmul_size_for",
     "measure_in_fresh_process",

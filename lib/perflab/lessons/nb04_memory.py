@@ -4,7 +4,7 @@ that module for its source).
 """
 
 from perflab.bench import BenchConfig
-from perflab.bench.conclusions import Finding, conclude_all
+from perflab.bench.conclusions import conclude
 from perflab.checkpointing import run_nested
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.findings import memory as say
@@ -41,12 +41,11 @@ from perflab.plots.memory import plot_depth, plot_group_sweep, plot_timelines
 
 __all__ = [
     "BenchConfig",
-    "Finding",
     "best_group_size",
     "block_saved_tensors",
     "checkpointing_costs",
     "compile_backend",
-    "conclude_all",
+    "conclude",
     "depth_sweep",
     "full_step_peak",
     "get_preset",

@@ -4,6 +4,7 @@
 """
 
 from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
+from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude_all
 from perflab.distributed import RankError, launch
 from perflab.distributed.allreduce_benchmark import (
@@ -42,6 +43,7 @@ __all__ = [
     "check_allreduce_rank",
     "check_ring_rank",
     "conclude_all",
+    "comparison_frame",
     "ddp_comparisons",
     "ddp_configs",
     "ddp_findings",

@@ -3,7 +3,8 @@ on the device". The names `notebooks/10_decoding.ipynb` uses from the library, e
 from where it lives (open that module for its source).
 """
 
-from perflab.bench.conclusions import Finding, conclude, conclude_all
+from perflab.bench.comparison import comparison_frame
+from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.decode import CACHES, generate
 from perflab.decode.inputs import inference_model, random_prompts
@@ -37,7 +38,6 @@ from perflab.plots.decode import plot_decode_roofline, plot_kv_memory
 __all__ = [
     "exactness_line",
     "CACHES",
-    "Finding",
     "inference_model",
     "compare_caches",
     "compare_int8",
@@ -45,6 +45,7 @@ __all__ = [
     "compare_rotary_tables",
     "compare_sampling_place",
     "compile_static_step",
+    "comparison_frame",
     "compiled_graphs",
     "conclude",
     "conclude_all",

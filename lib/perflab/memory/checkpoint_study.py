@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare, comparison_frame
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import ROUNDS
 from perflab.checkpointing import check_strategy
 from perflab.memory.measure import (
@@ -122,25 +122,20 @@ def checkpointing_costs(
     device: torch.device,
     *,
     rounds: int = ROUNDS,
-) -> pd.DataFrame:
+) -> list[Comparison]:
     """What recomputation costs, two ways (``compare_checkpointing``): single level with
-    ``group_size`` at ``layers`` blocks, and nested at ``deepest_layers``; one row each
-    (``comparison_frame``, the case in the column ``case``)."""
+    ``group_size`` at ``layers`` blocks, and nested at ``deepest_layers``, each labelled with
+    its ``case``."""
     cases = [
         (f"single g={group_size}, L={layers}", layers, "single", group_size),
         (f"nested, L={deepest_layers}", deepest_layers, "nested", None),
     ]
-    return comparison_frame(
-        [
-            (
-                {"case": case},
-                compare_checkpointing(
-                    preset, n, batch_size, seq_len, strategy, g, device, rounds=rounds
-                ),
-            )
-            for case, n, strategy, g in cases
-        ]
-    )
+    return [
+        compare_checkpointing(
+            preset, n, batch_size, seq_len, strategy, g, device, rounds=rounds
+        ).with_labels(case=case)
+        for case, n, strategy, g in cases
+    ]
 
 
 def modelled_group_peaks(

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity
 
-from perflab.bench.comparison import compare
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 from perflab.layer_norm import LAYER_NORMS, sum_of_squares, torch_layer_norm
@@ -137,7 +137,7 @@ def compare_layer_norms(
     warmup: int = 2,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float32,
-) -> list:
+) -> list[Comparison]:
     """Forward + backward of each way against the one before it in ``LAYER_NORMS``, interleaved
     (``compare``): "mean, then var" -> "var_mean" -> "var_mean, own backward" -> "F.layer_norm";
     the ``Comparison`` of each step."""

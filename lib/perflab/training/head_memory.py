@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,9 @@ from perflab.bench.stats import ROUNDS
 from perflab.device import resolve_device
 from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
 from perflab.memory.timeline import peak_memory
+
+if TYPE_CHECKING:
+    from perflab.bench.comparison import Comparison
 
 
 def plain_head_loss(
@@ -146,7 +151,7 @@ def compare_with_torch_head(
     dtype: torch.dtype = torch.float32,
     device: str = "auto",
     seed: int = 0,
-):
+) -> Comparison:
     """perflab's fused head against torch's chunked ``F.linear_cross_entropy``, forward +
     backward, interleaved (``perflab.bench.compare``: b = torch's against a = perflab's)."""
     from perflab.bench.comparison import compare

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import compare
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
 from perflab.bench.stats import ROUNDS
 from perflab.bench.steps import random_batch
@@ -397,7 +397,7 @@ def stack_against_baseline(
     warmup: int = 2,
     seed: int = 0,
     budget_s: float | None = None,
-):
+) -> Comparison:
     """The kept stack against the baseline, interleaved: the verdict on the whole ladder
     (``Comparison``; its speed-up is ``1 / ratio``, the interval inverted likewise). Two
     warm-up rounds: the baseline's first step here is cold, and the fastest warm-up round plans
@@ -427,11 +427,10 @@ def kv_heads_against_mha(
     rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
-):
+) -> Comparison:
     """The training step of ``config`` with ``kv_heads`` key and value heads (grouped-query
     attention) against the same model with multi-head attention, both run by ``recipe``,
-    interleaved: (a row with both parameter counts and the comparison's columns, the
-    ``Comparison``; ratio = grouped / multi-head)."""
+    interleaved (ratio = grouped / multi-head), with both parameter counts in its details."""
     grouped_config = dataclasses.replace(
         config, name=f"{config.name} ({kv_heads} kv heads)", num_kv_heads=kv_heads
     )
@@ -445,11 +444,7 @@ def kv_heads_against_mha(
         device=device,
         names=("multi-head", f"{kv_heads} kv heads"),
     )
-    row = {
-        "heads": config.num_heads,
-        "kv_heads": kv_heads,
-        "parameters_mha": config.num_parameters(),
-        "parameters_grouped": grouped_config.num_parameters(),
-        **result.as_row(),
-    }
-    return row, result
+    return result.with_labels(heads=config.num_heads, kv_heads=kv_heads).with_details(
+        parameters_mha=config.num_parameters(),
+        parameters_grouped=grouped_config.num_parameters(),
+    )

@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
-from perflab.bench.comparison import compare
+from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import ROUNDS, is_unstable, median_interval
 from perflab.bench.timer import PhaseClock, time_fn
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
@@ -192,11 +192,11 @@ def compare_mask_copy(
     rounds: int = ROUNDS,
     warmup: int = 2,
     seed: int = 0,
-):
+) -> Comparison:
     """The baseline step against the same step whose attention masks in place
-    (``attention_masking_in_place``): whether the loss and every gradient are equal (bit for
-    bit: the same operations on the same numbers), and the interleaved ``Comparison``
-    (ratio = in place / baseline). Returns (row, comparison)."""
+    (``attention_masking_in_place``), interleaved (ratio = in place / baseline), with whether
+    the loss and every gradient are equal in its details (bit for bit: the same operations on
+    the same numbers)."""
     runs = [TrainingStep(config, BASELINE, batch_size, seq_len, device, seed) for _ in range(2)]
     runs[1].model.set_attention(attention_masking_in_place)
     losses = [run.loss_and_backward() for run in runs]
@@ -212,4 +212,4 @@ def compare_mask_copy(
         device=device,
         names=("masked_fill (a copy)", "masked_fill_ (in place)"),
     )
-    return {"same_loss_and_gradients": same, **result.as_row()}, result
+    return result.with_details(same_loss_and_gradients=same)
