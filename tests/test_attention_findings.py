@@ -36,9 +36,9 @@ def test_oom_lines_with_and_without_a_failure():
 
 def test_the_grid_tally_and_the_largest_point():
     comparisons = [
-        ({"head_dim": 64, "seq_len": 256}, comparison(0.8, 0.75, 0.85)),
-        ({"head_dim": 64, "seq_len": 1024}, comparison(1.0, 0.99, 1.01)),
-        ({"head_dim": 128, "seq_len": 1024}, comparison(0.9, 0.7, 1.2)),
+        comparison(0.8, 0.75, 0.85).with_labels(head_dim=64, seq_len=256),
+        comparison(1.0, 0.99, 1.01).with_labels(head_dim=64, seq_len=1024),
+        comparison(0.9, 0.7, 1.2).with_labels(head_dim=128, seq_len=1024),
     ]
     rows = [
         {"implementation": impl, "head_dim": d, "seq_len": n, "peak_bytes": peak, "status": "ok"}
@@ -53,7 +53,7 @@ def test_the_grid_tally_and_the_largest_point():
         "slower, 1 inconclusive"
     )
     assert finding.sentence.endswith("at d 128, n 1024; peak memory 0.60x of naive")
-    assert finding.comparison is comparisons[-1][1] and finding.verdict == "inconclusive"
+    assert finding.comparison is comparisons[-1] and finding.verdict == "inconclusive"
 
 
 def test_yours_are_compared_with_naive_and_compiled(monkeypatch):
@@ -96,7 +96,9 @@ def test_against_naive_compares_at_the_longest_length_both_ran(monkeypatch):
         ["yours_triton"], longest, 4, 64, "cpu", "float32", rounds=6, warmup=1
     )
     assert missing[0].sentence == "yours_triton: not compared (no sweep row ran)"
-    sdpa = say.against_sdpa_findings([({"heads": 16, "seq_len": 4096}, comparison(1.2, 1.1, 1.3))])
+    sdpa = say.against_sdpa_findings(
+        [comparison(1.2, 1.1, 1.3).with_labels(heads=16, seq_len=4096)]
+    )
     assert sdpa[0].key == "naive_compiled vs sdpa, 16 heads, n=4096"
 
 
