@@ -161,7 +161,9 @@ def test_the_pruner_keeps_exactly_what_fits_a_smaller_gpu():
     target with a fake launch's arguments)."""
     script = textwrap.dedent("""
         import json, torch
-        from perflab.attention import flash_triton as ft
+        from perflab.attention import flash_triton  # its autotuners built, as on a GPU
+        from perflab.attention import flash_tuning as ft
+        from perflab.attention.flash_backward import _flash_backward_q_kernel
         from perflab.attention.flash_configs import autotune_configs, configs_for
         from perflab.attention.triton_compile import Target, compile_kernel
         q = torch.empty(2, 256, 128, dtype=torch.float16)
@@ -173,11 +175,12 @@ def test_the_pruner_keeps_exactly_what_fits_a_smaller_gpu():
         constexprs = dict(D=128, IS_CAUSAL=True, PRECISION="tf32", EVEN_Q=False, EVEN_K=False)
         target = Target("sm_86", 86, "RTX 3090", 99 * 1024)
         configs = configs_for("flash_backward_q", 128, 2, autotune_configs("flash_backward_q"))
-        kept = ft.configs_that_fit(ft._flash_backward_q_kernel, configs, args, constexprs, target)
+        kept = ft.configs_that_fit(_flash_backward_q_kernel, configs, args, constexprs, target)
         types, divisible = ft.argument_types(args)
-        shared = [compile_kernel(ft._flash_backward_q_kernel, types, {**constexprs, **c.kwargs},
+        shared = [compile_kernel(_flash_backward_q_kernel, types, {**constexprs, **c.kwargs},
                                  num_warps=c.num_warps, num_stages=c.num_stages, target=target,
                                  divisible=divisible).metadata.shared for c in configs]
+        assert flash_triton._forward.early_config_prune is not None  # an Autotuner with its pruner
         print(json.dumps({"configs": len(configs), "kept": [str(c) for c in kept],
                           "fit": [str(c) for c, b in zip(configs, shared) if b <= 99 * 1024]}))
     """)

@@ -32,8 +32,8 @@ if HAVE_TRITON:
         INTERPRETED,
         FlashAttentionTriton,
         flash_attention_triton,
-        pinned_config,
     )
+    from perflab.attention.flash_tuning import pinned_config
 
     #: Every kernel at every configuration kept for a dtype and head dimension.
     CONFIG_JOBS = config_jobs()
@@ -308,6 +308,7 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
     script = textwrap.dedent("""
         import torch
         from perflab.attention import flash_triton as ft
+        from perflab.attention.flash_tuning import pinned_config
         from perflab.attention.reference import naive_attention
         torch.manual_seed(0)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -320,12 +321,12 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
         q.copy_(torch.randn(batch, n, d))
         k.copy_(torch.randn(batch, n, d))
         lse = torch.empty(batch, n, device=dev)
-        with ft.pinned_config():
+        with pinned_config():
             ft.launch_forward(q, k, k, out, lse, True)
         qs, ks, vs = (t.contiguous().cpu().double().requires_grad_() for t in (q, k, k))
         ref = naive_attention(qs, ks, vs, is_causal=True)
         ref.backward(q.contiguous().cpu().double())  # dO = q's values, read through its strides
-        with ft.pinned_config():
+        with pinned_config():
             ft.launch_backward(q, k, k, out, q, lse, dq, dk, dv, True)
         for got, want in ((out, ref), (dq, qs.grad), (dk, ks.grad), (dv, vs.grad)):
             assert (got.cpu().double() - want.detach()).abs().max() < 1e-2
@@ -405,17 +406,18 @@ def test_a_pinned_check_runs_each_kernel_at_its_first_kept_configuration(monkeyp
     compiled without a spill for every target), not one tile for all."""
     pytest.importorskip("triton")
     from perflab.attention import flash_triton as ft
+    from perflab.attention import flash_tuning as tune
     from perflab.attention.flash_configs import kept_configs
 
-    monkeypatch.setattr(ft, "INTERPRETED", False)  # the launch path a GPU takes
-    with ft.pinned_config():
+    monkeypatch.setattr(tune, "INTERPRETED", False)  # the launch path a GPU takes
+    with tune.pinned_config():
         for name, tuned in (("flash_forward", ft._forward), ("flash_backward_kv", ft._backward_kv)):
             for dtype, size in ((torch.float16, 2), (torch.float32, 4)):
-                _, config = ft._kernel_and_config(tuned, name, 128, dtype)
+                _, config = tune.kernel_and_config(tuned, name, 128, dtype)
                 bq, bk, warps, stages = kept_configs(name, 128, size)[0]
                 assert config == {"BQ": bq, "BK": bk, "num_warps": warps, "num_stages": stages}
-    with ft.pinned_config((32, 32, 4, 2)):
-        _, config = ft._kernel_and_config(ft._backward_q, "flash_backward_q", 64, torch.float16)
+    with tune.pinned_config((32, 32, 4, 2)):
+        _, config = tune.kernel_and_config(ft._backward_q, "flash_backward_q", 64, torch.float16)
         assert config == {"BQ": 32, "BK": 32, "num_warps": 4, "num_stages": 2}
 
 
@@ -445,7 +447,7 @@ def test_the_autotuner_tunes_one_head_and_sixteen_apart(monkeypatch):
     """The autotuner's key (``AUTOTUNE_KEY``) holds the batch's bucket: a sweep that tuned at
     1 head does not run 16 heads on the tiles chosen for 1 (whose grid fills the GPU
     differently); 15 and 16 heads share a tuning."""
-    from perflab.attention.flash_triton import AUTOTUNE_KEY, batch_bucket
+    from perflab.attention.flash_tuning import AUTOTUNE_KEY, batch_bucket
 
     def keys(heads):
         return {
@@ -489,6 +491,7 @@ def test_a_pinned_launch_asks_pytorch_for_nothing(monkeypatch):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from perflab.attention import flash_triton as ft
+    from perflab.attention import flash_tuning as tune
 
     class Operators(TorchDispatchMode):
         def __init__(self):
@@ -499,28 +502,29 @@ def test_a_pinned_launch_asks_pytorch_for_nothing(monkeypatch):
             self.seen.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    monkeypatch.setattr(ft, "INTERPRETED", False)  # the launch path a GPU takes
-    with ft.pinned_config(), Operators() as operators:
+    monkeypatch.setattr(tune, "INTERPRETED", False)  # the launch path a GPU takes
+    with tune.pinned_config(), Operators() as operators:
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            ft._kernel_and_config(ft._forward, "flash_forward", 64, dtype)
+            tune.kernel_and_config(ft._forward, "flash_forward", 64, dtype)
     assert operators.seen == []
 
 
 @NEEDS_TRITON
 def test_one_kernel_pinned_the_others_at_their_first_kept(monkeypatch):
     from perflab.attention import flash_triton as ft
+    from perflab.attention import flash_tuning as tune
     from perflab.attention.flash_configs import kept_configs
 
-    monkeypatch.setattr(ft, "INTERPRETED", False)
+    monkeypatch.setattr(tune, "INTERPRETED", False)
     chosen = kept_configs("flash_backward_kv", 128, 2)[-1]
-    with ft.pinned_config({"flash_backward_kv": chosen}):
-        _, kv = ft._kernel_and_config(ft._backward_kv, "flash_backward_kv", 128, torch.bfloat16)
-        _, fwd = ft._kernel_and_config(ft._forward, "flash_forward", 128, torch.bfloat16)
+    with tune.pinned_config({"flash_backward_kv": chosen}):
+        _, kv = tune.kernel_and_config(ft._backward_kv, "flash_backward_kv", 128, torch.bfloat16)
+        _, fwd = tune.kernel_and_config(ft._forward, "flash_forward", 128, torch.bfloat16)
     assert (kv["BQ"], kv["BK"], kv["num_warps"], kv["num_stages"]) == chosen
     first = kept_configs("flash_forward", 128, 2)[0]
     assert (fwd["BQ"], fwd["BK"], fwd["num_warps"], fwd["num_stages"]) == first
     with pytest.raises(ValueError, match="unknown kernels \\['flash_sideways'\\]; valid: flash_"):
-        with ft.pinned_config({"flash_sideways": chosen}):
+        with tune.pinned_config({"flash_sideways": chosen}):
             pass
 
 
@@ -561,13 +565,14 @@ def test_autotuned_choices_are_keyed_by_batch_bucket_on_gpu():
     the name, see the fixture above): its cache keys, in the order of ``AUTOTUNE_KEY`` (Triton
     appends the dtypes), differ in the bucket."""
     from perflab.attention import flash_triton as ft
+    from perflab.attention.flash_tuning import AUTOTUNE_KEY
 
     for heads in (1, 16):
         q, k, v = _inputs(heads, 256, 256, 64, torch.float16, seed=heads)
         ft.FlashAttentionTriton.apply(q, k, v, True).sum().backward()
     for tuned in (ft._forward, ft._backward_kv, ft._backward_q):
         keys = [key for key in tuned.cache if key[:2] == (256, 256) and key[2] == 64]
-        named = [dict(zip(ft.AUTOTUNE_KEY, key, strict=False)) for key in keys]
+        named = [dict(zip(AUTOTUNE_KEY, key, strict=False)) for key in keys]
         assert {n["BATCH_BUCKET"] for n in named} >= {1, 16}
         assert all(n["IS_CAUSAL"] is True for n in named)
 
@@ -576,20 +581,18 @@ def test_a_pinned_launch_is_recorded_with_the_configuration_it_runs(monkeypatch)
     """Compiled (not interpreted), a pinned kernel launches with the job's tiles, the others
     with their first kept configuration, and ``recorded_launches`` sees each: what the GPU
     check holds ``launched_as_pinned`` to (the launch itself faked: no GPU here)."""
-    from perflab.attention import flash_triton
+    from perflab.attention import flash_tuning as tune
 
-    monkeypatch.setattr(flash_triton, "INTERPRETED", False)
+    monkeypatch.setattr(tune, "INTERPRETED", False)
     tuned = type("Tuned", (), {"fn": "the jit function"})()
     config = kept_configs("flash_forward", 64, 2)[-1]
-    with flash_triton.pinned_config({"flash_forward": config}):
-        with flash_triton.recorded_launches() as launches:
-            kernel, args = flash_triton._kernel_and_config(
-                tuned, "flash_forward", 64, torch.bfloat16
-            )
-            flash_triton._kernel_and_config(tuned, "flash_backward_q", 64, torch.bfloat16)
+    with tune.pinned_config({"flash_forward": config}):
+        with tune.recorded_launches() as launches:
+            kernel, args = tune.kernel_and_config(tuned, "flash_forward", 64, torch.bfloat16)
+            tune.kernel_and_config(tuned, "flash_backward_q", 64, torch.bfloat16)
     assert kernel == "the jit function" and (args["BQ"], args["BK"]) == config[:2]
     assert launches == [
         ("flash_forward", config),
         ("flash_backward_q", kept_configs("flash_backward_q", 64, 2)[0]),
     ]
-    assert flash_triton._launches is None  # recording ends with the block
+    assert tune._launches is None  # recording ends with the block

@@ -28,7 +28,9 @@ LAYERS = {
     "attention": 1,
     "precision": 1,
     "fused_cross_entropy": 1,
+    "rotary": 1,
     "model": 2,
+    "model_loading": 2,
     "model_config": 2,
     "bench": 3,
     "profiling": 3,
@@ -61,11 +63,14 @@ LAYERS = {
 IMPLEMENTATIONS = {
     "perflab.model",
     "perflab.model_config",
+    "perflab.rotary",
+    "perflab.model_loading",
     "perflab.attention",
     "perflab.attention.reference",
     "perflab.attention.annotated",
     "perflab.attention.flash_torch",
     "perflab.attention.flash_triton",
+    "perflab.attention.flash_tuning",
     "perflab.attention.flash_forward",
     "perflab.attention.flash_backward",
     "perflab.attention.interpreter",
@@ -77,6 +82,7 @@ IMPLEMENTATIONS = {
     "perflab.layer_norm",
     "perflab.distributed.ddp",
     "perflab.distributed.fsdp",
+    "perflab.distributed.fsdp_shards",
     "perflab.distributed.sharded_optimizer",
     "perflab.decode.caches",
     "perflab.decode.decoder",
@@ -330,6 +336,41 @@ def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
     assert wing_problems(_imports(tmp_path), _imports(tmp_path, everything=True)) == [problem]
 
 
+#: The most lines an implementation's module may have: small enough to read in one sitting,
+#: like picotron's files (issue #51).
+IMPLEMENTATION_LINES = 300
+
+
+def long_implementations(lib: Path = LIB) -> list[str]:
+    """Each implementation module over ``IMPLEMENTATION_LINES`` lines, with its count."""
+    long = []
+    for module in sorted(IMPLEMENTATIONS):
+        path = lib / Path(*module.split("."))
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        lines = len(path.read_text().splitlines())
+        if lines > IMPLEMENTATION_LINES:
+            long.append(f"{module}: {lines} lines")
+    return long
+
+
+def test_every_implementation_is_at_most_300_lines():
+    assert long_implementations() == []
+
+
+def test_a_planted_long_implementation_is_found(tmp_path):
+    for module in IMPLEMENTATIONS:
+        path = tmp_path / Path(*module.split("."))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if (LIB / Path(*module.split("."))).is_dir():
+            path.mkdir(exist_ok=True)
+            path = path / "__init__.py"
+        else:
+            path = path.with_suffix(".py")
+        path.write_text("import torch\n")
+    (tmp_path / "perflab" / "model.py").write_text("x = 1\n" * (IMPLEMENTATION_LINES + 1))
+    assert long_implementations(tmp_path) == [f"perflab.model: {IMPLEMENTATION_LINES + 1} lines"]
+
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
@@ -377,39 +418,66 @@ COMPARISON_RETURNS = {
     "tuple[pd.DataFrame, Comparison]",
     "tuple[pd.DataFrame, list[Comparison]]",
 }
+#: What a function of ``perflab.findings`` that concludes from comparisons it times may return
+#: instead: the sentences it concludes (``yours_against_naive``).
+FINDINGS_RETURNS = {"list[Finding]"}
 #: A comparison function's name: compare_*, *_comparison(s), *_against_*, *_vs_*.
 COMPARISON_NAME = re.compile(r"^(compare_\w+|\w+_comparisons?|\w+_against_\w+|\w+_vs_\w+)$")
 
 
-def _compares(function: ast.FunctionDef) -> bool:
-    """Whether ``function`` times a comparison itself (calls ``compare`` or
-    ``paired_comparison``)."""
-    return any(
-        isinstance(node, ast.Call)
-        and ast.unparse(node.func).split(".")[-1] in {"compare", "paired_comparison"}
+def _called(function: ast.FunctionDef) -> set[str]:
+    """The names ``function`` calls (the last part of a dotted call)."""
+    return {
+        ast.unparse(node.func).split(".")[-1]
         for node in ast.walk(function)
-    )
+        if isinstance(node, ast.Call)
+    }
+
+
+def comparison_functions(trees: dict[str, ast.Module]) -> set[str]:
+    """The library's functions that time a comparison: named like one (``COMPARISON_NAME``)
+    and calling ``compare`` or ``paired_comparison``, or another of them (so that one built
+    on others, like ``bf16_against_fp32``, is held to the same returns)."""
+    named = {
+        node.name: _called(node)
+        for name, tree in trees.items()
+        if name.startswith("lib/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef)
+        and not node.name.startswith("_")
+        and COMPARISON_NAME.match(node.name)
+    }
+    timing = {"compare", "paired_comparison"}
+    found: set[str] = set()
+    while True:
+        more = {name for name, called in named.items() if called & (timing | found)} - found
+        if not more:
+            return found
+        found |= more
 
 
 def one_of_each_problems(sources: dict[str, str]) -> list[str]:
     """Where the library makes a second of what it keeps one of (docs/layout.md): a
     ``TransformerLM(...)`` built outside ``model.build_model``, a Triton kernel compiled for a
     GPU outside ``attention.triton_compile``, a ``rounds`` parameter whose default is a number
-    of its own instead of ``bench.stats.ROUNDS``, a comparison function (named like one, and
-    timing one) that returns something other than ``COMPARISON_RETURNS``. ``sources``: a
-    file's name -> its text."""
+    of its own instead of ``bench.stats.ROUNDS``, a comparison function (``comparison_functions``)
+    that returns something other than ``COMPARISON_RETURNS`` (or, in ``perflab.findings``,
+    ``FINDINGS_RETURNS``). ``sources``: a file's name -> its text."""
     problems = []
-    for name, text in sources.items():
-        for node in ast.walk(ast.parse(text)):
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    comparisons = comparison_functions(trees)
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
             if (
                 isinstance(node, ast.FunctionDef)
                 and name.startswith("lib/")
-                and not node.name.startswith("_")
-                and COMPARISON_NAME.match(node.name)
-                and _compares(node)
+                and node.name in comparisons
             ):
                 returns = ast.unparse(node.returns) if node.returns else "nothing declared"
-                if returns not in COMPARISON_RETURNS:
+                allowed = COMPARISON_RETURNS | (
+                    FINDINGS_RETURNS if name.startswith("lib/perflab/findings/") else set()
+                )
+                if returns not in allowed:
                     problems.append(f"{name}: {node.name} returns {returns}, not a Comparison")
             if isinstance(node, ast.Call):
                 called = ast.unparse(node.func)
@@ -452,14 +520,23 @@ def test_a_planted_second_builder_compiler_rounds_default_or_comparison_shape_is
             "def caches_vs_none(a) -> list[Comparison]:\n    return [compare(a, a)]\n"
             "def kv_against_mha(a):\n    return paired_comparison(a, a), a\n"
             "def compare_sizes(a) -> dict:\n    return {}\n"  # times nothing: not one
+            "def sizes_vs_rows(a) -> dict:\n    return {'x': caches_vs_none(a)}\n"  # built on one
         ),
+        "lib/perflab/findings/w.py": (
+            "def yours_against_mine(a) -> list[Finding]:\n    return [kv_against_mha(a)]\n"
+            "def yours_vs_theirs(a) -> dict:\n    return {'x': compare(a, a)}\n"
+        ),
+        "lib/perflab/decode/v.py": "def yours_against_it(a) -> list[Finding]:\n    compare(a)\n",
     }
     assert one_of_each_problems(sources) == [
         "lib/perflab/bench/y.py: g's rounds default to 6 (use ROUNDS)",
+        "lib/perflab/decode/v.py: yours_against_it returns list[Finding], not a Comparison",
         "lib/perflab/decode/x.py builds a TransformerLM itself (use build_model)",
         "lib/perflab/decode/x.py: f's rounds default to 5 (use ROUNDS)",
         "lib/perflab/decode/z.py: compare_rows returns dict, not a Comparison",
         "lib/perflab/decode/z.py: kv_against_mha returns nothing declared, not a Comparison",
+        "lib/perflab/decode/z.py: sizes_vs_rows returns dict, not a Comparison",
+        "lib/perflab/findings/w.py: yours_vs_theirs returns dict, not a Comparison",
         "notebooks/09_x.py builds a TransformerLM itself (use build_model)",
         "notebooks/09_x.py compiles a kernel itself (use triton_compile)",
     ]

@@ -84,7 +84,7 @@ def test_causality_future_tokens_do_not_change_past_logits():
 
 
 def test_rotary_scores_depend_on_offset_only():
-    from perflab.model import RotaryEmbedding
+    from perflab.rotary import RotaryEmbedding
 
     rope = RotaryEmbedding(head_dim=8, context_length=32, theta=10_000.0).double()
     q, k = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)

@@ -126,7 +126,7 @@ def test_launches_are_counted_by_the_profiler_s_names():
 
 
 def test_autotune_choices_reads_each_kernel_s_cache(monkeypatch):
-    """The autotuner's cache, keyed as ``flash_triton.AUTOTUNE_KEY`` plus the dtypes, as one
+    """The autotuner's cache, keyed as ``flash_tuning.AUTOTUNE_KEY`` plus the dtypes, as one
     row per kernel and key (faked here: the interpreter does not autotune)."""
     pytest.importorskip("triton")
     from types import SimpleNamespace

@@ -2,7 +2,8 @@
 the library makes one (its shapes, presets and cost model: ``perflab.model_config``).
 
 A pre-norm decoder-only LM: token embedding, ``num_layers`` blocks of
-(RMSNorm -> causal multi-head self-attention with rotary position embeddings -> residual,
+(RMSNorm -> causal multi-head self-attention with rotary position embeddings (``perflab.rotary``) ->
+residual,
 RMSNorm -> SwiGLU feed-forward -> residual), final RMSNorm, untied LM head. Attention is a
 swappable function per model instance, so notebooks 02, 05 and 06 can put annotated,
 compiled or flash attention into the same model.
@@ -14,7 +15,6 @@ against.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -35,6 +35,8 @@ from perflab.model_config import (  # noqa: F401  (the model's shapes, imported 
     presets_table,
     sized_for,
 )
+from perflab.model_loading import build_model_class
+from perflab.rotary import RotaryEmbedding
 
 
 class AttentionFn(Protocol):
@@ -58,60 +60,6 @@ class RMSNorm(nn.Module):
         x = x.to(torch.promote_types(dtype, torch.float32))
         x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return (x * self.weight).to(dtype)
-
-
-class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (Su et al. 2021): rotates pairs of channels by an angle
-    proportional to the position, so that q.k depends on the relative offset only.
-
-    The cos and sin tables of every position are computed once, at construction; with
-    ``precomputed = False`` they are computed again at every call from the positions (the
-    same numbers; notebook 10 measures what the tables save a decoder). The stored tables are
-    float32; a float64 input gets tables computed in float64 (never float32 angles widened)."""
-
-    def __init__(self, head_dim: int, context_length: int, theta: float):
-        super().__init__()
-        self.head_dim, self.theta = head_dim, theta
-        inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
-        angles = torch.outer(torch.arange(context_length, dtype=torch.float32), inv_freq)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-        self.precomputed = True
-
-    def tables(
-        self, positions: Tensor, dtype: torch.dtype = torch.float32
-    ) -> tuple[Tensor, Tensor]:
-        """cos and sin at ``positions`` (any shape), shape (*positions.shape, head_dim / 2);
-        in float64 (computed then) for ``dtype`` float64, else the float32 tables."""
-        if dtype == torch.float64:
-            exponents = torch.arange(0, self.head_dim, 2, dtype=dtype, device=positions.device)
-            inv_freq = self.theta ** (-exponents / self.head_dim)
-            angles = positions.to(dtype)[..., None] * inv_freq
-            return angles.cos(), angles.sin()
-        if self.precomputed:
-            return self.cos[positions], self.sin[positions]
-        angles = positions.to(torch.float32)[..., None] * self.inv_freq
-        return angles.cos(), angles.sin()
-
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """``x`` (..., seq, head_dim) at positions 0 .. seq - 1, or at ``positions`` (batch,
-        seq) for x of shape (batch, heads, seq, head_dim): a decoder's new tokens, each
-        sequence at its own offset."""
-        if positions is None:
-            seq_len = x.shape[-2]
-            if self.precomputed and x.dtype != torch.float64:
-                cos, sin = self.cos[:seq_len].to(x.dtype), self.sin[:seq_len].to(x.dtype)
-            else:
-                cos, sin = (
-                    t.to(x.dtype)
-                    for t in self.tables(torch.arange(seq_len, device=x.device), x.dtype)
-                )
-        else:  # (batch, 1, seq, head_dim / 2): the same angles for every head
-            cos, sin = (t.to(x.dtype)[:, None] for t in self.tables(positions, x.dtype))
-        even, odd = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-        return rotated.flatten(-2)
 
 
 class QKVProjection(nn.Linear):
@@ -294,37 +242,6 @@ def cross_entropy(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).to(accumulate), targets.reshape(-1))
 
 
-#: The constructor arguments of the course's ``cs336_basics.model.BasicsTransformerLM``.
-COURSE_MODEL_ARGUMENTS = (
-    "vocab_size",
-    "context_length",
-    "d_model",
-    "num_layers",
-    "num_heads",
-    "d_ff",
-    "rope_theta",
-)
-
-
-def load_model_class(spec: str) -> type:
-    """The class ``spec`` names as ``package.module:Class`` (a student's model, say); a
-    ValueError of one line if it is malformed or does not import."""
-    module_name, _, class_name = spec.partition(":")
-    if not module_name or not class_name.isidentifier():
-        raise ValueError(f"model must be 'package.module:Class', got {spec!r}")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:
-        raise ValueError(
-            f"cannot import {module_name!r} for model {spec!r}: {type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else ''}"
-        ) from None
-    found = getattr(module, class_name, None)
-    if not isinstance(found, type) or not issubclass(found, nn.Module):
-        raise ValueError(f"{spec!r}: {module_name} has no nn.Module class {class_name!r}")
-    return found
-
-
 def build_model(
     config: ModelConfig,
     *,
@@ -344,7 +261,7 @@ def build_model(
     ``direct``: drawn in ``dtype`` on the device itself, so that a model too large for float32
     or for host memory never exists there (an 8B model decoded in bf16). ``model_class``: a
     student's class, ``package.module:Class``, built with the course's constructor arguments
-    (``build_model_class``) instead of ``TransformerLM``."""
+    (``model_loading.build_model_class``) instead of ``TransformerLM``."""
     if direct and dtype is None:
         raise ValueError(
             "direct=True draws the weights in a dtype: pass dtype (e.g. torch.bfloat16)"
@@ -367,16 +284,3 @@ def build_model(
     finally:
         torch.set_default_dtype(default)
     return model.to(dtype) if dtype is not None else model
-
-
-def build_model_class(spec: str, config: ModelConfig) -> nn.Module:
-    """``Class(**COURSE_MODEL_ARGUMENTS from config)``: a model with the course's constructor
-    (token ids in, logits out), in ``config``'s shape, to be timed like ``TransformerLM``."""
-    arguments = {name: getattr(config, name) for name in COURSE_MODEL_ARGUMENTS}
-    try:
-        return load_model_class(spec)(**arguments)
-    except TypeError as error:
-        raise ValueError(
-            f"cannot build {spec} with the course's arguments ({', '.join(arguments)}): "
-            f"{str(error).splitlines()[0] if str(error) else 'TypeError'}"
-        ) from None

@@ -186,10 +186,11 @@ LEADERBOARD_BEST_MS = 5.364
 
 def autotune_choices() -> pd.DataFrame:
     """Every choice the three autotuned FlashAttention kernels have made in this process: one
-    row per kernel and key (``flash_triton.AUTOTUNE_KEY``, then the argument dtypes, which
+    row per kernel and key (``flash_tuning.AUTOTUNE_KEY``, then the argument dtypes, which
     Triton's autotuner appends to its key) with the configuration chosen. GPU-only: the
     interpreter does not autotune."""
     from perflab.attention import flash_triton as ft
+    from perflab.attention.flash_tuning import AUTOTUNE_KEY
 
     rows = []
     for name, tuned in (
@@ -198,10 +199,10 @@ def autotune_choices() -> pd.DataFrame:
         ("flash_backward_q", ft._backward_q),
     ):
         for key, config in getattr(tuned, "cache", {}).items():
-            named = dict(zip(ft.AUTOTUNE_KEY, key, strict=False))
-            dtypes = " ".join(str(k) for k in key[len(ft.AUTOTUNE_KEY) :])
+            named = dict(zip(AUTOTUNE_KEY, key, strict=False))
+            dtypes = " ".join(str(k) for k in key[len(AUTOTUNE_KEY) :])
             rows.append({"kernel": name, **named, "dtypes": dtypes, "config": _config_name(config)})
-    return pd.DataFrame(rows, columns=["kernel", *ft.AUTOTUNE_KEY, "dtypes", "config"])
+    return pd.DataFrame(rows, columns=["kernel", *AUTOTUNE_KEY, "dtypes", "config"])
 
 
 def _config_name(config) -> str:
@@ -212,6 +213,7 @@ def _config_name(config) -> str:
 
 def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.attention import flash_triton as ft
+    from perflab.attention.flash_tuning import batch_bucket, pinned_config
     from perflab.bench.attention_timing import _attention_calls
     from perflab.bench.comparison import compare, comparison_frame
     from perflab.device import parse_dtype
@@ -220,7 +222,7 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
         raise _Skip("the Triton interpreter does not autotune (GPU-only)")
     dtype, n = parse_dtype(sizes["flash_dtype"]), sizes["autotune_seq_len"]
     few, many = sizes["autotune_heads"]
-    buckets = {few: ft.batch_bucket(few), many: ft.batch_bucket(many)}
+    buckets = {few: batch_bucket(few), many: batch_bucket(many)}
     calls = {
         h: _attention_calls("flash_triton", h, n, 64, dtype, True, device)[1] for h in (few, many)
     }
@@ -249,7 +251,7 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
     def on(heads_choice: int):  # both sides pinned: the configuration is the only difference
         def call():
-            with ft.pinned_config(pins[heads_choice]):
+            with pinned_config(pins[heads_choice]):
                 return calls[many]()
 
         return call

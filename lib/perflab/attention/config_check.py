@@ -2,7 +2,7 @@
 
 The autotuner may pick any configuration ``flash_configs`` keeps for a kernel, head dimension
 and element size, so each one is checked: that kernel pinned to it, the other two at their
-first kept configuration (``flash_triton.pinned_config``), forward and backward against the
+first kept configuration (``flash_tuning.pinned_config``), forward and backward against the
 float64 reference (``check.correctness_table``, its tolerances) on ``CASES``: ragged lengths
 with every mask compiled in, causal and not, and aligned lengths (``EVEN_Q`` and ``EVEN_K``
 compiled true, no bounds masks). The GPU-only test runs every job; ``perflab.smoke`` the
@@ -67,12 +67,8 @@ def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict
     launch that fails (a configuration this GPU cannot run) is one row with ``error`` set and
     ``within_tolerance`` False."""
     from perflab.attention.check import correctness_table
-    from perflab.attention.flash_triton import (
-        INTERPRETED,
-        FlashAttentionTriton,
-        pinned_config,
-        recorded_launches,
-    )
+    from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
+    from perflab.attention.flash_tuning import pinned_config, recorded_launches
 
     dtype = parse_dtype(job.dtype)
     described = {

@@ -1,8 +1,7 @@
 """FlashAttention-2's backward as three Triton kernels, no atomics: D = rowsum(dO * O); dK and
 dV, one program per key tile, computed transposed (S^T = K Q^T); dQ, one program per query tile.
 The scores are recomputed from Q, K and the saved log-sum-exp L, never read back. Why each
-choice: ``flash_triton``'s docstring; their launches: ``flash_triton.launch_backward``.
-"""
+choice: ``flash_triton``'s docstring; their launches: ``flash_triton.launch_backward``."""
 
 from __future__ import annotations
 

@@ -43,9 +43,9 @@ from perflab.model import (
     build_model,
     cross_entropy,
     get_preset,
-    load_model_class,
     sized_for,
 )
+from perflab.model_loading import load_model_class
 from perflab.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;

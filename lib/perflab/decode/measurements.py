@@ -48,9 +48,10 @@ from perflab.decode.roofline import (
     time_decode,
 )
 from perflab.device import synchronize
-from perflab.model import ModelConfig, RotaryEmbedding, TransformerLM
+from perflab.model import ModelConfig, TransformerLM
 from perflab.profiling.capture import profiling
 from perflab.progress import progress
+from perflab.rotary import RotaryEmbedding
 
 
 def prefill_vs_decode(

@@ -26,7 +26,6 @@ the full fp32 tensors by the wrapped model's parameter names. Floating-point inp
 
 from __future__ import annotations
 
-import math
 import time
 import weakref
 
@@ -36,66 +35,15 @@ from torch import Tensor, nn
 from torch.profiler import record_function
 
 from perflab.distributed.ddp import broadcast_from_rank0
-
-
-class _ShardSpec:
-    """Where one parameter lives: its full shape and, if sharded, its shard."""
-
-    def __init__(self, name: str, shape: torch.Size, world_size: int, sharded: bool):
-        self.name = name
-        self.shape = shape
-        self.numel = math.prod(shape)
-        self.sharded = sharded
-        self.shard_numel = -(-self.numel // world_size) if sharded else self.numel
-
-
-def _gather(shard: Tensor, spec: _ShardSpec, dtype: torch.dtype, async_op: bool = False):
-    """All-gather ``shard`` (cast to ``dtype``) into the padded flat full tensor."""
-    flat = torch.empty(spec.shard_numel * dist.get_world_size(), dtype=dtype, device=shard.device)
-    work = dist.all_gather_single(flat, shard.detach().to(dtype), async_op=async_op)
-    return flat, work
-
-
-def _full_view(flat: Tensor, spec: _ShardSpec) -> Tensor:
-    return flat[: spec.numel].view(spec.shape)
-
-
-class _ShardedWeight(torch.autograd.Function):
-    """shard -> full weight (given, already gathered); backward reduce-scatters the full
-    weight's gradient, in fp32 (float64 for a float64 shard), into the shard's gradient
-    (averaged over ranks)."""
-
-    @staticmethod
-    def forward(ctx, shard: Tensor, flat: Tensor, spec: _ShardSpec) -> Tensor:
-        ctx.spec = spec
-        ctx.shard_dtype = shard.dtype
-        return _full_view(flat, spec)
-
-    @staticmethod
-    def backward(ctx, grad_full: Tensor):
-        spec = ctx.spec
-        world_size = dist.get_world_size()
-        reduce_dtype = torch.promote_types(ctx.shard_dtype, torch.float32)
-        flat = torch.zeros(
-            spec.shard_numel * world_size, dtype=reduce_dtype, device=grad_full.device
-        )
-        flat[: spec.numel] = grad_full.reshape(-1)
-        grad_shard = torch.empty(spec.shard_numel, dtype=reduce_dtype, device=flat.device)
-        dist.reduce_scatter_single(grad_shard, flat)
-        return grad_shard.div_(world_size).to(ctx.shard_dtype), None, None
-
-
-class _Cast(torch.autograd.Function):
-    """A replicated parameter in the compute dtype; its gradient comes back in its own."""
-
-    @staticmethod
-    def forward(ctx, param: Tensor, dtype: torch.dtype) -> Tensor:
-        ctx.param_dtype = param.dtype
-        return param.to(dtype) if dtype != param.dtype else param.view_as(param)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return grad.to(ctx.param_dtype), None
+from perflab.distributed.fsdp_shards import (
+    CastTo,
+    ShardedWeight,
+    ShardSpec,
+    cast_floating,
+    full_tensor,
+    gather_shard,
+    shard_parameter,
+)
 
 
 class FSDP(nn.Module):
@@ -131,18 +79,10 @@ class FSDP(nn.Module):
             name: first_name[p] for name, p in module.named_parameters(remove_duplicate=False)
         }
         self.flat_params = nn.ParameterList()
-        self.specs: dict[nn.Parameter, _ShardSpec] = {}  # keyed by the local (shard) parameter
+        self.specs: dict[nn.Parameter, ShardSpec] = {}  # keyed by the local (shard) parameter
         local_of: dict[nn.Parameter, nn.Parameter] = {}
         for name, param in params.items():
-            spec = _ShardSpec(name, param.shape, self.world_size, sharded=param.ndim >= 2)
-            data = param.detach().reshape(-1)
-            if spec.sharded:
-                padded = torch.zeros(
-                    spec.shard_numel * self.world_size, dtype=param.dtype, device=param.device
-                )
-                padded[: spec.numel] = data
-                data = padded.chunk(self.world_size)[self.rank]
-            local = nn.Parameter(data.clone(), requires_grad=param.requires_grad)
+            local, spec = shard_parameter(name, param, self.world_size, self.rank)
             self.flat_params.append(local)
             self.specs[local] = spec
             local_of[param] = local
@@ -193,17 +133,17 @@ class FSDP(nn.Module):
             flat, work = self._prefetched.pop(local)
             self._arrived(work, "forward")
         else:
-            flat, _ = _gather(local, self.specs[local], self._dtype)
+            flat, _ = gather_shard(local, self.specs[local], self._dtype)
         self._live[flat.untyped_storage().data_ptr()] = local
         self._forward_gathers.append(weakref.ref(flat))
-        return _ShardedWeight.apply(local, flat, self.specs[local])
+        return ShardedWeight.apply(local, flat, self.specs[local])
 
     def _prefetch(self, unit: int) -> None:
         if unit >= len(self.units):
             return
         for _, local in self.units[unit][1]:
             if self.specs[local].sharded and local not in self._prefetched:
-                self._prefetched[local] = _gather(local, self.specs[local], self._dtype, True)
+                self._prefetched[local] = gather_shard(local, self.specs[local], self._dtype, True)
 
     def _make_pre_hook(self, unit: int):
         def pre_hook(submodule, args):
@@ -214,7 +154,7 @@ class FSDP(nn.Module):
                     if self.specs[local].sharded:
                         full = self._gathered(local)
                     else:
-                        full = _Cast.apply(local, self._dtype)
+                        full = CastTo.apply(local, self._dtype)
                     setattr(submodule, attr, full)
             for ahead in range(1, self.prefetch + 1):
                 self._prefetch(unit + ahead)
@@ -255,7 +195,7 @@ class FSDP(nn.Module):
             flat, work = self._backward_prefetched.pop(number)
             self._arrived(work, "backward")
         else:
-            flat, _ = _gather(local, self.specs[local], self._dtype)
+            flat, _ = gather_shard(local, self.specs[local], self._dtype)
         self._prefetch_backward(number)
         return flat.as_strided(size, stride, offset)
 
@@ -266,7 +206,7 @@ class FSDP(nn.Module):
         while started < self.prefetch and earlier in self._packed:
             if earlier not in self._unpacked and earlier not in self._backward_prefetched:
                 local = self._packed[earlier]
-                self._backward_prefetched[earlier] = _gather(
+                self._backward_prefetched[earlier] = gather_shard(
                     local, self.specs[local], self._dtype, True
                 )
                 started += 1
@@ -287,8 +227,8 @@ class FSDP(nn.Module):
 
     def forward(self, *args, **kwargs):
         if self.compute_dtype is not None:
-            args = [_cast_floating(a, self.compute_dtype) for a in args]
-            kwargs = {k: _cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
+            args = [cast_floating(a, self.compute_dtype) for a in args]
+            kwargs = {k: cast_floating(v, self.compute_dtype) for k, v in kwargs.items()}
         self._forward_gathers.clear()
         self._drop_backward_prefetches()
         # Entries a checkpointed block's recomputation added in the last backward (its
@@ -344,12 +284,7 @@ class FSDP(nn.Module):
     def _gather_full(self, value_of) -> dict[str, Tensor]:
         full = {}
         for local in self.flat_params:
-            spec, value = self.specs[local], value_of(local)
-            full[spec.name] = (
-                _full_view(_gather(value, spec, value.dtype)[0], spec)
-                if spec.sharded
-                else value.detach().clone()
-            )
+            full[self.specs[local].name] = full_tensor(value_of(local), self.specs[local])
         return {name: full[first] for name, first in self.aliases.items()}
 
     def gather_full_params(self) -> dict[str, Tensor]:
@@ -363,9 +298,3 @@ class FSDP(nn.Module):
         return self._gather_full(
             lambda local: local.grad if local.grad is not None else torch.zeros_like(local)
         )
-
-
-def _cast_floating(value, dtype: torch.dtype):
-    if isinstance(value, Tensor) and value.is_floating_point():
-        return value.to(dtype)
-    return value

@@ -15,13 +15,8 @@ from perflab.attention.aot import (
 from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
 from perflab.attention.flash_configs import kept_table
 from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import (
-    CHECK_CONFIG,
-    INTERPRETED,
-    SOURCES,
-    FlashAttentionTriton,
-    pinned_config,
-)
+from perflab.attention.flash_triton import INTERPRETED, SOURCES, FlashAttentionTriton
+from perflab.attention.flash_tuning import CHECK_CONFIG, pinned_config
 from perflab.attention.triton_compile import kernel_source
 from perflab.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
 from perflab.attention.weighted_sum import WeightedSumTriton

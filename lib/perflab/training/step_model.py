@@ -47,7 +47,8 @@ from perflab.fused_cross_entropy import (
     default_chunk_size,
 )
 from perflab.hardware import GPUS, GPUSpec
-from perflab.model import ModelConfig, RotaryEmbedding, TransformerBlock, cross_entropy
+from perflab.model import ModelConfig, TransformerBlock, cross_entropy
+from perflab.rotary import RotaryEmbedding
 
 #: The leaderboard's GPU as its datasheet rates it (``perflab.hardware``); the handout's
 #: 2,500 TFLOP/s figure is ``perflab.hardware.HANDOUT_B200``; notebook 09 prices the step at both.
