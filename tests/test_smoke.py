@@ -152,6 +152,49 @@ def test_autotune_choices_reads_each_kernel_s_cache(monkeypatch):
     ]
 
 
+def test_the_autotune_stage_pins_each_buckets_choice_and_compares_them(monkeypatch, tmp_path):
+    """The autotune stage as a GPU runs it, its GPU parts faked (the interpreter does not
+    autotune): each bucket's choice read from the autotuner's cache, the larger head count run
+    on both choices pinned (the pinned configurations reach the launches), compared, and its
+    rows saved."""
+    pytest.importorskip("triton")
+    from perflab.attention import flash_triton as ft
+    from perflab.attention import flash_tuning
+    from perflab.bench import attention_timing
+
+    sizes = smoke.SIZES["cpu"]
+    n, (few, many) = sizes["autotune_seq_len"], sizes["autotune_heads"]
+    pinned_at_call = []
+
+    def fake_calls(name, heads, seq_len, head_dim, dtype, causal, device):
+        assert (name, seq_len, head_dim, causal) == ("flash_triton", n, 64, True)
+        return None, lambda: pinned_at_call.append(heads and flash_tuning._pinned[-1:])
+
+    chosen = {few: "32x32x4x2", many: "64x32x4x3"}
+    choices = pd.DataFrame(
+        [
+            {"kernel": kernel, "N_Q": n, "N_K": n, "D": 64, "IS_CAUSAL": True,
+             "BATCH_BUCKET": bucket, "dtypes": "torch.float32", "config": chosen[heads]}
+            for kernel in ("flash_forward", "flash_backward_kv", "flash_backward_q")
+            for heads, bucket in ((few, flash_tuning.batch_bucket(few)),
+                                  (many, flash_tuning.batch_bucket(many)))
+        ]
+    )  # fmt: skip
+    monkeypatch.setattr(ft, "INTERPRETED", False)
+    monkeypatch.setattr(attention_timing, "_attention_calls", fake_calls)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(smoke, "autotune_choices", lambda: choices)
+    line = smoke.autotune_stage(sizes, torch.device("cpu"), tmp_path)
+    assert line.startswith(f"3 of 3 kernels chose another configuration at {many} heads")
+    tiles = {tuple(int(x) for x in name.split("x")) for name in chosen.values()}
+    timed = [pins[0] for pins in pinned_at_call if pins]  # the compared calls, pinned
+    assert timed and all(set(pin.values()) <= tiles and len(pin) == 3 for pin in timed)
+    assert {next(iter(pin.values())) for pin in timed} == tiles  # both choices ran
+    versus = pd.read_csv(tmp_path / "smoke_autotune_vs.csv")
+    assert versus[["heads", "seq_len"]].values.tolist() == [[many, n]]
+    assert len(pd.read_csv(tmp_path / "smoke_autotune_choices.csv")) == 6
+
+
 def test_perflab_run_makes_a_relative_data_folder_absolute(monkeypatch, tmp_path):
     """papermill starts the kernels in notebooks/, and they inherit ``PERFLAB_DATA_DIR``: a
     relative one would file their rows under notebooks/."""
