@@ -213,7 +213,7 @@ print(softmax_bandwidth)
 # ### The same answers for two model sizes and three contexts
 #
 # The handout asks each question for two model sizes by three contexts.
-# `perflab.profiling.grid.profile_grid` records one annotated trace per configuration
+# `perflab.lessons.nb02_profiling.grid.profile_grid` records one annotated trace per configuration
 # (`grid_presets` x `grid_seq_lens`, batch `batch_size`, the same warm-up and profiled steps)
 # and reads the answers above from each, beside the timer's median of `timer_steps` forward
 # passes. On a CPU the "kernels" are operators and their times spans; on a GPU (`--full`: small
@@ -320,7 +320,7 @@ print("\n".join(say.trace_change_lines(comparison)))
 # norm, not LayerNorm, so here it is measured on its own): its mean and variance are reductions,
 # each a pass over the activations, and autograd differentiates through every operation. Two
 # remedies, and PyTorch's own kernel as the yardstick (`perflab.layer_norm`; checked, profiled
-# and timed by `perflab.profiling.layer_norm_study`): the statistics
+# and timed by `perflab.lessons.nb02_profiling.layer_norm_study`): the statistics
 # from **one** reduction (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`;
 # and a **hand-written backward** that reuses the normalised input x̂ and 1/σ saved by the
 # forward,

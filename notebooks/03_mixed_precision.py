@@ -229,7 +229,7 @@ print("\n".join(conclude_all(out, precision_findings)))
 # S before backward and divides the float32 parameter gradients by S after it; too large an S
 # overflows to inf. bfloat16 has float32's 8 exponent bits but 8 significant bits. One
 # backward of the same weights and batch per dtype and loss scale, against float32
-# (`perflab.loss_scaling.gradient_underflow`; `flushed`: gradient elements that are zero where
+# (`perflab.lessons.nb03_mixed_precision.loss_scaling.gradient_underflow`; `flushed`: gradient elements that are zero where
 # float32's are not; the error: the largest relative error of a parameter's gradient). The model
 # has the 256 byte ids as vocabulary: float16 matmuls are slow on a CPU without float16
 # arithmetic, and the LM head is most of a small model's work.
@@ -254,7 +254,7 @@ print(scale_errors)
 # `torch.amp.GradScaler` finds it before the step, skips that step (the weights and AdamW's
 # state stay as they were) and halves the scale, and it grows the scale again after 2,000 clean
 # steps. The same weights and batches trained in float32 beside it
-# (`perflab.loss_scaling.train_with_scaler`):
+# (`perflab.lessons.nb03_mixed_precision.loss_scaling.train_with_scaler`):
 
 # %%
 scaler = train_with_scaler(fp16_config, fp16_batch_sizes[0], fp16_seq_len, scaler_steps,

@@ -230,7 +230,7 @@ print(say.gradient_line(gradients, backward_ms))
 # The sizes the handout asks about do not fit this machine, but what they save can still be
 # counted exactly: on PyTorch's `meta` device a tensor has a shape and no storage, so a forward
 # pass runs every operation's shape logic and autograd records what it saves, while nothing is
-# computed (`perflab.memory.at_scale`). Per preset (2026's xl, which is 2025's 2.7B, and 2025's
+# computed (`perflab.lessons.nb04_memory.at_scale`). Per preset (2026's xl, which is 2025's 2.7B, and 2025's
 # xl) and context, batch 4, float32: the residual stream between two blocks, what one block
 # saves for backward (eager) and one block's gradients.
 
@@ -260,7 +260,7 @@ print(say.handout_example_sentence(example, sizes))
 # ### The whole step's peak, counted on meta and held against the measured one
 #
 # What a training step holds at its peak follows from sizes alone
-# (`perflab.memory.at_scale.whole_step_memory`, a model): parameters and AdamW's two moments
+# (`perflab.lessons.nb04_memory.at_scale.whole_step_memory`, a model): parameters and AdamW's two moments
 # (12 bytes per parameter) are held throughout; the step frees the gradients
 # (`zero_grad(set_to_none=True)`), saves activations in the forward, adds two logits-sized
 # tensors as the loss's backward starts (the gradients of the log-probabilities and of the

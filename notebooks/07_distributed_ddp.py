@@ -156,7 +156,7 @@ print(say.busbw_line(allreduce))
 #
 # Every rank starts with y = its own x (S bytes); for t = 1 ... N-1, rank i sends the block it
 # received last (its own at t = 1) to rank i+1, receives the next from rank i-1 and adds it
-# (`perflab.distributed.ring`, point-to-point `isend`/`irecv`). Each of the N-1 steps moves S
+# (`perflab.lessons.nb07_distributed_ddp.ring`, point-to-point `isend`/`irecv`). Each of the N-1 steps moves S
 # bytes over every rank's link, one after the other: **time = (N-1) S / W**, against
 # 2 (N-1)/N S / W for the reduce-scatter + all-gather ring, so N/2 times slower for large S.
 # First, that it computes the same sum as `all_reduce` (fresh random float64 values on every

@@ -273,7 +273,7 @@ print(say.fsdp_memory_lines(fsdp_mem, world_size)[2])
 # %% [markdown]
 # ### Do the weight gathers finish before the forward needs them?
 #
-# Rank 0's forward under `FSDP`, profiled (`perflab.distributed.fsdp_timeline`): for each
+# Rank 0's forward under `FSDP`, profiled (`perflab.lessons.nb08_sharding.fsdp_timeline`): for each
 # module holding weights, the time it waited for them (`fsdp.wait`: the first module's gather,
 # which nothing prefetched, or the wait for a prefetched one) and its own forward
 # (`fsdp.forward`), above the process group's all-gathers. A gather that finished in time costs

@@ -288,7 +288,7 @@ print(say.stack_sentence(whole, config.train_step_flops(batch_size, seq_len),
 
 # %% [markdown]
 # **The final table: which bound dominates each rung.** A profiler trace of `trace_steps` steps
-# of the baseline and of every rung tried (`perflab.training.ladder_traces`), each compared with
+# of the baseline and of every rung tried (`perflab.lessons.nb09_training_step.ladder_traces`), each compared with
 # the trace of the stack it was tried on by notebook 02's `compare_traces`: the category holding
 # most of the operator time (on a GPU, the kernel time; categories by
 # `perflab.profiling.hotspots.classify`), the hotspot whose time moved most, and what that
@@ -351,7 +351,7 @@ print(say.gqa_sentence(gqa, config.num_heads, gqa_kv_heads))
 # step, all taking turns round by round against `synthetic` (the random batch the step already
 # holds): re-tokenising the whole corpus every step, tokenising once (`pre-tokenised`), and a
 # `DataLoader` with 1 or 2 worker processes preparing batches while the step runs
-# (`perflab.training.data`; every path gives the same batches, which the tests check). The
+# (`perflab.lessons.nb09_training_step.data`; every path gives the same batches, which the tests check). The
 # `synthetic` step is the baseline again, measured in these rounds, apart from section 3's.
 
 # %%
@@ -369,7 +369,7 @@ nb.say(say.data_path_sentences(data_table, modes, dev.type))
 
 # %% [markdown]
 # **The loss one example at a time.** A loop calling the loss on each sequence's logits and
-# averaging, against one call on the whole batch (`perflab.training.batching`). With sequences
+# averaging, against one call on the whole batch (`perflab.lessons.nb09_training_step.batching`). With sequences
 # of equal length and no ignored targets the mean of per-sequence means is the mean over all
 # tokens, so the two agree; checked first in float64, then timed (the loss and its backward to
 # the logits, `loss_batch` sequences of `loss_seq_len` tokens over the byte vocabulary):
@@ -454,7 +454,7 @@ print(say.batch_size_sentence(sizes, accumulated, global_batch))
 #
 # The 2026 leaderboard times one AdamW step of the 8B model (d 4096, d_ff 11,008, 34 layers,
 # vocabulary 151,936) on 2 x 32,768 tokens in bf16, on two B200s. What one step holds per
-# device, counted from the shapes (`perflab.training.sharded_step.sharded_step_memory`): with
+# device, counted from the shapes (`perflab.lessons.nb09_training_step.sharded_step.sharded_step_memory`): with
 # notebook 08's FSDP every rank keeps 1/W of the parameters, gradients and AdamW's two moments;
 # with checkpointing at every block it keeps each block's input (bf16) and, while a block is
 # recomputed, that block's activations (its saved bytes per token counted on the `meta`
@@ -473,7 +473,7 @@ nb.say(say.memory_sentences(leaderboard_memory, leaderboard,
 
 # %% [markdown]
 # How fast could that step be? This is a **model, not a measurement** (no B200 ran it):
-# `perflab.training.step_model` runs the workbook's own block, attention, loss heads and AdamW
+# `perflab.lessons.nb09_training_step.step_model` runs the workbook's own block, attention, loss heads and AdamW
 # on PyTorch's `meta` device (shapes only, so the 8B model at 32,768 tokens costs nothing),
 # counts each operator's FLOPs and the bytes it reads and writes, and prices each operator at
 # its roofline at stated efficiencies (`Efficiency`, printed below). The GPU is priced twice:

@@ -150,7 +150,7 @@ print(say.yardstick_line(bandwidth, peak, dtype))
 #
 # One sequence: its prompt of `prompt_len` tokens prefilled in one pass, against one decode
 # step at the same context. The FLOPs and bytes are counted from the shapes
-# (`perflab.decode.costs`: 2 FLOPs per matmul weight and token, plus attention over the
+# (`perflab.lessons.nb10_decoding.costs`: 2 FLOPs per matmul weight and token, plus attention over the
 # context, with the LM head only where logits are needed: once per prompt, once per decoded
 # token; bytes = the weights, read once per pass, plus the keys and values).
 
@@ -418,7 +418,7 @@ nb.say(say.int8_sentences(int8.as_row(), throughput, int8_batch, int8_new_tokens
 # replicated, so a rank reads more than its share of the whole: with a large vocabulary against
 # a small model, as here, the LM head is a large part of it); two all-reduces per layer add the
 # shares up
-# (`perflab.decode.tensor_parallel`). Here `tp_preset` on `tp_world_size` Gloo processes of this
+# (`perflab.lessons.nb10_decoding.tensor_parallel`). Here `tp_preset` on `tp_world_size` Gloo processes of this
 # machine's CPU (on any device: the split is written for Gloo; NCCL over GPUs is not run here),
 # each checked against one process on the same weights: the greedy tokens must be equal (float64
 # here, so that no near-tie can flip a token), then the same in float32, timed:

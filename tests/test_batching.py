@@ -1,6 +1,7 @@
-"""perflab.training.batching: the loss in one call equals the loop over examples (float64), a
-loop that sums instead of averaging is caught; every sequence lands in exactly one batch row in
-both orders, padded only to its batch's longest and ignored by the loss; bucketing pads less."""
+"""perflab.lessons.nb09_training_step.batching: the loss in one call equals the loop over examples
+(float64), a loop that sums instead of averaging is caught; every sequence lands in exactly one
+batch row in both orders, padded only to its batch's longest and ignored by the loss; bucketing pads
+less."""
 
 import dataclasses
 import statistics
@@ -8,9 +9,8 @@ import statistics
 import pytest
 import torch
 
-import perflab.training.batching as batching
-from perflab.model import get_preset
-from perflab.training.batching import (
+import perflab.lessons.nb09_training_step.batching as batching
+from perflab.lessons.nb09_training_step.batching import (
     IGNORE,
     ORDERS,
     check_bucketing,
@@ -21,6 +21,7 @@ from perflab.training.batching import (
     padding_share,
     speeches,
 )
+from perflab.model import get_preset
 
 BYTES = dataclasses.replace(
     get_preset("cpu-tiny"), d_model=32, d_ff=64, num_heads=2, vocab_size=256, context_length=64

@@ -8,7 +8,7 @@ from perflab.bench import BenchConfig, make_step, random_batch, run_benchmark
 from perflab.bench.steps import phase_columns
 from perflab.bench.tables import phase_breakdown, throughput
 from perflab.bench.timer import PhaseClock
-from perflab.bench.warmup import warmup_samples
+from perflab.lessons.nb01_benchmarking.warmup import warmup_samples
 from perflab.model import PRESETS, TransformerLM
 
 
@@ -195,7 +195,7 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
     """The first step's p-value is the share of steps at least as slow (exact under no
     one-off cost); settings are tested in order of warm-up, each only after every earlier one
     was found slower; the first step's weight in its own mean and median is arithmetic."""
-    from perflab.bench.warmup import first_step_p_value, warmup_effect
+    from perflab.lessons.nb01_benchmarking.warmup import first_step_p_value, warmup_effect
 
     flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
     slow, quiet = [0.4, *flat], [0.1, *flat]
@@ -213,7 +213,11 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
 
 
 def test_warmup_conclusion_says_what_the_exact_test_shows():
-    from perflab.bench.warmup import warmup_conclusion, warmup_effect, warmup_finding
+    from perflab.lessons.nb01_benchmarking.warmup import (
+        warmup_conclusion,
+        warmup_effect,
+        warmup_finding,
+    )
 
     flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
     slow, quiet = [0.4, *flat], [0.1, *flat]
@@ -237,7 +241,7 @@ def test_warmup_conclusion_says_what_the_exact_test_shows():
 def test_the_warmup_finding_passes_check_results(tmp_path):
     from perflab.bench.checks import check_results
     from perflab.bench.conclusions import conclude_all
-    from perflab.bench.warmup import warmup_effect, warmup_finding
+    from perflab.lessons.nb01_benchmarking.warmup import warmup_effect, warmup_finding
 
     flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
     study = _study([0.4, *flat], warmups=(0,))

@@ -1,5 +1,5 @@
-"""The whole-model compile comparison's set-up (perflab.bench.compiled); the comparison itself
-runs in notebook 05 under nbval."""
+"""The whole-model compile comparison's set-up (perflab.lessons.nb05_attention_compile.compiled);
+the comparison itself runs in notebook 05 under nbval."""
 
 import os
 
@@ -7,7 +7,11 @@ import pytest
 import torch
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-from perflab.bench.compiled import _no_compile_caches, compile_findings, compile_vs_eager
+from perflab.lessons.nb05_attention_compile.compiled import (
+    _no_compile_caches,
+    compile_findings,
+    compile_vs_eager,
+)
 
 
 def test_a_cold_compile_writes_its_kernels_to_a_fresh_directory():
@@ -34,7 +38,7 @@ def test_an_unknown_compile_mode_is_named():
 def test_matmul_shapes_counts_each_distinct_multiplication_once():
     """Planted: two linear layers of different widths called twice each, one of them again on
     a batch of another size: three distinct (operator, shapes) for max-autotune to tune."""
-    from perflab.bench.compiled import matmul_shapes
+    from perflab.lessons.nb05_attention_compile.compiled import matmul_shapes
 
     narrow, wide = torch.nn.Linear(8, 4, bias=False), torch.nn.Linear(8, 16, bias=False)
     x, y = torch.randn(3, 8), torch.randn(5, 8)
@@ -49,7 +53,7 @@ def test_matmul_shapes_counts_each_distinct_multiplication_once():
 def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
     """compile_vs_eager resets dynamo once per step mode, not between compile modes: a reset
     after the default's compile made it compile again, unseen, inside the comparison."""
-    import perflab.bench.compiled as compiled
+    import perflab.lessons.nb05_attention_compile.compiled as compiled
 
     events = []
     monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))

@@ -1,13 +1,13 @@
-"""perflab.decode.costs (cross-checked against the model's own counts) and the measurements
-of notebook 10 on a tiny model: each returns what it promises, and the deterministic parts
-(bytes, memory, graphs, correctness flags) are right."""
+"""perflab.lessons.nb10_decoding.costs (cross-checked against the model's own counts) and the
+measurements of notebook 10 on a tiny model: each returns what it promises, and the deterministic
+parts (bytes, memory, graphs, correctness flags) are right."""
 
 import pytest
 import torch
 
 from perflab.bench.peak import measure_copy_bandwidth
 from perflab.bench.stats import max_level
-from perflab.decode.costs import (
+from perflab.lessons.nb10_decoding.costs import (
     decode_step_bytes,
     flops_per_token,
     kv_bytes_per_token,
@@ -15,8 +15,8 @@ from perflab.decode.costs import (
     prefill_cost,
     roofline_tokens_per_s,
 )
-from perflab.decode.inputs import inference_model
-from perflab.decode.measurements import (
+from perflab.lessons.nb10_decoding.inputs import inference_model
+from perflab.lessons.nb10_decoding.measurements import (
     compare_rotary_tables,
     compare_sampling_place,
     compile_static_step,
@@ -181,8 +181,9 @@ def test_timed_steps_refuse_a_context_the_model_does_not_have():
 
 def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(monkeypatch):
     """Every step takes 20 ms (planted), so tokens/s must be batch / 0.02; the bounds are
-    counted here from the model's own weight tensors, not with perflab.decode.costs."""
-    import perflab.decode.roofline as roofline
+    counted here from the model's own weight tensors, not with
+    perflab.lessons.nb10_decoding.costs."""
+    import perflab.lessons.nb10_decoding.roofline as roofline
     from perflab.bench.timer import Timing
 
     monkeypatch.setattr(

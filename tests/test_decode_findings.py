@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from perflab.bench.peak import CopyBandwidth, PeakMatmul
-from perflab.decode.costs import matmul_weights
-from perflab.decode.measurements import PARTS
 from perflab.findings import decode as say
+from perflab.lessons.nb10_decoding.costs import matmul_weights
+from perflab.lessons.nb10_decoding.measurements import PARTS
 from perflab.model import get_preset
 
 TINY = get_preset("cpu-tiny")

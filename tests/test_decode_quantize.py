@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from perflab.decode import generate
-from perflab.decode.inputs import inference_model
-from perflab.decode.measurements import compare_int8
 from perflab.decode.quantize import Int8Linear, quantize_int8, weight_bytes
+from perflab.lessons.nb10_decoding.inputs import inference_model
+from perflab.lessons.nb10_decoding.measurements import compare_int8
 from perflab.model import ModelConfig, QKVProjection
 
 TINY = ModelConfig(

@@ -1,7 +1,7 @@
-"""perflab.decode.roofline (``perflab bench --mode decode``): every cache's timed step computes
-the logits of the whole sequence recomputed, in float64; the row's roofline is the one the
-counted bytes and FLOPs and the given yardsticks imply; bad input is one line; and the
-profile of a step accounts for its parts."""
+"""perflab.lessons.nb10_decoding.roofline (``perflab bench --mode decode``): every cache's timed
+step computes the logits of the whole sequence recomputed, in float64; the row's roofline is the one
+the counted bytes and FLOPs and the given yardsticks imply; bad input is one line; and the profile
+of a step accounts for its parts."""
 
 import json
 import re
@@ -15,16 +15,17 @@ import torch
 from perflab.bench.peak import CopyBandwidth, PeakMatmul
 from perflab.bench.timer import Timing
 from perflab.decode import CACHES
-from perflab.decode.costs import (
+from perflab.device import last_level_cache_bytes
+from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
     matmul_weights,
     recompute_cost,
     rooflines,
 )
-from perflab.decode.inputs import inference_model, random_prompts
-from perflab.decode.measurements import PARTS, profile_step
-from perflab.decode.roofline import (
+from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
+from perflab.lessons.nb10_decoding.measurements import PARTS, profile_step
+from perflab.lessons.nb10_decoding.roofline import (
     DecodeConfig,
     compile_options,
     cpu_gemm_template_applies,
@@ -32,7 +33,6 @@ from perflab.decode.roofline import (
     decode_step,
     roofline_columns,
 )
-from perflab.device import last_level_cache_bytes
 from perflab.model import ModelConfig, get_preset
 
 TINY = ModelConfig(
@@ -138,7 +138,7 @@ def test_the_gemm_template_is_asked_for_only_where_freezing_packs_the_linears(mo
 
 
 def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
-    from perflab.decode.measurements import profile_steps
+    from perflab.lessons.nb10_decoding.measurements import profile_steps
 
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
@@ -160,8 +160,8 @@ def test_the_profile_reuses_the_steps_compiled_before_it():
     """Notebook 10 compiles its steps in section 2 and profiles them in section 5: the profile
     compiles nothing again (at the lease sizes each would be a compile of the 8B model; the
     profile used to reset dynamo after each step and compile both again)."""
-    from perflab.decode.measurements import profile_steps
-    from perflab.decode.roofline import compiled_graphs, decode_step
+    from perflab.lessons.nb10_decoding.measurements import profile_steps
+    from perflab.lessons.nb10_decoding.roofline import compiled_graphs, decode_step
 
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
@@ -381,7 +381,7 @@ def test_the_compiled_decode_step_runs_as_a_cuda_graph_on_gpu():
 def test_a_second_step_of_the_same_shape_reuses_the_compiled_graph():
     """Notebook 10 times the compiled step in several sections: the second step of a shape
     (another decoder, the same model shape, batch and context) compiles nothing new."""
-    from perflab.decode.roofline import compiled_graphs
+    from perflab.lessons.nb10_decoding.roofline import compiled_graphs
 
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     torch._dynamo.reset()

@@ -1,13 +1,13 @@
-"""Tensor-parallel decoding on Gloo ranks (perflab.decode.tensor_parallel): the same greedy
-tokens as one process, and the prompt's logits equal in float64, whatever the split."""
+"""Tensor-parallel decoding on Gloo ranks (perflab.lessons.nb10_decoding.tensor_parallel): the same
+greedy tokens as one process, and the prompt's logits equal in float64, whatever the split."""
 
 from dataclasses import replace
 
 import pytest
 import torch
 
-from perflab.decode.inputs import random_prompts
-from perflab.decode.tensor_parallel import (
+from perflab.lessons.nb10_decoding.inputs import random_prompts
+from perflab.lessons.nb10_decoding.tensor_parallel import (
     exactness_line,
     tensor_parallel_decode,
     tensor_parallel_study,
@@ -87,7 +87,7 @@ def test_what_cannot_be_split_or_decoded_is_one_clear_error():
 
 
 def test_the_findings_read_the_ranks_rows():
-    from perflab.decode.tensor_parallel import tensor_parallel_findings
+    from perflab.lessons.nb10_decoding.tensor_parallel import tensor_parallel_findings
 
     prompts = random_prompts(TINY.vocab_size, [9, 9], seed=3)
     table = tensor_parallel_decode(TINY, prompts, 4, world_size=2, dtype=torch.float32)

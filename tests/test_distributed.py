@@ -24,7 +24,6 @@ from torch import nn
 
 from perflab.bench.comparison import comparison_frame
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
-from perflab.distributed.allreduce_benchmark import allreduce_sweep, check_allreduce_rank
 from perflab.distributed.ddp import plan_buckets
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import (
@@ -44,6 +43,10 @@ from perflab.distributed.parity import (
     torch_fsdp_comparison,
     zero_parity_all,
     zero_resume_parity,
+)
+from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
+    allreduce_sweep,
+    check_allreduce_rank,
 )
 
 
@@ -230,7 +233,7 @@ def test_torchrun_runs_the_same_functions():
             "2",
             "-m",
             "perflab.distributed",
-            "perflab.distributed.allreduce_benchmark:check_allreduce_rank",
+            "perflab.lessons.nb07_distributed_ddp.allreduce_benchmark:check_allreduce_rank",
         ],
         capture_output=True,
         text=True,
@@ -465,14 +468,14 @@ def test_the_auto_backend_can_be_chosen_by_environment(monkeypatch):
 
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_alternate_ring_all_reduce_matches_all_reduce(world_size):
-    from perflab.distributed.ring import check_ring_rank
+    from perflab.lessons.nb07_distributed_ddp.ring import check_ring_rank
 
     errors = launch(check_ring_rank, world_size, (1001, world_size))
     assert len(errors) == world_size and max(errors) < 1e-12
 
 
 def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
-    from perflab.distributed.ring import fit_ring_model, ring_sweep
+    from perflab.lessons.nb07_distributed_ddp.ring import fit_ring_model, ring_sweep
 
     rows = ring_sweep(tmp_path / "ring.csv", [0.1, 0.4], [2], warmup=1, steps=2)
     assert list(rows["status"]) == ["ok", "ok"]
@@ -487,7 +490,7 @@ def test_ring_sweep_times_both_and_the_model_fits_a_line(tmp_path):
 def test_the_ring_fit_never_reports_a_negative_latency():
     import pandas as pd
 
-    from perflab.distributed.ring import fit_ring_model
+    from perflab.lessons.nb07_distributed_ddp.ring import fit_ring_model
 
     def rows(ms):
         return pd.DataFrame(
@@ -671,12 +674,12 @@ def test_zero_memory_points_break_down_into_params_grads_and_state():
 
 
 def test_fsdp_forward_timeline_has_a_wait_and_a_forward_per_module():
-    from perflab.distributed.fsdp_timeline import (
+    from perflab.distributed.toy import toy_model
+    from perflab.lessons.nb08_sharding.fsdp_timeline import (
         fsdp_forward_timeline,
         gather_summary,
         gather_table,
     )
-    from perflab.distributed.toy import toy_model
     from perflab.plots.distributed import plot_rank_timelines
 
     timeline = fsdp_forward_timeline(2, "lm:64:2", batch_size=2, seq_len=8)

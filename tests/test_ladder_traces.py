@@ -10,10 +10,14 @@ import pandas as pd
 import pytest
 import torch
 
+from perflab.lessons.nb09_training_step.ladder_traces import (
+    bound_rows,
+    bound_sentence,
+    greedy_bound_table,
+)
 from perflab.model import ModelConfig
 from perflab.profiling.hotspots import CATEGORIES
 from perflab.training.ladder import greedy_ladder
-from perflab.training.ladder_traces import bound_rows, bound_sentence, greedy_bound_table
 
 
 def _trace(path, durations):

@@ -190,6 +190,7 @@ TOOLS = {
     "perflab.handout",
     "perflab.lease",
     "perflab.bench.checks",
+    "perflab.attention.aot",
 }
 
 
@@ -250,6 +251,75 @@ def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -
         wrong = {_defining(t, known) for t in graph[module]} - MEASURING_CORE - {"perflab"}
         problems += [f"{module} (measuring core) imports {t}" for t in sorted(wrong)]
     return problems
+
+
+def _is_tool(module: str) -> bool:
+    return any(module == tool or module.startswith(tool + ".") for tool in TOOLS)
+
+
+def _lessons_using(module: str, graph: dict[str, set[str]], seen: frozenset = frozenset()) -> set:
+    """The notebooks (lesson packages) whose code uses ``module``: a lesson's own modules, and a
+    findings or plots module through the lessons that import it; None for any other user (a
+    topic package's module, shared). Tools do not count: they may import anything."""
+    users: set = set()
+    for user in sorted(u for u, targets in graph.items() if module in targets and u != module):
+        if _is_tool(user) or user in seen:
+            continue
+        if user.startswith("perflab.lessons.") and user.count(".") >= 2:
+            users.add(user.split(".")[2])
+        elif user.startswith(("perflab.findings.", "perflab.plots.")):
+            users |= _lessons_using(user, graph, seen | {module}) or {None}
+        else:
+            users.add(None)
+    return users
+
+
+def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
+    """Each module of experiments (in no wing, outside ``lessons``, ``findings`` and ``plots``)
+    that one notebook's code alone uses: it belongs in that notebook's lesson package
+    (``perflab.lessons.nbNN_name.<module>``), beside the front door that shows it."""
+    wings = IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE | TOOLS
+    problems = []
+    for module in sorted(graph):
+        if (
+            module in wings
+            or _is_tool(module)
+            or module.count(".") < 2  # perflab itself and the top-level packages' faces
+            and module.rpartition(".")[2] in PACKAGES
+            or module.startswith(("perflab.lessons", "perflab.findings", "perflab.plots"))
+        ):
+            continue
+        users = _lessons_using(module, graph)
+        if len(users) == 1 and None not in users:
+            problems.append(f"{module} is used by {users.pop()} alone: move it into that lesson")
+    return problems
+
+
+#: The library's packages (their ``__init__`` is the package's face, not a module of its own).
+PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "memory", "profiling",
+            "training", "adapters", "findings", "plots", "lessons"}  # fmt: skip
+
+
+def test_each_notebooks_own_experiments_live_in_its_lesson_package():
+    assert misplaced_experiments(_imports(everything=True)) == []
+
+
+def test_a_planted_experiment_of_one_notebook_outside_its_lesson_is_found():
+    graph = {
+        "perflab.lessons.nb04_memory": {"perflab.memory.study", "perflab.memory.shared"},
+        "perflab.lessons.nb09_training_step": {"perflab.memory.shared"},
+        "perflab.findings.memory": {"perflab.memory.sentences_of"},
+        "perflab.lessons.nb04_memory.at_scale": {"perflab.findings.memory"},
+        "perflab.memory.study": set(),
+        "perflab.memory.shared": set(),
+        "perflab.memory.sentences_of": set(),
+        "perflab.memory.for_the_cli": set(),
+        "perflab.cli": {"perflab.memory.for_the_cli", "perflab.memory.study"},
+    }
+    assert misplaced_experiments(graph) == [
+        "perflab.memory.sentences_of is used by nb04_memory alone: move it into that lesson",
+        "perflab.memory.study is used by nb04_memory alone: move it into that lesson",
+    ]
 
 
 def _layer(module: str) -> int:

@@ -1,10 +1,15 @@
-"""float16 loss scaling (perflab.loss_scaling): unscaled float16 gradients flush to zero where
-float32's do not and a loss scale keeps them, bfloat16 flushes none; GradScaler skips the steps
-whose scaled gradients overflow, halving the scale, and those steps leave the weights alone."""
+"""float16 loss scaling (perflab.lessons.nb03_mixed_precision.loss_scaling): unscaled float16
+gradients flush to zero where float32's do not and a loss scale keeps them, bfloat16 flushes none;
+GradScaler skips the steps whose scaled gradients overflow, halving the scale, and those steps leave
+the weights alone."""
 
 import pytest
 
-from perflab.loss_scaling import byte_vocabulary, gradient_underflow, train_with_scaler
+from perflab.lessons.nb03_mixed_precision.loss_scaling import (
+    byte_vocabulary,
+    gradient_underflow,
+    train_with_scaler,
+)
 from perflab.model import ModelConfig, get_preset
 
 SMALL = ModelConfig(

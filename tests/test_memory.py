@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from perflab.checkpointing import forward_counts, run_blocks
-from perflab.memory.measure import (
+from perflab.lessons.nb04_memory.measure import (
     checkpoint_peak,
     log_fit,
     measured_residual_bytes,
@@ -93,7 +93,7 @@ def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
     """The recomputation cost goes through ``time_fn``, which waits for the device before and
     after each step (a bare perf_counter would time only the kernel launches on a GPU)."""
     import perflab.bench.timer as timer
-    import perflab.memory.measure as measure
+    import perflab.lessons.nb04_memory.measure as measure
 
     synced, timings = [], []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
@@ -200,7 +200,7 @@ def test_timeline_from_a_cuda_snapshot():
 
 def test_each_blocks_gradients_are_found_in_the_allocator_record():
     from perflab.findings.memory import gradient_line
-    from perflab.memory.measure import gradient_memory
+    from perflab.lessons.nb04_memory.measure import gradient_memory
 
     gradients, backward_ms = gradient_memory("cpu-tiny", 2, 16, CPU)
     config = PRESETS["cpu-tiny"]
@@ -265,7 +265,7 @@ def test_activation_memory_counted_on_meta_matches_the_handout_checkpointed_pair
     2026 handout's figure, counted on the meta device (no memory, no arithmetic)."""
     from dataclasses import replace
 
-    from perflab.memory.at_scale import block_gradient_bytes, saved_at_scale
+    from perflab.lessons.nb04_memory.at_scale import block_gradient_bytes, saved_at_scale
     from perflab.model import get_preset
 
     xl = replace(get_preset("xl"), num_heads=16)
@@ -277,7 +277,7 @@ def test_activation_memory_counted_on_meta_matches_the_handout_checkpointed_pair
 
 
 def test_modelled_group_peaks_follow_the_cost_model():
-    from perflab.memory.checkpoint_study import modelled_group_peaks
+    from perflab.lessons.nb04_memory.checkpoint_study import modelled_group_peaks
 
     table = modelled_group_peaks(16, residual_bytes=1.0, block_bytes=1.0)  # A = b: sqrt(L) best
     assert list(table["group_size"]) == [1, 2, 4, 8, 16]
@@ -321,8 +321,8 @@ def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_siz
     tensor for a forward and two for a step, or the gradients and AdamW's temporaries when
     they weigh more) against the CPU allocator's measured peaks."""
     from perflab.bench.steps import BenchConfig
-    from perflab.memory.at_scale import model_saved_tensors, whole_step_memory
-    from perflab.memory.measure import step_peak_memory
+    from perflab.lessons.nb04_memory.at_scale import model_saved_tensors, whole_step_memory
+    from perflab.lessons.nb04_memory.measure import step_peak_memory
 
     config = PRESETS["cpu-tiny"]
     on_meta = model_saved_tensors(config, batch_size, seq_len)
@@ -348,7 +348,7 @@ def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_siz
 def test_modelled_step_peaks_follow_each_devices_counter():
     """On CUDA the measured rise starts from a memory that holds the gradients, and AdamW's
     foreach temporaries are one copy of every parameter; nothing runs on a GPU here."""
-    from perflab.memory.at_scale import modelled_step_peaks, whole_step_memory
+    from perflab.lessons.nb04_memory.at_scale import modelled_step_peaks, whole_step_memory
 
     config = PRESETS["cpu-tiny"]
     cpu = modelled_step_peaks(config, 4, [128], CPU).set_index("mode")["model_bytes"]

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from perflab.findings import memory as say
-from perflab.memory.at_scale import handout_example, handout_sizes
+from perflab.lessons.nb04_memory.at_scale import handout_example, handout_sizes
 from perflab.model import get_preset
 
 MiB = 2**20

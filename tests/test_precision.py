@@ -2,7 +2,12 @@ import numpy as np
 import pytest
 import torch
 
-from perflab.precision import ToyModel, accumulation_experiment, dtype_audit, layernorm_sensitivity
+from perflab.lessons.nb03_mixed_precision.precision import (
+    ToyModel,
+    accumulation_experiment,
+    dtype_audit,
+    layernorm_sensitivity,
+)
 
 
 def _numpy_sum(accumulator, increment, steps=1000, value=0.01):

@@ -1,6 +1,7 @@
-"""Notebook 03's sentences (``perflab.precision``, ``perflab.loss_scaling``), the bfloat16 sweep's
-out-of-memory branch, and the closing lines every notebook prints, on small frames made by hand
-or on the real experiments where they are cheap."""
+"""Notebook 03's sentences (``perflab.lessons.nb03_mixed_precision.precision``,
+``perflab.lessons.nb03_mixed_precision.loss_scaling``), the bfloat16 sweep's out-of-memory branch,
+and the closing lines every notebook prints, on small frames made by hand or on the real experiments
+where they are cheap."""
 
 import pandas as pd
 import pytest
@@ -9,14 +10,14 @@ import torch
 from perflab.bench import steps
 from perflab.bench.checks import contradictions_line
 from perflab.bench.comparison import paired_comparison
-from perflab.loss_scaling import scaler_lines, underflow_lines
-from perflab.paths import listing
-from perflab.precision import (
+from perflab.lessons.nb03_mixed_precision.loss_scaling import scaler_lines, underflow_lines
+from perflab.lessons.nb03_mixed_precision.precision import (
     accumulation_experiment,
     accumulation_sentence,
     audit_lines,
     sensitivity_line,
 )
+from perflab.paths import listing
 
 
 def test_the_accumulation_sentence_reads_the_experiment():

@@ -10,6 +10,7 @@ import torch
 
 from perflab.attention import ATTENTION_RANGES, annotated_attention, naive_attention
 from perflab.bench import BenchConfig
+from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.profiling import (
     TraceError,
     category_shares,
@@ -21,7 +22,6 @@ from perflab.profiling import (
 )
 from perflab.profiling.hotspots import busy_fraction, short_name
 from perflab.profiling.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
-from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.profiling.summary import SUMMARY_COLUMNS, range_names, range_totals
 from perflab.profiling.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 
@@ -390,7 +390,7 @@ def test_attention_parts_time_against_flops(cpu_trace):
 
 
 def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
-    from perflab.profiling.grid import profile_answers
+    from perflab.lessons.nb02_profiling.grid import profile_answers
 
     config = BenchConfig(
         preset="cpu-tiny", context_length=32, mode="train-step", batch_size=2, warmup=1, steps=1
@@ -412,7 +412,7 @@ def test_profile_answers_read_the_handouts_questions_from_a_trace(cpu_trace):
 
 
 def test_profile_grid_has_a_row_per_configuration_and_rejects_an_empty_grid():
-    from perflab.profiling.grid import profile_grid
+    from perflab.lessons.nb02_profiling.grid import profile_grid
 
     grid = profile_grid(["cpu-tiny"], [16, 32], batch_size=1, warmup=1, steps=1, timer_steps=2)
     assert list(zip(grid["preset"], grid["seq_len"], strict=True)) == [
@@ -521,7 +521,7 @@ def test_grid_answer_a_gives_the_ratios_and_states_no_cause():
     """Planted: one profiled forward inside the timer's interval, one above it, one below it:
     the answer gives the ratios and the count inside, and says one profiled figure cannot
     tell a profiler's cost from the machine's noise (no cause is stated)."""
-    from perflab.profiling.grid import grid_answers
+    from perflab.lessons.nb02_profiling.grid import grid_answers
 
     base = {
         "forward_timer_ms": 10.0,
@@ -551,7 +551,7 @@ def test_grid_answer_a_gives_the_ratios_and_states_no_cause():
 def test_grid_answers_d_and_e_state_one_profiles_figures_not_a_tested_direction():
     """(d) and (e) rest on one profile per configuration: shares and ratios, counted, with no
     direction or 'slower' claimed as if tested."""
-    from perflab.profiling.grid import grid_answers
+    from perflab.lessons.nb02_profiling.grid import grid_answers
 
     row = {
         "forward_timer_ms": 10.0,

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from perflab.bench.recipe import Recipe
-from perflab.model import ModelConfig
-from perflab.training.sharded_step import (
+from perflab.lessons.nb09_training_step.sharded_step import (
     block_bytes_per_token,
     check_sharded_step,
     sharded_step_memory,
     sharded_training_step,
 )
+from perflab.model import ModelConfig
 
 TINY = ModelConfig(
     "t", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=16

@@ -1,6 +1,6 @@
-"""The step model's counts (perflab.training.step_model): operators counted on ``meta`` against
-the closed forms the model's shapes give, and each rung moving the step the way its change
-must."""
+"""The step model's counts (perflab.lessons.nb09_training_step.step_model): operators counted on
+``meta`` against the closed forms the model's shapes give, and each rung moving the step the way its
+change must."""
 
 import dataclasses
 
@@ -8,8 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.model import ModelConfig
-from perflab.training.step_model import (
+from perflab.lessons.nb09_training_step.step_model import (
     B200,
     Efficiency,
     StepPlan,
@@ -23,6 +22,7 @@ from perflab.training.step_model import (
     step_ops,
     time_by_part,
 )
+from perflab.model import ModelConfig
 
 CONFIG = ModelConfig(
     "odd", d_model=96, d_ff=200, num_layers=3, num_heads=3, vocab_size=1000, context_length=512
@@ -204,7 +204,7 @@ def test_bad_input_is_named(make, message):
 
 def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
     from perflab.hardware import HANDOUT_B200
-    from perflab.training.step_model import price_rungs_at, rung_findings
+    from perflab.lessons.nb09_training_step.step_model import price_rungs_at, rung_findings
 
     wide = dataclasses.replace(CONFIG, d_model=2048, d_ff=8192, num_heads=16)  # compute-bound
     table = price_rungs_at(wide, 4, 1024, 2, [B200, HANDOUT_B200])
@@ -220,7 +220,7 @@ def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
 
 
 def test_the_collectives_are_said_to_hide_only_where_the_model_hides_them():
-    from perflab.training.step_model import _collectives_clause
+    from perflab.lessons.nb09_training_step.step_model import _collectives_clause
 
     hidden = pd.Series({"comm_hidden_s": 0.012, "comm_exposed_s": 0.0})
     assert _collectives_clause(hidden) == (

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perflab.lessons.nb09_training_step.head_memory import head_peak_memory
 from perflab.model import ModelConfig
 from perflab.training import default_chunk_size, fused_linear_cross_entropy
-from perflab.training.head_memory import head_peak_memory
 from perflab.training.ladder import Recipe, TrainingStep, check_rung, ladder
 
 
@@ -99,7 +99,7 @@ def test_an_ignore_index_outside_the_vocabulary_is_accepted(ignore_index):
 @pytest.mark.parametrize("ignored", [False, True])
 def test_equal_to_torchs_own_linear_cross_entropy_in_float64(ignored):
     """torch's F.linear_cross_entropy (its chunked path) as an independent reference."""
-    from perflab.training.head_memory import torch_chunked_loss
+    from perflab.lessons.nb09_training_step.head_memory import torch_chunked_loss
 
     hidden, weight, targets = _inputs(67, 41, 9, seed=3)
     if ignored:
@@ -429,7 +429,7 @@ def test_a_rungs_first_step_is_timed_between_synchronisations(monkeypatch):
 def test_a_kept_change_replaces_an_earlier_one_of_the_same_field(monkeypatch):
     import perflab.training.ladder as ladder_module
     from perflab.bench.comparison import paired_comparison
-    from perflab.training.ladder_traces import greedy_bound_table
+    from perflab.lessons.nb09_training_step.ladder_traces import greedy_bound_table
 
     def faster(step_a, step_b, *, names, **kwargs):
         return paired_comparison([1.0] * 8, [0.5] * 8, names=names)
@@ -453,7 +453,7 @@ def test_the_kept_stack_is_timed_against_the_baseline_in_turns():
 
 
 def test_byte_tokenizer_round_trips_any_text():
-    from perflab.training.data import ByteTokenizer
+    from perflab.lessons.nb09_training_step.data import ByteTokenizer
 
     tokenizer = ByteTokenizer()
     text = "First Citizen: café, naïve — ✓"
@@ -463,7 +463,7 @@ def test_byte_tokenizer_round_trips_any_text():
 
 
 def test_every_data_path_gives_the_same_batches():
-    from perflab.training.data import DATA_PATHS, batches, read_corpus
+    from perflab.lessons.nb09_training_step.data import DATA_PATHS, batches, read_corpus
 
     text = read_corpus()[:5000]
     modes = ("tokenise every step", "pre-tokenised", "DataLoader, 1 worker")
@@ -479,7 +479,7 @@ def test_every_data_path_gives_the_same_batches():
 
 
 def test_bad_data_path_and_short_corpus_raise():
-    from perflab.training.data import batches
+    from perflab.lessons.nb09_training_step.data import batches
 
     with pytest.raises(ValueError, match="unknown data path 'fast'; valid: tokenise every step"):
         next(batches("fast", "abc", 1, 4, 1))
@@ -489,7 +489,7 @@ def test_bad_data_path_and_short_corpus_raise():
 
 def test_data_path_steps_time_every_mode_in_every_round():
     from perflab.bench.comparison import paired_table
-    from perflab.training.data import data_path_steps, read_corpus
+    from perflab.lessons.nb09_training_step.data import data_path_steps, read_corpus
 
     byte_model = ModelConfig(
         "bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=256, context_length=32
@@ -541,7 +541,7 @@ def test_small_defects_are_one_clear_error_or_work():
 
 
 def test_window_offsets_reach_the_last_valid_start_and_no_further():
-    from perflab.training.data import _offsets
+    from perflab.lessons.nb09_training_step.data import _offsets
 
     assert set(_offsets(17, 16, 50, seed=0).tolist()) == {0}  # exactly one window fits
     starts = set(_offsets(20, 16, 400, seed=0).tolist())
@@ -551,7 +551,10 @@ def test_window_offsets_reach_the_last_valid_start_and_no_further():
 
 
 def test_chunk_size_sweep_and_the_comparison_with_torchs_head():
-    from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head
+    from perflab.lessons.nb09_training_step.head_memory import (
+        chunk_size_sweep,
+        compare_with_torch_head,
+    )
 
     sweep = chunk_size_sweep(256, 1000, 32, [32, 256], steps=2, warmup=0).set_index("chunk_size")
     assert list(sweep.index) == [32, 256]

@@ -7,8 +7,8 @@ import pytest
 from perflab.bench.comparison import Comparison
 from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
+from perflab.lessons.nb09_training_step.step_model import B200, Efficiency, StepPlan
 from perflab.model import get_preset
-from perflab.training.step_model import B200, Efficiency, StepPlan
 
 MiB = 2**20
 TINY = get_preset("cpu-tiny")

@@ -18,22 +18,21 @@
                     [--summary] [--format {table,csv}]
 
 ``run`` executes notebooks with papermill (``--full``: each notebook at the full sizes of
-``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration, any model shape
-and context, with notebook 09's optimisations as flags (``--memory``: and the peak memory of one
-step; the command that ``nsys profile`` wraps in notebook 02; ``--mode decode``: one decode
-step against its roofline, with the copy bandwidth and matmul peak measured in the same run,
-``perflab.decode.roofline``); ``hotspots`` analyses a Chrome/Kineto trace, or compares a
-baseline trace with an optimized one; ``kernels`` compiles
-every Triton kernel of the workbook for GPU targets (no GPU needed) and prints registers,
-spills and shared memory per configuration; ``check-results`` flags contradictions in saved
-results (exit 1 if any); ``report`` writes every table and figure of one or more results
-folders, with its provenance, as Markdown and HTML (tables also as LaTeX and Typst), and a
-write-up by handout problem as Typst and PDF (``perflab.writeup``); ``noise-check`` measures
-how often ``perflab.bench.compare`` calls identical work different (A/A) and finds a 2x
-difference (A/B); ``--simulate``: the intervals' actual coverage against their stated confidence
-and the false-alarm rate, simulated at every round count (``perflab.bench.simulate``). Bad
-arguments exit with status 2 and a one-line message naming the valid choices.
-"""
+``perflab.settings.FULL_SIZES``, for a GPU); ``bench`` times one configuration, any model shape and
+context, with notebook 09's optimisations as flags (``--memory``: and the peak memory of one step;
+the command that ``nsys profile`` wraps in notebook 02; ``--mode decode``: one decode step against
+its roofline, with the copy bandwidth and matmul peak measured in the same run,
+``perflab.lessons.nb10_decoding.roofline``); ``hotspots`` analyses a Chrome/Kineto trace, or
+compares a baseline trace with an optimized one; ``kernels`` compiles every Triton kernel of the
+workbook for GPU targets (no GPU needed) and prints registers, spills and shared memory per
+configuration; ``check-results`` flags contradictions in saved results (exit 1 if any); ``report``
+writes every table and figure of one or more results folders, with its provenance, as Markdown and
+HTML (tables also as LaTeX and Typst), and a write-up by handout problem as Typst and PDF
+(``perflab.writeup``); ``noise-check`` measures how often ``perflab.bench.compare`` calls identical
+work different (A/A) and finds a 2x difference (A/B); ``--simulate``: the intervals' actual coverage
+against their stated confidence and the false-alarm rate, simulated at every round count
+(``perflab.bench.simulate``). Bad arguments exit with status 2 and a one-line message naming the
+valid choices."""
 
 from __future__ import annotations
 
@@ -340,8 +339,8 @@ def _print_row(row: dict, names: tuple[str, ...]) -> None:
 
 def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``perflab bench --mode decode``: one decode step timed against its roofline
-    (``perflab.decode.roofline.decode_benchmark``)."""
-    from perflab.decode.roofline import DecodeConfig, decode_benchmark
+    (``perflab.lessons.nb10_decoding.roofline.decode_benchmark``)."""
+    from perflab.lessons.nb10_decoding.roofline import DecodeConfig, decode_benchmark
     from perflab.model import get_preset
 
     ignored = [
@@ -383,7 +382,7 @@ def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.memory.measure import step_peak_memory
+    from perflab.lessons.nb04_memory.measure import step_peak_memory
 
     if args.mode == "decode":
         return _bench_decode(args, parser)

@@ -56,14 +56,14 @@ def _warmup_study(rng: np.random.Generator, steps: int, first_step_factor: float
 
 
 def _warmup_claims(study: pd.DataFrame) -> bool:
-    from perflab.bench.warmup import warmup_effect, warmup_finding
+    from perflab.lessons.nb01_benchmarking.warmup import warmup_effect, warmup_finding
 
     return warmup_finding(warmup_effect(study)).verdict == "slower"
 
 
 def _warmup_case(steps: int) -> FindingCase:
     return FindingCase(
-        "perflab.bench.warmup.warmup_finding",
+        "perflab.lessons.nb01_benchmarking.warmup.warmup_finding",
         f"3 warm-up settings x {steps} timed steps",
         'verdict "slower": the first timed step paid a one-off cost',
         "the first timed step without warm-up 3x",
@@ -134,7 +134,7 @@ def _ring_sweep(
     and ``egress_ratio`` times that beyond (1: the ring's model holds), ``all_reduce``'s of
     ``all_reduce_over_model`` times the textbook ring's latency + 2 (N-1)/N S / W (1: Gloo's
     all_reduce is that ring); and its ``fit_ring_model``."""
-    from perflab.distributed.ring import fit_ring_model
+    from perflab.lessons.nb07_distributed_ddp.ring import fit_ring_model
 
     rows = []
     for n in world_sizes:

@@ -24,16 +24,16 @@ IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy
 
 
 #: Tokens per chunk, chosen from a measured sweep of time against peak memory (notebook 09,
-#: ``perflab.training.head_memory.chunk_size_sweep``; 2-core Intel Xeon, float32, forward +
-#: backward): at 2048 x 32000 x 256, 1024 x 10000 x 128 and 4096 x 32000 x 128, chunks of
-#: 32 / 64 / 128 / 256 / 512 / 1024 tokens took 1.81 / 0.97 / 0.73 / 0.76 / 0.89 / 1.02 s,
-#: 0.145 / 0.126 / 0.081 / 0.079 / 0.075 / 0.081 s and 2.08 / 1.18 / 1.11 / 1.05 / 1.33 / 1.35 s,
-#: with peaks of 18.6 / 20.6 / 24.5 / 32.4 / 62.5 / 125x, 13.2 / 15.7 / 20.7 / 39.1 / 78.2 /
-#: 156x and 10.8 / 12.7 / 16.7 / 31.3 / 62.5 / 125x the hidden states. 128 tokens is within
-#: 8% of the fastest in all three at about 1.3-1.6x the smallest peak; the formula used before
-#: (one chunk's logits the size of the hidden states: 32 tokens here) took 1.8-2.5x its time.
-#: Separate medians of one sweep, no interval: a choice, not a tested ranking (notebook 09's
-#: chunk sentence says which chunk sizes its own sweep tells apart). A GPU's best may differ.
+#: ``perflab.lessons.nb09_training_step.head_memory.chunk_size_sweep``; 2-core Intel Xeon, float32,
+#: forward + backward): at 2048 x 32000 x 256, 1024 x 10000 x 128 and 4096 x 32000 x 128, chunks of
+#: 32 / 64 / 128 / 256 / 512 / 1024 tokens took 1.81 / 0.97 / 0.73 / 0.76 / 0.89 / 1.02 s, 0.145 /
+#: 0.126 / 0.081 / 0.079 / 0.075 / 0.081 s and 2.08 / 1.18 / 1.11 / 1.05 / 1.33 / 1.35 s, with peaks
+#: of 18.6 / 20.6 / 24.5 / 32.4 / 62.5 / 125x, 13.2 / 15.7 / 20.7 / 39.1 / 78.2 / 156x and 10.8 /
+#: 12.7 / 16.7 / 31.3 / 62.5 / 125x the hidden states. 128 tokens is within 8% of the fastest in all
+#: three at about 1.3-1.6x the smallest peak; the formula used before (one chunk's logits the size
+#: of the hidden states: 32 tokens here) took 1.8-2.5x its time. Separate medians of one sweep, no
+#: interval: a choice, not a tested ranking (notebook 09's chunk sentence says which chunk sizes its
+#: own sweep tells apart). A GPU's best may differ.
 DEFAULT_CHUNK_TOKENS = 128
 
 
@@ -76,7 +76,9 @@ def _check(
 def _matmul_dtype(hidden: Tensor) -> torch.dtype:
     """The head's matmuls run in autocast's dtype when autocast is on (as ``hidden @ weight.T``
     would), else in ``hidden``'s; backward, which autocast does not cover, uses the same."""
-    device_type = hidden.device.type  # "meta" has no autocast (perflab.training.step_model)
+    device_type = (
+        hidden.device.type
+    )  # "meta" has no autocast (perflab.lessons.nb09_training_step.step_model)
     if torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type):
         return torch.get_autocast_dtype(device_type)
     return hidden.dtype

@@ -1,5 +1,6 @@
 """LayerNorm's statistics in one pass, and its backward by hand (notebook 02, section 7): the
-implementations; ``perflab.profiling.layer_norm_study`` checks, profiles and times them.
+implementations; ``perflab.lessons.nb02_profiling.layer_norm_study`` checks, profiles and times
+them.
 
 LayerNorm (Ba et al. 2016) over the last dimension of x, of width d:
 

@@ -280,10 +280,10 @@ class _Skip(Exception):
 def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from torch._dynamo.utils import counters
 
-    from perflab.decode.inputs import inference_model
-    from perflab.decode.measurements import compile_static_step
-    from perflab.decode.roofline import decode_step
     from perflab.device import parse_dtype
+    from perflab.lessons.nb10_decoding.inputs import inference_model
+    from perflab.lessons.nb10_decoding.measurements import compile_static_step
+    from perflab.lessons.nb10_decoding.roofline import decode_step
     from perflab.model import get_preset
 
     model = inference_model(
@@ -357,9 +357,9 @@ def count_launches(step: Callable[[], object], device: torch.device, warmup: int
 
 
 def distributed_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.distributed.allreduce_benchmark import allreduce_sweep
     from perflab.distributed.ddp_benchmark import ddp_comparison, ddp_configs, ddp_sweep
     from perflab.distributed.launch import place_ranks
+    from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import allreduce_sweep
 
     meta = {"smoke_sizes": sizes}
     allreduce = allreduce_sweep(
@@ -388,7 +388,7 @@ def distributed_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 
 def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.memory.measure import gradient_memory
+    from perflab.lessons.nb04_memory.measure import gradient_memory
 
     table, backward_ms = gradient_memory(sizes["memory_preset"], 2, sizes["memory_seq_len"], device)
     table = table.assign(
@@ -406,7 +406,7 @@ def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 def trace_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.bench.steps import BenchConfig
-    from perflab.profiling.step_trace import record_step_trace
+    from perflab.lessons.nb02_profiling.step_trace import record_step_trace
     from perflab.profiling.summary import kernel_summary
     from perflab.profiling.trace import load_trace
 

@@ -151,7 +151,7 @@ class BenchConfig:
     ) -> None:
         """One ``--field-name`` option per field (a flag for ``compile``); ``count_type(minimum)``
         parses an integer field with its minimum; ``more_choices`` adds choices to a field's
-        (``perflab bench``'s ``--mode decode``, run by ``perflab.decode.roofline``).
+        (``perflab bench``'s ``--mode decode``, run by ``perflab.lessons.nb10_decoding.roofline``).
         ``--context-length`` and the model's shape may be left out."""
         for f in fields(cls):
             options = {"help": f.metadata["help"]}

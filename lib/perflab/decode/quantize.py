@@ -7,13 +7,12 @@ each product is computed in the activations' dtype, y = (x · q) * scale, so onl
 rounded (each by at most scale / 2), never the activations (the scheme of gpt-fast's int8).
 
 The bytes are saved only if the int8 values are read as int8: dequantising the whole matrix and
-calling a float matmul reads int8 and then writes and reads float32 again. Under
-``torch.compile`` the product and sum over the input dimension are written out, and inductor
-fuses them with the conversion into one loop over the int8 weights; eager (and for more than
-``FUSED_ROWS`` rows of activations, where the matmul is no longer a matrix-vector product) the
-weight is dequantised and ``F.linear`` does the rest. ``perflab.decode.measurements.compare_int8``
-times a model against its int8 copy.
-"""
+calling a float matmul reads int8 and then writes and reads float32 again. Under ``torch.compile``
+the product and sum over the input dimension are written out, and inductor fuses them with the
+conversion into one loop over the int8 weights; eager (and for more than ``FUSED_ROWS`` rows of
+activations, where the matmul is no longer a matrix-vector product) the weight is dequantised and
+``F.linear`` does the rest. ``perflab.lessons.nb10_decoding.measurements.compare_int8`` times a
+model against its int8 copy."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Run a perflab rank function under torchrun (one machine or several):
 
     torchrun --nproc-per-node 2 -m perflab.distributed \
-        perflab.distributed.allreduce_benchmark:check_allreduce_rank
+        perflab.lessons.nb07_distributed_ddp.allreduce_benchmark:check_allreduce_rank
 
 Arguments after the function are parsed as JSON (``'[1, 10]'``, ``'"toy"'``, ``3``) and passed
 positionally; rank 0 prints what it returned.

@@ -1,18 +1,17 @@
 """What notebook 10's measurements say, as sentences computed from their tables.
 
-Each function reads the frames or rows that ``perflab.decode.measurements`` returned and returns the
-sentences the notebook prints; where a sentence states a verdict it comes from the comparison
-behind it (``Finding``), so that ``conclude_all`` stores it and ``perflab check-results`` can
-hold it to the numbers. They are tested on small frames, GPU branches included
-(``tests/test_decode_findings.py``).
-"""
+Each function reads the frames or rows that ``perflab.lessons.nb10_decoding.measurements`` returned
+and returns the sentences the notebook prints; where a sentence states a verdict it comes from the
+comparison behind it (``Finding``), so that ``conclude_all`` stores it and ``perflab check-results``
+can hold it to the numbers. They are tested on small frames, GPU branches included
+(``tests/test_decode_findings.py``)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from perflab.bench.stats import level_text
-from perflab.decode.costs import kv_bytes_per_token, matmul_weights
+from perflab.lessons.nb10_decoding.costs import kv_bytes_per_token, matmul_weights
 from perflab.model import ModelConfig
 
 MiB = 2**20

@@ -17,9 +17,9 @@ import pandas as pd
 from perflab.bench.comparison import Comparison, describe_ratio
 from perflab.bench.stats import level_text
 from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
+from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
+from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
 from perflab.model import ModelConfig
-from perflab.training.sharded_step import sharded_step_memory
-from perflab.training.step_model import Efficiency, StepPlan, step_ops
 
 MiB = 2**20
 #: Peaks within this factor of the gradients' bytes: the activations and logits too small to

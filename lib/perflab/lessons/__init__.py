@@ -1,8 +1,10 @@
-"""One module per notebook, its front door: ``nb01_benchmarking`` to ``nb10_decoding`` each hold
-the names its notebook uses, imported from where they live in the library (each import line
-says where, for a reader who wants a name's source), so that a notebook imports one perflab
-module, not a dozen. ``open_notebook`` opens a notebook's run: its parameters recorded, its
-device, its results folder and the provenance every table it saves carries.
+"""One package per notebook: ``nb01_benchmarking`` to ``nb10_decoding`` each hold the
+experiments that notebook alone runs, and its front door (the package's ``__init__``): the names
+its notebook uses, imported from the lesson's own modules or from where they live in the shared
+packages (each import line says where, for a reader who wants a name's source), so that a
+notebook imports one perflab module, not a dozen. ``open_notebook`` opens a notebook's run: its
+parameters recorded, its device, its results folder and the provenance every table it saves
+carries.
 """
 
 from __future__ import annotations

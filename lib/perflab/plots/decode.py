@@ -1,5 +1,5 @@
-"""Figures of notebook 10; each takes the DataFrame a ``perflab.decode.measurements`` function
-returned."""
+"""Figures of notebook 10; each takes the DataFrame a ``perflab.lessons.nb10_decoding.measurements``
+function returned."""
 
 from __future__ import annotations
 

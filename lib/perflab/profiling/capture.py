@@ -1,6 +1,6 @@
 """Record a torch.profiler trace of any callable (``record_trace``), with a profiler whose start
 and stop print nothing (``profiling``). On CUDA the trace holds device kernels, on CPU only CPU
-operators. A training step of the workbook's model: ``perflab.profiling.step_trace``.
+operators. A training step of the workbook's model: ``perflab.lessons.nb02_profiling.step_trace``.
 """
 
 from __future__ import annotations

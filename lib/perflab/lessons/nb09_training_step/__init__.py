@@ -1,6 +1,7 @@
 """The front door of notebook 09, "The fastest training step, one measured change at a time". The
-names `notebooks/09_training_step.ipynb` uses from the library, each imported from where it
-lives (open that module for its source).
+names `notebooks/09_training_step.ipynb` uses from the library, each imported from where it lives
+(open that module for its source). This package also holds the experiments that this notebook alone
+runs (``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step``, ``step_model``).
 """
 
 from perflab.bench.comparison import paired_table
@@ -12,34 +13,28 @@ from perflab.device import parse_dtype
 from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
 from perflab.lessons import open_notebook
-from perflab.model import build_model, get_preset
-from perflab.paths import listing
-from perflab.training import default_chunk_size
-from perflab.training.batching import (
+from perflab.lessons.nb09_training_step.batching import (
     check_bucketing,
     check_loss_batching,
     compare_bucketing,
     compare_loss_batching,
     speeches,
 )
-from perflab.training.data import (
+from perflab.lessons.nb09_training_step.data import (
     CPU_DATA_PATHS,
     DATA_PATHS,
     ByteTokenizer,
     data_path_steps,
     read_corpus,
 )
-from perflab.training.head_memory import chunk_size_sweep, compare_with_torch_head, head_peak_memory
-from perflab.training.ladder import (
-    BASELINE,
-    TrainingStep,
-    greedy_ladder,
-    kv_heads_against_mha,
-    stack_against_baseline,
+from perflab.lessons.nb09_training_step.head_memory import (
+    chunk_size_sweep,
+    compare_with_torch_head,
+    head_peak_memory,
 )
-from perflab.training.ladder_traces import bound_sentence, greedy_bound_table
-from perflab.training.sharded_step import sharded_step_row
-from perflab.training.step_model import (
+from perflab.lessons.nb09_training_step.ladder_traces import bound_sentence, greedy_bound_table
+from perflab.lessons.nb09_training_step.sharded_step import sharded_step_row
+from perflab.lessons.nb09_training_step.step_model import (
     B200,
     Efficiency,
     StepPlan,
@@ -47,6 +42,16 @@ from perflab.training.step_model import (
     rung_findings,
     step_ops,
     time_by_part,
+)
+from perflab.model import build_model, get_preset
+from perflab.paths import listing
+from perflab.training import default_chunk_size
+from perflab.training.ladder import (
+    BASELINE,
+    TrainingStep,
+    greedy_ladder,
+    kv_heads_against_mha,
+    stack_against_baseline,
 )
 from perflab.training.step_profile import (
     accumulation_table,

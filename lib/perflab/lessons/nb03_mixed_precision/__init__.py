@@ -1,23 +1,21 @@
-"""The front door of notebook 03, "Mixed precision: what low precision costs, and what it buys".
-The names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported from where
-it lives (open that module for its source).
+"""The front door of notebook 03, "Mixed precision: what low precision costs, and what it buys". The
+names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported from where it lives
+(open that module for its source). This package also holds the experiments that this notebook alone
+runs (``loss_scaling``, ``precision``).
 """
 
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.steps import bf16_against_fp32
 from perflab.lessons import open_notebook
-from perflab.loss_scaling import (
+from perflab.lessons.nb03_mixed_precision.loss_scaling import (
     byte_vocabulary,
     scaler_lines,
     train_with_scaler,
     underflow_lines,
     underflow_table,
 )
-from perflab.model import get_preset
-from perflab.paths import listing
-from perflab.plots.bench import plot_comparisons
-from perflab.precision import (
+from perflab.lessons.nb03_mixed_precision.precision import (
     ToyModel,
     accumulation_experiment,
     accumulation_sentence,
@@ -26,6 +24,9 @@ from perflab.precision import (
     layernorm_sensitivity,
     sensitivity_line,
 )
+from perflab.model import get_preset
+from perflab.paths import listing
+from perflab.plots.bench import plot_comparisons
 
 __all__ = [
     "Finding",

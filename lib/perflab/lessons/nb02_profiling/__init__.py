@@ -1,6 +1,7 @@
 """The front door of notebook 02, "Profiling: where does the time go, and what bounds it?". The
-names `notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives
-(open that module for its source).
+names `notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives (open
+that module for its source). This package also holds the experiments that this notebook alone runs
+(``grid``, ``layer_norm_study``, ``step_trace``).
 """
 
 from perflab.bench import BenchConfig, run_benchmark
@@ -9,20 +10,20 @@ from perflab.bench.peak import measure_copy_bandwidth
 from perflab.findings import profiling as say
 from perflab.layer_norm import LAYER_NORMS
 from perflab.lessons import open_notebook
-from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, listing
-from perflab.plots.profiling import plot_category_comparison, plot_hotspots
-from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling.grid import grid_answers, profile_grid
-from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
-from perflab.profiling.layer_norm_study import (
+from perflab.lessons.nb02_profiling.grid import grid_answers, profile_grid
+from perflab.lessons.nb02_profiling.layer_norm_study import (
     check_layer_norms,
     compare_layer_norms,
     reduction_counts,
     statistics_times,
 )
+from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.model import get_preset
+from perflab.paths import REPO_ROOT, display_path, listing
+from perflab.plots.profiling import plot_category_comparison, plot_hotspots
+from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
+from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
 from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
-from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.profiling.summary import range_names, range_totals
 from perflab.training.step_profile import compare_mask_copy, step_copy_sites
 

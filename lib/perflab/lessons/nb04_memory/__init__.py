@@ -1,6 +1,7 @@
 """The front door of notebook 04, "Memory: what a training step keeps, and how to keep less". The
 names `notebooks/04_memory.ipynb` uses from the library, each imported from where it lives (open
-that module for its source).
+that module for its source). This package also holds the experiments that this notebook alone runs
+(``at_scale``, ``checkpoint_study``, ``measure``).
 """
 
 from perflab.bench import BenchConfig
@@ -9,20 +10,20 @@ from perflab.checkpointing import run_nested
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.findings import memory as say
 from perflab.lessons import open_notebook
-from perflab.memory.at_scale import (
+from perflab.lessons.nb04_memory.at_scale import (
     handout_example,
     handout_sizes,
     model_saved_tensors,
     modelled_step_peaks,
     whole_step_table,
 )
-from perflab.memory.checkpoint_study import (
+from perflab.lessons.nb04_memory.checkpoint_study import (
     best_group_size,
     checkpointing_costs,
     depth_sweep,
     group_size_sweep,
 )
-from perflab.memory.measure import (
+from perflab.lessons.nb04_memory.measure import (
     block_saved_tensors,
     compile_backend,
     full_step_peak,

@@ -31,23 +31,28 @@ from perflab.bench.stats import ROUNDS
 from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
-from perflab.decode.costs import (
+from perflab.decode.decoder import StaticDecoder, cached_logits, pick
+from perflab.decode.quantize import quantize_int8, weight_bytes
+from perflab.device import synchronize
+from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
     kv_bytes_per_token,
     prefill_cost,
 )
-from perflab.decode.decoder import StaticDecoder, cached_logits, pick
-from perflab.decode.inputs import check_context, element_bytes, inference_model, random_prompts
-from perflab.decode.quantize import quantize_int8, weight_bytes
-from perflab.decode.roofline import (
+from perflab.lessons.nb10_decoding.inputs import (
+    check_context,
+    element_bytes,
+    inference_model,
+    random_prompts,
+)
+from perflab.lessons.nb10_decoding.roofline import (
     compiled_graphs,
     decode_step,
     median_columns,
     roofline_columns,
     time_decode,
 )
-from perflab.device import synchronize
 from perflab.model import ModelConfig, TransformerLM
 from perflab.profiling.capture import profiling
 from perflab.progress import progress
@@ -109,13 +114,13 @@ def throughput_by_batch(
     warmup: int = 5,
     steps: int = 5,
 ) -> pd.DataFrame:
-    """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one
-    row each: ``step``; with ``freeze`` also compiled with inductor's freezing, step "frozen",
-    ``decode_step``) for each batch size at ``context``: batch / the median step, with the
-    median's interval at the level its ``steps`` samples give (``median_ci_level``) and
-    ``unstable``, the first call's seconds (the compilation, for a compiled step: with ``mode``,
-    e.g. "reduce-overhead" for CUDA graphs), and the
-    roofline of ``perflab.decode.roofline.roofline_columns`` from the measured ``bandwidth``
+    """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one row
+    each: ``step``; with ``freeze`` also compiled with inductor's freezing, step "frozen",
+    ``decode_step``) for each batch size at ``context``: batch / the median step, with the median's
+    interval at the level its ``steps`` samples give (``median_ci_level``) and ``unstable``, the
+    first call's seconds (the compilation, for a compiled step: with ``mode``, e.g.
+    "reduce-overhead" for CUDA graphs), and the roofline of
+    ``perflab.lessons.nb10_decoding.roofline.roofline_columns`` from the measured ``bandwidth``
     (bytes/s) and ``peak_flops`` (FLOP/s)."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")

@@ -1,6 +1,7 @@
-"""The front door of notebook 01, "Benchmarking: how long does a training step take, and how good
-is that?". The names `notebooks/01_benchmarking.ipynb` uses from the library, each imported from
-where it lives (open that module for its source).
+"""The front door of notebook 01, "Benchmarking: how long does a training step take, and how good is
+that?". The names `notebooks/01_benchmarking.ipynb` uses from the library, each imported from where
+it lives (open that module for its source). This package also holds the experiments that this
+notebook alone runs (``warmup``).
 """
 
 from perflab.bench import MODES, BenchConfig
@@ -16,15 +17,15 @@ from perflab.bench.tables import (
     throughput,
     timing_table,
 )
-from perflab.bench.warmup import (
+from perflab.device import parse_dtype
+from perflab.lessons import open_notebook
+from perflab.lessons.nb01_benchmarking.warmup import (
     measure_in_fresh_process,
     warmup_configs,
     warmup_effect,
     warmup_finding,
     warmup_samples,
 )
-from perflab.device import parse_dtype
-from perflab.lessons import open_notebook
 from perflab.model import presets_table
 from perflab.paths import listing, results_elsewhere
 from perflab.plots.bench import plot_phases, plot_warmup

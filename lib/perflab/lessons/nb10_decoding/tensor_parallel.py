@@ -26,8 +26,8 @@ from perflab.bench.conclusions import Finding
 from perflab.bench.stats import is_unstable
 from perflab.decode import generate
 from perflab.decode.decoder import attend, pick
-from perflab.decode.inputs import inference_model, random_prompts
 from perflab.distributed.launch import launch
+from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
 from perflab.model import ModelConfig, TransformerLM
 
 

@@ -43,21 +43,21 @@ from perflab.bench.stats import is_unstable
 from perflab.bench.timer import Timing, time_fn
 from perflab.decode import CACHES
 from perflab.decode.caches import PagedKVCache
-from perflab.decode.costs import decode_cost, recompute_cost, rooflines
 from perflab.decode.decoder import StaticDecoder, cached_logits
-from perflab.decode.inputs import (
-    check_batch,
-    check_context,
-    element_bytes,
-    inference_model,
-    random_prompts,
-)
 from perflab.device import (
     describe,
     last_level_cache_bytes,
     parse_dtype,
     resolve_device,
     synchronize,
+)
+from perflab.lessons.nb10_decoding.costs import decode_cost, recompute_cost, rooflines
+from perflab.lessons.nb10_decoding.inputs import (
+    check_batch,
+    check_context,
+    element_bytes,
+    inference_model,
+    random_prompts,
 )
 from perflab.model import ModelConfig, TransformerLM, get_preset
 from perflab.paths import library_tree, library_versions

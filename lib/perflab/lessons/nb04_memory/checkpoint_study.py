@@ -17,7 +17,7 @@ import torch
 from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import ROUNDS
 from perflab.checkpointing import check_strategy
-from perflab.memory.measure import (
+from perflab.lessons.nb04_memory.measure import (
     block_stack,
     blocks_fwd_bwd,
     checkpoint_peak,

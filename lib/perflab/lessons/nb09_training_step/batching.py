@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from perflab.bench.comparison import Comparison, compare
 from perflab.bench.stats import is_unstable
+from perflab.lessons.nb09_training_step.data import tokenise
 from perflab.model import ModelConfig, build_model
-from perflab.training.data import tokenise
 
 IGNORE = -100  # the target of a padded position: F.cross_entropy's ignore_index
 ORDERS = ("random", "bucketed")

@@ -1,14 +1,19 @@
 """The front door of notebook 10, "Decoding fast: KV cache, paged KV cache, static shapes, sampling
-on the device". The names `notebooks/10_decoding.ipynb` uses from the library, each imported
-from where it lives (open that module for its source).
+on the device". The names `notebooks/10_decoding.ipynb` uses from the library, each imported from
+where it lives (open that module for its source). This package also holds the experiments that this
+notebook alone runs (``costs``, ``inputs``, ``measurements``, ``roofline``, ``tensor_parallel``).
 """
 
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.decode import CACHES, generate
-from perflab.decode.inputs import inference_model, random_prompts
-from perflab.decode.measurements import (
+from perflab.device import parse_dtype
+from perflab.distributed.launch import max_world_size
+from perflab.findings import decode as say
+from perflab.lessons import open_notebook
+from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
+from perflab.lessons.nb10_decoding.measurements import (
     compare_caches,
     compare_int8,
     compare_kv_heads,
@@ -21,16 +26,12 @@ from perflab.decode.measurements import (
     profile_steps,
     throughput_by_batch,
 )
-from perflab.decode.roofline import compiled_graphs, yardstick_columns
-from perflab.decode.tensor_parallel import (
+from perflab.lessons.nb10_decoding.roofline import compiled_graphs, yardstick_columns
+from perflab.lessons.nb10_decoding.tensor_parallel import (
     exactness_line,
     tensor_parallel_findings,
     tensor_parallel_study,
 )
-from perflab.device import parse_dtype
-from perflab.distributed.launch import max_world_size
-from perflab.findings import decode as say
-from perflab.lessons import open_notebook
 from perflab.model import get_preset
 from perflab.paths import listing
 from perflab.plots.decode import plot_decode_roofline, plot_kv_memory

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from perflab.bench.steps import BenchConfig, run_benchmark
-from perflab.profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.profiling.summary import kernel_summary, range_totals
 from perflab.profiling.trace import Trace, load_trace
 from perflab.progress import progress

@@ -1,6 +1,7 @@
 """The front door of notebook 08, "Sharding: ZeRO-1, fully sharded data parallel, and how far each
-strategy scales". The names `notebooks/08_sharding.ipynb` uses from the library, each imported
-from where it lives (open that module for its source).
+strategy scales". The names `notebooks/08_sharding.ipynb` uses from the library, each imported from
+where it lives (open that module for its source). This package also holds the experiments that this
+notebook alone runs (``fsdp_timeline``).
 """
 
 from perflab.adapters.timing import sharding_of_yours
@@ -22,7 +23,6 @@ from perflab.distributed.ddp_benchmark import (
 )
 from perflab.distributed.ffn_calcs import TP_BACKWARD
 from perflab.distributed.ffn_calcs import answers as ffn_answers
-from perflab.distributed.fsdp_timeline import fsdp_forward_timeline, gather_summary
 from perflab.distributed.memory_per_rank import (
     fsdp_memory,
     memory_per_rank_formula,
@@ -34,6 +34,7 @@ from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_
 from perflab.distributed.toy import toy_model
 from perflab.findings import distributed as say
 from perflab.lessons import open_notebook
+from perflab.lessons.nb08_sharding.fsdp_timeline import fsdp_forward_timeline, gather_summary
 from perflab.model import get_preset
 from perflab.paths import listing
 from perflab.plots.distributed import plot_max_devices, plot_memory_per_rank, plot_rank_timelines

@@ -1,6 +1,8 @@
 """The front door of notebook 06, "FlashAttention-2: attention without the quadratic memory". The
-names `notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it
-lives (open that module for its source).
+names `notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it lives
+(open that module for its source). This package holds no experiments of its own: its timing is
+shared with notebook 05 (``bench.attention_timing``), its compile table with ``perflab kernels``
+(``attention.aot``).
 """
 
 from perflab.adapters.timing import attention_of_yours

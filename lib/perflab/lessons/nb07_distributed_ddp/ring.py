@@ -20,9 +20,9 @@ from perflab.bench.stats import least_squares
 from perflab.bench.sweep import Sweep
 from perflab.bench.timer import time_fn
 from perflab.device import describe, resolve_device
-from perflab.distributed.allreduce_benchmark import MB
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
+from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import MB
 
 SWEEP_KEY = ("world_size", "size_mb")
 

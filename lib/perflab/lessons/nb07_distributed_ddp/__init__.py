@@ -1,17 +1,13 @@
 """The front door of notebook 07, "Distributed communication and data-parallel training". The names
-`notebooks/07_distributed_ddp.ipynb` uses from the library, each imported from where it lives
-(open that module for its source).
+`notebooks/07_distributed_ddp.ipynb` uses from the library, each imported from where it lives (open
+that module for its source). This package also holds the experiments that this notebook alone runs
+(``allreduce_benchmark``, ``ring``).
 """
 
 from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude_all
 from perflab.distributed import RankError, launch
-from perflab.distributed.allreduce_benchmark import (
-    allreduce_sweep,
-    bus_factor,
-    check_allreduce_rank,
-)
 from perflab.distributed.ddp_benchmark import (
     ddp_comparisons,
     ddp_configs,
@@ -23,9 +19,14 @@ from perflab.distributed.ddp_benchmark import (
 from perflab.distributed.ddp_timeline import ddp_timelines, overlap_table
 from perflab.distributed.launch import raise_on_rank
 from perflab.distributed.parity import ddp_parity_all
-from perflab.distributed.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.findings import distributed as say
 from perflab.lessons import open_notebook
+from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
+    allreduce_sweep,
+    bus_factor,
+    check_allreduce_rank,
+)
+from perflab.lessons.nb07_distributed_ddp.ring import check_ring_rank, fit_ring_model, ring_sweep
 from perflab.paths import listing
 from perflab.plots.bench import plot_comparisons
 from perflab.plots.distributed import (
