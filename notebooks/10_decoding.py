@@ -42,9 +42,11 @@
 #    cache, two all-reduces per layer;
 # 9. grouped-query attention: fewer key and value heads, a smaller cache and fewer bytes a step.
 #
-# The library is `perflab.decode`: `generate(model, prompts, max_new_tokens, cache=...)`, the
-# caches, the fixed-shape `StaticDecoder`, the cost formulas (`costs`) and the measurements
-# (`bench`, `roofline`). One configuration against its roofline from the command line:
+# The implementations are in `perflab.decode`: `generate(model, prompts, max_new_tokens,
+# cache=...)`, the caches and the fixed-shape `StaticDecoder`; this notebook's experiments in its
+# lesson package, `perflab.lessons.nb10_decoding`: the cost formulas (`costs`), the roofline
+# (`roofline`) and the measurements (`measurements`). One configuration against its roofline from
+# the command line:
 # `perflab bench --mode decode --preset cpu-small --batch-size 1 --context-length 128 --compile`.
 # On a CPU it runs a small model within the workbook's budget; the full profile
 # (`perflab run 10 --full`) decodes the leaderboard's 8B-class model in bfloat16 on a GPU.

@@ -1,11 +1,12 @@
-"""Notebook 10's sentences (``perflab.findings.decode``) on small frames made by hand: each
-sentence states the numbers it was given, and each branch (GPU ones included) is taken."""
+"""Notebook 10's sentences (``perflab.lessons.nb10_decoding.findings``) on small frames made by
+hand: each sentence states the numbers it was given, and each branch (GPU ones included) is
+taken."""
 
 import pandas as pd
 import pytest
 
 from perflab.bench.peak import CopyBandwidth, PeakMatmul
-from perflab.findings import decode as say
+from perflab.lessons.nb10_decoding import findings as say
 from perflab.lessons.nb10_decoding.costs import matmul_weights
 from perflab.lessons.nb10_decoding.measurements import PARTS
 from perflab.model import get_preset

@@ -26,7 +26,6 @@ LAYERS = {
     "hardware": 0,
     "lease": 0,
     "attention": 1,
-    "precision": 1,
     "fused_cross_entropy": 1,
     "rotary": 1,
     "model": 2,
@@ -39,7 +38,6 @@ LAYERS = {
     "writeup": 3,
     "claims": 3,
     "layer_norm": 3,
-    "loss_scaling": 3,
     "distributed": 4,
     "training": 4,
     "decode": 4,
@@ -275,9 +273,10 @@ def _lessons_using(module: str, graph: dict[str, set[str]], seen: frozenset = fr
 
 
 def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
-    """Each module of experiments (in no wing, outside ``lessons``, ``findings`` and ``plots``)
+    """Each module of experiments or sentences (in no wing, outside ``lessons`` and ``plots``)
     that one notebook's code alone uses: it belongs in that notebook's lesson package
-    (``perflab.lessons.nbNN_name.<module>``), beside the front door that shows it."""
+    (``perflab.lessons.nbNN_name.<module>``), beside the front door that shows it. The figures
+    stay in ``plots``, one module per topic."""
     wings = IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE | TOOLS
     problems = []
     for module in sorted(graph):
@@ -286,7 +285,7 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
             or _is_tool(module)
             or module.count(".") < 2  # perflab itself and the top-level packages' faces
             and module.rpartition(".")[2] in PACKAGES
-            or module.startswith(("perflab.lessons", "perflab.findings", "perflab.plots"))
+            or module.startswith(("perflab.lessons", "perflab.plots"))
         ):
             continue
         users = _lessons_using(module, graph)
@@ -306,10 +305,19 @@ def test_each_notebooks_own_experiments_live_in_its_lesson_package():
 
 def test_a_planted_experiment_of_one_notebook_outside_its_lesson_is_found():
     graph = {
-        "perflab.lessons.nb04_memory": {"perflab.memory.study", "perflab.memory.shared"},
-        "perflab.lessons.nb09_training_step": {"perflab.memory.shared"},
+        "perflab.memory": set(),  # a package's face, imported by one lesson: not an experiment
+        "perflab.lessons.nb04_memory": {
+            "perflab.memory",
+            "perflab.memory.study",
+            "perflab.memory.shared",
+            "perflab.findings.memory",
+            "perflab.findings.shared",
+        },
+        "perflab.lessons.nb09_training_step": {"perflab.memory.shared", "perflab.findings.shared"},
         "perflab.findings.memory": {"perflab.memory.sentences_of"},
-        "perflab.lessons.nb04_memory.at_scale": {"perflab.findings.memory"},
+        "perflab.findings.shared": set(),
+        "perflab.plots.memory": set(),
+        "perflab.lessons.nb04_memory.at_scale": {"perflab.plots.memory"},
         "perflab.memory.study": set(),
         "perflab.memory.shared": set(),
         "perflab.memory.sentences_of": set(),
@@ -317,6 +325,7 @@ def test_a_planted_experiment_of_one_notebook_outside_its_lesson_is_found():
         "perflab.cli": {"perflab.memory.for_the_cli", "perflab.memory.study"},
     }
     assert misplaced_experiments(graph) == [
+        "perflab.findings.memory is used by nb04_memory alone: move it into that lesson",
         "perflab.memory.sentences_of is used by nb04_memory alone: move it into that lesson",
         "perflab.memory.study is used by nb04_memory alone: move it into that lesson",
     ]
@@ -338,8 +347,26 @@ def test_no_module_imports_from_a_higher_layer():
     assert not upward, "\n".join(upward)
 
 
-def test_no_import_circles():
-    graph = _imports()
+def _with_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``graph`` with the packages whose ``__init__`` importing a module runs first: importing
+    ``perflab.lessons.nb04_memory.measure`` from outside that lesson runs
+    ``perflab.lessons.nb04_memory`` (its front door) before it. A module's own packages are
+    already running, so they add nothing."""
+    known = set(graph)
+    added = {}
+    for module, targets in graph.items():
+        own = {module.rsplit(".", n)[0] for n in range(module.count(".") + 1)}
+        inits = set()
+        for target in map(lambda t: _defining(t, known), targets):
+            parts = target.split(".")
+            inits |= {".".join(parts[:n]) for n in range(1, len(parts))} - own
+        added[module] = targets | (inits & known)
+    return added
+
+
+def import_circle(graph: dict[str, set[str]]) -> list[str]:
+    """The first circle of imports in ``graph`` (package ``__init__`` runs included), or []."""
+    graph = _with_package_inits(graph)
     known = set(graph)
 
     def resolve(target: str) -> str | None:  # "perflab.bench" is its __init__
@@ -348,19 +375,49 @@ def test_no_import_circles():
 
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
-    def visit(module: str, path: list[str]) -> None:
+    def visit(module: str, path: list[str]) -> list[str]:
         state[module] = 1
         for target in sorted(filter(None, map(resolve, graph[module]))):
             if state.get(target) == 1:
-                circle = path[path.index(target) :] + [target]
-                raise AssertionError("import circle: " + " -> ".join(circle))
+                return path[path.index(target) :] + [target]
             if target not in state:
-                visit(target, path + [target])
+                circle = visit(target, path + [target])
+                if circle:
+                    return circle
         state[module] = 2
+        return []
 
     for module in sorted(graph):
         if module not in state:
-            visit(module, [module])
+            circle = visit(module, [module])
+            if circle:
+                return circle
+    return []
+
+
+def test_no_import_circles():
+    assert import_circle(_imports()) == []
+
+
+def test_a_planted_circle_through_a_package_front_door_is_found():
+    graph = {
+        "perflab": set(),
+        "perflab.findings": set(),
+        "perflab.findings.memory": {"perflab.lessons.nb04_memory.measure"},
+        "perflab.lessons": set(),
+        "perflab.lessons.nb04_memory": {
+            "perflab.findings.memory",
+            "perflab.lessons.nb04_memory.measure",
+        },
+        "perflab.lessons.nb04_memory.measure": set(),
+    }
+    assert import_circle(graph) == [
+        "perflab.findings.memory",
+        "perflab.lessons.nb04_memory",
+        "perflab.findings.memory",
+    ]
+    graph["perflab.findings.memory"] = set()  # the lesson imports its own modules: no circle
+    assert import_circle(graph) == []
 
 
 def test_the_scan_sees_imports():
@@ -488,7 +545,8 @@ COMPARISON_RETURNS = {
     "tuple[pd.DataFrame, Comparison]",
     "tuple[pd.DataFrame, list[Comparison]]",
 }
-#: What a function of ``perflab.findings`` that concludes from comparisons it times may return
+#: What a findings function (``perflab.findings``, a lesson's ``findings``) that concludes from
+#: comparisons it times may return
 #: instead: the sentences it concludes (``yours_against_naive``).
 FINDINGS_RETURNS = {"list[Finding]"}
 #: A comparison function's name: compare_*, *_comparison(s), *_against_*, *_vs_*.
@@ -504,12 +562,13 @@ def _called(function: ast.FunctionDef) -> set[str]:
     }
 
 
-def comparison_functions(trees: dict[str, ast.Module]) -> set[str]:
-    """The library's functions that time a comparison: named like one (``COMPARISON_NAME``)
-    and calling ``compare`` or ``paired_comparison``, or another of them (so that one built
-    on others, like ``bf16_against_fp32``, is held to the same returns)."""
+def comparison_functions(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
+    """The library's functions that time a comparison, as (file, name): named like one
+    (``COMPARISON_NAME``) and calling ``compare`` or ``paired_comparison``, or another of them
+    (so that one built on others, like ``bf16_against_fp32``, is held to the same returns). A
+    call is known by its name alone, so calling any function of a comparison's name counts."""
     named = {
-        node.name: _called(node)
+        (name, node.name): _called(node)
         for name, tree in trees.items()
         if name.startswith("lib/")
         for node in ast.walk(tree)
@@ -518,9 +577,10 @@ def comparison_functions(trees: dict[str, ast.Module]) -> set[str]:
         and COMPARISON_NAME.match(node.name)
     }
     timing = {"compare", "paired_comparison"}
-    found: set[str] = set()
+    found: set[tuple[str, str]] = set()
     while True:
-        more = {name for name, called in named.items() if called & (timing | found)} - found
+        names = timing | {function for _, function in found}
+        more = {key for key, called in named.items() if called & names} - found
         if not more:
             return found
         found |= more
@@ -541,11 +601,13 @@ def one_of_each_problems(sources: dict[str, str]) -> list[str]:
             if (
                 isinstance(node, ast.FunctionDef)
                 and name.startswith("lib/")
-                and node.name in comparisons
+                and (name, node.name) in comparisons
             ):
                 returns = ast.unparse(node.returns) if node.returns else "nothing declared"
                 allowed = COMPARISON_RETURNS | (
-                    FINDINGS_RETURNS if name.startswith("lib/perflab/findings/") else set()
+                    FINDINGS_RETURNS
+                    if re.match(r"lib/perflab/(findings/|lessons/\w+/findings\.py)", name)
+                    else set()
                 )
                 if returns not in allowed:
                     problems.append(f"{name}: {node.name} returns {returns}, not a Comparison")
@@ -615,15 +677,20 @@ def test_a_planted_second_builder_compiler_rounds_default_or_comparison_shape_is
 def shared_names(modules: list[str]) -> dict[str, list[str]]:
     """Names given to more than one module or package of ``modules`` (dotted names, packages
     included), each with its holders. ``findings`` and ``plots`` hold one module per topic,
-    named after the topic's package (``findings.memory`` speaks of what ``memory`` measured):
-    those pairs are one name for one topic, not a clash."""
+    named after the topic's package (``plots.memory`` draws what ``memory`` measured): those
+    pairs are one name for one topic, not a clash; nor is a lesson's own ``findings`` module,
+    the sentences of that notebook alone."""
     holders: dict[str, list[str]] = {}
     for module in modules:
         holders.setdefault(module.rpartition(".")[2], []).append(module)
     shared = {}
     for name, found in sorted(holders.items()):
         topics = {f"perflab.findings.{name}", f"perflab.plots.{name}", f"perflab.{name}"}
-        if len(found) > 1 and not set(found) <= topics:
+        lessons_own = name == "findings" and all(  # a lesson's own sentences
+            f == "perflab.findings" or re.fullmatch(r"perflab\.lessons\.\w+\.findings", f)
+            for f in found
+        )
+        if len(found) > 1 and not set(found) <= topics and not lessons_own:
             shared[name] = sorted(found)
     return shared
 
@@ -636,8 +703,12 @@ def test_no_two_modules_share_a_name():
 def test_a_planted_shared_name_is_found():
     modules = ["perflab.bench", "perflab.bench.steps", "perflab.decode", "perflab.decode.steps",
                "perflab.decode.bench", "perflab.memory", "perflab.findings.memory",
-               "perflab.plots.memory", "perflab.plots.bench"]  # fmt: skip
+               "perflab.plots.memory", "perflab.plots.bench", "perflab.findings",
+               "perflab.lessons.nb04_memory.findings", "perflab.lessons.nb10_decoding.findings",
+               "perflab.lessons.nb04_memory.findings.x",
+               "perflab.decode.x"]  # fmt: skip
     assert shared_names(modules) == {
         "bench": ["perflab.bench", "perflab.decode.bench", "perflab.plots.bench"],
         "steps": ["perflab.bench.steps", "perflab.decode.steps"],
+        "x": ["perflab.decode.x", "perflab.lessons.nb04_memory.findings.x"],
     }

@@ -199,7 +199,7 @@ def test_timeline_from_a_cuda_snapshot():
 
 
 def test_each_blocks_gradients_are_found_in_the_allocator_record():
-    from perflab.findings.memory import gradient_line
+    from perflab.lessons.nb04_memory.findings import gradient_line
     from perflab.lessons.nb04_memory.measure import gradient_memory
 
     gradients, backward_ms = gradient_memory("cpu-tiny", 2, 16, CPU)

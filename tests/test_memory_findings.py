@@ -1,5 +1,5 @@
-"""Notebook 04's sentences (``perflab.findings.memory``) on small frames made by hand, or on the
-meta-device models they read: each states the numbers it was given, and each branch is
+"""Notebook 04's sentences (``perflab.lessons.nb04_memory.findings``) on small frames made by hand,
+or on the meta-device models they read: each states the numbers it was given, and each branch is
 taken."""
 
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from perflab.findings import memory as say
+from perflab.lessons.nb04_memory import findings as say
 from perflab.lessons.nb04_memory.at_scale import handout_example, handout_sizes
 from perflab.model import get_preset
 

@@ -1,12 +1,12 @@
-"""Notebook 02's sentences (``perflab.findings.profiling``) on small tables made by hand: each
-states the numbers it was given, and each branch is taken."""
+"""Notebook 02's sentences (``perflab.lessons.nb02_profiling.findings``) on small tables made by
+hand: each states the numbers it was given, and each branch is taken."""
 
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
-from perflab.findings import profiling as say
+from perflab.lessons.nb02_profiling import findings as say
 from perflab.model import get_preset
 from perflab.profiling.hotspots import TraceComparison
 from perflab.profiling.summary import KernelSummary, summarize_durations

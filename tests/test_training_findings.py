@@ -1,12 +1,12 @@
-"""Notebook 09's sentences (``perflab.findings.training``) on small frames made by hand: each
-states the numbers it was given, and each branch is taken."""
+"""Notebook 09's sentences (``perflab.lessons.nb09_training_step.findings``) on small frames made by
+hand: each states the numbers it was given, and each branch is taken."""
 
 import pandas as pd
 import pytest
 
 from perflab.bench.comparison import Comparison
-from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
+from perflab.lessons.nb09_training_step import findings as say
 from perflab.lessons.nb09_training_step.step_model import B200, Efficiency, StepPlan
 from perflab.model import get_preset
 

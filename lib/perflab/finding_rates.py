@@ -333,7 +333,7 @@ def _int8_row(rng: np.random.Generator, rounds: int, speedup: float) -> dict:
 
 
 def _int8_claims(row: dict) -> bool:
-    from perflab.findings.decode import int8_sentences
+    from perflab.lessons.nb10_decoding.findings import int8_sentences
 
     throughput = pd.DataFrame(
         [{"batch": 1, "step": "compiled", "fraction_of_roofline": 0.1,
@@ -344,7 +344,7 @@ def _int8_claims(row: dict) -> bool:
 
 def _int8_case(rounds: int) -> FindingCase:
     return FindingCase(
-        "perflab.findings.decode.int8_sentences",
+        "perflab.lessons.nb10_decoding.findings.int8_sentences",
         f"{rounds} interleaved rounds, int8 exactly {INT8_BYTE_RATIO:g}x faster, "
         f"{INT8_BYTE_RATIO:g}x fewer bytes",
         "the speed-up is more than the bytes saved",
@@ -369,7 +369,7 @@ def _gqa_row(rng: np.random.Generator, rounds: int, time_ratio: float) -> dict:
 
 
 def _gqa_claims(row: dict) -> bool:
-    from perflab.findings.decode import gqa_sentences
+    from perflab.lessons.nb10_decoding.findings import gqa_sentences
 
     throughput = pd.DataFrame([{"batch": 1, "step": "eager", "fraction_of_roofline": 0.1}])
     return len(gqa_sentences(row, "measured", throughput, 8, 2, 1, 128, 128)) > 1
@@ -377,7 +377,7 @@ def _gqa_claims(row: dict) -> bool:
 
 def _gqa_case(rounds: int) -> FindingCase:
     return FindingCase(
-        "perflab.findings.decode.gqa_sentences",
+        "perflab.lessons.nb10_decoding.findings.gqa_sentences",
         f"{rounds} interleaved rounds, the time ratio exactly the bytes' {GQA_BYTE_RATIO:g}",
         "less gained than the bytes give",
         "no time gained at all (ratio 1)",

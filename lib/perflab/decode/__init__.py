@@ -13,7 +13,7 @@ then decoded together, one token per sequence and step, each at its own position
 that has its tokens leaves the batch (and gives its blocks back). Every mode computes the same
 attention over the same keys, so all three give the same tokens (the tests check it on random
 models and unequal prompts, in float64). Sampling happens on the logits' device; only the
-chosen ids go to the host. ``StaticDecoder`` (in ``steps``) is the fixed-shape step for graph
+chosen ids go to the host. ``StaticDecoder`` (in ``decoder``) is the fixed-shape step for graph
 capture.
 """
 

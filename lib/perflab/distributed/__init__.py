@@ -1,6 +1,7 @@
-"""Distributed training on N ranks (notebooks 07 and 08): launching, the all-reduce benchmark,
-four data-parallel variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the
-parallelism calculators. Gloo on CPU, NCCL on GPUs, the same code."""
+"""Distributed training on N ranks (notebooks 07 and 08): launching, four data-parallel
+variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the parallelism
+calculators (the all-reduce benchmark and the ring are notebook 07's, in its lesson package).
+Gloo on CPU, NCCL on GPUs, the same code."""
 
 from perflab.distributed.ddp import (
     DDPBucketed,

@@ -16,8 +16,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.adapters.loading import results_name
-from perflab.bench.checks import check_results, contradictions_line
 from perflab.bench.comparison import Comparison, comparison_frame
 from perflab.device import describe, resolve_device
 from perflab.paths import results_dir, save_figure, save_table
@@ -69,6 +67,8 @@ class NotebookRun:
     def check(self) -> pd.DataFrame:
         """The results folder held against itself (``perflab check-results``'s rules): prints how
         many contradictions it found and returns them, one row each."""
+        from perflab.bench.checks import check_results, contradictions_line  # a tool: on use
+
         findings = check_results(self.out)
         print(contradictions_line(findings, self.out))
         return findings
@@ -84,6 +84,8 @@ def open_notebook(
     by ``perflab.adapters.results_name``)."""
     settings = record_settings(notebook, parameters)
     dev = resolve_device(device)
+    from perflab.adapters.loading import results_name  # a tool: imported when used
+
     folder = notebook + (f"/{results_name(yours)}" if yours else "")
     provenance = {"settings": settings, "machine": describe(dev)}
     return NotebookRun(notebook, settings, dev, results_dir(folder, dev), provenance)

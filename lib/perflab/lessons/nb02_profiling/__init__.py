@@ -1,15 +1,15 @@
 """The front door of notebook 02, "Profiling: where does the time go, and what bounds it?". The
 names `notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives (open
 that module for its source). This package also holds the experiments that this notebook alone runs
-(``grid``, ``layer_norm_study``, ``step_trace``).
+(``findings``, ``grid``, ``layer_norm_study``, ``step_trace``).
 """
 
 from perflab.bench import BenchConfig, run_benchmark
 from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.peak import measure_copy_bandwidth
-from perflab.findings import profiling as say
 from perflab.layer_norm import LAYER_NORMS
 from perflab.lessons import open_notebook
+from perflab.lessons.nb02_profiling import findings as say
 from perflab.lessons.nb02_profiling.grid import grid_answers, profile_grid
 from perflab.lessons.nb02_profiling.layer_norm_study import (
     check_layer_norms,

@@ -1,15 +1,15 @@
 """The front door of notebook 04, "Memory: what a training step keeps, and how to keep less". The
 names `notebooks/04_memory.ipynb` uses from the library, each imported from where it lives (open
 that module for its source). This package also holds the experiments that this notebook alone runs
-(``at_scale``, ``checkpoint_study``, ``measure``).
+(``findings``, ``at_scale``, ``checkpoint_study``, ``measure``).
 """
 
 from perflab.bench import BenchConfig
 from perflab.bench.conclusions import conclude
 from perflab.checkpointing import run_nested
 from perflab.device import gpu_memory_gib as gpu_memory_gib_of
-from perflab.findings import memory as say
 from perflab.lessons import open_notebook
+from perflab.lessons.nb04_memory import findings as say
 from perflab.lessons.nb04_memory.at_scale import (
     handout_example,
     handout_sizes,

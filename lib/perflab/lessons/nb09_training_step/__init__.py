@@ -1,7 +1,8 @@
 """The front door of notebook 09, "The fastest training step, one measured change at a time". The
 names `notebooks/09_training_step.ipynb` uses from the library, each imported from where it lives
 (open that module for its source). This package also holds the experiments that this notebook alone
-runs (``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step``, ``step_model``).
+runs (``findings``, ``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step``,
+``step_model``).
 """
 
 from perflab.bench.comparison import paired_table
@@ -10,9 +11,9 @@ from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.recipe import Recipe
 from perflab.bench.steps import BenchConfig
 from perflab.device import parse_dtype
-from perflab.findings import training as say
 from perflab.hardware import HANDOUT_B200
 from perflab.lessons import open_notebook
+from perflab.lessons.nb09_training_step import findings as say
 from perflab.lessons.nb09_training_step.batching import (
     check_bucketing,
     check_loss_batching,

@@ -1,7 +1,8 @@
 """The front door of notebook 10, "Decoding fast: KV cache, paged KV cache, static shapes, sampling
 on the device". The names `notebooks/10_decoding.ipynb` uses from the library, each imported from
 where it lives (open that module for its source). This package also holds the experiments that this
-notebook alone runs (``costs``, ``inputs``, ``measurements``, ``roofline``, ``tensor_parallel``).
+notebook alone runs (``findings``, ``costs``, ``inputs``, ``measurements``, ``roofline``,
+``tensor_parallel``).
 """
 
 from perflab.bench.comparison import comparison_frame
@@ -10,8 +11,8 @@ from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.decode import CACHES, generate
 from perflab.device import parse_dtype
 from perflab.distributed.launch import max_world_size
-from perflab.findings import decode as say
 from perflab.lessons import open_notebook
+from perflab.lessons.nb10_decoding import findings as say
 from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
 from perflab.lessons.nb10_decoding.measurements import (
     compare_caches,
