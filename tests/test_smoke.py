@@ -168,7 +168,7 @@ def test_the_autotune_stage_pins_each_buckets_choice_and_compares_them(monkeypat
 
     def fake_calls(name, heads, seq_len, head_dim, dtype, causal, device):
         assert (name, seq_len, head_dim, causal) == ("flash_triton", n, 64, True)
-        return None, lambda: pinned_at_call.append(heads and flash_tuning._pinned[-1:])
+        return None, lambda: pinned_at_call.append(list(flash_tuning._pinned[-1:]))  # [] unpinned
 
     chosen = {few: "32x32x4x2", many: "64x32x4x3"}
     choices = pd.DataFrame(
