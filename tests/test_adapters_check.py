@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.adapters import AdapterLoadError, check_adapters, load_adapters, passed
-from perflab.adapters.loading import ADAPTER_NAMES
 from perflab.device import triton_available
+from perflab.tools.adapters import AdapterLoadError, check_adapters, load_adapters, passed
+from perflab.tools.adapters.loading import ADAPTER_NAMES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BUGGY = str(FIXTURES / "buggy_adapters.py")
@@ -148,7 +148,7 @@ def test_an_edited_adapters_file_or_implementation_is_imported_again(tmp_path):
     to the module it imports (each edit names a new results folder); an edit that keeps the
     file's size within the same second (which Python's bytecode cache would not notice)
     included; an unchanged tree is not re-imported."""
-    from perflab.adapters.loading import results_name
+    from perflab.tools.adapters.loading import results_name
 
     root = tmp_path / "edited_checkout"
     tests, impl = root / "edited_tests", root / "edited_impl"
@@ -222,7 +222,7 @@ def test_cli_exit_status_follows_the_table(tmp_path):
 def test_a_handout_adapter_not_provided_fails_the_check_and_is_named(tmp_path):
     """The course's tests fail on an adapter that raises NotImplementedError: so does the
     check's exit status, naming it; ``--parts`` leaves out what is not done yet."""
-    from perflab.adapters import missing_adapters
+    from perflab.tools.adapters import missing_adapters
 
     adapters = tmp_path / "half_done_adapters.py"
     adapters.write_text(
@@ -301,7 +301,7 @@ def test_every_half_batch_order_is_the_whole_batch_to_rounding():
     whole batch's gradient to float32 rounding (a wrong scaling, a quarter or twice the mean,
     would be off by the gradient's own size). Whether any is bitwise equal depends on the BLAS,
     so that is printed, not asserted."""
-    from perflab.adapters.bitwise import half_batch_orders
+    from perflab.tools.adapters.bitwise import half_batch_orders
 
     table = half_batch_orders()
     assert len(table) == 5 and (table.parameters == 6).all()
@@ -309,8 +309,8 @@ def test_every_half_batch_order_is_the_whole_batch_to_rounding():
 
 
 def test_results_name_and_added_implementations():
-    from perflab.adapters import results_name
     from perflab.bench.attention_timing import add_implementation, get_implementation, interpreted
+    from perflab.tools.adapters import results_name
 
     assert results_name("perflab.cs336").startswith("yours-perflab-cs336-")
     with pytest.raises(ValueError, match="'sdpa' is one of perflab's implementations"):
@@ -393,7 +393,7 @@ def _course_checkout(root, body: str):
 def test_each_implementation_and_version_gets_its_own_results_folder(tmp_path):
     """Named after the checkout's folder and the adapters file's hash: two students' (or two
     versions of one) ``tests/adapters.py`` no longer share ``yours-tests-adapters``."""
-    from perflab.adapters import results_name
+    from perflab.tools.adapters import results_name
 
     body = "from perflab.cs336 import get_sharded_optimizer  # noqa\n"
     alice = results_name(_course_checkout(tmp_path / "alice-a2", body))
@@ -443,7 +443,7 @@ def test_an_in_spec_implementation_that_ignores_is_causal_passes_with_findings(t
     """The handout lets the PyTorch version ignore is_causal and leave its backward for later:
     exit status 0, its causal cases listed as findings (with why they matter), its backward as
     not provided; ``--strict`` counts the findings."""
-    from perflab.adapters import findings
+    from perflab.tools.adapters import findings
 
     spec = str(FIXTURES / "causal_ignored_adapters.py")
     table = check_adapters(spec, parts=("pytorch",))
@@ -464,7 +464,7 @@ def test_an_in_spec_implementation_that_ignores_is_causal_passes_with_findings(t
 def test_an_attention_that_ignores_is_causal_is_timed_with_a_caveat(tmp_path):
     """Notebooks 05 and 06 time it (it passes the handout), saying that its causal times are
     of attention without the mask."""
-    from perflab.adapters.timing import attention_of_yours
+    from perflab.tools.adapters.timing import attention_of_yours
 
     spec = str(FIXTURES / "causal_ignored_adapters.py")
     passing, lines = attention_of_yours(spec, tmp_path, {}, torch.device("cpu"), parts=("pytorch",))
@@ -510,7 +510,7 @@ def test_errors_say_what_went_wrong_where_and_cpu_limits_need_a_gpu():
 def test_sharded_optimizer_findings_beyond_the_handout(fixture, finding):
     """Both pass the handout's test (exit status 0); the inner optimizer's state is missing
     from a checkpoint, the two-rank one breaks on four ranks: each a finding that says so."""
-    from perflab.adapters import findings
+    from perflab.tools.adapters import findings
 
     table = check_adapters(str(FIXTURES / fixture), parts=("optimizer",))
     assert passed(table), table.to_string()
@@ -521,7 +521,7 @@ def test_sharded_optimizer_findings_beyond_the_handout(fixture, finding):
 def test_numbers_keep_their_format_and_units():
     """Errors in scientific notation as written, shared memory in KiB (the table writer once
     parsed '1.7e+05' back into 170000 under "tolerance")."""
-    from perflab.adapters import format_table
+    from perflab.tools.adapters import format_table
 
     table = pd.DataFrame(
         [
@@ -549,7 +549,7 @@ def test_numbers_keep_their_format_and_units():
 def test_results_name_tells_a_model_class_from_a_windows_path(monkeypatch):
     """``package.module:Class`` (notebook 01's model) is named by the spec and its module's
     file; ``C:\\...\\adapters.py`` is an adapters path, not a class."""
-    from perflab.adapters import loading
+    from perflab.tools.adapters import loading
 
     name = loading.results_name("perflab.model:TransformerLM")
     assert name.startswith("yours-perflab-model-transformerlm-") and len(name.split("-")[-1]) == 8
@@ -563,7 +563,7 @@ def test_results_name_tells_a_model_class_from_a_windows_path(monkeypatch):
 def test_the_summary_says_what_happened_per_adapter():
     """Two passes and a skip are a pass with one not run (once called "skipped"); a failure
     wins; with nothing passed, the reason none ran."""
-    from perflab.adapters import summary
+    from perflab.tools.adapters import summary
 
     table = pd.DataFrame(
         {
@@ -580,7 +580,7 @@ def test_the_summary_says_what_happened_per_adapter():
 def test_triton_35s_interpreter_with_numpy_24_is_the_environments_problem(monkeypatch):
     """torch 2.9 (the 2025 course) brings Triton 3.5, whose interpreter fails under numpy 2.4
     whatever the kernel: the Triton cases are skipped with why and the fix, not graded."""
-    from perflab.adapters import battery
+    from perflab.tools.adapters import battery
 
     assert battery.interpreter_problem("3.7.1", "2.4.6") is None
     assert battery.interpreter_problem("3.5.1", "2.3.5") is None

@@ -82,7 +82,7 @@ def student_distributed(tmp_path):
 
 
 def test_only_adapters_whose_every_check_passed_are_timed():
-    from perflab.adapters import passing_adapters
+    from perflab.tools.adapters import passing_adapters
 
     table = pd.DataFrame(
         {
@@ -103,18 +103,18 @@ def test_only_adapters_whose_every_check_passed_are_timed():
 
 
 def test_your_wrappers_take_turns_with_perflabs_in_one_launch(tmp_path, student_distributed):
-    from perflab.adapters.timing import (
-        adapters_setup,
-        yours_ddp_configs,
-        yours_zero_comparisons,
-        yours_zero_configs,
-    )
     from perflab.distributed.ddp_benchmark import (
         ZERO_KEY,
         ddp_comparisons,
         ddp_configs,
         ddp_sweep,
         zero_configs,
+    )
+    from perflab.tools.adapters.timing import (
+        adapters_setup,
+        yours_ddp_configs,
+        yours_zero_comparisons,
+        yours_zero_configs,
     )
 
     passing = {"get_ddp_bucketed", "get_fsdp", "get_sharded_optimizer"}

@@ -26,10 +26,10 @@ from perflab.device import triton_available  # noqa: E402
 if not triton_available():
     pytest.skip("Triton is not installed (Linux-only): nothing to compile", allow_module_level=True)
 
-from perflab.attention.aot import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 from perflab.attention.flash_configs import KERNELS as FLASH_KERNELS
 from perflab.attention.flash_configs import SPILLING, kept_configs
 from perflab.attention.triton_compile import TARGETS, get_target, kernel_source
+from perflab.tools.kernels import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
 
@@ -58,7 +58,7 @@ def table():
 
 def test_every_triton_kernel_of_the_library_is_in_the_catalogue():
     """A new ``@triton.jit`` kernel (a function named ``*_kernel``) anywhere in perflab must be
-    added to ``aot.KERNELS``, or it would reach a GPU uncompiled."""
+    added to ``kernels.KERNELS``, or it would reach a GPU uncompiled."""
     found = set()
     for path in LIB.rglob("*.py"):
         module = ".".join(path.relative_to(LIB.parent).with_suffix("").parts)
@@ -225,7 +225,7 @@ def test_the_structure_costs_what_the_instruction_counts_say():
     """The plain one-loop forward against the lean two-stage one, compiled alike for sm_90:
     the lean one's unmasked loop issues fewer instructions per tile than the plain loop, its
     masked stage more than its unmasked one; the sentence reads the table."""
-    from perflab.attention.aot import structure_cost, structure_findings
+    from perflab.tools.kernels import structure_cost, structure_findings
 
     table = structure_cost(("sm_90",))
     by = table.set_index("kernel")

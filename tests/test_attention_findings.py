@@ -120,7 +120,7 @@ def test_memory_line_names_the_tiled_implementation_it_has():
 
 
 def test_compile_line_counts_failures_spills_and_overflows():
-    from perflab.attention.aot import compile_line
+    from perflab.tools.kernels import compile_line
 
     table = pd.DataFrame(
         {

@@ -239,9 +239,9 @@ def test_warmup_conclusion_says_what_the_exact_test_shows():
 
 
 def test_the_warmup_finding_passes_check_results(tmp_path):
-    from perflab.bench.checks import check_results
     from perflab.bench.conclusions import conclude_all
     from perflab.lessons.nb01_benchmarking.warmup import warmup_effect, warmup_finding
+    from perflab.tools.check_results import check_results
 
     flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
     study = _study([0.4, *flat], warmups=(0,))
@@ -356,7 +356,7 @@ def test_shape_and_recipe_errors(changes, message):
 
 
 def test_command_line_parses_back_to_the_same_configuration():
-    from perflab.cli import build_parser
+    from perflab.tools.cli import build_parser
 
     config = BenchConfig(
         "cpu-tiny",
@@ -500,7 +500,7 @@ def test_your_model_class_is_timed_in_the_presets_shape(course_model):
 
 
 def test_your_model_class_on_the_command_line(course_model):
-    from perflab.cli import build_parser
+    from perflab.tools.cli import build_parser
 
     config = BenchConfig("cpu-tiny", context_length=8, mode="forward", model=course_model)
     assert config.command_line()[-2:] == ["--model", course_model]

@@ -3,10 +3,10 @@
 import pandas as pd
 import pytest
 
-from perflab.bench.checks import check_results
 from perflab.bench.comparison import paired_comparison
 from perflab.bench.conclusions import UNSTABLE_SENTENCE, conclude
-from perflab.cli import main
+from perflab.tools.check_results import check_results
+from perflab.tools.cli import main
 
 
 def _timings(low_small, high_small, low_large, high_large):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perflab.claims import (
+from perflab.tools.claims import (
     CLAIMS,
     DOC_HEADER,
     SOURCES,
@@ -25,8 +25,8 @@ from perflab.claims import (
     markdown_table,
     ours_cells,
 )
-from perflab.report import Source
-from perflab.writeup import writeup_source
+from perflab.tools.report import Source
+from perflab.tools.writeup import writeup_source
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "data" / "results"
@@ -130,7 +130,7 @@ def test_answers_are_read_from_the_results_not_typed(tmp_path):
         {
             "key": ["int8 weights"],
             "sentence": ["old"],
-            "library_tree": "0" * 40,
+            "library_tree": "a" * 40,  # "0" * 40 reads back as 0: a prefix
             "commit": "abc1234",
         }
     ).to_csv(folder / "conclusions.csv", index=False)
@@ -160,8 +160,8 @@ def test_answers_are_read_from_the_results_not_typed(tmp_path):
 def test_docs_sources_is_rendered_from_the_committed_results():
     expected = DOC_HEADER + markdown_table(COMMITTED)
     assert (ROOT / "docs" / "sources.md").read_text() == expected, (
-        "docs/sources.md differs from perflab.claims and data/results: render it again with "
-        "python -c 'from perflab.claims import write_doc; write_doc()'"
+        "docs/sources.md differs from perflab.tools.claims and data/results: render it again with "
+        "python -c 'from perflab.tools.claims import write_doc; write_doc()'"
     )
     assert "not saved" not in expected
 

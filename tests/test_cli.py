@@ -5,8 +5,8 @@ import sys
 import nbformat
 import pytest
 
-from perflab.cli import parse_parameter_value, resolve_notebook
 from perflab.device import triton_available
+from perflab.tools.cli import main, parse_parameter_value, resolve_notebook
 
 
 def perflab(*args, **kwargs):
@@ -68,11 +68,26 @@ def perflab(*args, **kwargs):
         (["kernels", "--dtype", "fp8"], "choose from 'fp32', 'fp16', 'bf16'"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(args, message):
-    done = perflab(*args)
+def test_bad_arguments_exit_2_with_one_line(args, message, capsys):
+    """In this process (a new one per case costs an import of torch and perflab each):
+    ``main`` as the console script calls it, its exit status and standard error."""
+    try:
+        status = main(list(args))
+    except SystemExit as exit:
+        status = exit.code
+    stderr = capsys.readouterr().err
+    assert status == 2
+    assert stderr.count("\n") == 1, stderr
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_a_bad_argument_on_the_command_line_exits_2_with_one_line():
+    """The same through ``python -m perflab``: nothing else on standard error (no warning of an
+    import, no traceback)."""
+    done = perflab("bench", "--preset", "small", "--mode", "forward", "--d-model", "100")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
-    assert message in done.stderr and "Traceback" not in done.stderr
+    assert "d_model (100) must be divisible by num_heads (12)" in done.stderr
 
 
 def test_bench_prints_json_with_every_sample():
@@ -298,7 +313,7 @@ def test_version_names_perflab_and_torch(capsys):
     import torch
 
     import perflab
-    from perflab.cli import main
+    from perflab.tools.cli import main
 
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -308,7 +323,7 @@ def test_version_names_perflab_and_torch(capsys):
 
 
 def test_cleaning_keeps_a_progress_bars_text_and_drops_a_controls_view(tmp_path):
-    from perflab.cli import WIDGET_VIEW, _clean_executed
+    from perflab.tools.cli import WIDGET_VIEW, _clean_executed
 
     view = {WIDGET_VIEW: {"model_id": "abc", "version_major": 2, "version_minor": 0}}
     cell = nbformat.v4.new_code_cell("x")

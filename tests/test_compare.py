@@ -105,7 +105,7 @@ def test_timing_rows_carry_the_interval_and_the_flag():
 
 
 def test_noise_check_command_prints_the_rates(capsys):
-    from perflab.cli import main
+    from perflab.tools.cli import main
 
     assert main(["noise-check", "--runs", "2"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]

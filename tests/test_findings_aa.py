@@ -6,7 +6,8 @@ import ast
 
 import pytest
 
-from perflab.finding_rates import (
+from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names
+from perflab.tools.finding_rates import (
     ALPHA,
     BEGIN,
     DDP_ROUNDS,
@@ -22,7 +23,6 @@ from perflab.finding_rates import (
     finding_rates,
     rates_markdown,
 )
-from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_consistency_check_rejects_a_rate_above_alpha():
 
 
 def test_the_warmup_study_sizes_of_notebook_01_are_simulated():
-    from perflab.cli import NOTEBOOKS_DIR
+    from perflab.tools.cli import NOTEBOOKS_DIR
 
     source = (NOTEBOOKS_DIR / "01_benchmarking.py").read_text()
     assert "warmup_study_steps" in parameter_names("01_benchmarking")
@@ -58,7 +58,7 @@ def test_the_warmup_study_sizes_of_notebook_01_are_simulated():
 
 
 def test_the_phase_study_sizes_of_notebook_01_are_simulated():
-    from perflab.cli import NOTEBOOKS_DIR
+    from perflab.tools.cli import NOTEBOOKS_DIR
 
     source = (NOTEBOOKS_DIR / "01_benchmarking.py").read_text()
     default = int(source.split("\nsteps = ")[1].split()[0])
@@ -73,7 +73,7 @@ def _parameter(source: str, name: str):
 
 def _sizes(notebook: str, name: str) -> set:
     """A parameter's value in the notebook, its full preset and its lease preset."""
-    from perflab.cli import NOTEBOOKS_DIR
+    from perflab.tools.cli import NOTEBOOKS_DIR
 
     default = _parameter((NOTEBOOKS_DIR / f"{notebook}.py").read_text(), name)
     full = FULL_SIZES[notebook].get(name, default)
@@ -85,9 +85,9 @@ def test_notebook_07s_ddp_rounds_are_simulated():
 
 
 def test_the_overhead_fit_is_simulated_at_the_full_presets_bucket_counts():
-    from perflab.cli import NOTEBOOKS_DIR
     from perflab.distributed.ddp import plan_buckets
     from perflab.distributed.toy import toy_model
+    from perflab.tools.cli import NOTEBOOKS_DIR
 
     full = FULL_SIZES["07_distributed_ddp"]
     source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
@@ -103,7 +103,7 @@ def test_notebook_10s_int8_and_grouped_query_rounds_are_simulated():
 
 
 def test_notebook_07s_ring_experiment_is_simulated_at_its_cpu_sizes():
-    from perflab.cli import NOTEBOOKS_DIR
+    from perflab.tools.cli import NOTEBOOKS_DIR
 
     source = (NOTEBOOKS_DIR / "07_distributed_ddp.py").read_text()
 

@@ -1,11 +1,11 @@
-"""The rule that chose the FlashAttention autotune configurations (``aot.fitting`` and
-``aot.choose``), on small compile tables made by hand, and the kept table's coverage."""
+"""The rule that chose the FlashAttention autotune configurations (``kernels.fitting`` and
+``kernels.choose``), on small compile tables made by hand, and the kept table's coverage."""
 
 import pandas as pd
 import pytest
 
-from perflab.attention.aot import choose, fitting, spilling
 from perflab.attention.flash_configs import HEAD_DIMS, KERNELS, SPILLING, kept_configs
+from perflab.tools.kernels import choose, fitting, spilling
 
 SHARED = 232448
 

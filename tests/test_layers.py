@@ -22,9 +22,7 @@ LAYERS = {
     "paths": 0,
     "settings": 0,
     "progress": 0,
-    "handout": 0,
     "hardware": 0,
-    "lease": 0,
     "attention": 1,
     "fused_cross_entropy": 1,
     "rotary": 1,
@@ -34,24 +32,17 @@ LAYERS = {
     "bench": 3,
     "profiling": 3,
     "memory": 3,
-    "report": 3,
-    "writeup": 3,
-    "claims": 3,
     "layer_norm": 3,
     "distributed": 4,
     "training": 4,
     "decode": 4,
-    "cli": 5,
     "__main__": 5,
     "__init__": 5,
-    "widgets": 5,
-    "adapters": 5,
     "cs336": 5,
-    "smoke": 5,
-    "finding_rates": 5,
     "lessons": 5,
     "findings": 5,
     "plots": 5,
+    "tools": 5,
 }
 
 
@@ -175,20 +166,9 @@ def _defining(name: str, known: set[str]) -> str:
 #: notebook's front door) imports a tool, so that an implementation, the core or an
 #: experiment runs without them.
 TOOLS = {
-    "perflab.cli",
+    "perflab.tools",  # the folder: everything below lib/perflab/tools/
     "perflab.__main__",
-    "perflab.adapters",
     "perflab.cs336",
-    "perflab.smoke",
-    "perflab.finding_rates",
-    "perflab.widgets",
-    "perflab.report",
-    "perflab.writeup",
-    "perflab.claims",
-    "perflab.handout",
-    "perflab.lease",
-    "perflab.bench.checks",
-    "perflab.attention.aot",
 }
 
 
@@ -215,18 +195,18 @@ def test_no_implementation_core_or_experiment_imports_a_tool():
 
 def test_a_planted_import_of_a_tool_is_found():
     graph = {
-        "perflab.memory.measure": {"perflab.adapters.loading", "perflab.model"},
-        "perflab.lessons.nb04_memory": {"perflab.widgets"},
-        "perflab.cli": {"perflab.report"},
-        "perflab.model": {"perflab.bench.checks"},
-        "perflab.adapters.loading": set(),
-        "perflab.widgets": set(),
-        "perflab.report": set(),
-        "perflab.bench.checks": set(),
+        "perflab.memory.measure": {"perflab.tools.adapters.loading", "perflab.model"},
+        "perflab.lessons.nb04_memory": {"perflab.tools.widgets"},
+        "perflab.tools.cli": {"perflab.tools.report"},
+        "perflab.model": {"perflab.tools.check_results"},
+        "perflab.tools.adapters.loading": set(),
+        "perflab.tools.widgets": set(),
+        "perflab.tools.report": set(),
+        "perflab.tools.check_results": set(),
     }
     assert tool_problems(graph) == [
-        "perflab.memory.measure imports the tool perflab.adapters.loading",
-        "perflab.model imports the tool perflab.bench.checks",
+        "perflab.memory.measure imports the tool perflab.tools.adapters.loading",
+        "perflab.model imports the tool perflab.tools.check_results",
     ]
 
 
@@ -296,7 +276,7 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
 
 #: The library's packages (their ``__init__`` is the package's face, not a module of its own).
 PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "memory", "profiling",
-            "training", "adapters", "findings", "plots", "lessons"}  # fmt: skip
+            "training", "tools", "findings", "plots", "lessons"}  # fmt: skip
 
 
 def test_each_notebooks_own_experiments_live_in_its_lesson_package():
@@ -322,7 +302,7 @@ def test_a_planted_experiment_of_one_notebook_outside_its_lesson_is_found():
         "perflab.memory.shared": set(),
         "perflab.memory.sentences_of": set(),
         "perflab.memory.for_the_cli": set(),
-        "perflab.cli": {"perflab.memory.for_the_cli", "perflab.memory.study"},
+        "perflab.tools.cli": {"perflab.memory.for_the_cli", "perflab.memory.study"},
     }
     assert misplaced_experiments(graph) == [
         "perflab.findings.memory is used by nb04_memory alone: move it into that lesson",

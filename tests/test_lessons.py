@@ -42,7 +42,7 @@ def test_a_students_code_gets_a_results_folder_of_its_own(data, tmp_path):
     adapters.parent.mkdir(parents=True)
     adapters.write_text("VALUE = 1\n")
     nb = open_notebook("07_distributed_ddp", {}, yours=str(adapters))
-    from perflab.adapters.loading import results_name
+    from perflab.tools.adapters.loading import results_name
 
     assert nb.out.parent.name == results_name(str(adapters))
     assert nb.out.parent.name.startswith("yours-")

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from perflab.bench import steps
-from perflab.bench.checks import contradictions_line
 from perflab.bench.comparison import paired_comparison
 from perflab.lessons.nb03_mixed_precision.loss_scaling import scaler_lines, underflow_lines
 from perflab.lessons.nb03_mixed_precision.precision import (
@@ -18,6 +17,7 @@ from perflab.lessons.nb03_mixed_precision.precision import (
     sensitivity_line,
 )
 from perflab.paths import listing
+from perflab.tools.check_results import contradictions_line
 
 
 def test_the_accumulation_sentence_reads_the_experiment():

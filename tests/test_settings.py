@@ -4,8 +4,9 @@ the full sizes, which must name real parameters of the right kind."""
 import papermill
 import pytest
 
-from perflab import cli
+from perflab.paths import REPO_ROOT
 from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names, record_settings
+from perflab.tools import cli
 
 NOTEBOOKS = [p.stem for p in cli.available_notebooks()]
 
@@ -184,7 +185,7 @@ def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes(tmp_
     comes first, with the GPU-only tests."""
     from dataclasses import replace
 
-    from perflab.lease import PLAN, command, plan_problems
+    from perflab.tools.lease import PLAN, command, plan_problems
 
     assert sorted(n for c in PLAN for n in c.notebooks) == sorted(NOTEBOOKS)
     assert plan_problems(notebooks=NOTEBOOKS) == []
@@ -222,7 +223,7 @@ def test_the_lease_plan_covers_every_notebook_and_fits_leases_of_15_minutes(tmp_
 def test_next_is_the_first_command_not_logged_as_done(tmp_path, monkeypatch):
     """``.ci/gpu-check next`` continues where the last lease stopped: a failed or stopped
     command comes again, a done one does not; each run is logged with the code that ran it."""
-    from perflab import lease
+    from perflab.tools import lease
 
     log = tmp_path / "gpu_leases.csv"
     assert lease.next_command(log).name == "smoke"
@@ -257,7 +258,7 @@ def test_gpu_check_prints_the_plan_and_refuses_unknown_commands(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(cli.__file__).resolve().parents[2] / ".ci" / "gpu-check"
+    script = REPO_ROOT / ".ci" / "gpu-check"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     done = subprocess.run(
         ["bash", str(script), "plan"], capture_output=True, text=True, env=env, check=True
@@ -268,7 +269,9 @@ def test_gpu_check_prints_the_plan_and_refuses_unknown_commands(tmp_path):
         ["bash", str(script), "run", "B9"], capture_output=True, text=True, env=env
     )
     assert wrong.returncode == 2
-    assert wrong.stderr.strip().startswith("perflab.lease: unknown command 'B9'; valid: smoke, ")
+    assert wrong.stderr.strip().startswith(
+        "perflab.tools.lease: unknown command 'B9'; valid: smoke, "
+    )
 
 
 def test_the_package_keeps_triton_to_versions_that_run_block_pointers():

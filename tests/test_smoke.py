@@ -1,5 +1,5 @@
-"""The smoke command of a GPU lease (``perflab.smoke``, ``.ci/gpu-check smoke``), run end to end
-on this CPU at its CPU sizes: every stage runs or says why not, and its rows land where the
+"""The smoke command of a GPU lease (``perflab.tools.smoke``, ``.ci/gpu-check smoke``), run end to
+end on this CPU at its CPU sizes: every stage runs or says why not, and its rows land where the
 lease's results are collected."""
 
 import os
@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab import smoke
-from perflab.cli import _from_here
-from perflab.paths import library_tree
+from perflab.paths import REPO_ROOT, library_tree
+from perflab.tools import smoke
+from perflab.tools.cli import _from_here
 
-REPO = Path(smoke.__file__).resolve().parents[2]
+REPO = REPO_ROOT
 
 
 @pytest.mark.skipif(

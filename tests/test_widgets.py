@@ -1,4 +1,4 @@
-"""perflab.widgets: the controls compute their default state without a front end (what
+"""perflab.tools.widgets: the controls compute their default state without a front end (what
 papermill shows), follow a changed value, measure only when asked, and refuse bad input with
 one clear line."""
 
@@ -10,7 +10,13 @@ import pytest
 from perflab.bench import BenchConfig
 from perflab.distributed.calculators import H100_NODE, Workload, max_compute_bound_devices
 from perflab.model import get_preset
-from perflab.widgets import ALL, MeasureNow, calculator_controls, filter_rows, results_explorer
+from perflab.tools.widgets import (
+    ALL,
+    MeasureNow,
+    calculator_controls,
+    filter_rows,
+    results_explorer,
+)
 
 
 def _control(controls, description):

@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perflab.handout import ANSWERS, PROBLEMS, markdown_table, problems  # noqa: E402
 from perflab.paths import save_figure, save_table  # noqa: E402
-from perflab.report import Source  # noqa: E402
-from perflab.writeup import build_writeup, readable, writeup_source  # noqa: E402
+from perflab.tools.handout import ANSWERS, PROBLEMS, markdown_table, problems  # noqa: E402
+from perflab.tools.report import Source  # noqa: E402
+from perflab.tools.writeup import build_writeup, readable, writeup_source  # noqa: E402
 
 HANDOUT_MAP = Path(__file__).resolve().parents[1] / "docs" / "handout.md"
 TRICKY = "_x_ 50% a&b #1 $5 <lambda> = head - item ~3"
@@ -126,7 +126,7 @@ def test_the_pdf_holds_the_headings_results_and_provenance(two_sources, tmp_path
 
 def test_report_command_writes_the_pdf_for_two_labelled_folders(two_sources, tmp_path, capsys):
     pytest.importorskip("typst", reason="the typst package (report extra) is not installed")
-    from perflab.cli import main
+    from perflab.tools.cli import main
 
     args = ["report", "--year", "2025", "--output", str(tmp_path / "r")]
     for source in two_sources:
@@ -155,8 +155,8 @@ def test_without_typst_the_source_is_written_and_the_pdf_is_not(two_sources, tmp
 
 def test_the_readme_map_is_the_one_the_writeup_reads():
     assert markdown_table() in HANDOUT_MAP.read_text(), (
-        "docs/handout.md differs from perflab.handout.ANSWERS: "
-        "render it again with perflab.handout.markdown_table()"
+        "docs/handout.md differs from perflab.tools.handout.ANSWERS: "
+        "render it again with perflab.tools.handout.markdown_table()"
     )
     names = {p.name for p in PROBLEMS}
     assert all(set(a.problems) <= names for a in ANSWERS)
@@ -164,7 +164,7 @@ def test_the_readme_map_is_the_one_the_writeup_reads():
 
 
 def test_results_folders_are_labelled_as_given_or_by_their_place(tmp_path):
-    from perflab.report import parse_source
+    from perflab.tools.report import parse_source
 
     results = tmp_path / "gpu-box" / "data" / "results"
     results.mkdir(parents=True)
@@ -175,7 +175,7 @@ def test_results_folders_are_labelled_as_given_or_by_their_place(tmp_path):
     assert parse_source(str(odd)) == Source(f"{tmp_path.name}/a=b", odd)
     with pytest.raises(ValueError, match="no results folder .* \\(give DIR or LABEL=DIR\\)"):
         parse_source(f"cpu={tmp_path / 'missing'}")
-    from perflab.cli import main
+    from perflab.tools.cli import main
 
     other = tmp_path / "other" / "data" / "results"
     other.mkdir(parents=True)

@@ -1,3 +1,3 @@
-from perflab.cli import main
+from perflab.tools.cli import main
 
 raise SystemExit(main())

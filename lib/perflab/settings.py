@@ -4,7 +4,7 @@ the full sizes (one override set per notebook, for a GPU) and the record of a ru
 The committed values of a parameters cell are the CPU sizes: all notebooks together run in
 under 10 minutes on a 2-core CPU. ``perflab run --full`` applies ``FULL_SIZES[notebook]``
 on top of them (the handout's sizes, meant for a GPU box); ``perflab run --lease`` the full
-sizes cut by ``LEASE_SIZES`` to fit a short GPU lease (``perflab.lease``); ``-p NAME VALUE``
+sizes cut by ``LEASE_SIZES`` to fit a short GPU lease (``perflab.tools.lease``); ``-p NAME VALUE``
 still wins over all. ``tests/test_settings.py`` checks that every name here is a parameter of
 its notebook.
 """
@@ -164,7 +164,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
 }
 
 
-#: The lease profile (``perflab run --lease``, ``perflab.lease``): the full sizes cut so that
+#: The lease profile (``perflab run --lease``, ``perflab.tools.lease``): the full sizes cut so that
 #: every notebook fits a command of a 15-minute GPU lease (at most 9 minutes each, one or two
 #: notebooks a command), on any GPU box. Applied on top of ``FULL_SIZES``.
 LEASE_SIZES: dict[str, dict[str, object]] = {

@@ -5,7 +5,7 @@ and element size, so each one is checked: that kernel pinned to it, the other tw
 first kept configuration (``flash_tuning.pinned_config``), forward and backward against the
 float64 reference (``check.correctness_table``, its tolerances) on ``CASES``: ragged lengths
 with every mask compiled in, causal and not, and aligned lengths (``EVEN_Q`` and ``EVEN_K``
-compiled true, no bounds masks). The GPU-only test runs every job; ``perflab.smoke`` the
+compiled true, no bounds masks). The GPU-only test runs every job; ``perflab.tools.smoke`` the
 bfloat16 ones at head dimensions 64 and 128, in parallel processes (each compile takes about
 a second on one core).
 

@@ -9,8 +9,8 @@ spilling kernel trades registers for local-memory traffic in its hot loop (slowe
 smaller tile that fits); a configuration over the shared-memory limit cannot launch at all.
 Where no candidate fits everywhere (float32 at head dimension 128: ``SPILLING``), the one that
 spills least is kept alone, so that the kernel still runs.
-``perflab.attention.aot.search`` compiled every candidate on a CPU (``python -m
-perflab.attention.aot search`` prints that table again) and ``aot.choose`` picked among those
+``perflab.tools.kernels.search`` compiled every candidate on a CPU (``python -m
+perflab.tools.kernels search`` prints that table again) and ``kernels.choose`` picked among those
 that fit (its docstring says how). ``tests/test_aot_compile.py`` compiles every kept
 configuration at head dimension 128 (the most registers and shared memory) for all three
 targets, in fp16 and bf16 (causal and not) and fp32 (causal), and fails on any spill or
@@ -53,8 +53,8 @@ CANDIDATES = [
 ]
 
 #: Kept configurations per kernel and head dimension, for 2-byte elements (fp16, bf16) and for
-#: float32 (4-byte elements take twice the shared memory and registers): ``aot.choose`` applied
-#: to ``aot.search``'s compiles (Triton 3.7.1; ``python -m perflab.attention.aot search`` prints
+#: float32 (4-byte elements take twice the shared memory and registers): ``kernels.choose`` applied
+#: to ``kernels.search``'s compiles (Triton 3.7.1; ``python -m perflab.tools.kernels search`` prints
 #: it again). Listed smallest tile first.
 KEPT = {
     ("flash_backward_kv", 2): {
@@ -114,8 +114,8 @@ KEPT = {
     },
 
 }  # fmt: skip
-#: Where no float32 configuration fits every target (``aot.spilling`` of the float32 search), by
-#: element size: ``aot.choose`` kept the one that spills least, alone. float32 is this
+#: Where no float32 configuration fits every target (``kernels.spilling`` of the float32 search), by
+#: element size: ``kernels.choose`` kept the one that spills least, alone. float32 is this
 #: workbook's correctness path (checked against float64), not its speed path.
 SPILLING = {2: set(), 4: {("flash_backward_kv", 128), ("flash_forward", 128)}}
 

@@ -36,7 +36,7 @@ so the same kernels run compiled on CUDA and in the Triton interpreter on a CPU
 CUDA). The
 interpreter cannot compute bfloat16, so bfloat16 inputs are refused there. float32 dots use
 ``input_precision="ieee"`` (no TF32), so results match a float32 reference. The interpreter
-does not type-check what the compiler rejects, so ``perflab.attention.aot`` compiles every
+does not type-check what the compiler rejects, so ``perflab.tools.kernels`` compiles every
 kernel for sm_80, sm_90 and sm_100 in the test suite, and counts the instructions of each loop.
 
 Launch grid: (batch, tiles), the batch (batch x heads when called from the model) on axis 0,

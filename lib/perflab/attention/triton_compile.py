@@ -8,9 +8,10 @@ from the cubin, and spill stores and loads are counted in its SASS (``STL`` / ``
 kernels keep no local arrays, so local-memory traffic is spilling).
 
 The kernel must be a real ``JITFunction``: a process with ``TRITON_INTERPRET=1`` holds
-interpreted kernels, which cannot be compiled (``perflab.attention.aot`` compiles in a child
-process). Used by ``aot`` (every kernel, every target) and by ``flash_triton``'s autotuner,
-which drops the configurations that need more shared memory than the GPU has.
+interpreted kernels, which cannot be compiled (``perflab.tools.kernels`` compiles in a child
+process). Used by ``perflab.tools.kernels`` (every kernel, every target) and by
+``flash_triton``'s autotuner, which drops the configurations that need more shared memory than
+the GPU has.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from perflab.hardware import GPUS
 
 #: Triton's names of tensor element types (the workbook's kernels take the first three; a
-#: student's may take any, ``perflab.adapters.kernel_compile``).
+#: student's may take any, ``perflab.tools.adapters.kernel_compile``).
 TRITON_DTYPES = {
     torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
     torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",

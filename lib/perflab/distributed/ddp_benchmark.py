@@ -250,7 +250,7 @@ def ddp_sweep(
     yet in the Sweep CSV at ``path``, one launch per world size in which the configurations
     take turns; a failed launch or a world size the machine cannot hold becomes "error"
     rows. ``setup`` builds each configuration on every rank (a module-level function, as the
-    ranks import it): ``perflab_setup``, or ``perflab.adapters.timing.adapters_setup`` for
+    ranks import it): ``perflab_setup``, or ``perflab.tools.adapters.timing.adapters_setup`` for
     a student's variants. Rows are keyed by ``key`` and the batch, sequence length and rounds
     they were measured at."""
     # A row stands for its batch, sequence length and rounds too: a resumed sweep measures
@@ -324,7 +324,10 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Compar
 def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
     """``variant``'s step against ``baseline``'s (names as ``ddp_comparisons`` gives them),
     paired by round."""
-    rounds = _rounds_by_name(frame)
+    return _paired(_rounds_by_name(frame), baseline, variant)
+
+
+def _paired(rounds: dict[str, list[float]], baseline: str, variant: str) -> Comparison:
     for name in (baseline, variant):
         if name not in rounds:
             raise ValueError(f"no {name!r} rows to compare; variants: {', '.join(rounds)}")
@@ -338,8 +341,10 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
     bucket (the same plan measured twice: an A/A noise yardstick), and each of a student's
     wrappers against PyTorch's DDP and perflab's fastest bucketed one."""
 
+    rounds = _rounds_by_name(frame)  # once: every finding pairs two of them
+
     def finding(key: str, baseline: str, variant: str, prefix: str = "") -> Finding:
-        result = ddp_comparison(frame, baseline, variant)
+        result = _paired(rounds, baseline, variant)
         return Finding(key, prefix + result.sentence(), result)
 
     ok = frame[frame["status"] == "ok"]

@@ -305,7 +305,18 @@ def _context():
         # AdamW's graph-capture check). Asked through NVML instead, the server stays fork-safe.
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["torch", "torch.distributed", "perflab.distributed"])
+        # A rank imports its function's module, and a lesson's module runs its front door,
+        # with the tables, the plots and the symbolic formulas: imported once, here, instead.
+        _CONTEXT.set_forkserver_preload(
+            [
+                "torch",
+                "torch.distributed",
+                "perflab.distributed",
+                "pandas",
+                "sympy",
+                "matplotlib.pyplot",
+            ]
+        )
     sources = source_fingerprint()
     if _SOURCES_SEEN is not None and sources != _SOURCES_SEEN:
         # The next process start launches a fresh server. ``_stop`` is the standard library's

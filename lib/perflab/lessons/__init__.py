@@ -67,7 +67,7 @@ class NotebookRun:
     def check(self) -> pd.DataFrame:
         """The results folder held against itself (``perflab check-results``'s rules): prints how
         many contradictions it found and returns them, one row each."""
-        from perflab.bench.checks import check_results, contradictions_line  # a tool: on use
+        from perflab.tools.check_results import check_results, contradictions_line  # a tool: on use
 
         findings = check_results(self.out)
         print(contradictions_line(findings, self.out))
@@ -81,10 +81,10 @@ def open_notebook(
     ``globals()``, after papermill's overrides) and recorded, ``device`` resolved ("auto": CUDA
     when present), and its results folder, ``data/results/<notebook>/<device>/``, or a folder of
     its own inside it for a student's code (``yours``: an adapters file or a model class, named
-    by ``perflab.adapters.results_name``)."""
+    by ``perflab.tools.adapters.results_name``)."""
     settings = record_settings(notebook, parameters)
     dev = resolve_device(device)
-    from perflab.adapters.loading import results_name  # a tool: imported when used
+    from perflab.tools.adapters.loading import results_name  # a tool: imported when used
 
     folder = notebook + (f"/{results_name(yours)}" if yours else "")
     provenance = {"settings": settings, "machine": describe(dev)}

@@ -29,7 +29,7 @@ from perflab.lessons.nb01_benchmarking.warmup import (
 from perflab.model import presets_table
 from perflab.paths import listing, results_elsewhere
 from perflab.plots.bench import plot_phases, plot_warmup
-from perflab.widgets import MeasureNow, results_explorer
+from perflab.tools.widgets import MeasureNow, results_explorer
 
 __all__ = [
     "BenchConfig",

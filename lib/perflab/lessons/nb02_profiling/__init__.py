@@ -1,7 +1,8 @@
 """The front door of notebook 02, "Profiling: where does the time go, and what bounds it?". The
 names `notebooks/02_profiling.ipynb` uses from the library, each imported from where it lives (open
 that module for its source). This package also holds the experiments that this notebook alone runs
-(``findings``, ``grid``, ``layer_norm_study``, ``step_trace``).
+(``grid``, ``layer_norm_study``, ``step_trace``), and its own sentences, computed from their
+numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig, run_benchmark

@@ -1,7 +1,8 @@
 """The front door of notebook 04, "Memory: what a training step keeps, and how to keep less". The
 names `notebooks/04_memory.ipynb` uses from the library, each imported from where it lives (open
 that module for its source). This package also holds the experiments that this notebook alone runs
-(``findings``, ``at_scale``, ``checkpoint_study``, ``measure``).
+(``at_scale``, ``checkpoint_study``, ``measure``), and its own sentences, computed from their
+numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig

@@ -4,7 +4,6 @@ imported from where it lives (open that module for its source). This package als
 experiments that this notebook alone runs (``compiled``).
 """
 
-from perflab.adapters.timing import attention_of_yours
 from perflab.bench import Sweep
 from perflab.bench.attention_timing import attention_configs, measure_attention, naive_memory_check
 from perflab.bench.comparison import comparison_frame
@@ -15,6 +14,7 @@ from perflab.lessons import open_notebook
 from perflab.lessons.nb05_attention_compile.compiled import compile_findings, compile_vs_eager
 from perflab.paths import listing
 from perflab.plots.bench import plot_attention_sweep, plot_comparisons
+from perflab.tools.adapters.timing import attention_of_yours
 
 __all__ = [
     "Sweep",

@@ -2,18 +2,9 @@
 names `notebooks/06_flash_attention.ipynb` uses from the library, each imported from where it lives
 (open that module for its source). This package holds no experiments of its own: its timing is
 shared with notebook 05 (``bench.attention_timing``), its compile table with ``perflab kernels``
-(``attention.aot``).
+(``tools.kernels``).
 """
 
-from perflab.adapters.timing import attention_of_yours
-from perflab.attention.aot import (
-    compile_line,
-    compile_table,
-    jobs,
-    structure_cost,
-    structure_findings,
-    summary,
-)
 from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
 from perflab.attention.flash_configs import kept_table
 from perflab.attention.flash_torch import FlashAttentionTorch
@@ -38,6 +29,15 @@ from perflab.findings import attention as say
 from perflab.lessons import open_notebook
 from perflab.paths import listing, results_elsewhere
 from perflab.plots.bench import plot_attention_sweep
+from perflab.tools.adapters.timing import attention_of_yours
+from perflab.tools.kernels import (
+    compile_line,
+    compile_table,
+    jobs,
+    structure_cost,
+    structure_findings,
+    summary,
+)
 
 __all__ = [
     "CHECK_CONFIG",

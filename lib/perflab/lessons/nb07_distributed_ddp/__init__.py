@@ -4,7 +4,6 @@ that module for its source). This package also holds the experiments that this n
 (``allreduce_benchmark``, ``ring``).
 """
 
-from perflab.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
 from perflab.bench.comparison import comparison_frame
 from perflab.bench.conclusions import conclude_all
 from perflab.distributed import RankError, launch
@@ -35,6 +34,7 @@ from perflab.plots.distributed import (
     plot_ddp_steps,
     plot_rank_timelines,
 )
+from perflab.tools.adapters.timing import adapters_setup, ddp_of_yours, yours_ddp_configs
 
 __all__ = [
     "RankError",

@@ -4,7 +4,6 @@ where it lives (open that module for its source). This package also holds the ex
 notebook alone runs (``fsdp_timeline``).
 """
 
-from perflab.adapters.timing import sharding_of_yours
 from perflab.bench.conclusions import conclude_all
 from perflab.device import resolve_device
 from perflab.distributed import launch
@@ -38,7 +37,8 @@ from perflab.lessons.nb08_sharding.fsdp_timeline import fsdp_forward_timeline, g
 from perflab.model import get_preset
 from perflab.paths import listing
 from perflab.plots.distributed import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
-from perflab.widgets import calculator_controls
+from perflab.tools.adapters.timing import sharding_of_yours
+from perflab.tools.widgets import calculator_controls
 
 __all__ = [
     "H100_NODE",

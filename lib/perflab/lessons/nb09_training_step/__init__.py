@@ -1,8 +1,8 @@
 """The front door of notebook 09, "The fastest training step, one measured change at a time". The
 names `notebooks/09_training_step.ipynb` uses from the library, each imported from where it lives
 (open that module for its source). This package also holds the experiments that this notebook alone
-runs (``findings``, ``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step``,
-``step_model``).
+runs (``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step``,
+``step_model``), and its own sentences, computed from their numbers (``findings``).
 """
 
 from perflab.bench.comparison import paired_table

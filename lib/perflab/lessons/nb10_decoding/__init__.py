@@ -1,8 +1,8 @@
 """The front door of notebook 10, "Decoding fast: KV cache, paged KV cache, static shapes, sampling
 on the device". The names `notebooks/10_decoding.ipynb` uses from the library, each imported from
 where it lives (open that module for its source). This package also holds the experiments that this
-notebook alone runs (``findings``, ``costs``, ``inputs``, ``measurements``, ``roofline``,
-``tensor_parallel``).
+notebook alone runs (``costs``, ``inputs``, ``measurements``, ``roofline``, ``tensor_parallel``),
+and its own sentences, computed from their numbers (``findings``).
 """
 
 from perflab.bench.comparison import comparison_frame

@@ -23,9 +23,9 @@ from types import ModuleType
 
 import torch
 
-from perflab.adapters.errors import describe
-from perflab.adapters.loading import NotProvided, call, load_adapters, student_root
-from perflab.adapters.rows import BEYOND, HANDOUT, CheckRow
+from perflab.tools.adapters.errors import describe
+from perflab.tools.adapters.loading import NotProvided, call, load_adapters, student_root
+from perflab.tools.adapters.rows import BEYOND, HANDOUT, CheckRow
 
 #: (batch, n_q, n_k, head dim, causal) the handout's tests use: powers of two of at least 16,
 #: as many queries as keys, the course's own shape first; the PyTorch version non-causal only.

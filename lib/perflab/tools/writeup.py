@@ -1,7 +1,7 @@
 """``perflab report``'s typeset write-up: ``writeup.typ`` and, with the ``typst`` package
 (``pip install -e ".[report]"``), ``writeup.pdf``, organised by the handout's problems.
 
-One section per problem of the chosen year's handout, in its order (``perflab.handout``):
+One section per problem of the chosen year's handout, in its order (``perflab.tools.handout``):
 where and how the workbook answers it, then from each results folder given (CPU and GPU runs,
 or perflab's and a student's) the notebook's concluding sentences, tables and figures that
 hold the answer. An appendix gives the provenance of every table and figure (device, versions,
@@ -21,9 +21,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perflab.claims import claims_table, ours_text
-from perflab.handout import Answer, answers_for, problems
-from perflab.report import Entry, Source, device_folders, device_label, find_entries, typst_string
+from perflab.tools.claims import claims_table, ours_text
+from perflab.tools.handout import Answer, answers_for, problems
+from perflab.tools.report import (
+    Entry,
+    Source,
+    device_folders,
+    device_label,
+    find_entries,
+    typst_string,
+)
 
 #: Rows and columns of a table shown in the PDF; the CSV holds the rest.
 MAX_ROWS = 25
@@ -376,7 +383,7 @@ def _appendix(writer: _Writer) -> None:
 
 
 def _sources_appendix(writer: _Writer, sources: list[Source]) -> None:
-    """The five sources' claims beside each results folder's answers (``perflab.claims``)."""
+    """The five sources' claims beside each results folder's answers (``perflab.tools.claims``)."""
     writer.add('#heading(level: 1, numbering: none, "The sources\' claims beside ours")', "")
     writer.add(
         "#"

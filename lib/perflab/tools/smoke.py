@@ -1,5 +1,5 @@
 """The smoke command: the workbook's central GPU questions in one lease call of at most 8
-minutes (``.ci/gpu-check smoke``, ``python -m perflab.smoke``).
+minutes (``.ci/gpu-check smoke``, ``python -m perflab.tools.smoke``).
 
 A GPU box is lent for 15 minutes at a time, its start included, so the first call must answer
 what matters most before anything else can fail or run out of time. ``STAGES`` run in order of
@@ -43,8 +43,8 @@ import pandas as pd
 import torch
 
 from perflab.device import describe
-from perflab.lease import PARTIAL_EXIT
 from perflab.paths import data_dir, display_path, results_dir, save_table
+from perflab.tools.lease import PARTIAL_EXIT
 
 #: Seconds the whole smoke command may take (a lease call allows 10 minutes).
 BUDGET_S = 480
@@ -505,7 +505,7 @@ def run_smoke(
 
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m perflab.smoke", description=__doc__.split("\n\n")[0]
+        prog="python -m perflab.tools.smoke", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--stages", help=f"comma-separated, of {', '.join(STAGE_NAMES)}")
     parser.add_argument("--sizes", choices=tuple(SIZES), help="default: gpu where there is CUDA")

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perflab.adapters.loading import NotProvided, call, load_adapters
 from perflab.distributed.parity import local_slice, max_difference
 from perflab.distributed.toy import global_batch, loss_fn, toy_model
+from perflab.tools.adapters.loading import NotProvided, call, load_adapters
 
 #: float32 parameters after a few steps: data parallelism sums the same gradients in another
 #: order, so they agree to rounding, not bit for bit (perflab's own: 6e-8 for DDP, 1.5e-8 for

@@ -285,7 +285,7 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     rows = []
     with tempfile.TemporaryFile("w+") as errors:
         child = subprocess.Popen(
-            [sys.executable, "-m", "perflab.attention.aot", str(workers)],
+            [sys.executable, "-m", "perflab.tools.kernels", str(workers)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=errors,
@@ -438,7 +438,7 @@ def plot_shared_memory(table: pd.DataFrame):
 def search(element_size: int = 2, workers: int | None = None):
     """Every candidate of every kernel and head dimension compiled for sm_80, sm_90 and
     sm_100, causal and not (ragged lengths: every mask compiled in), in fp16 (``element_size``
-    2) or fp32 (4): the compile table of ``perflab.attention.aot`` (minutes on a CPU; Triton's
+    2) or fp32 (4): the compile table of ``perflab.tools.kernels`` (minutes on a CPU; Triton's
     cache makes a second run fast)."""
     dtype = {2: "fp16", 4: "fp32"}[element_size]
     candidates = CANDIDATES if element_size == 2 else CANDIDATES_FP32
@@ -514,7 +514,7 @@ def spilling(fits) -> list[tuple[str, int]]:
 
 def _print_search(element_size: int) -> None:
     """The search's table and the configurations ``choose`` keeps (``python -m
-    perflab.attention.aot search [ELEMENT_SIZE]``)."""
+    perflab.tools.kernels search [ELEMENT_SIZE]``)."""
     fits = fitting(search(element_size))
     print(fits.to_string(index=False))
     for kernel, by_dim in choose(fits).items():

@@ -16,10 +16,6 @@ import warnings
 import torch
 from torch import nn
 
-from perflab.adapters.attention_checks import GETTERS, attention_functions
-from perflab.adapters.battery import check_adapters, findings, format_table, passing_adapters
-from perflab.adapters.distributed_checks import DDP_ADAPTERS
-from perflab.adapters.loading import call, load_adapters
 from perflab.bench.attention_timing import add_implementation, interpreted
 from perflab.bench.comparison import Comparison, paired_comparison
 from perflab.bench.conclusions import conclude
@@ -33,6 +29,10 @@ from perflab.distributed.ddp_benchmark import (
     zero_configs,
 )
 from perflab.paths import save_table
+from perflab.tools.adapters.attention_checks import GETTERS, attention_functions
+from perflab.tools.adapters.battery import check_adapters, findings, format_table, passing_adapters
+from perflab.tools.adapters.distributed_checks import DDP_ADAPTERS
+from perflab.tools.adapters.loading import call, load_adapters
 
 #: Your variants, by the adapter that builds each.
 YOURS_VARIANTS = {

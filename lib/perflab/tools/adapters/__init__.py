@@ -9,8 +9,8 @@ them all into one table, where the handout's spec decides pass or fail and check
 findings; ``errors`` turns an adapter's exception into a line a student can act on.
 """
 
-from perflab.adapters.attention_checks import attention_functions
-from perflab.adapters.battery import (
+from perflab.tools.adapters.attention_checks import attention_functions
+from perflab.tools.adapters.battery import (
     PARTS,
     check_adapters,
     findings,
@@ -20,7 +20,12 @@ from perflab.adapters.battery import (
     passing_adapters,
     summary,
 )
-from perflab.adapters.loading import ADAPTER_NAMES, AdapterLoadError, load_adapters, results_name
+from perflab.tools.adapters.loading import (
+    ADAPTER_NAMES,
+    AdapterLoadError,
+    load_adapters,
+    results_name,
+)
 
 __all__ = [
     "ADAPTER_NAMES",

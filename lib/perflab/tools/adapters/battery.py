@@ -22,8 +22,9 @@ from dataclasses import dataclass, fields
 import pandas as pd
 import torch
 
-from perflab.adapters.attention_checks import GETTERS, attention_rows, isolated_attention_rows
-from perflab.adapters.distributed_checks import (
+from perflab.device import triton_available
+from perflab.tools.adapters.attention_checks import GETTERS, attention_rows, isolated_attention_rows
+from perflab.tools.adapters.distributed_checks import (
     AUTOCAST_TOLERANCE,
     BUCKET_SIZES_MB,
     DDP_ADAPTERS,
@@ -33,11 +34,15 @@ from perflab.adapters.distributed_checks import (
     OPTIMIZER_TOLERANCE,
     battery_rank,
 )
-from perflab.adapters.errors import describe_traceback
-from perflab.adapters.kernel_compile import COMPILE_TARGETS, compile_rows
-from perflab.adapters.loading import load_adapters, provided_names, student_root, year_adapters
-from perflab.adapters.rows import BEYOND, FAILING, HANDOUT, CheckRow
-from perflab.device import triton_available
+from perflab.tools.adapters.errors import describe_traceback
+from perflab.tools.adapters.kernel_compile import COMPILE_TARGETS, compile_rows
+from perflab.tools.adapters.loading import (
+    load_adapters,
+    provided_names,
+    student_root,
+    year_adapters,
+)
+from perflab.tools.adapters.rows import BEYOND, FAILING, HANDOUT, CheckRow
 
 #: World sizes of the distributed checks: the handout's two ranks, and four beyond it (a rank
 #: count hard-coded to two passes at two).

@@ -4,7 +4,7 @@ without a GPU, and read what each needs: registers, spills, shared memory agains
 The launches were recorded while the kernels ran (interpreted on a CPU), so every argument's
 type and every constexpr is what the adapter really passes. An interpreted kernel cannot be
 compiled, so the compiling happens in a child process started with ``TRITON_INTERPRET=0``
-(``python -m perflab.adapters.kernel_compile``, with the environment ``perflab.attention.aot``
+(``python -m perflab.tools.adapters.kernel_compile``, with the environment ``perflab.tools.kernels``
 compiles in) that imports the adapters again and finds each kernel by its source file and
 name. A kernel the compiler rejects, or that needs more shared memory than the target has,
 fails; a kernel the checker cannot rebuild (not found, a launch it could not describe) is an
@@ -17,7 +17,7 @@ import json
 import subprocess
 import sys
 
-from perflab.adapters.rows import CheckRow
+from perflab.tools.adapters.rows import CheckRow
 
 #: The GPU targets every recorded kernel is compiled for.
 COMPILE_TARGETS = ("sm_80", "sm_90")
@@ -29,13 +29,13 @@ def compile_rows(
     """One row per (kernel launch, target), compiled in a child process."""
     if not launches:
         return []
-    from perflab.attention.aot import compiler_environment
+    from perflab.tools.kernels import compiler_environment
 
     request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
     failed = CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error")
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "perflab.adapters.kernel_compile"],
+            [sys.executable, "-m", "perflab.tools.adapters.kernel_compile"],
             input=request,
             capture_output=True,
             text=True,
@@ -167,7 +167,7 @@ def _line(error: BaseException) -> str:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
-    from perflab.adapters.loading import load_adapters
+    from perflab.tools.adapters.loading import load_adapters
 
     load_adapters(request["spec"])  # puts the student's package on sys.path, as in the parent
     rows = [

@@ -451,7 +451,7 @@ def finding_rates(
     return pd.DataFrame(rows)
 
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "statistics.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "statistics.md"
 BEGIN, END = "<!-- finding rates: begin -->", "<!-- finding rates: end -->"
 
 

@@ -87,7 +87,7 @@ def load_adapters(spec: str) -> ModuleType:
 
 
 #: Folders whose modules are never the student's: perflab itself and the environment.
-_NOT_STUDENT = (Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix))
+_NOT_STUDENT = (Path(__file__).resolve().parents[2], Path(sys.prefix), Path(sys.base_prefix))
 #: The SHA-1 of each student source file as it was imported.
 _IMPORTED: dict[Path, str] = {}
 

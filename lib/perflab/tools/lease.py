@@ -2,8 +2,8 @@
 lease's machine start and its idle waits included), one command of at most ``COMMAND_LIMIT_S``
 per call.
 
-The smoke command comes first (``perflab.smoke``: the central GPU questions in minutes), with the
-GPU-only unit tests; then, ordered by value, the FlashAttention notebook, benchmarking, the
+The smoke command comes first (``perflab.tools.smoke``: the central GPU questions in minutes), with
+the GPU-only unit tests; then, ordered by value, the FlashAttention notebook, benchmarking, the
 other unit tests on CUDA, and the remaining notebooks at their lease sizes
 (``perflab.settings.LEASE_SIZES``, ``perflab run --lease``), each command within one call and
 each lease's commands, with its start, within its minutes.
@@ -38,7 +38,7 @@ COMMAND_LIMIT_S = 540
 #: names another file, for a trial run).
 LOG = Path(
     os.environ.get("PERFLAB_LEASE_LOG")
-    or Path(__file__).resolve().parents[2] / "data" / "gpu_leases.csv"
+    or Path(__file__).resolve().parents[3] / "data" / "gpu_leases.csv"
 )
 LOG_FIELDS = ("command", "status", "seconds", "commit", "library_tree", "gpu", "finished_at")
 #: Python packages a notebook command needs that a lease box lacks (torch, pandas, matplotlib,
@@ -70,7 +70,7 @@ class LeaseCommand:
         if self.notebooks:
             return ", ".join(self.notebooks)
         return {
-            "smoke": "the smoke command (perflab.smoke)",
+            "smoke": "the smoke command (perflab.tools.smoke)",
             "tests-gpu": "the GPU-only unit tests",
             "tests-rest": "the other unit tests on CUDA",
         }[self.name]
@@ -205,7 +205,8 @@ def next_command(path: Path = LOG) -> LeaseCommand | None:
 
 #: What ``.ci/gpu-check`` logs as the GPU of a machine without one.
 NO_GPU = "no GPU"
-#: The smoke command's exit status when it skipped a stage for lack of time (``perflab.smoke``).
+#: The smoke command's exit status when it skipped a stage for lack of time
+#: (``perflab.tools.smoke``).
 PARTIAL_EXIT = 3
 
 
@@ -257,7 +258,10 @@ def _main(argv: list[str]) -> int:
         if argv[:1] in (["command"], ["next"]) and len(argv) == (2 if argv[0] == "command" else 1):
             chosen = command(argv[1]) if argv[0] == "command" else next_command()
             if chosen is None:  # exit 3, not 0: a script's loop over `next` ends here
-                print("perflab.lease: every command of the plan is logged as done", file=sys.stderr)
+                print(
+                    "perflab.tools.lease: every command of the plan is logged as done",
+                    file=sys.stderr,
+                )
                 return 3
             print(chosen.name, " ".join(chosen.notebooks) or "-", chosen.estimate_s)
             return 0
@@ -265,10 +269,11 @@ def _main(argv: list[str]) -> int:
             record(argv[1], int(argv[2]), float(argv[3]), argv[4])
             return 0
     except ValueError as error:
-        print(f"perflab.lease: {error}", file=sys.stderr)
+        print(f"perflab.tools.lease: {error}", file=sys.stderr)
         return 2
     print(
-        "usage: python -m perflab.lease plan | next | command NAME | record NAME EXIT SECONDS GPU",
+        "usage: python -m perflab.tools.lease plan | next | command NAME"
+        " | record NAME EXIT SECONDS GPU",
         file=sys.stderr,
     )
     return 2

@@ -8,7 +8,7 @@ dividing, summing losses pre-scaled by 1/20, and averaging in float64 then round
 Each order is exact in its scaling (halving is exact in binary), so whatever differs comes from
 the matrix products summing 20 rows at once against 10 and 10: the BLAS's own order.
 
-``python -m perflab.adapters.bitwise`` prints the table.
+``python -m perflab.tools.adapters.bitwise`` prints the table.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from perflab.adapters.distributed_checks import SmallLM
+from perflab.tools.adapters.distributed_checks import SmallLM
 
 
 def _grads(model, inputs, targets, reduction="mean", scale=1.0) -> dict[str, torch.Tensor]:

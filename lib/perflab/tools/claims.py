@@ -21,7 +21,7 @@ import pandas as pd
 
 from perflab.bench.stats import level_text
 from perflab.paths import data_dir
-from perflab.report import device_folders
+from perflab.tools.report import device_folders
 
 SOURCES = {
     "fsdp-note": "FSDP trace-hotspot note (8 B200s, bf16, 47B model)",
@@ -922,15 +922,15 @@ was read from. Each row names the quantity the claim measures (and its scope); e
 measures that quantity, or says it is not measured here and why. The workbook's numbers are
 from this repository's committed results (a CPU here; GPU rows where `data/GPU_CHECKS.md` lists
 them): the sizes differ from the sources', so they answer the same question, not the same
-number. Rendered by `perflab.claims.write_doc()` from
-`perflab.claims.CLAIMS` and `data/results`; a test holds this file to both.
+number. Rendered by `perflab.tools.claims.write_doc()` from
+`perflab.tools.claims.CLAIMS` and `data/results`; a test holds this file to both.
 
 """
 
 
 def write_doc(path: str | Path | None = None, results: str | Path | None = None) -> Path:
     """Render ``docs/sources.md`` from the committed results (or ``results``)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     path = Path(path) if path else root / "docs" / "sources.md"
     results = Path(results) if results else data_dir() / "results"
     path.write_text(DOC_HEADER + markdown_table(results))

@@ -28,11 +28,11 @@ workbook for GPU targets (no GPU needed) and prints registers, spills and shared
 configuration; ``check-results`` flags contradictions in saved results (exit 1 if any); ``report``
 writes every table and figure of one or more results folders, with its provenance, as Markdown and
 HTML (tables also as LaTeX and Typst), and a write-up by handout problem as Typst and PDF
-(``perflab.writeup``); ``noise-check`` measures how often ``perflab.bench.compare`` calls identical
-work different (A/A) and finds a 2x difference (A/B); ``--simulate``: the intervals' actual coverage
-against their stated confidence and the false-alarm rate, simulated at every round count
-(``perflab.bench.simulate``). Bad arguments exit with status 2 and a one-line message naming the
-valid choices."""
+(``perflab.tools.writeup``); ``noise-check`` measures how often ``perflab.bench.compare`` calls
+identical work different (A/A) and finds a 2x difference (A/B); ``--simulate``: the intervals'
+actual coverage against their stated confidence and the false-alarm rate, simulated at every
+round count (``perflab.bench.simulate``). Bad arguments exit with status 2 and a one-line
+message naming the valid choices."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ import torch
 import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.bench.sweep import is_out_of_memory
-from perflab.handout import YEARS
 from perflab.paths import NOTEBOOKS_DIR, REPO_ROOT, data_dir
 from perflab.settings import full_sizes, lease_sizes
+from perflab.tools.handout import YEARS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -443,8 +443,8 @@ def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.attention.aot import KERNEL_NAMES, compile_table, jobs, summary
     from perflab.device import triton_available
+    from perflab.tools.kernels import KERNEL_NAMES, compile_table, jobs, summary
 
     if not triton_available():
         print(
@@ -477,7 +477,7 @@ def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _check_results(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.bench.checks import check_results, checked_files
+    from perflab.tools.check_results import check_results, checked_files
 
     try:
         findings = check_results(args.directory)
@@ -524,7 +524,7 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.adapters import (
+    from perflab.tools.adapters import (
         PARTS,
         AdapterLoadError,
         check_adapters,
@@ -577,8 +577,8 @@ def _check_adapters(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.report import build_report, parse_source
-    from perflab.writeup import build_writeup
+    from perflab.tools.report import build_report, parse_source
+    from perflab.tools.writeup import build_writeup
 
     try:
         sources = [parse_source(text) for text in args.results or [str(data_dir() / "results")]]
@@ -677,9 +677,9 @@ def build_parser() -> argparse.ArgumentParser:
     hotspots.add_argument("--format", choices=("table", "csv"), default="table")
     hotspots.set_defaults(handler=_hotspots, subparser=hotspots)
 
-    from perflab.attention.aot import DTYPES as KERNEL_DTYPES
-    from perflab.attention.aot import KERNEL_NAMES
     from perflab.attention.triton_compile import TARGETS
+    from perflab.tools.kernels import DTYPES as KERNEL_DTYPES
+    from perflab.tools.kernels import KERNEL_NAMES
 
     kernels = commands.add_parser(
         "kernels", help="compile the Triton kernels for GPU targets; registers, spills, shared"
@@ -694,7 +694,7 @@ def build_parser() -> argparse.ArgumentParser:
     kernels.add_argument("--format", choices=("table", "csv"), default="table")
     kernels.set_defaults(handler=_kernels, subparser=kernels)
 
-    from perflab.adapters.battery import PARTS
+    from perflab.tools.adapters.battery import PARTS
 
     adapters = commands.add_parser(
         "check", help="check a CS336 adapters file (yours) against plain references"
