@@ -68,26 +68,44 @@ def perflab(*args, **kwargs):
         (["kernels", "--dtype", "fp8"], "choose from 'fp32', 'fp16', 'bf16'"),
     ],
 )
-def test_bad_arguments_exit_2_with_one_line(args, message, capsys):
+def test_bad_arguments_exit_2_with_one_line(args, message, capfd):
     """In this process (a new one per case costs an import of torch and perflab each):
-    ``main`` as the console script calls it, its exit status and standard error."""
+    ``main`` as the console script calls it, its exit status and standard error, C-level
+    writes included (Python's warnings go to pytest here: the cases below run as a user runs
+    them)."""
     try:
         status = main(list(args))
     except SystemExit as exit:
         status = exit.code
-    stderr = capsys.readouterr().err
+    stderr = capfd.readouterr().err
     assert status == 2
     assert stderr.count("\n") == 1, stderr
     assert message in stderr and "Traceback" not in stderr
 
 
-def test_a_bad_argument_on_the_command_line_exits_2_with_one_line():
-    """The same through ``python -m perflab``: nothing else on standard error (no warning of an
-    import, no traceback)."""
-    done = perflab("bench", "--preset", "small", "--mode", "forward", "--d-model", "100")
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["bench", "--preset", "small", "--mode", "forward", "--d-model", "100"],
+            "d_model (100) must be divisible by num_heads (12)",
+        ),
+        (
+            ["bench", "--preset", "cpu-small", "--mode", "decode", "--freeze"],
+            "freeze applies to a compiled step: add --compile",
+        ),
+        (["run", "99_nothing"], "valid: 01_benchmarking"),
+        (["kernels", "--target", "sm_75"], "choose from 'sm_80', 'sm_90', 'sm_100'"),
+    ],
+)
+def test_a_bad_argument_on_the_command_line_exits_2_with_one_line(args, message):
+    """The training and decoding benchmarks, the notebooks' runner and the kernel compiler,
+    each through ``python -m perflab`` in a fresh process: nothing else on standard error (no
+    warning of a first import, no traceback)."""
+    done = perflab(*args)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
-    assert "d_model (100) must be divisible by num_heads (12)" in done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_bench_prints_json_with_every_sample():

@@ -305,16 +305,14 @@ def _context():
         # AdamW's graph-capture check). Asked through NVML instead, the server stays fork-safe.
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         _CONTEXT = multiprocessing.get_context("forkserver")
-        # A rank imports its function's module, and a lesson's module runs its front door,
-        # with the tables, the plots and the symbolic formulas: imported once, here, instead.
+        # A rank imports its function's module, and a lesson's module runs its front door:
+        # what that imports beside perflab is imported once, here (``rank_preload``).
         _CONTEXT.set_forkserver_preload(
             [
                 "torch",
                 "torch.distributed",
                 "perflab.distributed",
-                "pandas",
-                "sympy",
-                "matplotlib.pyplot",
+                "perflab.distributed.rank_preload",
             ]
         )
     sources = source_fingerprint()

@@ -7,5 +7,5 @@ kernels``), the GPU smoke command (``smoke``) and the lease plan (``lease``), th
 the write-up by handout problem (``report``, ``writeup``, ``handout``), the sources' claims
 beside the workbook's numbers (``claims``), the findings' simulated error rates
 (``finding_rates``) and the notebooks' widgets (``widgets``). A tool may import anything;
-nothing but a tool or a notebook's front door imports one (``tests/test_layers.py``).
+nothing but a tool or a lesson module imports one (``tests/test_layers.py``).
 """
