@@ -1,9 +1,12 @@
 """The public API that ``../shared/WORKBOOK.md`` specifies and notebooks rely on, imported the
 way it is documented."""
 
+import importlib
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +48,40 @@ def test_model_and_distributed_names():
         assert callable(wrapper.finish_gradient_synchronization)
     for wrapper in (DDPIndividualParameters, DDPBucketed):
         assert callable(wrapper.no_sync)
+
+
+LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
+#: The package faces whose ``__all__`` promises names to a user's own code (docs/layout.md).
+FACES = [
+    "perflab.cs336",
+    "perflab.bench",
+    "perflab.profiling",
+    "perflab.attention",
+    "perflab.distributed",
+    "perflab.decode",
+    "perflab.training",
+]
+
+
+def test_docs_layout_lists_these_faces_and_every_name_it_spells_out_imports_from_them():
+    """docs/layout.md's "What a user imports": its faces are ``FACES`` (with ``perflab.model``,
+    the lessons and the command line); each face's ``__all__`` names what it has; and each name
+    a row spells out is importable from a module that row names."""
+    section = LAYOUT.read_text().split("## What a user imports")[1].split("\n## ")[0]
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| ")][1:]
+    modules = r"`(perflab(?:\.[a-z_0-9]+)+)`"
+    named = {module for row in rows for module in re.findall(modules, row[-1])}
+    assert named == {*FACES, "perflab.model", "perflab.lessons", "perflab.tools.cli"}, named
+    for face in FACES:
+        module = importlib.import_module(face)
+        assert module.__all__, face
+        assert [name for name in module.__all__ if not hasattr(module, name)] == [], face
+    for who, what, where in rows:
+        if "command line" in who:
+            continue
+        faces = [importlib.import_module(module) for module in re.findall(modules, where)]
+        for name in re.findall(r"`([A-Za-z]\w*)`", what):
+            assert any(hasattr(face, name) for face in faces), f"{name} ({who})"
 
 
 def _fresh_cpu_python(code: str) -> subprocess.CompletedProcess:
