@@ -138,7 +138,7 @@ timing_table(results)
 
 # %% [markdown]
 # Each row's median comes with its distribution-free interval and the confidence that interval
-# really has (`ci_ms`: 6 timed steps give 96.8%, fewer steps less; `perflab.bench.stats`), and a
+# really has (`ci_ms`: 6 timed steps give 96.8%, fewer steps less; `perflab.measure.stats`), and a
 # row whose samples spread too much (IQR above 25% of the median) is flagged `unstable`: no
 # conclusion is drawn from it.
 #

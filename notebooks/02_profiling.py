@@ -103,7 +103,7 @@ print(f"{preset}, context {context_length}, batch {batch_size}, "
 # %% [markdown]
 # ## 1. Ranges for both profilers
 #
-# `perflab.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA; not yet run) and a
+# `perflab.measure.ranges.annotate(name)` opens an NVTX range (for Nsight, on CUDA; not yet run) and a
 # `torch.profiler.record_function` range at once. Every step the workbook times is annotated
 # with `step`, `forward`, `backward` and `optimizer`; the annotated attention adds
 # `attention/scores`, `attention/softmax` and `attention/weighted_sum`. We record a trace of a
@@ -199,7 +199,7 @@ print(softmax_ratio)
 # Softmax does about 5 FLOPs per score against the matmuls' 4·d, yet it reads and writes the
 # whole score matrix. Is it then bound by memory traffic? Its bytes (the scores read, the
 # probabilities written, float32) over its time, against the copy bandwidth measured on this
-# device (the best of several large copies, `perflab.bench.peak`), answer that from the numbers:
+# device (the best of several large copies, `perflab.measure.peak`), answer that from the numbers:
 
 # %%
 print(softmax_bandwidth)
@@ -263,7 +263,7 @@ else:
 # `kernel_hotspots` works on any Chrome/Kineto trace. Here: rank 0 of a 2-GPU data-parallel
 # training run on an A100 (from HolisticTraceAnalysis' test data, MIT licence, in
 # `data/traces/`). Every kernel gets a category by rules stated in
-# `perflab.profiling.hotspots`: communication, compute-bound, memory-bound or other.
+# `perflab.measure.hotspots`: communication, compute-bound, memory-bound or other.
 
 # %%
 real_path = REPO_ROOT / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"

@@ -260,7 +260,7 @@ nb.figure(fig, "bucket_sweep.png");
 # %% [markdown]
 # Because the variants took turns round by round, each one's rounds pair with naive's rounds:
 # the ratio of their step times comes with an interval, that interval's confidence (96.8% from
-# 6 rounds) and a verdict (`perflab.bench.comparison.paired_comparison`).
+# 6 rounds) and a verdict (`perflab.measure.comparison.paired_comparison`).
 
 # %%
 against_naive = comparison_frame(ddp_comparisons(steps, "naive"))

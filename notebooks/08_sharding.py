@@ -190,7 +190,7 @@ formula.pivot(index="world_size", columns="strategy", values="bytes").div(MiB).r
 # The same data-parallel training (flat all-reduce of the gradients) with AdamW and with
 # `ShardedOptimizer(AdamW)`, both in one launch, taking turns one step each per round, so a slow
 # moment of the machine falls on both; the verdict comes from the paired rounds' ratio and its
-# distribution-free interval (`perflab.bench.comparison`), whose real confidence level depends
+# distribution-free interval (`perflab.measure.comparison`), whose real confidence level depends
 # on the number of rounds (6 give 96.8%, 4 only 87.5%; a verdict needs at least 95%, otherwise
 # the difference is "not established"). The sentence below states the level it has.
 

@@ -291,7 +291,7 @@ print(say.stack_sentence(whole, config.train_step_flops(batch_size, seq_len),
 # of the baseline and of every rung tried (`perflab.lessons.nb09_training_step.ladder_traces`), each compared with
 # the trace of the stack it was tried on by notebook 02's `compare_traces`: the category holding
 # most of the operator time (on a GPU, the kernel time; categories by
-# `perflab.profiling.hotspots.classify`), the hotspot whose time moved most, and what that
+# `perflab.measure.hotspots.classify`), the hotspot whose time moved most, and what that
 # change alone would do to the step by Amdahl's law: a part holding a share s of the time, made
 # r times as long, makes the whole 1 - s + s r as long (`hotspot_alone`), next to all
 # operators (`operators_ratio`) and the measured step (`vs_previous`, from the interleaved
@@ -478,7 +478,7 @@ nb.say(say.memory_sentences(leaderboard_memory, leaderboard,
 # counts each operator's FLOPs and the bytes it reads and writes, and prices each operator at
 # its roofline at stated efficiencies (`Efficiency`, printed below). The GPU is priced twice:
 # as the HGX B200's datasheet rates it, and at the handout's B200 figure, which is the GB200's
-# (`perflab.hardware`, each figure with its source, printed below). FlashAttention and fused
+# (`perflab.measure.hardware`, each figure with its source, printed below). FlashAttention and fused
 # AdamW come from formulas (their eager code is not what a GPU runs); `torch.compile` is its
 # best case, every memory-bound operator fused into the matmuls. Each rung goes on top of the
 # ones before, in the ladder's order, with checkpointing last because memory, not time, asks

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.device import triton_available
+from perflab.measure.device import triton_available
 from perflab.tools.adapters import AdapterLoadError, check_adapters, load_adapters, passed
 from perflab.tools.adapters.loading import ADAPTER_NAMES
 
@@ -409,7 +409,7 @@ def test_each_implementation_and_version_gets_its_own_results_folder(tmp_path):
         "--parts",
         "optimizer",
     )
-    from perflab.paths import data_dir
+    from perflab.measure.paths import data_dir
 
     where = f"{data_dir().resolve() / 'results'}/<notebook>/{alice}/"  # a full path
     assert where.startswith("/") and where in done.stderr.splitlines()[0]

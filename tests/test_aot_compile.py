@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab.device import triton_available  # noqa: E402
+from perflab.measure.device import triton_available  # noqa: E402
 
 if not triton_available():
     pytest.skip("Triton is not installed (Linux-only): nothing to compile", allow_module_level=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from perflab.bench.attention_timing import attention_flops, flash_speed, host_ms
-from perflab.bench.comparison import comparison_frame
+from perflab.measure.comparison import comparison_frame
 
 CPU = torch.device("cpu")
 

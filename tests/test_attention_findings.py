@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.bench.comparison import Comparison
 from perflab.findings import attention as say
+from perflab.measure.comparison import Comparison
 
 GiB = 2**30
 
@@ -158,7 +158,7 @@ def test_implementation_checks_and_weighted_sum_line():
 
 def test_the_smoke_comparison_of_another_device_is_shown_with_its_source(monkeypatch, tmp_path):
     from perflab.findings.attention import smoke_comparisons_elsewhere
-    from perflab.paths import device_slug
+    from perflab.measure.paths import device_slug
 
     monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))
     for slug in (device_slug("cpu"), "nvidia-h200"):  # this device's own rows are not shown

@@ -6,9 +6,9 @@ import torch
 
 from perflab.bench import BenchConfig, make_step, random_batch, run_benchmark
 from perflab.bench.steps import phase_columns
-from perflab.bench.tables import phase_breakdown, throughput
-from perflab.bench.timer import PhaseClock
 from perflab.lessons.nb01_benchmarking.warmup import warmup_samples
+from perflab.measure.tables import phase_breakdown, throughput
+from perflab.measure.timer import PhaseClock
 from perflab.model import PRESETS, TransformerLM
 
 
@@ -161,7 +161,7 @@ def test_throughput_mfu_against_peak():
 
 
 def test_mfu_lines_take_the_best_from_stable_rows_and_claim_no_difference():
-    from perflab.bench.tables import mfu_lines
+    from perflab.measure.tables import mfu_lines
 
     rates = pd.DataFrame(
         {
@@ -239,8 +239,8 @@ def test_warmup_conclusion_says_what_the_exact_test_shows():
 
 
 def test_the_warmup_finding_passes_check_results(tmp_path):
-    from perflab.bench.conclusions import conclude_all
     from perflab.lessons.nb01_benchmarking.warmup import warmup_effect, warmup_finding
+    from perflab.measure.conclusions import conclude_all
     from perflab.tools.check_results import check_results
 
     flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
@@ -274,8 +274,8 @@ def _clock(phases_per_call):
 
 
 def test_phases_are_paired_by_round_from_the_faster_call_of_each():
-    from perflab.bench.comparison import paired_comparison
     from perflab.bench.steps import phase_comparisons
+    from perflab.measure.comparison import paired_comparison
 
     warm = {"forward": 9.0, "backward": 9.0}
     a_calls = [warm] + [{"forward": 1.0, "backward": 2.0}, {"forward": 1.5, "backward": 2.5}] * 3

@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from perflab.bench.comparison import paired_comparison
-from perflab.bench.conclusions import UNSTABLE_SENTENCE, conclude
+from perflab.measure.comparison import paired_comparison
+from perflab.measure.conclusions import UNSTABLE_SENTENCE, conclude
 from perflab.tools.check_results import check_results
 from perflab.tools.cli import main
 
@@ -299,8 +299,8 @@ def test_phase_findings_state_their_interval_and_record_it(tmp_path):
     """Planted: backward 2.1x the forward with an interval 1.9–2.3 at 96.9% is consistent with
     the FLOP model's 2x; at 75% (three steps) nothing is concluded. The stated interval is
     recorded with the sentence, so check-results has something to hold it to."""
-    from perflab.bench.conclusions import conclude_all
-    from perflab.bench.tables import phase_findings
+    from perflab.measure.conclusions import conclude_all
+    from perflab.measure.tables import phase_findings
 
     breakdown = pd.DataFrame(
         [

@@ -111,7 +111,7 @@ def test_every_answer_resolves_to_a_committed_result(claim):
 def test_answers_are_read_from_the_results_not_typed(tmp_path):
     folder = tmp_path / "10_decoding" / "some-cpu"
     folder.mkdir(parents=True)
-    from perflab.paths import library_tree
+    from perflab.measure.paths import library_tree
 
     pd.DataFrame(
         {
@@ -167,7 +167,7 @@ def test_docs_sources_is_rendered_from_the_committed_results():
 
 
 def test_the_writeup_appendix_holds_the_claims_beside_each_folder(tmp_path):
-    from perflab.paths import library_tree
+    from perflab.measure.paths import library_tree
 
     folder = tmp_path / "cpu" / "01_benchmarking" / "amd-epyc"
     folder.mkdir(parents=True)

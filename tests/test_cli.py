@@ -5,7 +5,7 @@ import sys
 import nbformat
 import pytest
 
-from perflab.device import triton_available
+from perflab.measure.device import triton_available
 from perflab.tools.cli import main, parse_parameter_value, resolve_notebook
 
 
@@ -230,7 +230,7 @@ def test_run_executes_a_notebook_with_parameters(tmp_path):
 def test_run_writes_into_perflabs_output_not_the_folder_it_runs_from(tmp_path):
     """A student runs it from their course checkout: nothing lands there (the submission
     script would zip it); the executed notebook goes to perflab's output/, named in full."""
-    from perflab.paths import REPO_ROOT
+    from perflab.measure.paths import REPO_ROOT
 
     path = tmp_path / "07_output_place_test.ipynb"
     _notebook(path, "y = x")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from perflab.bench import Timing, compare
-from perflab.bench.comparison import describe_ratio, noise_check, paired_comparison, verdict
-from perflab.bench.stats import is_unstable, level_text, median_interval, order_statistic_level
+from perflab.measure.comparison import describe_ratio, noise_check, paired_comparison, verdict
+from perflab.measure.stats import is_unstable, level_text, median_interval, order_statistic_level
 
 
 @pytest.mark.parametrize("burst", [False, True], ids=["quiet", "burst"])
@@ -115,7 +115,7 @@ def test_noise_check_command_prints_the_rates(capsys):
 def test_least_squares_recovers_a_plane_and_its_r2():
     import numpy as np
 
-    from perflab.bench.stats import least_squares
+    from perflab.measure.stats import least_squares
 
     x = np.arange(1.0, 9.0)
     exact = 2.0 + 3.0 * x - 0.5 / x
@@ -127,7 +127,7 @@ def test_least_squares_recovers_a_plane_and_its_r2():
 
 
 def test_paired_table_against_a_reference():
-    from perflab.bench.comparison import paired_table
+    from perflab.measure.comparison import paired_table
 
     times = {
         "ref": [1.0, 1.1, 0.9, 1.0, 1.05, 1.0],
@@ -152,7 +152,7 @@ def test_paired_table_against_a_reference():
 def test_adaptive_rounds_stop_at_a_verdict_or_the_budget():
     import torch
 
-    from perflab.bench.comparison import first_look_rounds, look_schedule
+    from perflab.measure.comparison import first_look_rounds, look_schedule
 
     assert look_schedule(8, 48) == [8, 16, 32, 48] and first_look_rounds() == 8
     x = torch.randn(160, 160, generator=torch.Generator().manual_seed(0))
@@ -179,7 +179,7 @@ def test_adaptive_rounds_stop_at_a_verdict_or_the_budget():
 
 
 def test_the_looks_are_planned_from_the_budget():
-    from perflab.bench.comparison import planned_max_rounds
+    from perflab.measure.comparison import planned_max_rounds
 
     # Up to 48 rounds from 6: caps 6, 12, 24, 48; the longest schedule that fits is taken.
     assert planned_max_rounds(6, 48, fits=lambda n: True) == 48
@@ -208,7 +208,7 @@ def test_adaptive_rounds_from_fewer_rounds_than_the_first_look(
     """Adaptive rounds start at first_look_rounds (6 or more) whatever ``rounds`` says; the
     round order once held only max(rounds, max_rounds) entries, and the sixth round raised
     IndexError."""
-    from perflab.bench.stats import max_level
+    from perflab.measure.stats import max_level
 
     calls = []
     result = compare(
@@ -244,7 +244,7 @@ def test_each_comparison_draws_its_own_round_order_and_records_it():
 
 
 def test_labels_and_details_travel_with_a_comparison_into_its_row():
-    from perflab.bench.comparison import comparison_frame, paired_comparison
+    from perflab.measure.comparison import comparison_frame, paired_comparison
 
     plain = paired_comparison([2.0] * 6, [1.0] * 6, names=("a", "b"))
     labelled = plain.with_labels(seq_len=64).with_details(max_abs_diff=0.5)

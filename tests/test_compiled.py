@@ -82,7 +82,7 @@ def test_the_default_compile_is_not_thrown_away_by_the_next_mode(monkeypatch):
 
 
 def _same(names):
-    from perflab.bench.comparison import paired_comparison
+    from perflab.measure.comparison import paired_comparison
 
     return paired_comparison([1.0] * 6, [1.0] * 6, names=names)
 
@@ -90,7 +90,7 @@ def _same(names):
 def test_the_payback_is_given_with_the_range_its_ratio_interval_allows():
     """10 s of compilation, eager 100 ms a step, compiled 0.5x (interval 0.4-0.6): a step saves
     50 ms (40-60), so it pays back after 200 steps (167-250 by the interval)."""
-    from perflab.bench.comparison import Comparison
+    from perflab.measure.comparison import Comparison
 
     faster = Comparison("eager", "compiled", (0.1,) * 6, (0.05,) * 6, 0.5, (0.4, 0.6), 0.03,
                         0.968, 0.95)  # fmt: skip

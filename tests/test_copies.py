@@ -6,8 +6,8 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from perflab.attention import naive_attention
+from perflab.measure.capture import profiling
 from perflab.model import ModelConfig
-from perflab.profiling.capture import profiling
 from perflab.profiling.copies import copy_sites
 from perflab.training.step_profile import attention_masking_in_place, compare_mask_copy
 
@@ -47,7 +47,7 @@ def test_a_copy_called_directly_inside_a_range_is_not_credited_to_the_range():
 def test_a_forward_copy_and_its_backward_copy_are_separate_rows():
     """masked_fill's backward masks the gradient out of place too: writing the mask in place
     removes the forward's copy only, so the table must tell the two apart."""
-    from perflab.ranges import annotate
+    from perflab.measure.ranges import annotate
 
     x = torch.randn(32, 32, requires_grad=True)
     mask = torch.rand(32, 32) > 0.5

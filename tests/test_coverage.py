@@ -1,6 +1,6 @@
 """The comparison's intervals hold the confidence they state, and identical work rarely reads
 as a difference: simulated interleaved A/A and A/B runs (multiplicative noise with bursts on
-either side, ``perflab.bench.simulate``) at every round count a notebook uses, fixed and
+either side, ``perflab.measure.simulate``) at every round count a notebook uses, fixed and
 adaptive. Seeded, so the numbers are the same on every machine; the run counts make a miss of
 2 points at least 3.5 standard errors (8,000 intervals per row)."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from perflab.bench.simulate import SIMULATED_ROUNDS as SIMULATED
-from perflab.bench.simulate import coverage_table
+from perflab.measure.simulate import SIMULATED_ROUNDS as SIMULATED
+from perflab.measure.simulate import coverage_table
 from perflab.settings import FULL_SIZES
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"

@@ -5,8 +5,6 @@ parts (bytes, memory, graphs, correctness flags) are right."""
 import pytest
 import torch
 
-from perflab.bench.peak import measure_copy_bandwidth
-from perflab.bench.stats import max_level
 from perflab.lessons.nb10_decoding.costs import (
     decode_step_bytes,
     flops_per_token,
@@ -25,6 +23,8 @@ from perflab.lessons.nb10_decoding.measurements import (
     prefill_vs_decode,
     throughput_by_batch,
 )
+from perflab.measure.peak import measure_copy_bandwidth
+from perflab.measure.stats import max_level
 from perflab.model import PRESETS, ModelConfig
 from perflab.plots.decode import plot_decode_roofline
 
@@ -184,7 +184,7 @@ def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(
     counted here from the model's own weight tensors, not with
     perflab.lessons.nb10_decoding.costs."""
     import perflab.lessons.nb10_decoding.roofline as roofline
-    from perflab.bench.timer import Timing
+    from perflab.measure.timer import Timing
 
     monkeypatch.setattr(
         roofline, "time_fn", lambda fn, warmup, steps, device: Timing((0.02,) * steps, warmup)

@@ -12,10 +12,7 @@ import time
 import pytest
 import torch
 
-from perflab.bench.peak import CopyBandwidth, PeakMatmul
-from perflab.bench.timer import Timing
 from perflab.decode import CACHES
-from perflab.device import last_level_cache_bytes
 from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
@@ -33,6 +30,9 @@ from perflab.lessons.nb10_decoding.roofline import (
     decode_step,
     roofline_columns,
 )
+from perflab.measure.device import last_level_cache_bytes
+from perflab.measure.peak import CopyBandwidth, PeakMatmul
+from perflab.measure.timer import Timing
 from perflab.model import ModelConfig, get_preset
 
 TINY = ModelConfig(

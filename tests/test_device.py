@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from perflab.bench.crosscheck import compare_timers, matmul_size_for
-from perflab.bench.peak import measure_peak_matmul
-from perflab.device import describe, last_level_cache_bytes, parse_dtype, resolve_device
+from perflab.measure.crosscheck import compare_timers, matmul_size_for
+from perflab.measure.device import describe, last_level_cache_bytes, parse_dtype, resolve_device
+from perflab.measure.peak import measure_peak_matmul
 
 CPU = torch.device("cpu")
 
@@ -61,7 +61,7 @@ def test_compare_timers_table():
 def test_a_gpu_that_torch_cannot_use_is_said_once_with_the_fix(tmp_path, monkeypatch):
     """nvidia-smi lists a GPU, torch sees none (a driver too old for the CUDA 13 wheels, or a
     CPU build): "auto" still resolves to the CPU, with one warning naming the fix."""
-    import perflab.device as device
+    import perflab.measure.device as device
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)'\n")
@@ -93,7 +93,7 @@ def test_mps_where_torch_cannot_use_it_is_a_clear_error():
 def test_gpu_memory_is_read_from_the_device_or_the_reference_h100(monkeypatch):
     from types import SimpleNamespace
 
-    from perflab.device import REFERENCE_GPU_MEMORY_GIB, gpu_memory_gib
+    from perflab.measure.device import REFERENCE_GPU_MEMORY_GIB, gpu_memory_gib
 
     assert gpu_memory_gib("auto", torch.device("cpu")) == REFERENCE_GPU_MEMORY_GIB
     assert gpu_memory_gib(40, torch.device("cpu")) == 40.0

@@ -22,7 +22,6 @@ import pytest
 import torch
 from torch import nn
 
-from perflab.bench.comparison import comparison_frame
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.ddp import plan_buckets
 from perflab.distributed.fsdp import FSDP
@@ -48,6 +47,7 @@ from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
     allreduce_sweep,
     check_allreduce_rank,
 )
+from perflab.measure.comparison import comparison_frame
 
 
 def _no_children_left():
@@ -338,9 +338,9 @@ def test_ddp_sweep_measures_variants_together_and_keeps_going(tmp_path):
 def test_a_row_finished_before_a_failing_configuration_is_kept(tmp_path):
     """Rank 1 fails on the next configuration while rank 0 is still finishing the previous
     one: the finished row must not be lost and blamed (it once was, flakily, in CI)."""
-    from perflab.bench.sweep import Sweep
     from perflab.distributed.launch import late_row_then_failure
     from perflab.distributed.launch_sweep import launch_sweep
+    from perflab.measure.sweep import Sweep
 
     configs = [{"world_size": 2, "name": "late"}, {"world_size": 2, "name": "fail"}]
     sweep = Sweep(tmp_path / "s.csv", ["world_size", "name"])
@@ -527,8 +527,8 @@ def test_fsdp_prefetch_depths_take_turns_and_count_their_gathers_in_time(tmp_pat
 
 
 def test_zero_configs_time_adamw_and_sharded_adamw_in_turns(tmp_path):
-    from perflab.bench.comparison import paired_comparison
     from perflab.distributed.ddp_benchmark import ZERO_KEY, ddp_sweep, zero_configs
+    from perflab.measure.comparison import paired_comparison
 
     frame = ddp_sweep(
         tmp_path / "zero.csv",

@@ -19,7 +19,7 @@ import torch
 from perflab.attention import naive_attention
 from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
 from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
-from perflab.device import triton_available
+from perflab.measure.device import triton_available
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 #: Without Triton (macOS, Windows) the PyTorch implementation is still tested.

@@ -1,10 +1,11 @@
-"""The one table of GPU datasheet figures (perflab.hardware), held against its own sources."""
+"""The one table of GPU datasheet figures (perflab.measure.hardware), held against its own
+sources."""
 
 import re
 
 import pytest
 
-from perflab.hardware import GPUS, HANDOUT_B200, datasheet_for, gpu
+from perflab.measure.hardware import GPUS, HANDOUT_B200, datasheet_for, gpu
 
 
 @pytest.mark.parametrize("spec", GPUS.values(), ids=lambda spec: spec.name)

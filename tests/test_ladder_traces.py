@@ -15,8 +15,8 @@ from perflab.lessons.nb09_training_step.ladder_traces import (
     bound_sentence,
     greedy_bound_table,
 )
+from perflab.measure.hotspots import CATEGORIES
 from perflab.model import ModelConfig
-from perflab.profiling.hotspots import CATEGORIES
 from perflab.training.ladder import greedy_ladder
 
 

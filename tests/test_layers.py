@@ -16,13 +16,9 @@ import pytest
 LIB = Path(__file__).resolve().parents[1] / "lib"
 #: Layer of each top-level part of ``perflab``, from the ground up (docs/layout.md).
 LAYERS = {
-    "device": 0,
-    "ranges": 0,
+    "measure": 0,
     "checkpointing": 0,
-    "paths": 0,
     "settings": 0,
-    "progress": 0,
-    "hardware": 0,
     "attention": 1,
     "fused_cross_entropy": 1,
     "rotary": 1,
@@ -80,33 +76,20 @@ IMPLEMENTATIONS = {
 #: What an implementation may use beside torch, Triton and the others: the ranges it opens (the
 #: annotated attention's lesson), and the kernel compiler with the GPUs' figures, which the
 #: autotuner's pruner asks which tile configurations fit a GPU.
-IMPLEMENTATION_HELPERS = {"perflab.ranges", "perflab.attention.triton_compile", "perflab.hardware"}
+IMPLEMENTATION_HELPERS = {
+    "perflab.measure.ranges",
+    "perflab.attention.triton_compile",
+    "perflab.measure.hardware",
+}
 #: Third-party packages an implementation may import (pandas for the tables of presets and
 #: kernel configurations that they print).
 IMPLEMENTATION_PACKAGES = {"torch", "triton", "numpy", "pandas"}
-#: The measuring core: it times, compares, profiles and stores any callable's results.
-MEASURING_CORE = {
-    "perflab.bench.timer",
-    "perflab.bench.stats",
-    "perflab.bench.comparison",
-    "perflab.bench.simulate",
-    "perflab.bench.sweep",
-    "perflab.bench.peak",
-    "perflab.bench.crosscheck",
-    "perflab.bench.conclusions",
-    "perflab.bench.tables",
-    "perflab.profiling.capture",
-    "perflab.profiling.trace",
-    "perflab.profiling.summary",
-    "perflab.profiling.hotspots",
-    "perflab.profiling.nsys",
-    "perflab.memory.timeline",
-    "perflab.paths",
-    "perflab.device",
-    "perflab.progress",
-    "perflab.ranges",
-    "perflab.hardware",
-}
+#: The measuring core, the folder ``lib/perflab/measure/``: the timer, the statistics and
+#: ``Comparison``, the simulations of the intervals, sweeps, peaks, the timer cross-check, the
+#: conclusions and tables, profiler capture, traces and their summaries, hotspots, nsys, memory
+#: timelines, the results store with provenance (``paths``), devices, progress bars, named
+#: ranges and the GPUs' figures. It times, compares, profiles and stores any callable's results.
+MEASURING_CORE = {"perflab.measure"}  # the folder: everything below lib/perflab/measure/
 
 
 def _module(path: Path) -> str:
@@ -154,7 +137,7 @@ def _module_in(path: Path, lib: Path) -> str:
 
 
 def _defining(name: str, known: set[str]) -> str:
-    """The module that defines ``name`` (``perflab.bench.timer.time_fn`` -> its module)."""
+    """The module that defines ``name`` (``perflab.measure.timer.time_fn`` -> its module)."""
     while name not in known and "." in name:
         name = name.rpartition(".")[0]
     return name
@@ -226,8 +209,9 @@ def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -
         third = {n.split(".")[0] for n in everything[module] if not _is_perflab(n)}
         third -= set(sys.stdlib_module_names) | {"__future__"} | IMPLEMENTATION_PACKAGES
         problems += [f"{module} (an implementation) imports {t}" for t in sorted(wrong | third)]
-    for module in sorted(MEASURING_CORE & known):
-        wrong = {_defining(t, known) for t in graph[module]} - MEASURING_CORE - {"perflab"}
+    for module in sorted(m for m in known if _in(m, MEASURING_CORE)):
+        targets = {_defining(t, known) for t in graph[module]} - {"perflab"}
+        wrong = {t for t in targets if not _in(t, MEASURING_CORE)}
         problems += [f"{module} (measuring core) imports {t}" for t in sorted(wrong)]
     return problems
 
@@ -258,12 +242,11 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
     that one notebook's code alone uses: it belongs in that notebook's lesson package
     (``perflab.lessons.nbNN_name.<module>``), beside the front door that shows it. The figures
     stay in ``plots``, one module per topic."""
-    wings = IMPLEMENTATIONS | IMPLEMENTATION_HELPERS | MEASURING_CORE | TOOLS
     problems = []
     for module in sorted(graph):
         if (
-            module in wings
-            or _is_tool(module)
+            module in IMPLEMENTATIONS | IMPLEMENTATION_HELPERS
+            or _in(module, MEASURING_CORE | TOOLS)
             or module.count(".") < 2  # perflab itself and the top-level packages' faces
             and module.rpartition(".")[2] in PACKAGES
             or module.startswith(("perflab.lessons", "perflab.plots"))
@@ -276,8 +259,8 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
 
 
 #: The library's packages (their ``__init__`` is the package's face, not a module of its own).
-PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "memory", "profiling",
-            "training", "tools", "findings", "plots", "lessons"}  # fmt: skip
+PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "measure", "memory",
+            "profiling", "training", "tools", "findings", "plots", "lessons"}  # fmt: skip
 
 
 def test_each_notebooks_own_experiments_live_in_its_lesson_package():
@@ -330,7 +313,7 @@ def test_no_module_imports_from_a_higher_layer():
 
 def _with_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """``graph`` with the packages whose ``__init__`` importing a module runs first: importing
-    ``perflab.lessons.nb04_memory.measure`` from outside that lesson runs
+    ``perflab.lessons.nb04_memory.step_memory`` from outside that lesson runs
     ``perflab.lessons.nb04_memory`` (its front door) before it. A module's own packages are
     already running, so they add nothing."""
     known = set(graph)
@@ -384,13 +367,13 @@ def test_a_planted_circle_through_a_package_front_door_is_found():
     graph = {
         "perflab": set(),
         "perflab.findings": set(),
-        "perflab.findings.memory": {"perflab.lessons.nb04_memory.measure"},
+        "perflab.findings.memory": {"perflab.lessons.nb04_memory.step_memory"},
         "perflab.lessons": set(),
         "perflab.lessons.nb04_memory": {
             "perflab.findings.memory",
-            "perflab.lessons.nb04_memory.measure",
+            "perflab.lessons.nb04_memory.step_memory",
         },
-        "perflab.lessons.nb04_memory.measure": set(),
+        "perflab.lessons.nb04_memory.step_memory": set(),
     }
     assert import_circle(graph) == [
         "perflab.findings.memory",
@@ -404,7 +387,7 @@ def test_a_planted_circle_through_a_package_front_door_is_found():
 def test_the_scan_sees_imports():
     graph = _imports()
     assert "perflab.checkpointing" in graph["perflab.model"]
-    assert "perflab.bench.timer" in graph["perflab.bench.peak"]
+    assert "perflab.measure.timer" in graph["perflab.measure.peak"]
 
 
 def test_the_wings_listed_exist():
@@ -419,24 +402,25 @@ def test_implementations_import_only_each_other_and_the_core_no_experiment():
 @pytest.mark.parametrize(
     "module, source, problem",
     [
-        ("model.py", "def f():\n    from perflab.bench.timer import time_fn\n",
-         "perflab.model (an implementation) imports perflab.bench.timer"),
+        ("model.py", "def f():\n    from perflab.measure.timer import time_fn\n",
+         "perflab.model (an implementation) imports perflab.measure.timer"),
         ("model.py", "import scipy\nimport torch\nimport triton.language\n",
          "perflab.model (an implementation) imports scipy"),
-        ("bench/timer.py", "from perflab.model import TransformerLM\n",
-         "perflab.bench.timer (measuring core) imports perflab.model"),
-        ("paths.py", "import perflab.decode.measurements\n",
-         "perflab.paths (measuring core) imports perflab.decode.measurements"),
-        ("paths.py", "from perflab import model\n",
-         "perflab.paths (measuring core) imports perflab.model"),
-        ("bench/timer.py", "from ..decode import measurements\n",
-         "perflab.bench.timer (measuring core) imports perflab.decode.measurements"),
-        ("model.py", "from .bench.timer import time_fn\n",
-         "perflab.model (an implementation) imports perflab.bench.timer"),
+        ("measure/timer.py", "from perflab.model import TransformerLM\n",
+         "perflab.measure.timer (measuring core) imports perflab.model"),
+        ("measure/paths.py", "import perflab.decode.measurements\n",
+         "perflab.measure.paths (measuring core) imports perflab.decode.measurements"),
+        ("measure/paths.py", "from perflab import model\n",
+         "perflab.measure.paths (measuring core) imports perflab.model"),
+        ("measure/timer.py", "from ..decode import measurements\n",
+         "perflab.measure.timer (measuring core) imports perflab.decode.measurements"),
+        ("model.py", "from .measure.timer import time_fn\n",
+         "perflab.model (an implementation) imports perflab.measure.timer"),
     ],
 )  # fmt: skip
 def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
-    for name in ("__init__.py", "bench/__init__.py", "bench/timer.py", "model.py", "paths.py",
+    for name in ("__init__.py", "measure/__init__.py", "measure/timer.py", "model.py",
+                 "measure/paths.py",
                  "decode/__init__.py", "decode/measurements.py"):  # fmt: skip
         (tmp_path / "perflab" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "perflab" / name).write_text("import torch\n")
@@ -509,10 +493,10 @@ def test_the_notebook_scan_sees_modules_and_private_names(tmp_path):
     script = tmp_path / "01_x.py"
     script.write_text(
         "import pandas as pd\nfrom perflab.lessons.nb01_x import a\n"
-        "from perflab.bench.timer import _clock, time_fn\nimport perflab.model\n"
+        "from perflab.measure.timer import _clock, time_fn\nimport perflab.model\n"
     )
     assert notebook_imports(script) == (
-        {"perflab.lessons.nb01_x", "perflab.bench.timer", "perflab.model"},
+        {"perflab.lessons.nb01_x", "perflab.measure.timer", "perflab.model"},
         {"_clock"},
     )
 
@@ -572,7 +556,7 @@ def one_of_each_problems(sources: dict[str, str]) -> list[str]:
     """Where the library makes a second of what it keeps one of (docs/layout.md): a
     ``TransformerLM(...)`` built outside ``model.build_model``, a Triton kernel compiled for a
     GPU outside ``attention.triton_compile``, a ``rounds`` parameter whose default is a number
-    of its own instead of ``bench.stats.ROUNDS``, a comparison function (``comparison_functions``)
+    of its own instead of ``measure.stats.ROUNDS``, a comparison function (``comparison_functions``)
     that returns something other than ``COMPARISON_RETURNS`` (or, in ``perflab.findings``,
     ``FINDINGS_RETURNS``). ``sources``: a file's name -> its text."""
     problems = []

@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from perflab.bench.comparison import paired_comparison
 from perflab.lessons import open_notebook
-from perflab.paths import device_slug
+from perflab.measure.comparison import paired_comparison
+from perflab.measure.paths import device_slug
 
 
 @pytest.fixture

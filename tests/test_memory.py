@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from perflab.checkpointing import forward_counts, run_blocks
-from perflab.lessons.nb04_memory.measure import (
+from perflab.lessons.nb04_memory.step_memory import (
     checkpoint_peak,
     log_fit,
     measured_residual_bytes,
@@ -12,8 +12,8 @@ from perflab.lessons.nb04_memory.measure import (
     residual_stream_bytes,
     rmsnorm_saved_tensors,
 )
+from perflab.measure.timeline import peak_memory, record_timeline, timeline_from_snapshot
 from perflab.memory.saved import saved_by_producer, saved_bytes, saved_tensors
-from perflab.memory.timeline import peak_memory, record_timeline, timeline_from_snapshot
 from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 CPU = torch.device("cpu")
@@ -92,14 +92,14 @@ def test_checkpointing_lowers_the_measured_peak():
 def test_checkpointing_cost_is_timed_by_the_synchronising_timer(monkeypatch):
     """The recomputation cost goes through ``time_fn``, which waits for the device before and
     after each step (a bare perf_counter would time only the kernel launches on a GPU)."""
-    import perflab.bench.timer as timer
-    import perflab.lessons.nb04_memory.measure as measure
+    import perflab.lessons.nb04_memory.step_memory as step_memory
+    import perflab.measure.timer as timer
 
     synced, timings = [], []
     monkeypatch.setattr(timer, "synchronize", lambda device: synced.append(torch.device(device)))
-    real_time_fn = measure.time_fn
+    real_time_fn = step_memory.time_fn
     monkeypatch.setattr(
-        measure, "time_fn", lambda *a, **k: timings.append(real_time_fn(*a, **k)) or timings[-1]
+        step_memory, "time_fn", lambda *a, **k: timings.append(real_time_fn(*a, **k)) or timings[-1]
     )
     result = checkpoint_peak("cpu-tiny", 2, 1, 16, "single", group_size=1, device=CPU, repeats=3)
     assert synced == [torch.device("cpu")] * 6  # before and after each of the 3 steps
@@ -200,7 +200,7 @@ def test_timeline_from_a_cuda_snapshot():
 
 def test_each_blocks_gradients_are_found_in_the_allocator_record():
     from perflab.lessons.nb04_memory.findings import gradient_line
-    from perflab.lessons.nb04_memory.measure import gradient_memory
+    from perflab.lessons.nb04_memory.step_memory import gradient_memory
 
     gradients, backward_ms = gradient_memory("cpu-tiny", 2, 16, CPU)
     config = PRESETS["cpu-tiny"]
@@ -292,7 +292,7 @@ def test_memory_snapshots_are_pickled_with_protocol_4(tmp_path):
     """pytorch.org/memory_viz cannot read protocol 5, newer Pythons' default."""
     import pickle
 
-    from perflab.memory.timeline import save_snapshot
+    from perflab.measure.timeline import save_snapshot
 
     path = save_snapshot({"segments": [], "device_traces": [[]]}, tmp_path / "s" / "snap.pickle")
     data = path.read_bytes()
@@ -322,7 +322,7 @@ def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_siz
     they weigh more) against the CPU allocator's measured peaks."""
     from perflab.bench.steps import BenchConfig
     from perflab.lessons.nb04_memory.at_scale import model_saved_tensors, whole_step_memory
-    from perflab.lessons.nb04_memory.measure import step_peak_memory
+    from perflab.lessons.nb04_memory.step_memory import step_peak_memory
 
     config = PRESETS["cpu-tiny"]
     on_meta = model_saved_tensors(config, batch_size, seq_len)
@@ -367,7 +367,7 @@ def test_the_cuda_memory_history_records_python_stacks_only(monkeypatch):
     """GPU path, checked here with the recorder stubbed: every allocation's C++ stack (the
     recorder's default) slows a large step by orders of magnitude; Python frames say what a
     reader can act on."""
-    import perflab.memory.timeline as timeline
+    import perflab.measure.timeline as timeline
 
     calls = []
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from perflab.device import device_name
+from perflab.measure.device import device_name
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 #: Calls whose result names or depends on the device, backend or machine.

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from perflab.bench import steps
-from perflab.bench.comparison import paired_comparison
 from perflab.lessons.nb03_mixed_precision.loss_scaling import scaler_lines, underflow_lines
 from perflab.lessons.nb03_mixed_precision.precision import (
     accumulation_experiment,
@@ -16,7 +15,8 @@ from perflab.lessons.nb03_mixed_precision.precision import (
     audit_lines,
     sensitivity_line,
 )
-from perflab.paths import listing
+from perflab.measure.comparison import paired_comparison
+from perflab.measure.paths import listing
 from perflab.tools.check_results import contradictions_line
 
 

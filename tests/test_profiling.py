@@ -11,6 +11,10 @@ import torch
 from perflab.attention import ATTENTION_RANGES, annotated_attention, naive_attention
 from perflab.bench import BenchConfig
 from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.measure.hotspots import busy_fraction, short_name
+from perflab.measure.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
+from perflab.measure.summary import SUMMARY_COLUMNS, range_names, range_totals
+from perflab.measure.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 from perflab.profiling import (
     TraceError,
     category_shares,
@@ -20,10 +24,6 @@ from perflab.profiling import (
     kernel_summary,
     load_trace,
 )
-from perflab.profiling.hotspots import busy_fraction, short_name
-from perflab.profiling.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
-from perflab.profiling.summary import SUMMARY_COLUMNS, range_names, range_totals
-from perflab.profiling.trace import CPU_OPERATORS, DEVICE_KERNELS, self_times, within
 
 REAL_TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_ddp_rank0.pt.trace.json.gz"
 
@@ -455,7 +455,7 @@ def test_nsys_command_captures_only_the_timed_range(tmp_path):
 
 @pytest.mark.skipif(not nsys_available(), reason="GPU-only: needs CUDA and nsys on PATH")
 def test_nsys_kernel_summary_on_gpu(tmp_path):
-    from perflab.profiling.nsys import nsys_kernel_summary
+    from perflab.measure.nsys import nsys_kernel_summary
 
     summary = nsys_kernel_summary(
         [

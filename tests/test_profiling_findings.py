@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from perflab.lessons.nb02_profiling import findings as say
+from perflab.measure.hotspots import TraceComparison
+from perflab.measure.summary import KernelSummary, summarize_durations
 from perflab.model import get_preset
-from perflab.profiling.hotspots import TraceComparison
-from perflab.profiling.summary import KernelSummary, summarize_durations
 
 TINY = get_preset("cpu-tiny")
 

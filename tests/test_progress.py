@@ -1,9 +1,10 @@
-"""perflab.progress: an executed notebook keeps a bar's finished text, not its first frame."""
+"""perflab.measure.progress: an executed notebook keeps a bar's finished text, not its first
+frame."""
 
 import nbformat
 from nbclient import NotebookClient
 
-from perflab.progress import IN_NOTEBOOK, progress
+from perflab.measure.progress import IN_NOTEBOOK, progress
 
 
 def _bar_texts(outputs: list) -> list[str]:
@@ -13,7 +14,7 @@ def _bar_texts(outputs: list) -> list[str]:
 
 def test_an_executed_notebook_keeps_each_bars_last_state():
     cell = nbformat.v4.new_code_cell(
-        "from perflab.progress import progress\n"
+        "from perflab.measure.progress import progress\n"
         "for _ in progress(range(3), desc='sweep', unit='config'):\n"
         "    pass\n"
         "with progress(total=4, desc='manual') as bar:\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from perflab.device import triton_available
+from perflab.measure.device import triton_available
 
 NEEDS_TRITON = pytest.mark.skipif(not triton_available(), reason="Triton is not installed")
 

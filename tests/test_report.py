@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perflab.paths import save_table  # noqa: E402
+from perflab.measure.paths import save_table  # noqa: E402
 from perflab.tools.cli import main  # noqa: E402
 from perflab.tools.report import MAX_ROWS, build_report  # noqa: E402
 

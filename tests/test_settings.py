@@ -4,7 +4,7 @@ the full sizes, which must name real parameters of the right kind."""
 import papermill
 import pytest
 
-from perflab.paths import REPO_ROOT
+from perflab.measure.paths import REPO_ROOT
 from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names, record_settings
 from perflab.tools import cli
 
@@ -69,7 +69,7 @@ def test_papermill_reads_every_line_of_the_parameters_cell(notebook):
 
 
 def test_commit_is_read_from_git_or_from_perflab_commit(monkeypatch):
-    from perflab.paths import git_commit
+    from perflab.measure.paths import git_commit
 
     monkeypatch.delenv("PERFLAB_COMMIT", raising=False)
     from_git = git_commit()
@@ -84,7 +84,7 @@ def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp
     import shutil
     import subprocess
 
-    from perflab import paths
+    from perflab.measure import paths
 
     if shutil.which("git") is None:
         pytest.skip("needs git")
@@ -115,8 +115,8 @@ def test_a_commit_is_dirty_only_when_the_measuring_code_changed(monkeypatch, tmp
 
 
 def test_results_elsewhere_reads_other_devices_rows_with_their_source(monkeypatch, tmp_path):
-    from perflab import paths
-    from perflab.paths import device_slug, results_elsewhere
+    from perflab.measure import paths
+    from perflab.measure.paths import device_slug, results_elsewhere
 
     monkeypatch.setenv("PERFLAB_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setattr(paths, "library_tree", lambda: "083dbbc35ed6d9fb" + "0" * 24)
@@ -227,7 +227,7 @@ def test_next_is_the_first_command_not_logged_as_done(tmp_path, monkeypatch):
 
     log = tmp_path / "gpu_leases.csv"
     assert lease.next_command(log).name == "smoke"
-    from perflab import paths
+    from perflab.measure import paths
 
     monkeypatch.setenv("PERFLAB_COMMIT", "abc1234")
     monkeypatch.setattr(paths, "library_tree", lambda: "f" * 40)  # cached per process: patched
@@ -279,7 +279,7 @@ def test_the_package_keeps_triton_to_versions_that_run_block_pointers():
     the newest Triton: 3.9 removed block pointers, 3.8's interpreter breaks ``.advance()``."""
     import tomllib
 
-    from perflab.paths import REPO_ROOT
+    from perflab.measure.paths import REPO_ROOT
 
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     (triton,) = [d for d in project["dependencies"] if d.startswith("triton")]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.paths import REPO_ROOT, library_tree
+from perflab.measure.paths import REPO_ROOT, library_tree
 from perflab.tools import smoke
 from perflab.tools.cli import _from_here
 

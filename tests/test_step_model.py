@@ -137,7 +137,7 @@ def test_the_step_is_priced_at_the_hgx_b200_datasheet_and_the_handouts_figure_ap
     """The default GPU is the HGX B200 as its datasheet rates it (2.25 PFLOP/s dense bf16,
     7.7 TB/s); the handout's 2,500 TFLOP/s is the GB200's figure, kept apart, and prices a
     compute-bound step faster by the ratio of the two peaks."""
-    from perflab.hardware import GPUS, HANDOUT_B200
+    from perflab.measure.hardware import GPUS, HANDOUT_B200
 
     assert B200 == GPUS["HGX B200"] and B200.bf16_flops < HANDOUT_B200.bf16_flops
     assert GPUS["GB200 (B200 in an NVL72)"].bf16_flops == HANDOUT_B200.bf16_flops
@@ -203,8 +203,8 @@ def test_bad_input_is_named(make, message):
 
 
 def test_the_rungs_are_priced_on_each_gpu_and_read_back_in_findings():
-    from perflab.hardware import HANDOUT_B200
     from perflab.lessons.nb09_training_step.step_model import price_rungs_at, rung_findings
+    from perflab.measure.hardware import HANDOUT_B200
 
     wide = dataclasses.replace(CONFIG, d_model=2048, d_ff=8192, num_heads=16)  # compute-bound
     table = price_rungs_at(wide, 4, 1024, 2, [B200, HANDOUT_B200])

@@ -14,7 +14,7 @@ def _rows_without_a_library(monkeypatch, request):
     """The hand-written files below record no library_tree: resume them as rows of an
     unrecorded library (the library test sets its own trees)."""
     if "library" not in request.node.name:
-        monkeypatch.setattr("perflab.bench.sweep.library_tree", lambda: None)
+        monkeypatch.setattr("perflab.measure.sweep.library_tree", lambda: None)
 
 
 CONFIGS = [{"size": s, "name": f"cfg{s}"} for s in (1, 2, 3)]
@@ -173,7 +173,7 @@ def test_an_older_file_without_a_new_key_field_still_answers_and_is_rewritten(tm
 
 
 def test_rows_record_the_library_and_resume_only_its_own(tmp_path, monkeypatch):
-    import perflab.bench.sweep as sweep_module
+    import perflab.measure.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "library_tree", lambda: "tree-one")
     sweep = Sweep(tmp_path / "s.csv", key=["n"])
@@ -195,7 +195,7 @@ def test_rows_record_the_library_and_resume_only_its_own(tmp_path, monkeypatch):
 def test_library_tree_is_the_committed_tree_of_a_clean_library():
     import subprocess
 
-    from perflab.paths import REPO_ROOT, library_tree
+    from perflab.measure.paths import REPO_ROOT, library_tree
 
     def git(*args):
         return subprocess.run(

@@ -355,7 +355,7 @@ def test_the_greedy_ladder_tries_each_change_on_the_best_stack_so_far(monkeypatc
     """Verdicts planted through ``compare``: a faster change is kept and the next is tried on
     it, a slower one is dropped, one that fails the check is dropped untimed."""
     import perflab.training.ladder as ladder_module
-    from perflab.bench.comparison import paired_comparison
+    from perflab.measure.comparison import paired_comparison
 
     planted = {"fused AdamW": 0.5, "foreach AdamW": 2.0, "fused loss head": 0.5}
 
@@ -406,7 +406,7 @@ def test_a_rungs_first_step_is_timed_between_synchronisations(monkeypatch):
     launches return before the kernels finish, so the clock needs a synchronisation on both
     sides of that step."""
     import perflab.training.ladder as ladder_module
-    from perflab.bench.comparison import paired_comparison
+    from perflab.measure.comparison import paired_comparison
 
     log = []
     real_step = ladder_module.TrainingStep.step
@@ -428,8 +428,8 @@ def test_a_rungs_first_step_is_timed_between_synchronisations(monkeypatch):
 
 def test_a_kept_change_replaces_an_earlier_one_of_the_same_field(monkeypatch):
     import perflab.training.ladder as ladder_module
-    from perflab.bench.comparison import paired_comparison
     from perflab.lessons.nb09_training_step.ladder_traces import greedy_bound_table
+    from perflab.measure.comparison import paired_comparison
 
     def faster(step_a, step_b, *, names, **kwargs):
         return paired_comparison([1.0] * 8, [0.5] * 8, names=names)
@@ -488,8 +488,8 @@ def test_bad_data_path_and_short_corpus_raise():
 
 
 def test_data_path_steps_time_every_mode_in_every_round():
-    from perflab.bench.comparison import paired_table
     from perflab.lessons.nb09_training_step.data import data_path_steps, read_corpus
+    from perflab.measure.comparison import paired_table
 
     byte_model = ModelConfig(
         "bytes", d_model=32, d_ff=64, num_layers=1, num_heads=2, vocab_size=256, context_length=32

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from perflab.paths import save_figure, save_table  # noqa: E402
+from perflab.measure.paths import save_figure, save_table  # noqa: E402
 from perflab.tools.handout import ANSWERS, PROBLEMS, markdown_table, problems  # noqa: E402
 from perflab.tools.report import Source  # noqa: E402
 from perflab.tools.writeup import build_writeup, readable, writeup_source  # noqa: E402

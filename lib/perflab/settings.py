@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from perflab.paths import NOTEBOOKS_DIR
+from perflab.measure.paths import NOTEBOOKS_DIR
 
 # Per notebook, the parameters whose GPU value differs from the committed CPU one.
 FULL_SIZES: dict[str, dict[str, object]] = {

@@ -14,7 +14,7 @@ from perflab.attention.reference import (
     attention_softmax,
     weighted_sum,
 )
-from perflab.ranges import annotate
+from perflab.measure.ranges import annotate
 
 ATTENTION_RANGES = ("attention/scores", "attention/softmax", "attention/weighted_sum")
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from perflab.attention.reference import attention_scores, naive_attention
-from perflab.device import dtype_name
+from perflab.measure.device import dtype_name
 
 #: Absolute and relative tolerance of outputs and logsumexp per input dtype; gradients get
 #: ``GRADIENT_FACTOR`` times more. float32: tiles sum in another order than the reference;

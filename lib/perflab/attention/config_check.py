@@ -23,7 +23,7 @@ from dataclasses import astuple, dataclass
 import pandas as pd
 
 from perflab.attention.flash_configs import KERNELS, kept_configs
-from perflab.device import dtype_name, parse_dtype
+from perflab.measure.device import dtype_name, parse_dtype
 
 #: (batch, n_q, n_k, causal): ragged causal with n_k > n_q (every mask), ragged non-causal with
 #: n_k < n_q, aligned causal (256 is a multiple of every tile: no bounds masks compiled).
@@ -117,7 +117,7 @@ def check_configs(jobs: list[ConfigJob], device: str = "cuda", workers: int = 1)
     in that many fresh processes (spawned: a forked process cannot use CUDA), so that their
     compiles run in parallel. A worker that hangs (``JOB_TIMEOUT_S``) or dies ends the check
     with an error; the workers are ended with it."""
-    from perflab.progress import progress
+    from perflab.measure.progress import progress
 
     rows = []
     with progress(total=len(jobs), desc="kernel configurations", unit="config") as bar:

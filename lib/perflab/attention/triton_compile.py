@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from perflab.hardware import GPUS
+from perflab.measure.hardware import GPUS
 
 #: Triton's names of tensor element types (the workbook's kernels take the first three; a
 #: student's may take any, ``perflab.tools.adapters.kernel_compile``).
@@ -57,7 +57,7 @@ def _target(example: str, gpu: str) -> Target:
     return Target(f"sm_{spec.arch}", spec.arch, example, spec.max_shared_bytes)
 
 
-#: One target per architecture of ``perflab.hardware``'s table.
+#: One target per architecture of ``perflab.measure.hardware``'s table.
 TARGETS = {
     target.name: target
     for target in (

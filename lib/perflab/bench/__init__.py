@@ -1,10 +1,12 @@
-"""Timing: the one timer, the steps notebook 01 times, the sweep runner, and ``compare``
-(two callables timed interleaved, with a verdict)."""
+"""Timing a training step, a script's front door: the steps notebook 01 times (``steps``, with
+their ``recipe``s) and the shared attention timings of notebooks 05 and 06, beside the
+measuring core's timer, sweep runner and ``compare`` (two callables timed interleaved, with a
+verdict), which live in ``perflab.measure`` and are named here for scripts."""
 
-from perflab.bench.comparison import Comparison, compare
 from perflab.bench.steps import MODES, BenchConfig, make_step, random_batch, run_benchmark
-from perflab.bench.sweep import Sweep, is_out_of_memory
-from perflab.bench.timer import STATISTICS, TIMING_METHOD, Timing, time_fn
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.sweep import Sweep, is_out_of_memory
+from perflab.measure.timer import STATISTICS, TIMING_METHOD, Timing, time_fn
 
 __all__ = [
     "MODES",

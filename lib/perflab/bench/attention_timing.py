@@ -25,11 +25,11 @@ from torch import Tensor
 
 from perflab.attention.flash_torch import FlashAttentionTorch
 from perflab.attention.reference import attention_matmul_flops, naive_attention
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.stats import ROUNDS
-from perflab.bench.timer import PhaseClock, time_fn
-from perflab.device import parse_dtype, resolve_device, synchronize
-from perflab.memory.timeline import peak_memory, record_timeline
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.device import parse_dtype, resolve_device, synchronize
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timeline import peak_memory, record_timeline
+from perflab.measure.timer import PhaseClock, time_fn
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from perflab.attention import naive_attention
-from perflab.device import parse_dtype
+from perflab.measure.device import parse_dtype
 from perflab.model import AttentionFn, TransformerLM, cross_entropy
 
 QKV = ("fused", "separate")

@@ -18,7 +18,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare, paired_comparison
 from perflab.bench.recipe import (
     ATTENTIONS,
     HEADS,
@@ -30,10 +29,12 @@ from perflab.bench.recipe import (
     make_optimizer,
     prepare_model,
 )
-from perflab.bench.stats import ROUNDS
-from perflab.bench.sweep import Sweep
-from perflab.bench.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
-from perflab.device import DTYPES, describe, resolve_device
+from perflab.measure.comparison import Comparison, compare, paired_comparison
+from perflab.measure.device import DTYPES, describe, resolve_device
+from perflab.measure.ranges import annotate
+from perflab.measure.stats import ROUNDS
+from perflab.measure.sweep import Sweep
+from perflab.measure.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
 from perflab.model import (
     PRESET_ALIASES,
     PRESETS,
@@ -46,7 +47,6 @@ from perflab.model import (
     sized_for,
 )
 from perflab.model_loading import load_model_class
-from perflab.ranges import annotate
 
 #: forward: logits and loss with autograd recording, as in training;
 #: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.
@@ -315,7 +315,7 @@ def make_step(
     the model's logits and ``cross_entropy`` under autocast to ``dtype``. ``train-step`` needs
     an optimizer; gradients are reset with ``set_to_none`` at each step.
     The step and its parts are annotated with the ranges "step", "forward", "backward" and
-    "optimizer" (``perflab.ranges``), visible to nsys and torch.profiler.
+    "optimizer" (``perflab.measure.ranges``), visible to nsys and torch.profiler.
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(MODES)}")

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from perflab.hardware import GPUS
+from perflab.measure.hardware import GPUS
 
 STRATEGIES = ("dp", "fsdp", "tp", "fsdp+tp")
 OVERLAPS = ("pass", "step")
@@ -73,8 +73,8 @@ class Hardware:
     tp_bandwidth: float  # within a tensor-parallel group (e.g. NVLink)
 
 
-#: An H100 SXM node as ``perflab.hardware`` gives it (dense bf16 peak, NVLink per direction),
-#: with one 400 Gb/s InfiniBand NIC per GPU (50 GB/s) between nodes.
+#: An H100 SXM node as ``perflab.measure.hardware`` gives it (dense bf16 peak, NVLink per
+#: direction), with one 400 Gb/s InfiniBand NIC per GPU (50 GB/s) between nodes.
 H100_NODE = Hardware(
     "H100 SXM, NVLink + 400G IB",
     GPUS["H100 SXM5 80GB"].bf16_flops,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pandas as pd
 import sympy as sp
 
-from perflab.hardware import GPUS
+from perflab.measure.hardware import GPUS
 
 D, F, L, C, W = sp.symbols("D D_FF L C W_ici", positive=True)
 X, Y, M_X, M_Y, B_X = sp.symbols("X Y M_X M_Y B_X", positive=True)  # B_X = B / X tokens

@@ -25,17 +25,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perflab.bench.comparison import Comparison, paired_comparison
-from perflab.bench.conclusions import Finding
-from perflab.bench.stats import ROUNDS, least_squares
-from perflab.bench.sweep import Sweep
-from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.ddp import make_data_parallel
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
 from perflab.distributed.sharded_optimizer import ShardedOptimizer
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
+from perflab.measure.comparison import Comparison, paired_comparison
+from perflab.measure.conclusions import Finding
+from perflab.measure.device import describe, resolve_device, synchronize
+from perflab.measure.stats import ROUNDS, least_squares
+from perflab.measure.sweep import Sweep
 
 SWEEP_KEY = ("world_size", "model", "variant", "bucket_size_mb")
 #: The collectives of perflab's data-parallel variants and of ZeRO (``launch``'s placement).
@@ -312,13 +312,7 @@ def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Compar
     """Every variant's step against ``baseline``'s, paired by round (they took turns in the
     same launch), bucketed ones named with their size."""
     rounds = _rounds_by_name(frame)
-    if baseline not in rounds:
-        raise ValueError(f"no {baseline!r} rows to compare with; variants: {', '.join(rounds)}")
-    return [
-        paired_comparison(rounds[baseline], times, names=(baseline, variant))
-        for variant, times in rounds.items()
-        if variant != baseline
-    ]
+    return [_paired(rounds, baseline, variant) for variant in rounds if variant != baseline]
 
 
 def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
@@ -328,6 +322,9 @@ def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparis
 
 
 def _paired(rounds: dict[str, list[float]], baseline: str, variant: str) -> Comparison:
+    """``variant``'s step times against ``baseline``'s, paired by round (``rounds``: each
+    variant's times, round by round, as ``_rounds_by_name`` reads them); a variant with no rows
+    is a one-line error naming the variants there are."""
     for name in (baseline, variant):
         if name not in rounds:
             raise ValueError(f"no {name!r} rows to compare; variants: {', '.join(rounds)}")

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perflab.paths import library_tree
+from perflab.measure.paths import library_tree
 
 #: Gloo ranks may share cores (a collective still works, only slower); beyond this many ranks
 #: per core a CPU run measures the scheduler rather than the communication.
@@ -295,8 +295,9 @@ def source_fingerprint(root: Path = PERFLAB_DIR) -> str:
 
 
 def _context():
-    """A forkserver that has imported torch once; each rank is forked from it. Started anew
-    when perflab's sources changed since the last launch (its ranks would run the old code)."""
+    """A forkserver that has imported torch, ``perflab.distributed`` and ``rank_preload``'s
+    packages (pandas, sympy, matplotlib) once; each rank is forked from it. Started anew when
+    perflab's sources changed since the last launch (its ranks would run the old code)."""
     global _CONTEXT, _SOURCES_SEEN
     if _CONTEXT is None:
         # The server imports perflab, which asks torch.cuda.is_available(): by default that

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable
 import pandas as pd
 import torch.distributed as dist
 
-from perflab.bench.sweep import Sweep
 from perflab.distributed.launch import RankError, check_world_size, launch
-from perflab.progress import progress
+from perflab.measure.progress import progress
+from perflab.measure.sweep import Sweep
 
 
 def _sweep_rank(path, key, configs, measure_rank, args) -> None:

@@ -23,7 +23,7 @@ from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
-from perflab.memory.timeline import record_timeline
+from perflab.measure.timeline import record_timeline
 
 ADAMW_BYTES_PER_ELEMENT = 8  # exp_avg + exp_avg_sq, fp32
 ADAMW_BYTES_PER_TENSOR = 4  # the step counter, a float32 scalar tensor

@@ -9,10 +9,10 @@ import pandas as pd
 import torch
 
 from perflab.bench.attention_timing import compare_attention, naive_memory_bytes, ratios_to
-from perflab.bench.comparison import Comparison, comparison_frame
-from perflab.bench.conclusions import Finding
-from perflab.device import parse_dtype
-from perflab.paths import results_elsewhere
+from perflab.measure.comparison import Comparison, comparison_frame
+from perflab.measure.conclusions import Finding
+from perflab.measure.device import parse_dtype
+from perflab.measure.paths import results_elsewhere
 
 GiB = 2**30
 

@@ -13,9 +13,6 @@ import pandas as pd
 import torch
 
 import perflab.distributed.ffn_calcs as ffn_symbols
-from perflab.bench.comparison import Comparison, paired_comparison
-from perflab.bench.conclusions import Finding
-from perflab.bench.stats import level_text
 from perflab.distributed.calculators import (
     STRATEGIES,
     Hardware,
@@ -37,6 +34,9 @@ from perflab.distributed.comm_accounting import (
 from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES, round_seconds
 from perflab.distributed.ffn_calcs import tp_backward
 from perflab.distributed.launch import max_world_size, place_ranks
+from perflab.measure.comparison import Comparison, paired_comparison
+from perflab.measure.conclusions import Finding
+from perflab.measure.stats import level_text
 
 MiB = 2**20
 

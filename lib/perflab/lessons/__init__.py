@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, comparison_frame
-from perflab.device import describe, resolve_device
-from perflab.paths import results_dir, save_figure, save_table
+from perflab.measure.comparison import Comparison, comparison_frame
+from perflab.measure.device import describe, resolve_device
+from perflab.measure.paths import results_dir, save_figure, save_table
 from perflab.settings import record_settings
 
 
@@ -36,9 +36,9 @@ class NotebookRun:
 
     def save(self, table: pd.DataFrame | dict | list | Comparison, name: str) -> Path:
         """``table`` as ``name`` (a CSV) in the results folder, with the provenance beside it
-        (``perflab.paths.save_table``); a dict is saved as a table of one row, a list of dicts
-        as one row each, a ``Comparison`` or a list of them as ``comparison_frame`` lays them
-        out."""
+        (``perflab.measure.paths.save_table``); a dict is saved as a table of one row, a list of
+        dicts as one row each, a ``Comparison`` or a list of them as ``comparison_frame`` lays
+        them out."""
         if isinstance(table, Comparison):
             table = [table]
         if isinstance(table, list) and table and all(isinstance(t, Comparison) for t in table):
@@ -56,7 +56,7 @@ class NotebookRun:
 
     def figure(self, fig, name: str) -> Path:
         """``fig`` as ``name`` (a PNG, with a PDF beside it) in the results folder
-        (``perflab.paths.save_figure``)."""
+        (``perflab.measure.paths.save_figure``)."""
         return save_figure(fig, self.out / name)
 
     def say(self, sentences: Iterable[str]) -> None:

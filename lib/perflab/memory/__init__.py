@@ -1,1 +1,3 @@
-"""Memory: timelines and peaks on either device, saved tensors, activation checkpointing."""
+"""Memory: the tensors autograd saves for backward (``saved``). Timelines and peaks on either
+device are the measuring core's (``perflab.measure.timeline``); activation checkpointing is an
+implementation (``perflab.checkpointing``)."""

@@ -19,7 +19,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.module_tracker import ModuleTracker
 
-from perflab.device import dtype_name
+from perflab.measure.device import dtype_name
 
 
 def _producer(tensor: torch.Tensor) -> str:

@@ -7,7 +7,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from perflab.bench.stats import level_text
+from perflab.measure.stats import level_text
 
 
 def plot_phases(breakdown: pd.DataFrame) -> Figure:

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from perflab.bench.stats import level_text
+from perflab.measure.stats import level_text
 
 
 def plot_decode_roofline(table: pd.DataFrame, device: str) -> Figure:

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from perflab.memory.timeline import MemoryTimeline
+from perflab.measure.timeline import MemoryTimeline
 
 
 def plot_timelines(timelines: dict[str, MemoryTimeline]) -> Figure:

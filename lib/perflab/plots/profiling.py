@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
-from perflab.profiling.hotspots import CATEGORIES, short_name
+from perflab.measure.hotspots import CATEGORIES, short_name
 
 _COLOURS = {
     "communication": "tab:red",

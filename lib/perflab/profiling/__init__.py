@@ -1,10 +1,12 @@
-"""Profiling: named ranges, traces, kernel summaries and hotspot analysis (notebook 02).
+"""Profiling, a script's front door: traces, kernel summaries and hotspot analysis, which live
+in the measuring core (``perflab.measure``: ``capture``, ``trace``, ``summary``, ``hotspots``,
+``nsys``), and where a step copies memory (``copies``, notebook 02's experiment).
 
 ``kernel_hotspots(trace_path, top=None)`` and ``compare_traces(baseline, optimized)`` work on
 any Chrome/Kineto trace; ``perflab hotspots`` is their command line.
 """
 
-from perflab.profiling.hotspots import (
+from perflab.measure.hotspots import (
     CATEGORIES,
     TraceComparison,
     category_shares,
@@ -12,8 +14,8 @@ from perflab.profiling.hotspots import (
     compare_traces,
     kernel_hotspots,
 )
-from perflab.profiling.summary import KernelSummary, kernel_summary
-from perflab.profiling.trace import Trace, TraceError, load_trace
+from perflab.measure.summary import KernelSummary, kernel_summary
+from perflab.measure.trace import Trace, TraceError, load_trace
 
 __all__ = [
     "CATEGORIES",

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab.bench.stats import level_text
-from perflab.paths import data_dir
+from perflab.measure.paths import data_dir
+from perflab.measure.stats import level_text
 from perflab.tools.report import device_folders
 
 SOURCES = {
@@ -847,7 +847,7 @@ def ours_cells(ours: Ours, results: Path) -> list[tuple[str, str]]:
 def _older_code(table: pd.DataFrame, path: Path) -> str:
     """'' for rows this library measured; else a note of the older code that did (its
     commit), since what it measured may have changed since."""
-    from perflab.paths import from_this_library, library_tree, recorded_trees
+    from perflab.measure.paths import from_this_library, library_tree, recorded_trees
 
     sidecar = path.with_suffix(".json")
     saved = json.loads(sidecar.read_text()) if sidecar.exists() else {}

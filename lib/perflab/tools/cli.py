@@ -31,7 +31,7 @@ HTML (tables also as LaTeX and Typst), and a write-up by handout problem as Typs
 (``perflab.tools.writeup``); ``noise-check`` measures how often ``perflab.bench.compare`` calls
 identical work different (A/A) and finds a 2x difference (A/B); ``--simulate``: the intervals'
 actual coverage against their stated confidence and the false-alarm rate, simulated at every
-round count (``perflab.bench.simulate``). Bad arguments exit with status 2 and a one-line
+round count (``perflab.measure.simulate``). Bad arguments exit with status 2 and a one-line
 message naming the valid choices."""
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ import torch
 
 import perflab
 from perflab.bench.steps import BenchConfig, run_benchmark
-from perflab.bench.sweep import is_out_of_memory
-from perflab.paths import NOTEBOOKS_DIR, REPO_ROOT, data_dir
+from perflab.measure.paths import NOTEBOOKS_DIR, REPO_ROOT, data_dir
+from perflab.measure.sweep import is_out_of_memory
 from perflab.settings import full_sizes, lease_sizes
 from perflab.tools.handout import YEARS
 
@@ -382,7 +382,7 @@ def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.lessons.nb04_memory.measure import step_peak_memory
+    from perflab.lessons.nb04_memory.step_memory import step_peak_memory
 
     if args.mode == "decode":
         return _bench_decode(args, parser)
@@ -410,7 +410,7 @@ def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
+    from perflab.measure.hotspots import compare_traces, kernel_hotspots, short_name
 
     try:
         if args.compare is None:
@@ -443,7 +443,7 @@ def _hotspots(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _kernels(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from perflab.device import triton_available
+    from perflab.measure.device import triton_available
     from perflab.tools.kernels import KERNEL_NAMES, compile_table, jobs, summary
 
     if not triton_available():
@@ -492,7 +492,7 @@ def _check_results(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.simulate:
-        from perflab.bench.simulate import SIMULATED_ROUNDS, coverage_table
+        from perflab.measure.simulate import SIMULATED_ROUNDS, coverage_table
 
         for noise in ("quiet", "bursty"):
             table = coverage_table(
@@ -500,7 +500,7 @@ def _noise_check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
             )
             print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
         return 0
-    from perflab.bench.comparison import noise_check
+    from perflab.measure.comparison import noise_check
 
     table = noise_check(runs=args.runs, burst=args.burst)
     summary = table.groupby("test").agg(

@@ -6,7 +6,7 @@ both for every case of ``CASES``; ``docs/statistics.md`` lists them (``write_rat
 the intervals' coverage, and ``tests/test_findings_aa.py`` holds them. A tool (the top
 layer): it runs the findings of every notebook.
 
-The noise is the comparison simulation's bursty model (``perflab.bench.simulate``):
+The noise is the comparison simulation's bursty model (``perflab.measure.simulate``):
 log-normal with occasional bursts of another process's time slice.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perflab.bench.simulate import NOISE_MODELS
-from perflab.bench.stats import ALPHA
+from perflab.measure.simulate import NOISE_MODELS
+from perflab.measure.stats import ALPHA
 
 
 def noisy_seconds(rng: np.random.Generator, size: int, median_s: float = 0.01) -> np.ndarray:
@@ -76,7 +76,7 @@ def _warmup_case(steps: int) -> FindingCase:
 def _phase_breakdown(rng: np.random.Generator, steps: int, ratio: float) -> pd.DataFrame:
     """One preset's ``phase_breakdown`` row from ``steps`` simulated steps whose backward
     takes ``ratio`` times the forward, each phase with its own noise."""
-    from perflab.bench.stats import median_interval
+    from perflab.measure.stats import median_interval
 
     forward = noisy_seconds(rng, steps)
     ratios = ratio * noisy_seconds(rng, steps) / forward
@@ -99,7 +99,7 @@ def _phase_breakdown(rng: np.random.Generator, steps: int, ratio: float) -> pd.D
 
 
 def _phase_claims(breakdown: pd.DataFrame) -> bool:
-    from perflab.bench.tables import phase_findings
+    from perflab.measure.tables import phase_findings
 
     (finding,) = phase_findings(breakdown)
     return finding.verdict in ("above", "below")
@@ -107,7 +107,7 @@ def _phase_claims(breakdown: pd.DataFrame) -> bool:
 
 def _phase_case(steps: int) -> FindingCase:
     return FindingCase(
-        "perflab.bench.tables.phase_findings",
+        "perflab.measure.tables.phase_findings",
         f"one preset, {steps} timed steps, backward exactly 2x the forward",
         "backward/forward above or below the FLOP model's 2x",
         "backward 1.0x the forward (half the model)",
@@ -306,8 +306,8 @@ def _overhead_case(bucket_counts, rounds: int) -> FindingCase:
 def _simulated_comparison(rng: np.random.Generator, rounds: int, ratio: float) -> dict:
     """One ``compare`` of b (``ratio`` x a's time) against a in ``rounds`` interleaved rounds
     of the bursty noise: its row."""
-    from perflab.bench.comparison import interleaved_rounds
-    from perflab.bench.simulate import simulated_round
+    from perflab.measure.comparison import interleaved_rounds
+    from perflab.measure.simulate import simulated_round
 
     model = NOISE_MODELS["bursty"]
     take = lambda _i: simulated_round(rng, ratio, **model)  # noqa: E731

@@ -278,7 +278,7 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     """One row per job (``jobs()``), compiled in a child process without the Triton
     interpreter, ``workers`` compiles at a time (default: one per CPU core), with a progress
     bar (seconds each when not in Triton's cache)."""
-    from perflab.progress import progress
+    from perflab.measure.progress import progress
 
     workers = workers or os.cpu_count() or 1
     env = compiler_environment()

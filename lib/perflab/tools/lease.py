@@ -152,7 +152,7 @@ def plan_problems(
         if logged > c.estimate_s:
             problems.append(f"{c.name}: estimated {c.estimate_s} s, a logged run took {logged:g} s")
     if notebooks is None:
-        from perflab.paths import NOTEBOOKS_DIR
+        from perflab.measure.paths import NOTEBOOKS_DIR
 
         notebooks = [path.stem for path in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")]
     planned = [notebook for c in plan for notebook in c.notebooks]
@@ -215,7 +215,7 @@ def record(name: str, exit_status: int, seconds: float, gpu: str, path: Path = L
     done (exit 0), partial (3: the smoke command skipped a stage for time), stopped (124: its
     time limit) or failed (anything else, 137 included: killed, by the limit's second signal or
     for memory). Only done counts for ``next_command``."""
-    from perflab.paths import git_commit, library_tree
+    from perflab.measure.paths import git_commit, library_tree
 
     command(name)
     status = {0: "done", PARTIAL_EXIT: "partial", 124: "stopped"}.get(exit_status, "failed")

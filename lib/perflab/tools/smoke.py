@@ -42,8 +42,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.device import describe
-from perflab.paths import data_dir, display_path, results_dir, save_table
+from perflab.measure.device import describe
+from perflab.measure.paths import data_dir, display_path, results_dir, save_table
 from perflab.tools.lease import PARTIAL_EXIT
 
 #: Seconds the whole smoke command may take (a lease call allows 10 minutes).
@@ -143,7 +143,7 @@ def kernels_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 def flash_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.bench.attention_timing import LEADERBOARD_CASE, flash_speed
-    from perflab.bench.comparison import comparison_frame
+    from perflab.measure.comparison import comparison_frame
 
     lines, timed_rows, compared_rows = [], [], []
     for seq_len in sizes["flash_seq_lens"]:  # one length at a time: each saved as it finishes
@@ -215,8 +215,8 @@ def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.attention import flash_triton as ft
     from perflab.attention.flash_tuning import batch_bucket, pinned_config
     from perflab.bench.attention_timing import _attention_calls
-    from perflab.bench.comparison import compare, comparison_frame
-    from perflab.device import parse_dtype
+    from perflab.measure.comparison import compare, comparison_frame
+    from perflab.measure.device import parse_dtype
 
     if ft.INTERPRETED:
         raise _Skip("the Triton interpreter does not autotune (GPU-only)")
@@ -280,10 +280,10 @@ class _Skip(Exception):
 def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from torch._dynamo.utils import counters
 
-    from perflab.device import parse_dtype
     from perflab.lessons.nb10_decoding.inputs import inference_model
     from perflab.lessons.nb10_decoding.measurements import compile_static_step
     from perflab.lessons.nb10_decoding.roofline import decode_step
+    from perflab.measure.device import parse_dtype
     from perflab.model import get_preset
 
     model = inference_model(
@@ -340,8 +340,8 @@ def count_launches(step: Callable[[], object], device: torch.device, warmup: int
     is recorded on a call after the first, then replayed)."""
     from torch.profiler import ProfilerActivity
 
-    from perflab.device import synchronize
-    from perflab.profiling.capture import profiling
+    from perflab.measure.capture import profiling
+    from perflab.measure.device import synchronize
 
     activities = [ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -388,7 +388,7 @@ def distributed_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 
 
 def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.lessons.nb04_memory.measure import gradient_memory
+    from perflab.lessons.nb04_memory.step_memory import gradient_memory
 
     table, backward_ms = gradient_memory(sizes["memory_preset"], 2, sizes["memory_seq_len"], device)
     table = table.assign(
@@ -407,8 +407,8 @@ def memory_stage(sizes: dict, device: torch.device, folder: Path) -> str:
 def trace_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from perflab.bench.steps import BenchConfig
     from perflab.lessons.nb02_profiling.step_trace import record_step_trace
-    from perflab.profiling.summary import kernel_summary
-    from perflab.profiling.trace import load_trace
+    from perflab.measure.summary import kernel_summary
+    from perflab.measure.trace import load_trace
 
     config = BenchConfig(
         preset=sizes["trace_preset"],

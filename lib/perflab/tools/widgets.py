@@ -17,8 +17,6 @@ import ipywidgets as widgets
 import pandas as pd
 
 from perflab.bench.steps import MODEL_FIELDS, MODES, BenchConfig, benchmark_sweep
-from perflab.bench.tables import timing_table
-from perflab.device import DTYPES
 from perflab.distributed.calculators import (
     H100_NODE,
     STRATEGIES,
@@ -26,6 +24,8 @@ from perflab.distributed.calculators import (
     Workload,
     max_compute_bound_devices,
 )
+from perflab.measure.device import DTYPES
+from perflab.measure.tables import timing_table
 from perflab.model import PRESETS, get_preset
 
 ALL = "(all)"

@@ -20,13 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
-from perflab.bench.stats import ROUNDS
 from perflab.bench.steps import random_batch
-from perflab.bench.timer import PhaseClock
-from perflab.device import dtype_name, parse_dtype, synchronize
-from perflab.memory.timeline import peak_memory
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.device import dtype_name, parse_dtype, synchronize
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timeline import peak_memory
+from perflab.measure.timer import PhaseClock
 from perflab.model import ModelConfig, build_model
 
 #: The ladder's first rung: the workbook's model with Q, K and V projected by three matmuls.
@@ -293,7 +293,7 @@ def greedy_ladder(
     ``trace_dir``, a profiler trace of ``trace_steps`` steps of the baseline and of every rung
     tried, for ``ladder_traces.greedy_bound_table`` (``trace``, and ``trace_base``: the trace
     of the stack it was tried on)."""
-    from perflab.profiling.capture import record_trace
+    from perflab.measure.capture import record_trace
 
     ladder(changes)  # the same validation: known names, none twice
     best = BASELINE

@@ -22,14 +22,14 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.stats import ROUNDS, is_unstable, median_interval
-from perflab.bench.timer import PhaseClock, time_fn
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
 from perflab.distributed.sharded_optimizer import optimizer_state_bytes
+from perflab.measure.capture import profiling
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.stats import ROUNDS, is_unstable, median_interval
+from perflab.measure.timeline import peak_memory
+from perflab.measure.timer import PhaseClock, time_fn
 from perflab.memory.saved import saved_bytes, saved_tensors
-from perflab.memory.timeline import peak_memory
-from perflab.profiling.capture import profiling
 from perflab.profiling.copies import copy_sites
 from perflab.training.ladder import BASELINE, TrainingStep
 
@@ -39,7 +39,7 @@ PHASES = ("forward", "backward", "optimizer")
 def step_phases(run: TrainingStep, steps: int = 5, warmup: int = 1) -> pd.DataFrame:
     """Each phase's median time and median share of the step over ``steps`` timed steps, with
     the share's order-statistic interval and its level (5 steps give 93.7%), and whether the
-    phase's times are ``unstable`` (``perflab.bench.stats``)."""
+    phase's times are ``unstable`` (``perflab.measure.stats``)."""
     clock = PhaseClock(run.device)
     for _ in range(warmup + steps):
         run.step(clock)

@@ -5,19 +5,7 @@ notebook alone runs (``warmup``).
 """
 
 from perflab.bench import MODES, BenchConfig
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.bench.crosscheck import compare_timers, matmul_size_for
-from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.steps import benchmark_sweep, compare_configs
-from perflab.bench.tables import (
-    mfu_lines,
-    phase_breakdown,
-    phase_findings,
-    throughput,
-    timing_table,
-)
-from perflab.device import parse_dtype
 from perflab.lessons import open_notebook
 from perflab.lessons.nb01_benchmarking.warmup import (
     measure_in_fresh_process,
@@ -26,8 +14,20 @@ from perflab.lessons.nb01_benchmarking.warmup import (
     warmup_finding,
     warmup_samples,
 )
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import conclude, conclude_all
+from perflab.measure.crosscheck import compare_timers, matmul_size_for
+from perflab.measure.device import parse_dtype
+from perflab.measure.paths import listing, results_elsewhere
+from perflab.measure.peak import measure_peak_matmul
+from perflab.measure.tables import (
+    mfu_lines,
+    phase_breakdown,
+    phase_findings,
+    throughput,
+    timing_table,
+)
 from perflab.model import presets_table
-from perflab.paths import listing, results_elsewhere
 from perflab.plots.bench import plot_phases, plot_warmup
 from perflab.tools.widgets import MeasureNow, results_explorer
 

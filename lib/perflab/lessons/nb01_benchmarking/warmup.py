@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.bench.conclusions import Finding
-from perflab.bench.stats import ALPHA, median_interval
 from perflab.bench.steps import BenchConfig
+from perflab.measure.conclusions import Finding
+from perflab.measure.stats import ALPHA, median_interval
 
 
 def measure_in_fresh_process(config: dict, timeout_s: float = 1800) -> dict:

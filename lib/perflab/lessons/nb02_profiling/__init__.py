@@ -6,8 +6,6 @@ numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig, run_benchmark
-from perflab.bench.conclusions import Finding, conclude_all
-from perflab.bench.peak import measure_copy_bandwidth
 from perflab.layer_norm import LAYER_NORMS
 from perflab.lessons import open_notebook
 from perflab.lessons.nb02_profiling import findings as say
@@ -19,13 +17,15 @@ from perflab.lessons.nb02_profiling.layer_norm_study import (
     statistics_times,
 )
 from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
+from perflab.measure.conclusions import Finding, conclude_all
+from perflab.measure.hotspots import busy_fraction, category_shares, short_name
+from perflab.measure.nsys import nsys_available, nsys_kernel_summary
+from perflab.measure.paths import REPO_ROOT, display_path, listing
+from perflab.measure.peak import measure_copy_bandwidth
+from perflab.measure.summary import range_names, range_totals
 from perflab.model import get_preset
-from perflab.paths import REPO_ROOT, display_path, listing
 from perflab.plots.profiling import plot_category_comparison, plot_hotspots
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
-from perflab.profiling.hotspots import busy_fraction, category_shares, short_name
-from perflab.profiling.nsys import nsys_available, nsys_kernel_summary
-from perflab.profiling.summary import range_names, range_totals
 from perflab.training.step_profile import compare_mask_copy, step_copy_sites
 
 __all__ = [

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from perflab.bench.stats import level_text
+from perflab.measure.hotspots import TraceComparison, short_name
+from perflab.measure.stats import level_text
+from perflab.measure.summary import KernelSummary
 from perflab.model import ModelConfig
-from perflab.profiling.hotspots import TraceComparison, short_name
-from perflab.profiling.summary import KernelSummary
 
 
 def timer_line(forward_range, timer_row: dict) -> str:

@@ -20,9 +20,9 @@ import pandas as pd
 
 from perflab.bench.steps import BenchConfig, run_benchmark
 from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
-from perflab.profiling.summary import kernel_summary, range_totals
-from perflab.profiling.trace import Trace, load_trace
-from perflab.progress import progress
+from perflab.measure.progress import progress
+from perflab.measure.summary import kernel_summary, range_totals
+from perflab.measure.trace import Trace, load_trace
 
 
 def profile_answers(trace: Trace, config: BenchConfig) -> dict:

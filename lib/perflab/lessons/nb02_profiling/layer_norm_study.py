@@ -12,11 +12,11 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity
 
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.stats import ROUNDS
-from perflab.bench.timer import time_fn
 from perflab.layer_norm import LAYER_NORMS, sum_of_squares, torch_layer_norm
-from perflab.profiling.capture import profiling
+from perflab.measure.capture import profiling
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timer import time_fn
 
 #: The reductions counted in a profile (a fused kernel does its own inside one call).
 REDUCTIONS = (

@@ -16,10 +16,10 @@ import torch.nn.functional as F
 from perflab.attention import annotated_attention, naive_attention
 from perflab.attention.annotated import ATTENTION_RANGES, attention_part_flops
 from perflab.bench.steps import BenchConfig, build_step
-from perflab.device import resolve_device
-from perflab.profiling.capture import record_trace
-from perflab.profiling.summary import range_totals
-from perflab.profiling.trace import Trace
+from perflab.measure.capture import record_trace
+from perflab.measure.device import resolve_device
+from perflab.measure.summary import range_totals
+from perflab.measure.trace import Trace
 
 ATTENTIONS = {
     "naive": naive_attention,

@@ -4,8 +4,6 @@ names `notebooks/03_mixed_precision.ipynb` uses from the library, each imported 
 runs (``loss_scaling``, ``precision``).
 """
 
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import Finding, conclude_all
 from perflab.bench.steps import bf16_against_fp32
 from perflab.lessons import open_notebook
 from perflab.lessons.nb03_mixed_precision.loss_scaling import (
@@ -24,8 +22,10 @@ from perflab.lessons.nb03_mixed_precision.precision import (
     layernorm_sensitivity,
     sensitivity_line,
 )
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import Finding, conclude_all
+from perflab.measure.paths import listing
 from perflab.model import get_preset
-from perflab.paths import listing
 from perflab.plots.bench import plot_comparisons
 
 __all__ = [

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perflab.device import dtype_name, parse_dtype, resolve_device
+from perflab.measure.device import dtype_name, parse_dtype, resolve_device
 
 
 def accumulate(

@@ -6,9 +6,7 @@ numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig
-from perflab.bench.conclusions import conclude
 from perflab.checkpointing import run_nested
-from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.lessons import open_notebook
 from perflab.lessons.nb04_memory import findings as say
 from perflab.lessons.nb04_memory.at_scale import (
@@ -24,7 +22,7 @@ from perflab.lessons.nb04_memory.checkpoint_study import (
     depth_sweep,
     group_size_sweep,
 )
-from perflab.lessons.nb04_memory.measure import (
+from perflab.lessons.nb04_memory.step_memory import (
     block_saved_tensors,
     compile_backend,
     full_step_peak,
@@ -36,9 +34,11 @@ from perflab.lessons.nb04_memory.measure import (
     step_peak_memory,
     step_timelines,
 )
+from perflab.measure.conclusions import conclude
+from perflab.measure.device import gpu_memory_gib as gpu_memory_gib_of
+from perflab.measure.paths import listing
 from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
 from perflab.model import get_preset
-from perflab.paths import listing
 from perflab.plots.memory import plot_depth, plot_group_sweep, plot_timelines
 
 __all__ = [

@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from perflab.checkpointing import run_blocks
-from perflab.lessons.nb04_memory.measure import residual_stream_bytes
+from perflab.lessons.nb04_memory.step_memory import residual_stream_bytes
 from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
 from perflab.model import (
     ModelConfig,
@@ -210,7 +210,7 @@ def whole_step_table(
 def modelled_step_peaks(
     config: ModelConfig, batch_size: int, seq_lens: list[int], device: torch.device
 ) -> pd.DataFrame:
-    """What ``perflab.lessons.nb04_memory.measure.step_peak_memory`` should measure on ``device``
+    """What ``step_memory.step_peak_memory`` should measure on ``device``
     for a float32 forward and training step of ``config``, by ``whole_step_memory``: on a CPU the
     activation peaks (the profiler does not see the frees of gradients made before it
     started); on CUDA the counter's rise above what was allocated before the step (gradients

@@ -14,16 +14,16 @@ import math
 import pandas as pd
 import torch
 
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.stats import ROUNDS
 from perflab.checkpointing import check_strategy
-from perflab.lessons.nb04_memory.measure import (
+from perflab.lessons.nb04_memory.step_memory import (
     block_stack,
     blocks_fwd_bwd,
     checkpoint_peak,
     group_sizes,
     nearest_grid_point,
 )
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.stats import ROUNDS
 
 
 def group_size_sweep(

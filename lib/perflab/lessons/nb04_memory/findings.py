@@ -13,7 +13,7 @@ import pandas as pd
 
 from perflab.checkpointing import forward_counts
 from perflab.lessons.nb04_memory.checkpoint_study import modelled_group_peaks
-from perflab.lessons.nb04_memory.measure import log_fit
+from perflab.lessons.nb04_memory.step_memory import log_fit
 from perflab.memory.saved import saved_bytes
 from perflab.model import ModelConfig
 

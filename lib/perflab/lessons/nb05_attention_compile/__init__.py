@@ -6,13 +6,13 @@ experiments that this notebook alone runs (``compiled``).
 
 from perflab.bench import Sweep
 from perflab.bench.attention_timing import attention_configs, measure_attention, naive_memory_check
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude_all
-from perflab.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.findings import attention as say
 from perflab.lessons import open_notebook
 from perflab.lessons.nb05_attention_compile.compiled import compile_findings, compile_vs_eager
-from perflab.paths import listing
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import conclude_all
+from perflab.measure.device import gpu_memory_gib as gpu_memory_gib_of
+from perflab.measure.paths import listing
 from perflab.plots.bench import plot_attention_sweep, plot_comparisons
 from perflab.tools.adapters.timing import attention_of_yours
 

@@ -18,10 +18,10 @@ import warnings
 import numpy as np
 import torch
 
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.conclusions import Finding
 from perflab.bench.steps import make_step, random_batch
-from perflab.device import synchronize
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.conclusions import Finding
+from perflab.measure.device import synchronize
 from perflab.model import build_model, get_preset, sized_for
 
 

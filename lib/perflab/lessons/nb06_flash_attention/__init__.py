@@ -22,12 +22,12 @@ from perflab.bench.attention_timing import (
     measure_attention,
     ratios_to,
 )
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude_all
-from perflab.device import parse_dtype
 from perflab.findings import attention as say
 from perflab.lessons import open_notebook
-from perflab.paths import listing, results_elsewhere
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import conclude_all
+from perflab.measure.device import parse_dtype
+from perflab.measure.paths import listing, results_elsewhere
 from perflab.plots.bench import plot_attention_sweep
 from perflab.tools.adapters.timing import attention_of_yours
 from perflab.tools.kernels import (

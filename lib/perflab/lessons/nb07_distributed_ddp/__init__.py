@@ -4,8 +4,6 @@ that module for its source). This package also holds the experiments that this n
 (``allreduce_benchmark``, ``ring``).
 """
 
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude_all
 from perflab.distributed import RankError, launch
 from perflab.distributed.ddp_benchmark import (
     ddp_comparisons,
@@ -26,7 +24,9 @@ from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
     check_allreduce_rank,
 )
 from perflab.lessons.nb07_distributed_ddp.ring import check_ring_rank, fit_ring_model, ring_sweep
-from perflab.paths import listing
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import conclude_all
+from perflab.measure.paths import listing
 from perflab.plots.bench import plot_comparisons
 from perflab.plots.distributed import (
     plot_allreduce,

@@ -20,11 +20,11 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from perflab.bench.sweep import Sweep
-from perflab.bench.timer import time_fn
-from perflab.device import describe, resolve_device, synchronize
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
+from perflab.measure.device import describe, resolve_device, synchronize
+from perflab.measure.sweep import Sweep
+from perflab.measure.timer import time_fn
 
 MB = 10**6  # nccl-tests sizes are decimal: 1 MB = 10^6 bytes
 BUS_FACTORS = {

@@ -16,13 +16,13 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from perflab.bench.stats import least_squares
-from perflab.bench.sweep import Sweep
-from perflab.bench.timer import time_fn
-from perflab.device import describe, resolve_device
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
 from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import MB
+from perflab.measure.device import describe, resolve_device
+from perflab.measure.stats import least_squares
+from perflab.measure.sweep import Sweep
+from perflab.measure.timer import time_fn
 
 SWEEP_KEY = ("world_size", "size_mb")
 

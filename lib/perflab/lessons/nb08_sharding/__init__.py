@@ -4,8 +4,6 @@ where it lives (open that module for its source). This package also holds the ex
 notebook alone runs (``fsdp_timeline``).
 """
 
-from perflab.bench.conclusions import conclude_all
-from perflab.device import resolve_device
 from perflab.distributed import launch
 from perflab.distributed.calculators import H100_NODE, Workload, max_devices_table
 from perflab.distributed.comm_accounting import (
@@ -34,8 +32,10 @@ from perflab.distributed.toy import toy_model
 from perflab.findings import distributed as say
 from perflab.lessons import open_notebook
 from perflab.lessons.nb08_sharding.fsdp_timeline import fsdp_forward_timeline, gather_summary
+from perflab.measure.conclusions import conclude_all
+from perflab.measure.device import resolve_device
+from perflab.measure.paths import listing
 from perflab.model import get_preset
-from perflab.paths import listing
 from perflab.plots.distributed import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
 from perflab.tools.adapters.timing import sharding_of_yours
 from perflab.tools.widgets import calculator_controls

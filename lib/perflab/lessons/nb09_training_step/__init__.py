@@ -5,13 +5,8 @@ runs (``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step
 ``step_model``), and its own sentences, computed from their numbers (``findings``).
 """
 
-from perflab.bench.comparison import paired_table
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.bench.peak import measure_peak_matmul
 from perflab.bench.recipe import Recipe
 from perflab.bench.steps import BenchConfig
-from perflab.device import parse_dtype
-from perflab.hardware import HANDOUT_B200
 from perflab.lessons import open_notebook
 from perflab.lessons.nb09_training_step import findings as say
 from perflab.lessons.nb09_training_step.batching import (
@@ -44,8 +39,13 @@ from perflab.lessons.nb09_training_step.step_model import (
     step_ops,
     time_by_part,
 )
+from perflab.measure.comparison import paired_table
+from perflab.measure.conclusions import conclude, conclude_all
+from perflab.measure.device import parse_dtype
+from perflab.measure.hardware import HANDOUT_B200
+from perflab.measure.paths import listing
+from perflab.measure.peak import measure_peak_matmul
 from perflab.model import build_model, get_preset
-from perflab.paths import listing
 from perflab.training import default_chunk_size
 from perflab.training.ladder import (
     BASELINE,

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from perflab.device import synchronize
-from perflab.paths import REPO_ROOT
+from perflab.measure.device import synchronize
+from perflab.measure.paths import REPO_ROOT
 
 CORPUS = REPO_ROOT / "data" / "text" / "tinyshakespeare.txt"
 Batch = tuple[torch.Tensor, torch.Tensor]

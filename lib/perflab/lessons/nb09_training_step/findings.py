@@ -14,11 +14,11 @@ import os
 import numpy as np
 import pandas as pd
 
-from perflab.bench.comparison import Comparison, describe_ratio
-from perflab.bench.stats import level_text
 from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
 from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
 from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
+from perflab.measure.comparison import Comparison, describe_ratio
+from perflab.measure.stats import level_text
 from perflab.model import ModelConfig
 
 MiB = 2**20
@@ -336,7 +336,7 @@ def memory_sentences(
 
 
 def gpu_lines(gpus) -> list[str]:
-    """Each GPU's datasheet figures with their source (``perflab.hardware``)."""
+    """Each GPU's datasheet figures with their source (``perflab.measure.hardware``)."""
     return [
         f"{gpu.name}: {gpu.bf16_flops / 1e12:,.0f} TFLOP/s dense bf16, "
         f"{gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, NVLink {gpu.nvlink_bytes_per_s / 1e9:.0f} GB/s a "

@@ -10,13 +10,13 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from perflab.bench.stats import ROUNDS
-from perflab.device import resolve_device
 from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
-from perflab.memory.timeline import peak_memory
+from perflab.measure.device import resolve_device
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timeline import peak_memory
 
 if TYPE_CHECKING:
-    from perflab.bench.comparison import Comparison
+    from perflab.measure.comparison import Comparison
 
 
 def plain_head_loss(
@@ -107,7 +107,7 @@ def chunk_size_sweep(
     hidden states; ``default`` marks the size ``default_chunk_size`` picks. A measurement to
     choose a chunk size from: fewer, larger chunks run fewer, larger matmuls; smaller ones
     hold fewer logits."""
-    from perflab.bench.timer import time_fn
+    from perflab.measure.timer import time_fn
 
     if not chunk_sizes or any(not isinstance(c, int) or c < 1 for c in chunk_sizes):
         raise ValueError(f"chunk_sizes must be positive integers, got {chunk_sizes!r}")
@@ -154,7 +154,7 @@ def compare_with_torch_head(
 ) -> Comparison:
     """perflab's fused head against torch's chunked ``F.linear_cross_entropy``, forward +
     backward, interleaved (``perflab.bench.compare``: b = torch's against a = perflab's)."""
-    from perflab.bench.comparison import compare
+    from perflab.measure.comparison import compare
 
     dev = resolve_device(device)
     hidden, weight, targets = _head_inputs(tokens, vocab, d_model, dtype, dev, seed)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from perflab.bench.stats import level_text
-from perflab.profiling.hotspots import compare_traces, kernel_hotspots, short_name
-from perflab.profiling.trace import load_trace
+from perflab.measure.hotspots import compare_traces, kernel_hotspots, short_name
+from perflab.measure.stats import level_text
+from perflab.measure.trace import load_trace
 
 
 def greedy_bound_table(greedy: pd.DataFrame, steps: int) -> pd.DataFrame:
@@ -54,7 +54,7 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
     (all operators), ``device_busy`` (a GPU trace: the share of the traced span in which a
     kernel runs; low means the step waits on the host, whatever the kernels' category).
     ``steps`` is the number of profiled steps in each trace. Categories come from operator or
-    kernel names (``perflab.profiling.hotspots.classify``), not from a roofline; operator times
+    kernel names (``perflab.measure.hotspots.classify``), not from a roofline; operator times
     are summed self times, not the step's wall time."""
     rows, loaded = [], {}
 

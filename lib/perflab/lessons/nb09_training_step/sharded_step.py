@@ -19,14 +19,14 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from perflab.bench.recipe import Recipe, head_loss, make_optimizer, prepare_model
-from perflab.bench.stats import is_unstable
 from perflab.bench.steps import random_batch
-from perflab.bench.sweep import is_out_of_memory
-from perflab.bench.timer import time_fn
-from perflab.device import parse_dtype
 from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, max_world_size, rank_device
 from perflab.fused_cross_entropy import default_chunk_size
+from perflab.measure.device import parse_dtype
+from perflab.measure.stats import is_unstable
+from perflab.measure.sweep import is_out_of_memory
+from perflab.measure.timer import time_fn
 from perflab.memory.saved import saved_bytes, saved_tensors
 from perflab.model import ModelConfig, TransformerLM, build_model, get_preset, sized_for
 from perflab.training.ladder import (

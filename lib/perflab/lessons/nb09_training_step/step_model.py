@@ -39,19 +39,20 @@ from torch.utils.flop_counter import flop_registry
 
 from perflab.attention import naive_attention
 from perflab.attention.reference import attention_matmul_flops
-from perflab.bench.conclusions import Finding
-from perflab.device import parse_dtype
 from perflab.fused_cross_entropy import (
     IGNORE_INDEX,
     FusedLinearCrossEntropy,
     default_chunk_size,
 )
-from perflab.hardware import GPUS, GPUSpec
+from perflab.measure.conclusions import Finding
+from perflab.measure.device import parse_dtype
+from perflab.measure.hardware import GPUS, GPUSpec
 from perflab.model import ModelConfig, TransformerBlock, cross_entropy
 from perflab.rotary import RotaryEmbedding
 
-#: The leaderboard's GPU as its datasheet rates it (``perflab.hardware``); the handout's
-#: 2,500 TFLOP/s figure is ``perflab.hardware.HANDOUT_B200``; notebook 09 prices the step at both.
+#: The leaderboard's GPU as its datasheet rates it (``perflab.measure.hardware``); the
+#: handout's 2,500 TFLOP/s figure is ``perflab.measure.hardware.HANDOUT_B200``; notebook 09
+#: prices the step at both.
 B200 = GPUS["HGX B200"]
 
 

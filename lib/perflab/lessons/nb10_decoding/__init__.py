@@ -5,11 +5,7 @@ notebook alone runs (``costs``, ``inputs``, ``measurements``, ``roofline``, ``te
 and its own sentences, computed from their numbers (``findings``).
 """
 
-from perflab.bench.comparison import comparison_frame
-from perflab.bench.conclusions import conclude, conclude_all
-from perflab.bench.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.decode import CACHES, generate
-from perflab.device import parse_dtype
 from perflab.distributed.launch import max_world_size
 from perflab.lessons import open_notebook
 from perflab.lessons.nb10_decoding import findings as say
@@ -33,8 +29,12 @@ from perflab.lessons.nb10_decoding.tensor_parallel import (
     tensor_parallel_findings,
     tensor_parallel_study,
 )
+from perflab.measure.comparison import comparison_frame
+from perflab.measure.conclusions import conclude, conclude_all
+from perflab.measure.device import parse_dtype
+from perflab.measure.paths import listing
+from perflab.measure.peak import measure_copy_bandwidth, measure_peak_matmul
 from perflab.model import get_preset
-from perflab.paths import listing
 from perflab.plots.decode import plot_decode_roofline, plot_kv_memory
 
 __all__ = [

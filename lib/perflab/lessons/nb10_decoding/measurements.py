@@ -7,7 +7,7 @@ multi-head attention, and int8 weights against the original's (``compare_int8``)
 Every timed decode step runs at a fixed context: the cache's lengths are set back before each
 call, so that each sample does the same work. Every table of timing medians carries the
 median's order-statistic interval with its real level (``median_ci_level``: 5 samples give
-93.75%, 6 give 96.8%) and ``unstable`` (``perflab.bench.stats.is_unstable`` of the samples).
+93.75%, 6 give 96.8%) and ``unstable`` (``perflab.measure.stats.is_unstable`` of the samples).
 Comparisons go through ``perflab.bench.compare`` (interleaved rounds, an interval with its real
 confidence, and a verdict: "inconclusive" below 95% or when the interval is neither inside nor
 outside the noise band).
@@ -26,14 +26,10 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.bench.comparison import Comparison, compare
-from perflab.bench.stats import ROUNDS
-from perflab.bench.timer import time_fn
 from perflab.decode import generate, make_cache
 from perflab.decode.caches import ContiguousKVCache
 from perflab.decode.decoder import StaticDecoder, cached_logits, pick
 from perflab.decode.quantize import quantize_int8, weight_bytes
-from perflab.device import synchronize
 from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
@@ -53,9 +49,13 @@ from perflab.lessons.nb10_decoding.roofline import (
     roofline_columns,
     time_decode,
 )
+from perflab.measure.capture import profiling
+from perflab.measure.comparison import Comparison, compare
+from perflab.measure.device import synchronize
+from perflab.measure.progress import progress
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timer import time_fn
 from perflab.model import ModelConfig, TransformerLM
-from perflab.profiling.capture import profiling
-from perflab.progress import progress
 from perflab.rotary import RotaryEmbedding
 
 

@@ -17,7 +17,7 @@ section 5), so only the fixed-shape step is compiled.
 
 What a step must move and compute is counted from the shapes (``costs``); the copy bandwidth
 and the matmul peak are measured in the same run, as maxima (the best of several runs,
-``perflab.bench.peak``); the roofline is the lower of ``bandwidth / bytes per token`` and
+``perflab.measure.peak``); the roofline is the lower of ``bandwidth / bytes per token`` and
 ``peak / FLOPs per token`` (Williams et al. 2009), and ``fraction_of_roofline`` is the median
 step's tokens/s over it.
 """
@@ -33,24 +33,9 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from perflab.bench.peak import (
-    CopyBandwidth,
-    PeakMatmul,
-    measure_copy_bandwidth,
-    measure_peak_matmul,
-)
-from perflab.bench.stats import is_unstable
-from perflab.bench.timer import Timing, time_fn
 from perflab.decode import CACHES
 from perflab.decode.caches import PagedKVCache
 from perflab.decode.decoder import StaticDecoder, cached_logits
-from perflab.device import (
-    describe,
-    last_level_cache_bytes,
-    parse_dtype,
-    resolve_device,
-    synchronize,
-)
 from perflab.lessons.nb10_decoding.costs import decode_cost, recompute_cost, rooflines
 from perflab.lessons.nb10_decoding.inputs import (
     check_batch,
@@ -59,8 +44,23 @@ from perflab.lessons.nb10_decoding.inputs import (
     inference_model,
     random_prompts,
 )
+from perflab.measure.device import (
+    describe,
+    last_level_cache_bytes,
+    parse_dtype,
+    resolve_device,
+    synchronize,
+)
+from perflab.measure.paths import library_tree, library_versions
+from perflab.measure.peak import (
+    CopyBandwidth,
+    PeakMatmul,
+    measure_copy_bandwidth,
+    measure_peak_matmul,
+)
+from perflab.measure.stats import is_unstable
+from perflab.measure.timer import Timing, time_fn
 from perflab.model import ModelConfig, TransformerLM, get_preset
-from perflab.paths import library_tree, library_versions
 
 COMPILED_NEEDS_FIXED_SHAPES = (
     "compile needs the fixed-shape step, cache 'contiguous' (StaticDecoder): the paged and "
@@ -236,7 +236,7 @@ def time_decode(
 
 def median_columns(timing: Timing) -> dict:
     """A timing's median, its interval with the interval's real level, and the unstable flag
-    (``perflab.bench.stats.is_unstable`` of the samples)."""
+    (``perflab.measure.stats.is_unstable`` of the samples)."""
     interval = timing.median_ci
     return {
         "median_s": timing.median,

@@ -22,12 +22,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from perflab.bench.conclusions import Finding
-from perflab.bench.stats import is_unstable
 from perflab.decode import generate
 from perflab.decode.decoder import attend, pick
 from perflab.distributed.launch import launch
 from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
+from perflab.measure.conclusions import Finding
+from perflab.measure.stats import is_unstable
 from perflab.model import ModelConfig, TransformerLM
 
 

@@ -186,7 +186,7 @@ def attention_functions(spec: str, only: set[str] | None = None) -> dict[str, ty
     """The FlashAttention classes the adapters ``spec`` provides, by the names notebooks 05
     and 06 time them under: ``yours_pytorch`` and (where Triton is installed) ``yours_triton``;
     with ``only`` (adapter names, e.g. ``battery.passing_adapters``), those in it."""
-    from perflab.device import triton_available
+    from perflab.measure.device import triton_available
 
     module = load_adapters(spec)
     found = {}

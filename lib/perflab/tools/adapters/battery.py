@@ -22,7 +22,7 @@ from dataclasses import dataclass, fields
 import pandas as pd
 import torch
 
-from perflab.device import triton_available
+from perflab.measure.device import triton_available
 from perflab.tools.adapters.attention_checks import GETTERS, attention_rows, isolated_attention_rows
 from perflab.tools.adapters.distributed_checks import (
     AUTOCAST_TOLERANCE,

@@ -17,8 +17,6 @@ import torch
 from torch import nn
 
 from perflab.bench.attention_timing import add_implementation, interpreted
-from perflab.bench.comparison import Comparison, paired_comparison
-from perflab.bench.conclusions import conclude
 from perflab.distributed.ddp_benchmark import (
     LEARNING_RATE,
     ZERO_KEY,
@@ -28,7 +26,9 @@ from perflab.distributed.ddp_benchmark import (
     perflab_setup,
     zero_configs,
 )
-from perflab.paths import save_table
+from perflab.measure.comparison import Comparison, paired_comparison
+from perflab.measure.conclusions import conclude
+from perflab.measure.paths import save_table
 from perflab.tools.adapters.attention_checks import GETTERS, attention_functions
 from perflab.tools.adapters.battery import check_adapters, findings, format_table, passing_adapters
 from perflab.tools.adapters.distributed_checks import DDP_ADAPTERS

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pandas as pd
 
-from perflab.bench.conclusions import Finding
-from perflab.bench.stats import level_text, median_interval
+from perflab.measure.conclusions import Finding
+from perflab.measure.stats import level_text, median_interval
 
 
 def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
     """Per preset, the phases of the training step measured inside each timed step (the
-    device synchronised at every phase boundary, ``perflab.bench.timer.PhaseClock``): mean
+    device synchronised at every phase boundary, ``perflab.measure.timer.PhaseClock``): mean
     seconds of forward, backward and optimizer, which are non-negative and add up to the
     clocked step by construction; their shares; backward / forward as the median of the
     per-step ratios with its order-statistic interval and that interval's level.
@@ -132,7 +132,7 @@ def mfu_lines(rates: pd.DataFrame, presets) -> list[str]:
 def timing_table(results: pd.DataFrame, keys=("preset", "mode")) -> pd.DataFrame:
     """Per row: the median in ms with its interval and that interval's confidence (``ci``, e.g.
     '12.1–13.4 (96.8%)'), the IQR as a share of the median and the ``unstable`` flag
-    (``perflab.bench.stats``); rows that did not run keep their status."""
+    (``perflab.measure.stats``); rows that did not run keep their status."""
     table = results[[*keys, "status"]].copy()
     ok = results["status"] == "ok"
     table["median_ms"] = (results["median_s"] * 1e3).where(ok)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from perflab.bench.comparison import Comparison
-from perflab.paths import git_commit, library_tree
+from perflab.measure.comparison import Comparison
+from perflab.measure.paths import git_commit, library_tree
 
 FIELDS = (
     "key",

@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.device import synchronize
-from perflab.profiling.capture import profiling
+from perflab.measure.capture import profiling
+from perflab.measure.device import synchronize
 
 CPU_SOURCE = "torch.profiler memory events (CPU allocator)"
 CUDA_SOURCE = "CUDA memory snapshot (torch.cuda.memory._record_memory_history)"
@@ -111,9 +111,10 @@ def _innermost_op(ops: pd.DataFrame, events: pd.DataFrame) -> list[str]:
     return [spans[-1] if spans else "(no op)" for spans in _open_spans(ops, events)]
 
 
-#: Python frames that say nothing about who allocated: PyTorch's, this recorder's own, built-ins
-#: and the standard library's (the profiler names its files relative to the stdlib folder).
-_PLUMBING = ("/torch/", "/perflab/profiling/", "/perflab/memory/timeline.py")
+#: Python frames that say nothing about who allocated: PyTorch's, the measuring core's (this
+#: recorder and the profiler capture it drives), the profiling package's, built-ins and the
+#: standard library's (the profiler names its files relative to the stdlib folder).
+_PLUMBING = ("/torch/", "/perflab/measure/", "/perflab/profiling/")
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 

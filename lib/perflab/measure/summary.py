@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from perflab.profiling.hotspots import classify, shares_by_category
-from perflab.profiling.trace import (
+from perflab.measure.hotspots import classify, shares_by_category
+from perflab.measure.trace import (
     CPU_RANGE,
     GPU_RANGE,
     Trace,
@@ -49,7 +49,7 @@ class KernelSummary:
         return float(self.table["Total Time (ns)"].sum())
 
     def with_categories(self) -> pd.DataFrame:
-        """The table with each name's category (``perflab.profiling.hotspots.classify``)."""
+        """The table with each name's category (``perflab.measure.hotspots.classify``)."""
         return self.table.assign(category=self.table["Name"].map(classify))
 
     def not_matmul(self, at_least: float = 1.0) -> pd.DataFrame:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from perflab.device import device_name
+from perflab.measure.device import device_name
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 
 

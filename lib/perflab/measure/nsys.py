@@ -3,7 +3,7 @@
 ``nsys profile`` runs ``perflab bench`` with the NVTX capture range "timed" (the range the
 timer opens around the timed steps, so warm-up is not captured), then
 ``nsys stats --report cuda_gpu_kern_sum --format csv`` reads the report back into the same
-table layout as ``perflab.profiling.summary.kernel_summary``. Needs CUDA and ``nsys`` on PATH;
+table layout as ``perflab.measure.summary.kernel_summary``. Needs CUDA and ``nsys`` on PATH;
 ``nsys_available()`` says whether both are there. Not executable on a CPU-only machine.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.profiling.summary import SUMMARY_COLUMNS, KernelSummary
-from perflab.ranges import TIMED_RANGE
+from perflab.measure.ranges import TIMED_RANGE
+from perflab.measure.summary import SUMMARY_COLUMNS, KernelSummary
 
 
 def nsys_available() -> bool:

@@ -1,6 +1,6 @@
 """Memory measurements of the workbook's model (notebook 04).
 
-Every number here is measured with ``perflab.memory.timeline.peak_memory`` (CUDA's peak counter,
+Every number here is measured with ``perflab.measure.timeline.peak_memory`` (CUDA's peak counter,
 or the CPU allocator record of torch.profiler), next to the formula that predicts it.
 """
 
@@ -12,13 +12,13 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from perflab.bench.stats import least_squares
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
-from perflab.bench.timer import time_fn
 from perflab.checkpointing import check_strategy, run_blocks
-from perflab.device import CPU, resolve_device
+from perflab.measure.device import CPU, resolve_device
+from perflab.measure.stats import least_squares
+from perflab.measure.timeline import peak_memory, record_timeline
+from perflab.measure.timer import time_fn
 from perflab.memory.saved import saved_tensors
-from perflab.memory.timeline import peak_memory, record_timeline
 from perflab.model import (
     ModelConfig,
     RMSNorm,

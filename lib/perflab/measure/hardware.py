@@ -6,7 +6,7 @@ These are cited, not measured: a datasheet's "up to" figures are peaks no kernel
 the tensor-core figures NVIDIA prints first are with 2:4 structured sparsity, twice the dense
 rate that training uses; the dense rate is kept here. NVLink is quoted as the sum of both
 directions; a collective's bandwidth per direction is half of it, kept here. Where the workbook
-measures a peak (``perflab.bench.peak``) it reports both.
+measures a peak (``perflab.measure.peak``) it reports both.
 """
 
 from __future__ import annotations

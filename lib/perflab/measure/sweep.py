@@ -26,8 +26,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from perflab.paths import git_commit, library_tree
-from perflab.progress import progress
+from perflab.measure.paths import git_commit, library_tree
+from perflab.measure.progress import progress
 
 
 def is_out_of_memory(error: BaseException) -> bool:

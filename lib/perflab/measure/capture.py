@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from perflab.device import synchronize
+from perflab.measure.device import synchronize
 
 
 @contextlib.contextmanager

@@ -5,7 +5,7 @@ A peak is a maximum: each is the best of several timed runs (the fastest sample)
 reach it, with the median beside it as the spread. A median on a shared machine is lowered by
 every other process's time slice, and every MFU or roofline fraction quoted against a low
 yardstick is inflated by it (``perflab check-results`` flags an achieved rate above its
-yardstick). A benchmark, so it lives here with the timer it uses, not in ``perflab.device``.
+yardstick). A benchmark, so it lives here with the timer it uses, not in ``perflab.measure.device``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from perflab.bench.timer import time_fn
-from perflab.device import device_name, dtype_name
+from perflab.measure.device import device_name, dtype_name
+from perflab.measure.timer import time_fn
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ on one side of it, so its confidence is exactly 1 - 2 P(B <= k-1) with B ~ Binom
 whatever the distribution of the noise (bursts included). The largest k whose confidence
 reaches the one asked for is taken. Few samples cannot reach 95%: [min, max] of 3 samples is a
 75% interval, of 5 a 93.8% one, of 6 a 96.9% one; the interval then carries the level it does
-give (``Interval.level``), and a verdict asks for at least 95% (``perflab.bench.comparison``).
+give (``Interval.level``), and a verdict asks for at least 95% (``perflab.measure.comparison``).
 (The percentile bootstrap this module used before returns [min, max] of 3 samples and called it
-95%; simulated, it covered the median 75% of the time: ``perflab.bench.simulate``.)
+95%; simulated, it covered the median 75% of the time: ``perflab.measure.simulate``.)
 
 **Unstable** (the rule): IQR above 25% of the median, ``torch.utils.benchmark``'s threshold for
 its "gross" instability warning (it warns from 10%), or fewer than 3 samples. A conclusion is

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 import torch.utils.benchmark as torch_benchmark
 
-from perflab.bench.comparison import Comparison, paired_comparison
-from perflab.bench.stats import ROUNDS
-from perflab.bench.timer import time_fn
+from perflab.measure.comparison import Comparison, paired_comparison
+from perflab.measure.stats import ROUNDS
+from perflab.measure.timer import time_fn
 
 
 def matmul_size_for(target_s: float, flops_per_s: float) -> int:
@@ -36,7 +36,7 @@ def compare_timers(
 
     The timers take turns for ``rounds`` rounds (each reports its median per round), so that
     a slow phase of a shared machine does not land on one timer only; the ratio is the paired
-    comparison of the rounds (``perflab.bench.comparison.paired_comparison``).
+    comparison of the rounds (``perflab.measure.comparison.paired_comparison``).
     """
     a = torch.randn(n, n, device=device)
     b = torch.randn(n, n, device=device)

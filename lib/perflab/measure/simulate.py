@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from perflab.bench.comparison import NOISE_BAND, interleaved_rounds
+from perflab.measure.comparison import NOISE_BAND, interleaved_rounds
 
 # Every sample count a notebook's interval or verdict is computed from (tests/test_coverage.py
 # checks the notebooks' parameters against it).

@@ -12,13 +12,13 @@ one call is dropped), and the round gives the paired ratio r = t_b / t_a; a dist
 lasts longer than a round slows both sides and cancels in r.
 
 ``ratio`` is the median of the rounds' ratios and ``ci`` its distribution-free interval
-(``perflab.bench.stats.median_interval``), whose real ``confidence`` the ``Comparison`` carries:
+(``perflab.measure.stats.median_interval``), whose real ``confidence`` the ``Comparison`` carries:
 6 rounds give 96.8%, 3 rounds only 75%. Four verdicts (b against a), in the manner of
 Criterion.rs's noise threshold: "faster" when the whole interval lies below 1 - band (b takes
 less time), "slower" when it lies above 1 + band, "same" when it lies inside 1 ± band (default
 ±3%), and "inconclusive" otherwise, or whenever the interval's confidence is below the 95% asked
 for (fewer than 6 rounds). The levels are claims, tested by simulation
-(``perflab.bench.simulate``, ``tests/test_coverage.py``).
+(``perflab.measure.simulate``, ``tests/test_coverage.py``).
 
 **Adaptive rounds** (``budget_s``): the rounds are looked at after ``rounds``, 2 x, 4 x ... up to
 ``max_rounds``, stopping at the first conclusive verdict or when the next look would overrun
@@ -48,7 +48,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from perflab.bench.stats import (
+from perflab.measure.device import synchronize
+from perflab.measure.stats import (
     CONFIDENCE,
     ROUNDS,
     is_unstable,
@@ -56,7 +57,6 @@ from perflab.bench.stats import (
     max_level,
     median_interval,
 )
-from perflab.device import synchronize
 
 NOISE_BAND = 0.03
 VERDICTS = ("same", "faster", "slower", "inconclusive")
@@ -344,7 +344,7 @@ def interleaved_rounds(
     confidence: float = CONFIDENCE,
 ) -> Comparison:
     """The rounds of a comparison and when to stop: ``take_round(i)`` gives round i's times of a
-    and b (``compare`` times them; ``perflab.bench.simulate`` draws them). Fixed: ``rounds``
+    and b (``compare`` times them; ``perflab.measure.simulate`` draws them). Fixed: ``rounds``
     rounds. Adaptive: looks at ``look_schedule``, each at the Bonferroni level, until a
     conclusive verdict, the last look, or ``may_continue(rounds_done, next_look)`` says no."""
     if not adaptive:

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perflab.profiling.trace import (
+from perflab.measure.trace import (
     DEVICE_KERNELS,
     KERNEL,
     Trace,

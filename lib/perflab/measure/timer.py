@@ -5,7 +5,7 @@ queued GPU work is neither charged to the step nor left out of it. Statistics ar
 from the samples; the median with the 20th and 80th percentiles is the robust summary
 (Triton's ``do_bench`` reports the same quantiles), and every summary carries the IQR, the
 median's distribution-free interval with the confidence it really has (``median_ci_level``: 95%
-or more from 6 samples, less with fewer) and the ``unstable`` flag (``perflab.bench.stats``).
+or more from 6 samples, less with fewer) and the ``unstable`` flag (``perflab.measure.stats``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from perflab.bench.stats import Interval, iqr, is_unstable, median_interval
-from perflab.device import synchronize
-from perflab.ranges import TIMED_RANGE, annotate
+from perflab.measure.device import synchronize
+from perflab.measure.ranges import TIMED_RANGE, annotate
+from perflab.measure.stats import Interval, iqr, is_unstable, median_interval
 
 TIMING_METHOD = "perflab.bench.time_fn: perf_counter per step, device synchronised before and after"
 
@@ -68,12 +68,12 @@ class Timing:
     @property
     def median_ci(self) -> Interval:
         """The median's order-statistic interval at 95%, or the level the samples can give
-        (``perflab.bench.stats.median_interval``)."""
+        (``perflab.measure.stats.median_interval``)."""
         return median_interval(self.samples)
 
     @property
     def unstable(self) -> bool:
-        """Too spread to conclude from (the rule is in ``perflab.bench.stats``)."""
+        """Too spread to conclude from (the rule is in ``perflab.measure.stats``)."""
         return is_unstable(self.samples)
 
     def summary(self) -> dict[str, float | int | str]:
@@ -110,8 +110,9 @@ def time_fn(
 ) -> Timing:
     """Run ``fn`` ``warmup`` times untimed, then ``steps`` times timed; return the samples.
 
-    ``sync`` waits for the device (default: ``perflab.device.synchronize(device)``). The timed
-    steps run inside the range "timed", the capture range with which nsys skips the warm-up.
+    ``sync`` waits for the device (default: ``perflab.measure.device.synchronize(device)``).
+    The timed steps run inside the range "timed", the capture range with which nsys skips the
+    warm-up.
     """
     _check_count("warmup", warmup, 0)
     _check_count("steps", steps, 1)
