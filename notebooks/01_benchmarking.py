@@ -36,7 +36,7 @@
 # architecture; the parameter count is your model's own.
 
 # %% tags=["parameters"]
-presets = ["cpu-tiny", "cpu-small"]  # model sizes from perflab.model.PRESETS
+presets = ["cpu-tiny", "cpu-small"]  # model sizes from perflab.implementations.model.PRESETS
 context_length = 128                 # tokens per sequence
 batch_size = 4                       # sequences per step
 warmup = 3                           # untimed steps before each measurement
@@ -133,7 +133,7 @@ configs = [
 ]
 results = benchmark_sweep(out / "timings.csv", configs, resume=resume,
                           metadata=provenance)
-print(f"model timed: {model or 'perflab.model.TransformerLM'}")
+print(f"model timed: {model or 'perflab.implementations.model.TransformerLM'}")
 timing_table(results)
 
 # %% [markdown]

@@ -31,7 +31,7 @@
 # result here comes from it.
 
 # %% tags=["parameters"]
-preset = "cpu-small"   # the model profiled, from perflab.model.PRESETS
+preset = "cpu-small"   # the model profiled, from perflab.implementations.model.PRESETS
 context_length = 256   # tokens per sequence
 batch_size = 4         # sequences per step
 warmup = 2             # unprofiled steps before the profiled ones
@@ -319,7 +319,7 @@ print("\n".join(say.trace_change_lines(comparison)))
 # operations among the hotspots (the A100 trace of section 5 is of a network with cuDNN's batch
 # norm, not LayerNorm, so here it is measured on its own): its mean and variance are reductions,
 # each a pass over the activations, and autograd differentiates through every operation. Two
-# remedies, and PyTorch's own kernel as the yardstick (`perflab.layer_norm`; checked, profiled
+# remedies, and PyTorch's own kernel as the yardstick (`perflab.implementations.layer_norm`; checked, profiled
 # and timed by `perflab.lessons.nb02_profiling.layer_norm_study`): the statistics
 # from **one** reduction (`torch.var_mean`, Welford's update) instead of `x.mean` then `x.var`;
 # and a **hand-written backward** that reuses the normalised input x̂ and 1/σ saved by the

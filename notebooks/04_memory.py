@@ -336,7 +336,7 @@ print(say.xl_group_line(sizes, xl_config))
 #
 # **Which arrangement keeps the least in memory? (gradient_checkpointing (a))** Ignoring
 # compute, nest the checkpoints: split the stack into halves, checkpoint each, and do the same
-# inside each half down to single blocks (`perflab.checkpointing.run_nested`, below). A
+# inside each half down to single blocks (`perflab.implementations.checkpointing.run_nested`, below). A
 # checkpointed segment keeps only its input until backward reaches it; recomputing it keeps
 # the inputs of its own two halves, and so on, so while backward runs through any block the
 # memory holds the segment inputs along one path of the recursion (one or two per level: the

@@ -207,7 +207,7 @@ print(compile_line(compiled))
 # Which configurations the autotuner may pick is decided once, on a CPU, by compiling every
 # candidate (tiles of 32 to 128, 4 or 8 warps, 2 to 4 pipeline stages) for sm_80, sm_90 and
 # sm_100 and keeping, per kernel and head dimension, only those that spill nothing and fit
-# every target's shared memory (`perflab.attention.flash_configs`, which explains the rule and
+# every target's shared memory (`perflab.implementations.attention.flash_configs`, which explains the rule and
 # how to run the search again; the tests compile every kept one). A configuration that spills
 # trades registers for local-memory traffic in the hot loop; one over the limit cannot launch.
 # At head dimension 128:

@@ -174,7 +174,7 @@ print(say.logits_sentence(memory, config))
 # `fused_linear_cross_entropy(hidden, weight, targets, chunk_size=None)` runs the head in
 # chunks of tokens: forward keeps only each token's log-sum-exp, backward recomputes a chunk's
 # logits and turns them at once into that chunk's gradients, `(softmax - onehot) / n` times the
-# weight and the hidden states (`perflab.fused_cross_entropy`). At most one chunk's
+# weight and the hidden states (`perflab.implementations.fused_cross_entropy`). At most one chunk's
 # logits exist at a time, for one more head matmul. The tests check it against logits +
 # `F.cross_entropy` in float64 (every chunking, ignored targets; to 1e-12) and under bf16
 # autocast. The memory of one forward + backward of each head, from the allocator's record
@@ -204,7 +204,7 @@ print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch)
 # %% [markdown]
 # **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from a
 # sweep at three head sizes on a 2-core Intel Xeon (its figures are in
-# `perflab.fused_cross_entropy`), against the formula used before (one chunk's logits the size
+# `perflab.implementations.fused_cross_entropy`), against the formula used before (one chunk's logits the size
 # of the hidden states: 32 tokens at 2048 x 32000 x 256). This device's numbers: the fused
 # head's time and peak memory at each of `head_chunk_sizes` (larger chunks: fewer, larger
 # matmuls; smaller: fewer logits at a time), measured again here:

@@ -42,7 +42,7 @@
 #    cache, two all-reduces per layer;
 # 9. grouped-query attention: fewer key and value heads, a smaller cache and fewer bytes a step.
 #
-# The implementations are in `perflab.decode`: `generate(model, prompts, max_new_tokens,
+# The implementations are in `perflab.implementations.decode`: `generate(model, prompts, max_new_tokens,
 # cache=...)`, the caches and the fixed-shape `StaticDecoder`; this notebook's experiments in its
 # lesson package, `perflab.lessons.nb10_decoding`: the cost formulas (`costs`), the roofline
 # (`roofline`) and the measurements (`measurements`). One configuration against its roofline from
@@ -383,7 +383,7 @@ nb.say(say.sampling_lines(rotary.details, sampling.details, config.vocab_size, e
 # ## 7. int8 linear weights: a quarter of their bytes
 #
 # A decode step at batch 1 reads every weight once per token, so where memory bounds it, its
-# time follows the weights' bytes. Stored as int8 with one scale per output row (`perflab.decode.quantize`: symmetric,
+# time follows the weights' bytes. Stored as int8 with one scale per output row (`perflab.implementations.decode.quantize`: symmetric,
 # per channel, each weight rounded by at most half a step; the activations stay in the model's
 # dtype), the linear layers' weights take a quarter of float32's bytes; the embedding stays as
 # it is. The bytes are saved only if the int8 values are read as int8: under `torch.compile`
@@ -451,7 +451,7 @@ if tp is not None:
 # With `gqa_kv_heads` heads of keys and values, each shared by a group of query heads
 # (`ModelConfig.num_kv_heads`; Ainslie et al. 2023), a token's keys and values take
 # kv_heads / heads of the bytes, and the decode step attends each group's queries to their
-# shared head in one matmul, reading the cache once per group (`perflab.decode.decoder.attend`).
+# shared head in one matmul, reading the cache once per group (`perflab.implementations.decode.decoder.attend`).
 # At a batch and a context where the cache weighs as much as the weights, the bytes a step must
 # move shrink, and a step bound by memory should follow them. Both fixed-shape steps (eager
 # on a CPU by default, `gqa_compiled` to compile them; the grouped model has random weights of

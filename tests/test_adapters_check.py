@@ -315,7 +315,7 @@ def test_results_name_and_added_implementations():
     assert results_name("perflab.cs336").startswith("yours-perflab-cs336-")
     with pytest.raises(ValueError, match="'sdpa' is one of perflab's implementations"):
         add_implementation("sdpa", object)
-    from perflab.attention import FlashAttentionTorch
+    from perflab.implementations.attention import FlashAttentionTorch
 
     add_implementation("yours_test_only", FlashAttentionTorch)
     assert not interpreted("yours_test_only")
@@ -342,7 +342,7 @@ def test_a_package_name_taken_by_another_folder_still_imports_with_relative_impo
 def test_a_missing_gradient_fails_where_max_would_have_passed_it(tmp_path):
     adapters = tmp_path / "adapters.py"
     adapters.write_text(
-        "from perflab.attention import FlashAttentionTorch\n\n\n"
+        "from perflab.implementations.attention import FlashAttentionTorch\n\n\n"
         "class NoKeyGradient(FlashAttentionTorch):\n"
         "    @staticmethod\n"
         "    def backward(ctx, grad_out):\n"
@@ -551,8 +551,9 @@ def test_results_name_tells_a_model_class_from_a_windows_path(monkeypatch):
     file; ``C:\\...\\adapters.py`` is an adapters path, not a class."""
     from perflab.tools.adapters import loading
 
-    name = loading.results_name("perflab.model:TransformerLM")
-    assert name.startswith("yours-perflab-model-transformerlm-") and len(name.split("-")[-1]) == 8
+    name = loading.results_name("perflab.implementations.model:TransformerLM")
+    assert name.startswith("yours-perflab-implementations-model-transformerlm-")
+    assert len(name.split("-")[-1]) == 8
     asked = []
     monkeypatch.setattr(loading, "load_adapters", lambda spec: asked.append(spec) or loading)
     monkeypatch.setattr(loading, "student_root", lambda module: None)

@@ -26,9 +26,9 @@ from perflab.measure.device import triton_available  # noqa: E402
 if not triton_available():
     pytest.skip("Triton is not installed (Linux-only): nothing to compile", allow_module_level=True)
 
-from perflab.attention.flash_configs import KERNELS as FLASH_KERNELS
-from perflab.attention.flash_configs import SPILLING, kept_configs
-from perflab.attention.triton_compile import TARGETS, get_target, kernel_source
+from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
+from perflab.implementations.attention.flash_configs import SPILLING, kept_configs
+from perflab.measure.triton_compile import TARGETS, get_target, kernel_source
 from perflab.tools.kernels import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
@@ -161,11 +161,12 @@ def test_the_pruner_keeps_exactly_what_fits_a_smaller_gpu():
     target with a fake launch's arguments)."""
     script = textwrap.dedent("""
         import json, torch
-        from perflab.attention import flash_triton  # its autotuners built, as on a GPU
-        from perflab.attention import flash_tuning as ft
-        from perflab.attention.flash_backward import _flash_backward_q_kernel
-        from perflab.attention.flash_configs import autotune_configs, configs_for
-        from perflab.attention.triton_compile import Target, compile_kernel
+        # flash_triton imported: its autotuners built, as on a GPU
+        from perflab.implementations.attention import flash_triton
+        from perflab.implementations.attention import flash_tuning as ft
+        from perflab.implementations.attention.flash_backward import _flash_backward_q_kernel
+        from perflab.implementations.attention.flash_configs import autotune_configs, configs_for
+        from perflab.measure.triton_compile import Target, compile_kernel
         q = torch.empty(2, 256, 128, dtype=torch.float16)
         lse = torch.empty(2, 256)
         args = dict(Q=q, K=q, V=q, DO=q, L=lse, DELTA=lse, DQ=q, stride_qb=256 * 128,
@@ -207,8 +208,11 @@ def test_bad_names_get_one_clear_error():
 
 
 def test_kernel_source_is_the_kernels_own_code():
-    from perflab.attention.flash_forward import _flash_forward_kernel, _forward_stage
-    from perflab.attention.weighted_sum import _weighted_sum_forward_kernel
+    from perflab.implementations.attention.flash_forward import (
+        _flash_forward_kernel,
+        _forward_stage,
+    )
+    from perflab.implementations.attention.weighted_sum import _weighted_sum_forward_kernel
 
     source = kernel_source(_flash_forward_kernel)
     assert source.startswith(

@@ -140,9 +140,13 @@ def test_compile_line_counts_failures_spills_and_overflows():
 
 def test_implementation_checks_and_weighted_sum_line():
     pytest.importorskip("triton")
-    from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
-    from perflab.attention.flash_torch import FlashAttentionTorch
-    from perflab.attention.weighted_sum import WeightedSumTriton
+    from perflab.implementations.attention.correctness import (
+        checks_line,
+        implementation_checks,
+        weighted_sum_line,
+    )
+    from perflab.implementations.attention.flash_torch import FlashAttentionTorch
+    from perflab.implementations.attention.weighted_sum import WeightedSumTriton
 
     checks = implementation_checks(
         {"flash_torch": FlashAttentionTorch}, [(1, 5, 7, 16, True)], [torch.float32], "cpu"

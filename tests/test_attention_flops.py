@@ -6,7 +6,11 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from perflab.attention.reference import attention_matmul_flops, causal_mask, causal_pairs
+from perflab.implementations.attention.reference import (
+    attention_matmul_flops,
+    causal_mask,
+    causal_pairs,
+)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import perflab.lessons.nb09_training_step.batching as batching
+from perflab.implementations.model import get_preset
 from perflab.lessons.nb09_training_step.batching import (
     IGNORE,
     ORDERS,
@@ -21,7 +22,6 @@ from perflab.lessons.nb09_training_step.batching import (
     padding_share,
     speeches,
 )
-from perflab.model import get_preset
 
 BYTES = dataclasses.replace(
     get_preset("cpu-tiny"), d_model=32, d_ff=64, num_heads=2, vocab_size=256, context_length=64

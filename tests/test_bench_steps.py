@@ -6,10 +6,10 @@ import torch
 
 from perflab.bench import BenchConfig, make_step, random_batch, run_benchmark
 from perflab.bench.steps import phase_columns
+from perflab.implementations.model import PRESETS, TransformerLM
 from perflab.lessons.nb01_benchmarking.warmup import warmup_samples
 from perflab.measure.tables import phase_breakdown, throughput
 from perflab.measure.timer import PhaseClock
-from perflab.model import PRESETS, TransformerLM
 
 
 @pytest.mark.parametrize(
@@ -398,9 +398,9 @@ def test_a_recipe_round_trips_through_a_configuration():
 
 
 def test_the_recipe_flags_reach_the_model_the_optimizer_and_the_loss():
-    from perflab.attention.flash_torch import flash_attention_torch
     from perflab.bench.recipe import make_loss, make_optimizer, prepare_model
-    from perflab.model import cross_entropy
+    from perflab.implementations.attention.flash_torch import flash_attention_torch
+    from perflab.implementations.model import cross_entropy
 
     config = BenchConfig(
         "cpu-tiny",

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perflab.implementations.model import get_preset
 from perflab.measure.device import resolve_device
 from perflab.measure.paths import NOTEBOOKS_DIR, REPO_ROOT, device_slug
-from perflab.model import get_preset
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the dev extra")
 from selenium.common.exceptions import (  # noqa: E402

@@ -12,7 +12,7 @@ from perflab.distributed.calculators import (
     max_devices_table,
     train_flops,
 )
-from perflab.model import get_preset
+from perflab.implementations.model import get_preset
 
 # N = 1e9 parameters, 10 layers of width 1000, 16 heads; 64 sequences of 100 tokens; bf16 on
 # the wire; 1 TFLOP/s devices, 1 GB/s between ranks, 10 GB/s within a TP group.

@@ -320,7 +320,7 @@ def test_kernels_compiles_for_a_target_and_prints_the_table():
     lines = done.stdout.splitlines()
     assert lines[0].split()[:4] == ["kernel", "target", "compiles", "failed"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    from perflab.attention.flash_configs import kept_configs
+    from perflab.implementations.attention.flash_configs import kept_configs
 
     compiles = 2 * len(kept_configs("flash_forward", 64, 2))  # each kept one, causal and not
     assert rows["flash_forward"][1:4] == ["sm_90", str(compiles), "0"]

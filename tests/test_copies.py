@@ -5,9 +5,9 @@ in-place mask the same numbers as the reference."""
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.attention import naive_attention
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.model import ModelConfig
 from perflab.measure.capture import profiling
-from perflab.model import ModelConfig
 from perflab.profiling.copies import copy_sites
 from perflab.training.step_profile import attention_masking_in_place, compare_mask_copy
 

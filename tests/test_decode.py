@@ -1,13 +1,13 @@
-"""perflab.decode: every cache mode gives the tokens of full recomputation (greedy and seeded
-sampling, prompts of unequal lengths, float64 random models); the paged cache's blocks; bad
-input."""
+"""perflab.implementations.decode: every cache mode gives the tokens of full recomputation (greedy
+and seeded sampling, prompts of unequal lengths, float64 random models); the paged cache's blocks;
+bad input."""
 
 import math
 
 import pytest
 import torch
 
-from perflab.decode import (
+from perflab.implementations.decode import (
     CACHES,
     ContiguousKVCache,
     PagedKVCache,
@@ -16,7 +16,7 @@ from perflab.decode import (
     generate,
     make_cache,
 )
-from perflab.model import ModelConfig, TransformerLM
+from perflab.implementations.model import ModelConfig, TransformerLM
 
 TINY = ModelConfig(
     "decode-test", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=48
@@ -221,7 +221,7 @@ def test_paged_cache_tracks_the_most_token_bytes_held_at_once():
 
 
 def test_bad_prompts_budgets_and_caches_are_one_clear_error():
-    from perflab.decode import ContiguousKVCache, generate, make_cache
+    from perflab.implementations.decode import ContiguousKVCache, generate, make_cache
 
     torch.manual_seed(0)
     model = TransformerLM(

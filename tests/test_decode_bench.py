@@ -5,6 +5,7 @@ parts (bytes, memory, graphs, correctness flags) are right."""
 import pytest
 import torch
 
+from perflab.implementations.model import PRESETS, ModelConfig
 from perflab.lessons.nb10_decoding.costs import (
     decode_step_bytes,
     flops_per_token,
@@ -25,7 +26,6 @@ from perflab.lessons.nb10_decoding.measurements import (
 )
 from perflab.measure.peak import measure_copy_bandwidth
 from perflab.measure.stats import max_level
-from perflab.model import PRESETS, ModelConfig
 from perflab.plots.decode import plot_decode_roofline
 
 TINY = ModelConfig(

@@ -5,11 +5,11 @@ taken."""
 import pandas as pd
 import pytest
 
+from perflab.implementations.model import get_preset
 from perflab.lessons.nb10_decoding import findings as say
 from perflab.lessons.nb10_decoding.costs import matmul_weights
 from perflab.lessons.nb10_decoding.measurements import PARTS
 from perflab.measure.peak import CopyBandwidth, PeakMatmul
-from perflab.model import get_preset
 
 TINY = get_preset("cpu-tiny")
 

@@ -1,17 +1,17 @@
-"""int8 weight-only quantisation (perflab.decode.quantize): each weight within half a step of
-the original, the int8 layer equal to a float matmul with the dequantised weight (eager, and
-compiled on the fused path), every linear layer replaced and the original untouched."""
+"""int8 weight-only quantisation (perflab.implementations.decode.quantize): each weight within half
+a step of the original, the int8 layer equal to a float matmul with the dequantised weight (eager,
+and compiled on the fused path), every linear layer replaced and the original untouched."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from perflab.decode import generate
-from perflab.decode.quantize import Int8Linear, quantize_int8, weight_bytes
+from perflab.implementations.decode import generate
+from perflab.implementations.decode.quantize import Int8Linear, quantize_int8, weight_bytes
+from perflab.implementations.model import ModelConfig, QKVProjection
 from perflab.lessons.nb10_decoding.inputs import inference_model
 from perflab.lessons.nb10_decoding.measurements import compare_int8
-from perflab.model import ModelConfig, QKVProjection
 
 TINY = ModelConfig(
     "quantize-test",

@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 
-from perflab.decode import CACHES
+from perflab.implementations.decode import CACHES
+from perflab.implementations.model import ModelConfig, get_preset
 from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
@@ -33,7 +34,6 @@ from perflab.lessons.nb10_decoding.roofline import (
 from perflab.measure.device import last_level_cache_bytes
 from perflab.measure.peak import CopyBandwidth, PeakMatmul
 from perflab.measure.timer import Timing
-from perflab.model import ModelConfig, get_preset
 
 TINY = ModelConfig(
     "decode-roofline-test",

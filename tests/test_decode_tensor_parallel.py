@@ -6,13 +6,13 @@ from dataclasses import replace
 import pytest
 import torch
 
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb10_decoding.inputs import random_prompts
 from perflab.lessons.nb10_decoding.tensor_parallel import (
     exactness_line,
     tensor_parallel_decode,
     tensor_parallel_study,
 )
-from perflab.model import ModelConfig
 
 TINY = ModelConfig(
     "tensor-parallel-test",

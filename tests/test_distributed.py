@@ -23,8 +23,6 @@ import torch
 from torch import nn
 
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
-from perflab.distributed.ddp import plan_buckets
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import (
     PERFLAB_DIR,
     _alive,
@@ -43,6 +41,8 @@ from perflab.distributed.parity import (
     zero_parity_all,
     zero_resume_parity,
 )
+from perflab.implementations.ddp import plan_buckets
+from perflab.implementations.fsdp import FSDP
 from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
     allreduce_sweep,
     check_allreduce_rank,
@@ -421,7 +421,7 @@ def test_a_gpu_sized_model_on_cpu_ranks_is_refused_in_one_line(monkeypatch):
     """The 8B model on two ranks of a one-GPU box would train on two CPU processes for hours:
     refused before any rank starts; a small model, or a machine without GPUs, goes ahead."""
     launcher = importlib.import_module("perflab.distributed.launch")
-    from perflab.model import get_preset
+    from perflab.implementations.model import get_preset
 
     monkeypatch.delenv("PERFLAB_DIST_BACKEND", raising=False)
     monkeypatch.setattr(launcher, "_gpus", lambda: 1)
@@ -759,7 +759,7 @@ def test_fsdp_forgets_weights_gathered_by_the_last_backward():
     import torch.distributed as dist
     from torch.utils.checkpoint import checkpoint
 
-    from perflab.distributed.fsdp import FSDP
+    from perflab.implementations.fsdp import FSDP
 
     class Checkpointed(torch.nn.Module):
         def __init__(self):
@@ -815,7 +815,7 @@ def test_fsdp_trains_like_the_unsharded_model_over_steps_with_checkpointing(pref
 
     import torch.distributed as dist
 
-    from perflab.model import ModelConfig, TransformerLM
+    from perflab.implementations.model import ModelConfig, TransformerLM
 
     def train(model, optimizer_class, inputs_of, loss_of, steps=3):
         optimizer = optimizer_class(model.parameters(), lr=0.05)

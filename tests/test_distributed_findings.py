@@ -12,7 +12,7 @@ from perflab.distributed.comm_accounting import smaller_batch_options
 from perflab.distributed.ffn_calcs import answers
 from perflab.distributed.memory_per_rank import zero_communication
 from perflab.findings import distributed as say
-from perflab.model import get_preset
+from perflab.implementations.model import get_preset
 
 MiB = 2**20
 

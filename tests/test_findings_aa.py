@@ -85,8 +85,8 @@ def test_notebook_07s_ddp_rounds_are_simulated():
 
 
 def test_the_overhead_fit_is_simulated_at_the_full_presets_bucket_counts():
-    from perflab.distributed.ddp import plan_buckets
     from perflab.distributed.toy import toy_model
+    from perflab.implementations.ddp import plan_buckets
     from perflab.tools.cli import NOTEBOOKS_DIR
 
     full = FULL_SIZES["07_distributed_ddp"]

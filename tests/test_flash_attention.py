@@ -6,34 +6,38 @@ autotuning each odd shape would compile ~60 kernels per shape); ``test_every_kep
 checks each configuration the autotuner may pick, for each kernel, dtype and head dimension it
 is kept for, and ``test_autotuned_launch`` the tuner itself.
 
-Tolerances (``perflab.attention.check.TOLERANCE``): float32 inputs atol/rtol 2e-5 for outputs
-and logsumexp (the tiles sum in another order than the reference), float16 2e-3 (11
-significant bits); gradients 5x those.
-"""
+Tolerances (``TOLERANCE`` of ``perflab.implementations.attention.correctness``): float32 inputs
+atol/rtol 2e-5 for outputs and logsumexp (the tiles sum in another order than the reference),
+float16 2e-3 (11 significant bits); gradients 5x those."""
 
 import contextlib
 
 import pytest
 import torch
 
-from perflab.attention import naive_attention
-from perflab.attention.check import TOLERANCE, correctness_table, random_qkv, reference
-from perflab.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.attention.correctness import (
+    TOLERANCE,
+    correctness_table,
+    random_qkv,
+    reference,
+)
+from perflab.implementations.attention.flash_torch import FlashAttentionTorch, flash_attention_torch
+from perflab.implementations.model import PRESETS, TransformerLM, cross_entropy
 from perflab.measure.device import triton_available
-from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 #: Without Triton (macOS, Windows) the PyTorch implementation is still tested.
 HAVE_TRITON = triton_available()
 NEEDS_TRITON = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed (Linux-only)")
 if HAVE_TRITON:
-    from perflab.attention.config_check import config_jobs
-    from perflab.attention.flash_configs import kept_configs
-    from perflab.attention.flash_triton import (
+    from perflab.implementations.attention.flash_configs import kept_configs
+    from perflab.implementations.attention.flash_triton import (
         INTERPRETED,
         FlashAttentionTriton,
         flash_attention_triton,
     )
-    from perflab.attention.flash_tuning import pinned_config
+    from perflab.implementations.attention.flash_tuning import pinned_config
+    from perflab.tools.kernel_configs import config_jobs
 
     #: Every kernel at every configuration kept for a dtype and head dimension.
     CONFIG_JOBS = config_jobs()
@@ -41,7 +45,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from perflab.attention.flash_forward import _heaviest_first
+    from perflab.implementations.attention.flash_forward import _heaviest_first
 
     @triton.jit
     def _which_tile(Out, IS_CAUSAL: tl.constexpr):
@@ -111,8 +115,8 @@ def test_every_kept_config_computes_the_same_function_on_gpu(job):
     """Whatever configuration the autotuner picks is correct: each kernel pinned to each
     configuration kept for its dtype and head dimension (the other two at their first),
     against float64 on ragged and aligned lengths, causal and not
-    (``perflab.attention.config_check``)."""
-    from perflab.attention.config_check import check_config
+    (``perflab.tools.kernel_configs``)."""
+    from perflab.tools.kernel_configs import check_config
 
     rows = check_config(job, "cuda")
     if not all(row["fits"] for row in rows):  # the autotuner's pruner drops it on this GPU too
@@ -238,7 +242,7 @@ def test_model_training_step_with_flash_matches_naive(flash):
 @pytest.mark.parametrize("shape", [(1, 1), (17, 5), (3, 33, 70), (129, 64)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_weighted_sum_triton_forward_and_backward(shape, dtype):
-    from perflab.attention.weighted_sum import WeightedSumTriton
+    from perflab.implementations.attention.weighted_sum import WeightedSumTriton
 
     generator = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(*shape, generator=generator).to(DEVICE, dtype).requires_grad_()
@@ -258,7 +262,7 @@ def test_weighted_sum_triton_forward_and_backward(shape, dtype):
 
 @NEEDS_TRITON
 def test_weighted_sum_bad_inputs():
-    from perflab.attention.weighted_sum import WeightedSumTriton
+    from perflab.implementations.attention.weighted_sum import WeightedSumTriton
 
     with pytest.raises(ValueError, match=r"need x \(..., D\) and w \(D,\)"):
         WeightedSumTriton.apply(torch.randn(3, 4), torch.randn(5))
@@ -285,7 +289,7 @@ def test_correctness_table_flags_a_wrong_implementation():
 def test_launch_grid_puts_the_batch_on_the_unlimited_axis():
     """CUDA allows 2^31 - 1 programs on grid axis 0 but 65,535 on axis 1: the batch (batch x
     heads from the model, easily past 65,535) goes on axis 0, the tiles on axis 1."""
-    from perflab.attention.flash_triton import MAX_GRID_Y, launch_grid
+    from perflab.implementations.attention.flash_triton import MAX_GRID_Y, launch_grid
 
     assert launch_grid(70_000, 1000, 64) == (70_000, 16)
     assert launch_grid(1, 64 * MAX_GRID_Y, 64) == (1, MAX_GRID_Y)
@@ -307,9 +311,9 @@ def test_batch_offsets_past_two_to_the_31_elements(tmp_path):
 
     script = textwrap.dedent("""
         import torch
-        from perflab.attention import flash_triton as ft
-        from perflab.attention.flash_tuning import pinned_config
-        from perflab.attention.reference import naive_attention
+        from perflab.implementations.attention import flash_triton as ft
+        from perflab.implementations.attention.flash_tuning import pinned_config
+        from perflab.implementations.attention.reference import naive_attention
         torch.manual_seed(0)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         batch, n, d = 3, 32, 16
@@ -371,7 +375,7 @@ def test_a_call_launches_its_kernels_and_nothing_else():
 @pytest.mark.parametrize("batch, n_q, n_k, d, causal", CASES)
 def test_the_plain_kernel_computes_what_the_lean_one_does(batch, n_q, n_k, d, causal):
     """The one-loop kernel notebook 06 compiles for contrast: the same function."""
-    from perflab.attention.flash_triton_plain import plain_flash_forward
+    from perflab.implementations.attention.flash_triton_plain import plain_flash_forward
 
     q, k, v = (t.detach() for t in _inputs(batch, n_q, n_k, d, torch.float32, seed=n_q + n_k))
     out, lse = plain_flash_forward(q, k, v, causal)
@@ -405,9 +409,9 @@ def test_a_pinned_check_runs_each_kernel_at_its_first_kept_configuration(monkeyp
     ``flash_configs`` keeps for the launch's head dimension and element size (one the search
     compiled without a spill for every target), not one tile for all."""
     pytest.importorskip("triton")
-    from perflab.attention import flash_triton as ft
-    from perflab.attention import flash_tuning as tune
-    from perflab.attention.flash_configs import kept_configs
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_tuning as tune
+    from perflab.implementations.attention.flash_configs import kept_configs
 
     monkeypatch.setattr(tune, "INTERPRETED", False)  # the launch path a GPU takes
     with tune.pinned_config():
@@ -426,7 +430,7 @@ def _launch_arguments(monkeypatch, heads: int) -> list[dict]:
     (the batch of the (batch, seq, d) functions), captured in the interpreter."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    from perflab.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_triton as ft
 
     launches, launch = [], InterpretedFunction.run
 
@@ -447,7 +451,7 @@ def test_the_autotuner_tunes_one_head_and_sixteen_apart(monkeypatch):
     """The autotuner's key (``AUTOTUNE_KEY``) holds the batch's bucket: a sweep that tuned at
     1 head does not run 16 heads on the tiles chosen for 1 (whose grid fills the GPU
     differently); 15 and 16 heads share a tuning."""
-    from perflab.attention.flash_tuning import AUTOTUNE_KEY, batch_bucket
+    from perflab.implementations.attention.flash_tuning import AUTOTUNE_KEY, batch_bucket
 
     def keys(heads):
         return {
@@ -490,8 +494,8 @@ def test_a_pinned_launch_asks_pytorch_for_nothing(monkeypatch):
     ``lift_fresh``) against the launch's list of operators."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from perflab.attention import flash_triton as ft
-    from perflab.attention import flash_tuning as tune
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_tuning as tune
 
     class Operators(TorchDispatchMode):
         def __init__(self):
@@ -511,9 +515,9 @@ def test_a_pinned_launch_asks_pytorch_for_nothing(monkeypatch):
 
 @NEEDS_TRITON
 def test_one_kernel_pinned_the_others_at_their_first_kept(monkeypatch):
-    from perflab.attention import flash_triton as ft
-    from perflab.attention import flash_tuning as tune
-    from perflab.attention.flash_configs import kept_configs
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_tuning as tune
+    from perflab.implementations.attention.flash_configs import kept_configs
 
     monkeypatch.setattr(tune, "INTERPRETED", False)
     chosen = kept_configs("flash_backward_kv", 128, 2)[-1]
@@ -532,7 +536,7 @@ def test_one_kernel_pinned_the_others_at_their_first_kept(monkeypatch):
 def test_config_check_runs_each_job_and_counts_the_configurations():
     """The check a GPU runs over every kept configuration, here on this device (in the
     interpreter every job runs 16 x 16 tiles, and the line says so)."""
-    from perflab.attention.config_check import check_configs, config_check_line, config_jobs
+    from perflab.tools.kernel_configs import check_configs, config_check_line, config_jobs
 
     jobs = config_jobs(dtypes=["float32"], head_dims=[16])
     assert {job.kernel for job in jobs} == {
@@ -564,8 +568,8 @@ def test_autotuned_choices_are_keyed_by_batch_bucket_on_gpu():
     """On a GPU the autotuner itself holds one choice per bucket (not pinned: "autotuned" is in
     the name, see the fixture above): its cache keys, in the order of ``AUTOTUNE_KEY`` (Triton
     appends the dtypes), differ in the bucket."""
-    from perflab.attention import flash_triton as ft
-    from perflab.attention.flash_tuning import AUTOTUNE_KEY
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention.flash_tuning import AUTOTUNE_KEY
 
     for heads in (1, 16):
         q, k, v = _inputs(heads, 256, 256, 64, torch.float16, seed=heads)
@@ -581,7 +585,7 @@ def test_a_pinned_launch_is_recorded_with_the_configuration_it_runs(monkeypatch)
     """Compiled (not interpreted), a pinned kernel launches with the job's tiles, the others
     with their first kept configuration, and ``recorded_launches`` sees each: what the GPU
     check holds ``launched_as_pinned`` to (the launch itself faked: no GPU here)."""
-    from perflab.attention import flash_tuning as tune
+    from perflab.implementations.attention import flash_tuning as tune
 
     monkeypatch.setattr(tune, "INTERPRETED", False)
     tuned = type("Tuned", (), {"fn": "the jit function"})()

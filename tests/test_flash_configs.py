@@ -4,7 +4,12 @@
 import pandas as pd
 import pytest
 
-from perflab.attention.flash_configs import HEAD_DIMS, KERNELS, SPILLING, kept_configs
+from perflab.implementations.attention.flash_configs import (
+    HEAD_DIMS,
+    KERNELS,
+    SPILLING,
+    kept_configs,
+)
 from perflab.tools.kernels import choose, fitting, spilling
 
 SHARED = 232448

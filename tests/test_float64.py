@@ -5,8 +5,8 @@ demotion anywhere (RMSNorm once computed in float32 whatever its input) cannot c
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from perflab.model import ModelConfig, RMSNorm, TransformerLM
-from perflab.rotary import RotaryEmbedding
+from perflab.implementations.model import ModelConfig, RMSNorm, TransformerLM
+from perflab.implementations.rotary import RotaryEmbedding
 
 CONFIG = ModelConfig(
     "f64", d_model=32, d_ff=64, num_layers=2, num_heads=4, vocab_size=50, context_length=16

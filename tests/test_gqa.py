@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from perflab.decode import ContiguousKVCache, StaticDecoder, generate
+from perflab.implementations.decode import ContiguousKVCache, StaticDecoder, generate
+from perflab.implementations.model import ModelConfig, TransformerLM
 from perflab.lessons.nb10_decoding.costs import kv_bytes_per_token, matmul_weights
 from perflab.lessons.nb10_decoding.measurements import compare_kv_heads
-from perflab.model import ModelConfig, TransformerLM
 from perflab.training.ladder import BASELINE, kv_heads_against_mha
 
 MHA = ModelConfig(

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import torch
 
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.ladder_traces import (
     bound_rows,
     bound_sentence,
     greedy_bound_table,
 )
 from perflab.measure.hotspots import CATEGORIES
-from perflab.model import ModelConfig
 from perflab.training.ladder import greedy_ladder
 
 

@@ -1,11 +1,12 @@
-"""LayerNorm four ways (perflab.layer_norm, perflab.lessons.nb02_profiling.layer_norm_study): each
-equals F.layer_norm in float64, the hand-written backward passes gradcheck, the textbook one pass is
-caught cancelling, and the profile counts the reductions that one pass removes."""
+"""LayerNorm four ways (perflab.implementations.layer_norm,
+perflab.lessons.nb02_profiling.layer_norm_study): each equals F.layer_norm in float64, the
+hand-written backward passes gradcheck, the textbook one pass is caught cancelling, and the profile
+counts the reductions that one pass removes."""
 
 import pytest
 import torch
 
-from perflab.layer_norm import LAYER_NORMS, own_backward
+from perflab.implementations.layer_norm import LAYER_NORMS, own_backward
 from perflab.lessons.nb02_profiling.layer_norm_study import (
     check_layer_norms,
     compare_layer_norms,

@@ -17,21 +17,13 @@ LIB = Path(__file__).resolve().parents[1] / "lib"
 #: Layer of each top-level part of ``perflab``, from the ground up (docs/layout.md).
 LAYERS = {
     "measure": 0,
-    "checkpointing": 0,
     "settings": 0,
-    "attention": 1,
-    "fused_cross_entropy": 1,
-    "rotary": 1,
-    "model": 2,
-    "model_loading": 2,
-    "model_config": 2,
+    "implementations": 1,
     "bench": 3,
     "profiling": 3,
     "memory": 3,
-    "layer_norm": 3,
     "distributed": 4,
     "training": 4,
-    "decode": 4,
     "__main__": 5,
     "__init__": 5,
     "cs336": 5,
@@ -42,43 +34,17 @@ LAYERS = {
 }
 
 
-#: The code a student writes and compares with: the model, attention and FlashAttention in
-#: PyTorch and Triton, checkpointing, the fused loss head, LayerNorm, the DDP variants, ZeRO,
-#: FSDP, the KV caches and decoding steps, int8 weights (docs/layout.md).
-IMPLEMENTATIONS = {
-    "perflab.model",
-    "perflab.model_config",
-    "perflab.rotary",
-    "perflab.model_loading",
-    "perflab.attention",
-    "perflab.attention.reference",
-    "perflab.attention.annotated",
-    "perflab.attention.flash_torch",
-    "perflab.attention.flash_triton",
-    "perflab.attention.flash_tuning",
-    "perflab.attention.flash_forward",
-    "perflab.attention.flash_backward",
-    "perflab.attention.interpreter",
-    "perflab.attention.flash_triton_plain",
-    "perflab.attention.flash_configs",
-    "perflab.attention.weighted_sum",
-    "perflab.checkpointing",
-    "perflab.fused_cross_entropy",
-    "perflab.layer_norm",
-    "perflab.distributed.ddp",
-    "perflab.distributed.fsdp",
-    "perflab.distributed.fsdp_shards",
-    "perflab.distributed.sharded_optimizer",
-    "perflab.decode.caches",
-    "perflab.decode.decoder",
-    "perflab.decode.quantize",
-}
+#: The code a student writes and compares with, the folder ``lib/perflab/implementations/``:
+#: the model, attention and FlashAttention in PyTorch and Triton, checkpointing, the fused loss
+#: head, LayerNorm, the DDP variants, ZeRO, FSDP, the KV caches and decoding steps, int8 weights
+#: (docs/layout.md).
+IMPLEMENTATIONS = {"perflab.implementations"}  # the folder: everything below it
 #: What an implementation may use beside torch, Triton and the others: the ranges it opens (the
 #: annotated attention's lesson), and the kernel compiler with the GPUs' figures, which the
 #: autotuner's pruner asks which tile configurations fit a GPU.
 IMPLEMENTATION_HELPERS = {
     "perflab.measure.ranges",
-    "perflab.attention.triton_compile",
+    "perflab.measure.triton_compile",
     "perflab.measure.hardware",
 }
 #: Third-party packages an implementation may import (pandas for the tables of presets and
@@ -179,18 +145,21 @@ def test_no_implementation_core_or_experiment_imports_a_tool():
 
 def test_a_planted_import_of_a_tool_is_found():
     graph = {
-        "perflab.memory.measure": {"perflab.tools.adapters.loading", "perflab.model"},
+        "perflab.memory.measure": {
+            "perflab.tools.adapters.loading",
+            "perflab.implementations.model",
+        },
         "perflab.lessons.nb04_memory": {"perflab.tools.widgets"},
         "perflab.tools.cli": {"perflab.tools.report"},
-        "perflab.model": {"perflab.tools.check_results"},
+        "perflab.implementations.model": {"perflab.tools.check_results"},
         "perflab.tools.adapters.loading": set(),
         "perflab.tools.widgets": set(),
         "perflab.tools.report": set(),
         "perflab.tools.check_results": set(),
     }
     assert tool_problems(graph) == [
+        "perflab.implementations.model imports the tool perflab.tools.check_results",
         "perflab.memory.measure imports the tool perflab.tools.adapters.loading",
-        "perflab.model imports the tool perflab.tools.check_results",
     ]
 
 
@@ -202,10 +171,12 @@ def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -
     one also runs its packages' ``__init__``. One sentence each."""
     known = set(graph)
     problems = []
-    for module in sorted((IMPLEMENTATIONS | IMPLEMENTATION_HELPERS) & known):
-        wrong = (
-            {_defining(t, known) for t in graph[module]} - IMPLEMENTATIONS - IMPLEMENTATION_HELPERS
-        )
+    for module in sorted(m for m in known if _is_implementation(m)):
+        wrong = {
+            target
+            for target in {_defining(t, known) for t in graph[module]}
+            if not _is_implementation(target)
+        }
         third = {n.split(".")[0] for n in everything[module] if not _is_perflab(n)}
         third -= set(sys.stdlib_module_names) | {"__future__"} | IMPLEMENTATION_PACKAGES
         problems += [f"{module} (an implementation) imports {t}" for t in sorted(wrong | third)]
@@ -214,6 +185,11 @@ def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -
         wrong = {t for t in targets if not _in(t, MEASURING_CORE)}
         problems += [f"{module} (measuring core) imports {t}" for t in sorted(wrong)]
     return problems
+
+
+def _is_implementation(module: str) -> bool:
+    """An implementation, or one of the helpers it may use."""
+    return _in(module, IMPLEMENTATIONS) or module in IMPLEMENTATION_HELPERS
 
 
 def _is_tool(module: str) -> bool:
@@ -245,7 +221,7 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
     problems = []
     for module in sorted(graph):
         if (
-            module in IMPLEMENTATIONS | IMPLEMENTATION_HELPERS
+            _is_implementation(module)
             or _in(module, MEASURING_CORE | TOOLS)
             or module.count(".") < 2  # perflab itself and the top-level packages' faces
             and module.rpartition(".")[2] in PACKAGES
@@ -259,7 +235,7 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
 
 
 #: The library's packages (their ``__init__`` is the package's face, not a module of its own).
-PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "measure", "memory",
+PACKAGES = {"perflab", "bench", "distributed", "implementations", "measure", "memory",
             "profiling", "training", "tools", "findings", "plots", "lessons"}  # fmt: skip
 
 
@@ -386,7 +362,7 @@ def test_a_planted_circle_through_a_package_front_door_is_found():
 
 def test_the_scan_sees_imports():
     graph = _imports()
-    assert "perflab.checkpointing" in graph["perflab.model"]
+    assert "perflab.implementations.checkpointing" in graph["perflab.implementations.model"]
     assert "perflab.measure.timer" in graph["perflab.measure.peak"]
 
 
@@ -402,25 +378,27 @@ def test_implementations_import_only_each_other_and_the_core_no_experiment():
 @pytest.mark.parametrize(
     "module, source, problem",
     [
-        ("model.py", "def f():\n    from perflab.measure.timer import time_fn\n",
-         "perflab.model (an implementation) imports perflab.measure.timer"),
-        ("model.py", "import scipy\nimport torch\nimport triton.language\n",
-         "perflab.model (an implementation) imports scipy"),
-        ("measure/timer.py", "from perflab.model import TransformerLM\n",
-         "perflab.measure.timer (measuring core) imports perflab.model"),
+        ("implementations/model.py", "def f():\n    from perflab.measure.timer import time_fn\n",
+         "perflab.implementations.model (an implementation) imports perflab.measure.timer"),
+        ("implementations/model.py", "import scipy\nimport torch\nimport triton.language\n",
+         "perflab.implementations.model (an implementation) imports scipy"),
+        ("implementations/model.py", "from ..decode.measurements import tokens\n",
+         "perflab.implementations.model (an implementation) imports perflab.decode.measurements"),
+        ("measure/timer.py", "from perflab.implementations.model import TransformerLM\n",
+         "perflab.measure.timer (measuring core) imports perflab.implementations.model"),
         ("measure/paths.py", "import perflab.decode.measurements\n",
          "perflab.measure.paths (measuring core) imports perflab.decode.measurements"),
-        ("measure/paths.py", "from perflab import model\n",
-         "perflab.measure.paths (measuring core) imports perflab.model"),
+        ("measure/paths.py", "from perflab.implementations import model\n",
+         "perflab.measure.paths (measuring core) imports perflab.implementations.model"),
         ("measure/timer.py", "from ..decode import measurements\n",
          "perflab.measure.timer (measuring core) imports perflab.decode.measurements"),
-        ("model.py", "from .measure.timer import time_fn\n",
-         "perflab.model (an implementation) imports perflab.measure.timer"),
+        ("implementations/model.py", "from ..measure.timer import time_fn\n",
+         "perflab.implementations.model (an implementation) imports perflab.measure.timer"),
     ],
 )  # fmt: skip
 def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
-    for name in ("__init__.py", "measure/__init__.py", "measure/timer.py", "model.py",
-                 "measure/paths.py",
+    for name in ("__init__.py", "measure/__init__.py", "measure/timer.py", "measure/paths.py",
+                 "implementations/__init__.py", "implementations/model.py",
                  "decode/__init__.py", "decode/measurements.py"):  # fmt: skip
         (tmp_path / "perflab" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "perflab" / name).write_text("import torch\n")
@@ -436,12 +414,10 @@ IMPLEMENTATION_LINES = 300
 def long_implementations(lib: Path = LIB) -> list[str]:
     """Each implementation module over ``IMPLEMENTATION_LINES`` lines, with its count."""
     long = []
-    for module in sorted(IMPLEMENTATIONS):
-        path = lib / Path(*module.split("."))
-        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for path in sorted((lib / "perflab" / "implementations").rglob("*.py")):
         lines = len(path.read_text().splitlines())
         if lines > IMPLEMENTATION_LINES:
-            long.append(f"{module}: {lines} lines")
+            long.append(f"{_module_in(path, lib)}: {lines} lines")
     return long
 
 
@@ -450,17 +426,13 @@ def test_every_implementation_is_at_most_300_lines():
 
 
 def test_a_planted_long_implementation_is_found(tmp_path):
-    for module in IMPLEMENTATIONS:
-        path = tmp_path / Path(*module.split("."))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if (LIB / Path(*module.split("."))).is_dir():
-            path.mkdir(exist_ok=True)
-            path = path / "__init__.py"
-        else:
-            path = path.with_suffix(".py")
-        path.write_text("import torch\n")
-    (tmp_path / "perflab" / "model.py").write_text("x = 1\n" * (IMPLEMENTATION_LINES + 1))
-    assert long_implementations(tmp_path) == [f"perflab.model: {IMPLEMENTATION_LINES + 1} lines"]
+    folder = tmp_path / "perflab" / "implementations"
+    (folder / "attention").mkdir(parents=True)
+    (folder / "attention" / "__init__.py").write_text("x = 1\n" * IMPLEMENTATION_LINES)
+    (folder / "model.py").write_text("x = 1\n" * (IMPLEMENTATION_LINES + 1))
+    assert long_implementations(tmp_path) == [
+        f"perflab.implementations.model: {IMPLEMENTATION_LINES + 1} lines"
+    ]
 
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -493,10 +465,10 @@ def test_the_notebook_scan_sees_modules_and_private_names(tmp_path):
     script = tmp_path / "01_x.py"
     script.write_text(
         "import pandas as pd\nfrom perflab.lessons.nb01_x import a\n"
-        "from perflab.measure.timer import _clock, time_fn\nimport perflab.model\n"
+        "from perflab.measure.timer import _clock, time_fn\nimport perflab.implementations.model\n"
     )
     assert notebook_imports(script) == (
-        {"perflab.lessons.nb01_x", "perflab.measure.timer", "perflab.model"},
+        {"perflab.lessons.nb01_x", "perflab.measure.timer", "perflab.implementations.model"},
         {"_clock"},
     )
 
@@ -555,7 +527,7 @@ def comparison_functions(trees: dict[str, ast.Module]) -> set[tuple[str, str]]:
 def one_of_each_problems(sources: dict[str, str]) -> list[str]:
     """Where the library makes a second of what it keeps one of (docs/layout.md): a
     ``TransformerLM(...)`` built outside ``model.build_model``, a Triton kernel compiled for a
-    GPU outside ``attention.triton_compile``, a ``rounds`` parameter whose default is a number
+    GPU outside ``measure.triton_compile``, a ``rounds`` parameter whose default is a number
     of its own instead of ``measure.stats.ROUNDS``, a comparison function (``comparison_functions``)
     that returns something other than ``COMPARISON_RETURNS`` (or, in ``perflab.findings``,
     ``FINDINGS_RETURNS``). ``sources``: a file's name -> its text."""
@@ -579,9 +551,10 @@ def one_of_each_problems(sources: dict[str, str]) -> list[str]:
                     problems.append(f"{name}: {node.name} returns {returns}, not a Comparison")
             if isinstance(node, ast.Call):
                 called = ast.unparse(node.func)
-                if called.endswith("TransformerLM") and not name.endswith("perflab/model.py"):
+                builder = name.endswith("implementations/model.py")
+                if called.endswith("TransformerLM") and not builder:
                     problems.append(f"{name} builds a TransformerLM itself (use build_model)")
-                if called == "triton.compile" and not name.endswith("attention/triton_compile.py"):
+                if called == "triton.compile" and not name.endswith("measure/triton_compile.py"):
                     problems.append(f"{name} compiles a kernel itself (use triton_compile)")
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 spec = node.args
@@ -608,11 +581,13 @@ def test_one_model_builder_one_kernel_compiler_one_default_for_rounds_one_compar
 
 def test_a_planted_second_builder_compiler_rounds_default_or_comparison_shape_is_found():
     sources = {
-        "lib/perflab/model.py": "def build_model(c, rounds=ROUNDS):\n    TransformerLM(c)\n",
+        "lib/perflab/implementations/model.py": (
+            "def build_model(c, rounds=ROUNDS):\n    TransformerLM(c)\n"
+        ),
         "lib/perflab/decode/x.py": "m = TransformerLM(c)\ndef f(a, *, rounds=5): pass\n",
         "lib/perflab/bench/y.py": "def g(rounds=6, warmup=2): pass\ndef h(a, rounds=None): pass\n",
         "notebooks/09_x.py": "k = triton.compile(src)\nm = perflab.model.TransformerLM(c)\n",
-        "lib/perflab/attention/triton_compile.py": "k = triton.compile(src)\n",
+        "lib/perflab/measure/triton_compile.py": "k = triton.compile(src)\n",
         "lib/perflab/decode/z.py": (
             "def compare_rows(a, b) -> dict:\n    return compare(a, b).as_row()\n"
             "def caches_vs_none(a) -> list[Comparison]:\n    return [compare(a, a)]\n"
@@ -646,7 +621,8 @@ def test_a_planted_second_builder_compiler_rounds_default_or_comparison_shape_is
 def shared_names(modules: list[str]) -> dict[str, list[str]]:
     """Names given to more than one module or package of ``modules`` (dotted names, packages
     included), each with its holders. ``findings`` and ``plots`` hold one module per topic,
-    named after the topic's package (``plots.memory`` draws what ``memory`` measured): those
+    named after the topic's package (``plots.memory`` draws what ``memory`` measured;
+    ``findings.attention`` concludes from ``implementations.attention``): those
     pairs are one name for one topic, not a clash; nor is a lesson's own ``findings`` module,
     the sentences of that notebook alone."""
     holders: dict[str, list[str]] = {}
@@ -654,7 +630,8 @@ def shared_names(modules: list[str]) -> dict[str, list[str]]:
         holders.setdefault(module.rpartition(".")[2], []).append(module)
     shared = {}
     for name, found in sorted(holders.items()):
-        topics = {f"perflab.findings.{name}", f"perflab.plots.{name}", f"perflab.{name}"}
+        topics = {f"perflab.findings.{name}", f"perflab.plots.{name}", f"perflab.{name}",
+                  f"perflab.implementations.{name}"}  # fmt: skip
         lessons_own = name == "findings" and all(  # a lesson's own sentences
             f == "perflab.findings" or re.fullmatch(r"perflab\.lessons\.\w+\.findings", f)
             for f in found

@@ -5,12 +5,12 @@ the weights alone."""
 
 import pytest
 
+from perflab.implementations.model import ModelConfig, get_preset
 from perflab.lessons.nb03_mixed_precision.loss_scaling import (
     byte_vocabulary,
     gradient_underflow,
     train_with_scaler,
 )
-from perflab.model import ModelConfig, get_preset
 
 SMALL = ModelConfig(
     "loss-scaling-test",

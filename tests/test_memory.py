@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from perflab.checkpointing import forward_counts, run_blocks
+from perflab.implementations.checkpointing import forward_counts, run_blocks
+from perflab.implementations.model import PRESETS, TransformerLM, cross_entropy
 from perflab.lessons.nb04_memory.step_memory import (
     checkpoint_peak,
     log_fit,
@@ -14,7 +15,6 @@ from perflab.lessons.nb04_memory.step_memory import (
 )
 from perflab.measure.timeline import peak_memory, record_timeline, timeline_from_snapshot
 from perflab.memory.saved import saved_by_producer, saved_bytes, saved_tensors
-from perflab.model import PRESETS, TransformerLM, cross_entropy
 
 CPU = torch.device("cpu")
 
@@ -265,8 +265,8 @@ def test_activation_memory_counted_on_meta_matches_the_handout_checkpointed_pair
     2026 handout's figure, counted on the meta device (no memory, no arithmetic)."""
     from dataclasses import replace
 
+    from perflab.implementations.model import get_preset
     from perflab.lessons.nb04_memory.at_scale import block_gradient_bytes, saved_at_scale
-    from perflab.model import get_preset
 
     xl = replace(get_preset("xl"), num_heads=16)
     assert saved_at_scale(xl, 4, 2048, num_blocks=4, group_size=2) == 2 * 4 * 2048 * 2560 * 4

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from perflab.implementations.model import get_preset
 from perflab.lessons.nb04_memory import findings as say
 from perflab.lessons.nb04_memory.at_scale import handout_example, handout_sizes
-from perflab.model import get_preset
 
 MiB = 2**20
 TINY = get_preset("cpu-tiny")

@@ -2,9 +2,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from perflab.attention import naive_attention
 from perflab.bench import BenchConfig, run_benchmark
-from perflab.model import (
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.model import (
     PRESETS,
     ModelConfig,
     TransformerLM,
@@ -84,7 +84,7 @@ def test_causality_future_tokens_do_not_change_past_logits():
 
 
 def test_rotary_scores_depend_on_offset_only():
-    from perflab.rotary import RotaryEmbedding
+    from perflab.implementations.rotary import RotaryEmbedding
 
     rope = RotaryEmbedding(head_dim=8, context_length=32, theta=10_000.0).double()
     q, k = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)

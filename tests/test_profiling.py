@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 import torch
 
-from perflab.attention import ATTENTION_RANGES, annotated_attention, naive_attention
 from perflab.bench import BenchConfig
+from perflab.implementations.attention import ATTENTION_RANGES, annotated_attention, naive_attention
 from perflab.lessons.nb02_profiling.step_trace import attention_time_vs_flops, record_step_trace
 from perflab.measure.hotspots import busy_fraction, short_name
 from perflab.measure.nsys import nsys_available, nsys_profile_command, parse_kern_sum_csv
@@ -185,10 +185,18 @@ PUBLIC_KERNEL_NAMES = [
         "compute-bound",
         "Dao-AILab/flash-attention#1202 (nsys)",
     ),
-    ("_flash_forward_kernel", "compute-bound", "perflab.attention.flash_triton"),
-    ("_flash_backward_kv_kernel", "compute-bound", "perflab.attention.flash_triton"),
-    ("_flash_backward_q_kernel", "compute-bound", "perflab.attention.flash_triton"),
-    ("_weighted_sum_forward_kernel", "memory-bound", "perflab.attention.weighted_sum"),
+    ("_flash_forward_kernel", "compute-bound", "perflab.implementations.attention.flash_triton"),
+    (
+        "_flash_backward_kv_kernel",
+        "compute-bound",
+        "perflab.implementations.attention.flash_triton",
+    ),
+    ("_flash_backward_q_kernel", "compute-bound", "perflab.implementations.attention.flash_triton"),
+    (
+        "_weighted_sum_forward_kernel",
+        "memory-bound",
+        "perflab.implementations.attention.weighted_sum",
+    ),
     # CPU operators (torch.profiler on a CPU; collectives on Gloo).
     ("aten::broadcast_to", "other", "huggingface/blog#3408 (view ops launch no kernel)"),
     ("aten::as_strided", "other", "huggingface/blog#3408 (view ops launch no kernel)"),

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
+from perflab.implementations.model import get_preset
 from perflab.lessons.nb02_profiling import findings as say
 from perflab.measure.hotspots import TraceComparison
 from perflab.measure.summary import KernelSummary, summarize_durations
-from perflab.model import get_preset
 
 TINY = get_preset("cpu-tiny")
 

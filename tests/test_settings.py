@@ -7,6 +7,7 @@ import pytest
 from perflab.measure.paths import REPO_ROOT
 from perflab.settings import FULL_SIZES, LEASE_SIZES, parameter_names, record_settings
 from perflab.tools import cli
+from perflab.tools.kernel_client import LookingKernelManager
 
 NOTEBOOKS = [p.stem for p in cli.available_notebooks()]
 
@@ -37,8 +38,9 @@ def test_record_settings_takes_the_parameters_from_the_namespace():
 def test_run_full_applies_the_full_sizes_and_p_wins(monkeypatch, tmp_path):
     seen = {}
 
-    def execute(notebook, target, parameters, cwd):
+    def execute(notebook, target, parameters, cwd, kernel_manager_class):
         seen[notebook] = parameters
+        assert kernel_manager_class is LookingKernelManager  # no endless wait for a reply
 
     monkeypatch.setattr(papermill, "execute_notebook", execute)
     monkeypatch.setattr(cli, "_clean_executed", lambda path, keep_timings: None)
@@ -168,7 +170,7 @@ def test_lease_sizes_name_parameters_of_their_notebook_with_the_same_kind_of_val
 def test_run_lease_applies_the_full_sizes_cut_by_the_lease(monkeypatch, tmp_path):
     seen = {}
 
-    def execute(notebook, target, parameters, cwd):
+    def execute(notebook, target, parameters, cwd, kernel_manager_class):
         seen["p"] = parameters
 
     monkeypatch.setattr(papermill, "execute_notebook", execute)

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from perflab.bench.recipe import Recipe
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.sharded_step import (
     block_bytes_per_token,
     check_sharded_step,
     sharded_step_memory,
     sharded_training_step,
 )
-from perflab.model import ModelConfig
 
 TINY = ModelConfig(
     "t", d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=16
@@ -57,7 +57,7 @@ def test_timed_steps_and_bad_batches():
 def test_memory_per_rank_from_the_shapes():
     table = sharded_step_memory(TINY, 4, 16, [1, 2], state_dtype="float32").set_index("world_size")
     # Counted here from a real model's tensors and a real AdamW step, not with the formulas.
-    from perflab.model import TransformerLM
+    from perflab.implementations.model import TransformerLM
 
     model = TransformerLM(TINY)
     tensors = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -131,7 +131,7 @@ def test_autotune_choices_reads_each_kernel_s_cache(monkeypatch):
     pytest.importorskip("triton")
     from types import SimpleNamespace
 
-    from perflab.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_triton as ft
 
     def config(bq, bk, warps, stages):
         return SimpleNamespace(kwargs={"BQ": bq, "BK": bk}, num_warps=warps, num_stages=stages)
@@ -158,9 +158,9 @@ def test_the_autotune_stage_pins_each_buckets_choice_and_compares_them(monkeypat
     on both choices pinned (the pinned configurations reach the launches), compared, and its
     rows saved."""
     pytest.importorskip("triton")
-    from perflab.attention import flash_triton as ft
-    from perflab.attention import flash_tuning
     from perflab.bench import attention_timing
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention import flash_tuning
 
     sizes = smoke.SIZES["cpu"]
     n, (few, many) = sizes["autotune_seq_len"], sizes["autotune_heads"]

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.step_model import (
     B200,
     Efficiency,
@@ -22,7 +23,6 @@ from perflab.lessons.nb09_training_step.step_model import (
     step_ops,
     time_by_part,
 )
-from perflab.model import ModelConfig
 
 CONFIG = ModelConfig(
     "odd", d_model=96, d_ff=200, num_layers=3, num_heads=3, vocab_size=1000, context_length=512
@@ -117,7 +117,7 @@ def test_grouped_query_attention_reads_keys_and_values_once_per_group():
     the gradients of q, k, v. Sizes taken from the model's own projection on ``meta``."""
     from dataclasses import replace
 
-    from perflab.model import QKVProjection
+    from perflab.implementations.model import QKVProjection
 
     grouped = replace(CONFIG, num_heads=4, num_kv_heads=2, d_model=128)
     batch, seq_len = 2, 40

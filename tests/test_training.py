@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.head_memory import head_peak_memory
-from perflab.model import ModelConfig
 from perflab.training import default_chunk_size, fused_linear_cross_entropy
 from perflab.training.ladder import Recipe, TrainingStep, check_rung, ladder
 
@@ -114,7 +114,7 @@ def test_equal_to_torchs_own_linear_cross_entropy_in_float64(ignored):
 
 def test_the_default_chunk_is_the_measured_one_and_its_bound_is_stated_right():
     """The docstring's examples: 64 tokens in one chunk; at 2048 tokens, chunks of 128."""
-    from perflab.fused_cross_entropy import DEFAULT_CHUNK_TOKENS
+    from perflab.implementations.fused_cross_entropy import DEFAULT_CHUNK_TOKENS
 
     assert DEFAULT_CHUNK_TOKENS == 128
     assert default_chunk_size(64, 10_000, 128) == 64

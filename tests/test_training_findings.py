@@ -4,11 +4,11 @@ hand: each states the numbers it was given, and each branch is taken."""
 import pandas as pd
 import pytest
 
+from perflab.implementations.model import get_preset
 from perflab.lessons.nb09_training_step import findings as say
 from perflab.lessons.nb09_training_step.step_model import B200, Efficiency, StepPlan
 from perflab.measure.comparison import Comparison
 from perflab.measure.hardware import HANDOUT_B200
-from perflab.model import get_preset
 
 MiB = 2**20
 TINY = get_preset("cpu-tiny")

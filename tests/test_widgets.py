@@ -9,7 +9,7 @@ import pytest
 
 from perflab.bench import BenchConfig
 from perflab.distributed.calculators import H100_NODE, Workload, max_compute_bound_devices
-from perflab.model import get_preset
+from perflab.implementations.model import get_preset
 from perflab.tools.widgets import (
     ALL,
     MeasureNow,

@@ -4,7 +4,7 @@ Without CUDA the workbook's Triton kernels run in the Triton interpreter, which 
 (``TRITON_INTERPRET=1``) before anything imports Triton: ``torch.compile`` does, and a Triton
 imported without it makes every interpreted kernel fail. So it is chosen here, on the first
 ``import perflab``, unless the environment already says otherwise (or Triton is already
-imported: then ``perflab.attention.interpreter`` refuses to load, with the reason).
+imported: then ``perflab.implementations.attention.interpreter`` refuses to load, with the reason).
 """
 
 import os

@@ -34,14 +34,14 @@ __all__ = [
 
 def get_flashattention_autograd_function_pytorch() -> type:
     """FlashAttention-2 forward and backward in plain PyTorch (tiled, saves the log-sum-exp)."""
-    from perflab.attention import FlashAttentionTorch
+    from perflab.implementations.attention import FlashAttentionTorch
 
     return FlashAttentionTorch
 
 
 def get_flashattention_autograd_function_triton() -> type:
     """FlashAttention-2 in Triton kernels (interpreted on a CPU; needs Triton installed)."""
-    from perflab.attention import FlashAttentionTriton
+    from perflab.implementations.attention import FlashAttentionTriton
 
     return FlashAttentionTriton
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.reference import attention_matmul_flops, naive_attention
+from perflab.implementations.attention.flash_torch import FlashAttentionTorch
+from perflab.implementations.attention.reference import attention_matmul_flops, naive_attention
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.device import parse_dtype, resolve_device, synchronize
 from perflab.measure.stats import ROUNDS
@@ -60,7 +60,9 @@ _ADDED: set[str] = set()  # names given by add_implementation (which may replace
 
 
 def _flash_triton() -> type:
-    from perflab.attention.flash_triton import FlashAttentionTriton  # imports Triton
+    from perflab.implementations.attention.flash_triton import (
+        FlashAttentionTriton,  # imports Triton
+    )
 
     return FlashAttentionTriton
 
@@ -84,7 +86,7 @@ def interpreted(implementation: str) -> bool:
     """True when ``implementation`` runs Triton kernels in the interpreter here."""
     if implementation not in TRITON_IMPLEMENTATIONS:
         return False
-    from perflab.attention.flash_triton import INTERPRETED
+    from perflab.implementations.attention.flash_triton import INTERPRETED
 
     return INTERPRETED
 
@@ -444,7 +446,7 @@ def host_calls(function, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = True
     and backward apart. The interpreter runs the same host code as a GPU."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from perflab.attention.interpreter import INTERPRETED  # imports Triton
+    from perflab.implementations.attention.interpreter import INTERPRETED  # imports Triton
 
     if INTERPRETED:
         from triton.runtime.interpreter import InterpretedFunction as Launcher

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from perflab.attention import naive_attention
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.model import AttentionFn, TransformerLM, cross_entropy
 from perflab.measure.device import parse_dtype
-from perflab.model import AttentionFn, TransformerLM, cross_entropy
 
 QKV = ("fused", "separate")
 HEADS = ("plain", "fused")
@@ -75,10 +75,10 @@ def attention_function(name: str, device: torch.device) -> AttentionFn:
     if name == "sdpa":
         return torch.nn.functional.scaled_dot_product_attention
     if device.type == "cuda":
-        from perflab.attention.flash_triton import flash_attention_triton
+        from perflab.implementations.attention.flash_triton import flash_attention_triton
 
         return flash_attention_triton
-    from perflab.attention.flash_torch import flash_attention_torch
+    from perflab.implementations.attention.flash_torch import flash_attention_torch
 
     return flash_attention_torch
 

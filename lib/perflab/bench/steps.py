@@ -29,13 +29,7 @@ from perflab.bench.recipe import (
     make_optimizer,
     prepare_model,
 )
-from perflab.measure.comparison import Comparison, compare, paired_comparison
-from perflab.measure.device import DTYPES, describe, resolve_device
-from perflab.measure.ranges import annotate
-from perflab.measure.stats import ROUNDS
-from perflab.measure.sweep import Sweep
-from perflab.measure.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
-from perflab.model import (
+from perflab.implementations.model import (
     PRESET_ALIASES,
     PRESETS,
     AttentionFn,
@@ -46,7 +40,13 @@ from perflab.model import (
     get_preset,
     sized_for,
 )
-from perflab.model_loading import load_model_class
+from perflab.implementations.model_loading import load_model_class
+from perflab.measure.comparison import Comparison, compare, paired_comparison
+from perflab.measure.device import DTYPES, describe, resolve_device
+from perflab.measure.ranges import annotate
+from perflab.measure.stats import ROUNDS
+from perflab.measure.sweep import Sweep
+from perflab.measure.timer import TIMING_METHOD, PhaseClock, Timing, time_fn
 
 #: forward: logits and loss with autograd recording, as in training;
 #: forward-backward: that plus ``loss.backward()``; train-step: that plus ``AdamW.step()``.

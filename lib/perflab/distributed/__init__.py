@@ -3,15 +3,6 @@ variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the paralle
 calculators (the all-reduce benchmark and the ring are notebook 07's, in its lesson package).
 Gloo on CPU, NCCL on GPUs, the same code."""
 
-from perflab.distributed.ddp import (
-    DDPBucketed,
-    DDPFlat,
-    DDPIndividualParameters,
-    DDPNaive,
-    TorchDDP,
-    make_data_parallel,
-)
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import (
     RankError,
     check_world_size,
@@ -21,7 +12,16 @@ from perflab.distributed.launch import (
     max_world_size,
     rank_device,
 )
-from perflab.distributed.sharded_optimizer import ShardedOptimizer
+from perflab.implementations.ddp import (
+    DDPBucketed,
+    DDPFlat,
+    DDPIndividualParameters,
+    DDPNaive,
+    TorchDDP,
+    make_data_parallel,
+)
+from perflab.implementations.fsdp import FSDP
+from perflab.implementations.sharded_optimizer import ShardedOptimizer
 
 __all__ = [
     "DDPBucketed",

@@ -97,7 +97,7 @@ class Workload:
 
     @classmethod
     def from_config(cls, config, batch_size: int, seq_len: int, bytes_per_element: int = 2):
-        """From a ``perflab.model.ModelConfig``."""
+        """From a ``perflab.implementations.model.ModelConfig``."""
         return cls(
             config.num_parameters(),
             config.num_layers,

@@ -25,12 +25,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from perflab.distributed.ddp import make_data_parallel
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
 from perflab.distributed.launch_sweep import launch_sweep
-from perflab.distributed.sharded_optimizer import ShardedOptimizer
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
+from perflab.implementations.ddp import make_data_parallel
+from perflab.implementations.fsdp import FSDP
+from perflab.implementations.sharded_optimizer import ShardedOptimizer
 from perflab.measure.comparison import Comparison, paired_comparison
 from perflab.measure.conclusions import Finding
 from perflab.measure.device import describe, resolve_device, synchronize

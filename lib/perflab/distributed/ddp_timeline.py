@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from perflab.distributed.ddp import make_data_parallel
 from perflab.distributed.launch import launch, rank_device
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
+from perflab.implementations.ddp import make_data_parallel
 
 PHASES = ("forward", "backward", "sync")
 COLLECTIVE_PREFIXES = ("gloo:", "nccl:")

@@ -18,11 +18,11 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from perflab.distributed.ddp import DDPFlat, DDPNaive
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import rank_device
-from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
+from perflab.implementations.ddp import DDPFlat, DDPNaive
+from perflab.implementations.fsdp import FSDP
+from perflab.implementations.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.measure.timeline import record_timeline
 
 ADAMW_BYTES_PER_ELEMENT = 8  # exp_avg + exp_avg_sq, fp32

@@ -16,10 +16,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from perflab.distributed.ddp import DDPFlat, broadcast_from_rank0, make_data_parallel
-from perflab.distributed.fsdp import FSDP
-from perflab.distributed.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.distributed.toy import global_batch, loss_fn, toy_model
+from perflab.implementations.ddp import DDPFlat, broadcast_from_rank0, make_data_parallel
+from perflab.implementations.fsdp import FSDP
+from perflab.implementations.sharded_optimizer import ShardedOptimizer, optimizer_state_bytes
 from perflab.measure.device import dtype_name
 
 

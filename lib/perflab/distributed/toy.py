@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from perflab.distributed.launch import rank_device
-from perflab.model import ModelConfig, build_model
+from perflab.implementations.model import ModelConfig, build_model
 
 
 class TiedToyModel(nn.Module):

@@ -58,10 +58,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from perflab.implementations.model import PRESET_ALIASES, PRESETS, get_preset
 from perflab.measure.comparison import NOISE_BAND
 from perflab.measure.paths import display_path, library_tree
 from perflab.measure.stats import CONFIDENCE
-from perflab.model import PRESET_ALIASES, PRESETS, get_preset
 
 _SAME_CONFIGURATION = (
     "mode",

@@ -189,6 +189,8 @@ def _from_here(parameters: dict) -> None:
 def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import papermill
 
+    from perflab.tools.kernel_client import LookingKernelManager
+
     try:
         notebooks = [resolve_notebook(n) for n in args.notebooks] or available_notebooks()
     except ValueError as error:
@@ -226,7 +228,11 @@ def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             )
             own.update({k: v for k, v in parameters.items() if k in declared[notebook]})
             papermill.execute_notebook(
-                str(notebook), str(target), parameters=own, cwd=str(notebook.parent)
+                str(notebook),
+                str(target),
+                parameters=own,
+                cwd=str(notebook.parent),
+                kernel_manager_class=LookingKernelManager,  # no endless wait for a reply
             )
             _clean_executed(target, args.keep_timings)
         except papermill.PapermillExecutionError as error:
@@ -340,8 +346,8 @@ def _print_row(row: dict, names: tuple[str, ...]) -> None:
 def _bench_decode(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``perflab bench --mode decode``: one decode step timed against its roofline
     (``perflab.lessons.nb10_decoding.roofline.decode_benchmark``)."""
+    from perflab.implementations.model import get_preset
     from perflab.lessons.nb10_decoding.roofline import DecodeConfig, decode_benchmark
-    from perflab.model import get_preset
 
     ignored = [
         "--" + name.replace("_", "-")
@@ -677,7 +683,7 @@ def build_parser() -> argparse.ArgumentParser:
     hotspots.add_argument("--format", choices=("table", "csv"), default="table")
     hotspots.set_defaults(handler=_hotspots, subparser=hotspots)
 
-    from perflab.attention.triton_compile import TARGETS
+    from perflab.measure.triton_compile import TARGETS
     from perflab.tools.kernels import DTYPES as KERNEL_DTYPES
     from perflab.tools.kernels import KERNEL_NAMES
 

@@ -31,15 +31,15 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from perflab.attention.flash_configs import (
+from perflab.implementations.attention.flash_configs import (
     CANDIDATES,
     CANDIDATES_FP32,
     HEAD_DIMS,
     PREPROCESS_CONFIG,
     kept_configs,
 )
-from perflab.attention.flash_configs import KERNELS as FLASH_KERNELS
-from perflab.attention.triton_compile import TARGETS, get_target
+from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
+from perflab.measure.triton_compile import TARGETS, get_target
 
 #: dtypes a kernel may be compiled for, as Triton names them.
 DTYPES = ("fp32", "fp16", "bf16")
@@ -76,10 +76,10 @@ class KernelSpec:
         return kernel
 
 
-_FORWARD = "perflab.attention.flash_forward"
-_BACKWARD = "perflab.attention.flash_backward"
-_PLAIN = "perflab.attention.flash_triton_plain"
-_WSUM = "perflab.attention.weighted_sum"
+_FORWARD = "perflab.implementations.attention.flash_forward"
+_BACKWARD = "perflab.implementations.attention.flash_backward"
+_PLAIN = "perflab.implementations.attention.flash_triton_plain"
+_WSUM = "perflab.implementations.attention.weighted_sum"
 _QKV = {"Q": "input", "K": "input", "V": "input"}
 KERNELS = (
     KernelSpec(
@@ -204,7 +204,7 @@ def jobs(
 
 def _compile_job(job: Job) -> dict:
     """Compile ``job`` in this process (which must import the kernels uninterpreted)."""
-    from perflab.attention.triton_compile import compile_kernel, resource_usage
+    from perflab.measure.triton_compile import compile_kernel, resource_usage
 
     spec = next(s for s in KERNELS if s.name == job.kernel)
     kernel = spec.load()

@@ -15,7 +15,7 @@ minutes, the Triton kernels interpreted, ranks on Gloo, so that a broken stage i
 before a lease is spent on it):
 
 1. ``kernels``: every kept configuration of the three FlashAttention kernels, bfloat16 at
-   head dimensions 64 and 128, against float64 (``attention.config_check``).
+   head dimensions 64 and 128, against float64 (``tools.kernel_configs``).
 2. ``flash``: Triton FlashAttention forward + backward against SDPA, bfloat16, causal, d = 64,
    16 heads at 4k and 16k tokens (16k is the 2025 leaderboard's case): ``do_bench`` times and
    an interleaved comparison with its verdict.
@@ -131,7 +131,7 @@ def _machine() -> dict:
 
 
 def kernels_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.attention.config_check import check_configs, config_check_line, config_jobs
+    from perflab.tools.kernel_configs import check_configs, config_check_line, config_jobs
 
     jobs = config_jobs(sizes["kernel_dtypes"], sizes["kernel_head_dims"])
     if device.type != "cuda":  # the interpreter runs 16 x 16 tiles whatever is pinned
@@ -189,8 +189,8 @@ def autotune_choices() -> pd.DataFrame:
     row per kernel and key (``flash_tuning.AUTOTUNE_KEY``, then the argument dtypes, which
     Triton's autotuner appends to its key) with the configuration chosen. GPU-only: the
     interpreter does not autotune."""
-    from perflab.attention import flash_triton as ft
-    from perflab.attention.flash_tuning import AUTOTUNE_KEY
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention.flash_tuning import AUTOTUNE_KEY
 
     rows = []
     for name, tuned in (
@@ -206,15 +206,15 @@ def autotune_choices() -> pd.DataFrame:
 
 
 def _config_name(config) -> str:
-    from perflab.attention.flash_configs import as_tuple
+    from perflab.implementations.attention.flash_configs import as_tuple
 
     return "x".join(map(str, as_tuple(config)))
 
 
 def autotune_stage(sizes: dict, device: torch.device, folder: Path) -> str:
-    from perflab.attention import flash_triton as ft
-    from perflab.attention.flash_tuning import batch_bucket, pinned_config
     from perflab.bench.attention_timing import _attention_calls
+    from perflab.implementations.attention import flash_triton as ft
+    from perflab.implementations.attention.flash_tuning import batch_bucket, pinned_config
     from perflab.measure.comparison import compare, comparison_frame
     from perflab.measure.device import parse_dtype
 
@@ -280,11 +280,11 @@ class _Skip(Exception):
 def decode_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     from torch._dynamo.utils import counters
 
+    from perflab.implementations.model import get_preset
     from perflab.lessons.nb10_decoding.inputs import inference_model
     from perflab.lessons.nb10_decoding.measurements import compile_static_step
     from perflab.lessons.nb10_decoding.roofline import decode_step
     from perflab.measure.device import parse_dtype
-    from perflab.model import get_preset
 
     model = inference_model(
         get_preset(sizes["decode_preset"]), device, parse_dtype(sizes["decode_dtype"])

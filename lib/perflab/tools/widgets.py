@@ -24,9 +24,9 @@ from perflab.distributed.calculators import (
     Workload,
     max_compute_bound_devices,
 )
+from perflab.implementations.model import PRESETS, get_preset
 from perflab.measure.device import DTYPES
 from perflab.measure.tables import timing_table
-from perflab.model import PRESETS, get_preset
 
 ALL = "(all)"
 #: Options of ``interactive``: show the function's returned table in the widget's output.

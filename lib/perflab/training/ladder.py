@@ -22,12 +22,12 @@ import torch
 
 from perflab.bench.recipe import Recipe, make_loss, make_optimizer, prepare_model
 from perflab.bench.steps import random_batch
+from perflab.implementations.model import ModelConfig, build_model
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.device import dtype_name, parse_dtype, synchronize
 from perflab.measure.stats import ROUNDS
 from perflab.measure.timeline import peak_memory
 from perflab.measure.timer import PhaseClock
-from perflab.model import ModelConfig, build_model
 
 #: The ladder's first rung: the workbook's model with Q, K and V projected by three matmuls.
 BASELINE = Recipe("baseline", qkv="separate")

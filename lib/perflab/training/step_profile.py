@@ -21,9 +21,9 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.attention.reference import attention_softmax, causal_mask, weighted_sum
 from perflab.distributed.memory_per_rank import adamw_state_bytes, tensor_bytes
-from perflab.distributed.sharded_optimizer import optimizer_state_bytes
+from perflab.implementations.attention.reference import attention_softmax, causal_mask, weighted_sum
+from perflab.implementations.sharded_optimizer import optimizer_state_bytes
 from perflab.measure.capture import profiling
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.stats import ROUNDS, is_unstable, median_interval
@@ -70,7 +70,8 @@ def step_memory(run: TrainingStep) -> pd.DataFrame:
     run.step()
     model, config = run.model, run.model.config
     params = list(model.parameters())
-    n = config.num_parameters()  # the formula's count (perflab.model), not the tensors
+    # the formula's count (perflab.implementations.model), not the tensors
+    n = config.num_parameters()
     batch, seq_len = run.inputs.shape
     logits_bytes = batch * seq_len * config.vocab_size * 4
     block = model.blocks[0]

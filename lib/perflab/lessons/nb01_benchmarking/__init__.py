@@ -6,6 +6,7 @@ notebook alone runs (``warmup``).
 
 from perflab.bench import MODES, BenchConfig
 from perflab.bench.steps import benchmark_sweep, compare_configs
+from perflab.implementations.model import presets_table
 from perflab.lessons import open_notebook
 from perflab.lessons.nb01_benchmarking.warmup import (
     measure_in_fresh_process,
@@ -27,7 +28,6 @@ from perflab.measure.tables import (
     throughput,
     timing_table,
 )
-from perflab.model import presets_table
 from perflab.plots.bench import plot_phases, plot_warmup
 from perflab.tools.widgets import MeasureNow, results_explorer
 

@@ -6,7 +6,8 @@ numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig, run_benchmark
-from perflab.layer_norm import LAYER_NORMS
+from perflab.implementations.layer_norm import LAYER_NORMS
+from perflab.implementations.model import get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb02_profiling import findings as say
 from perflab.lessons.nb02_profiling.grid import grid_answers, profile_grid
@@ -23,7 +24,6 @@ from perflab.measure.nsys import nsys_available, nsys_kernel_summary
 from perflab.measure.paths import REPO_ROOT, display_path, listing
 from perflab.measure.peak import measure_copy_bandwidth
 from perflab.measure.summary import range_names, range_totals
-from perflab.model import get_preset
 from perflab.plots.profiling import plot_category_comparison, plot_hotspots
 from perflab.profiling import compare_traces, kernel_hotspots, kernel_summary, load_trace
 from perflab.training.step_profile import compare_mask_copy, step_copy_sites

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perflab.implementations.model import ModelConfig
 from perflab.measure.hotspots import TraceComparison, short_name
 from perflab.measure.stats import level_text
 from perflab.measure.summary import KernelSummary
-from perflab.model import ModelConfig
 
 
 def timer_line(forward_range, timer_row: dict) -> str:

@@ -1,6 +1,6 @@
 """LayerNorm four ways, checked, profiled and timed (notebook 02, section 7): each way of
-``perflab.layer_norm`` against ``F.layer_norm`` in float64, the reductions a profile counts in
-each, and their forward + backward interleaved with the one before."""
+``perflab.implementations.layer_norm`` against ``F.layer_norm`` in float64, the reductions a
+profile counts in each, and their forward + backward interleaved with the one before."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.profiler import ProfilerActivity
 
-from perflab.layer_norm import LAYER_NORMS, sum_of_squares, torch_layer_norm
+from perflab.implementations.layer_norm import LAYER_NORMS, sum_of_squares, torch_layer_norm
 from perflab.measure.capture import profiling
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.stats import ROUNDS

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import torch.nn.functional as F
 
-from perflab.attention import annotated_attention, naive_attention
-from perflab.attention.annotated import ATTENTION_RANGES, attention_part_flops
 from perflab.bench.steps import BenchConfig, build_step
+from perflab.implementations.attention import annotated_attention, naive_attention
+from perflab.implementations.attention.annotated import ATTENTION_RANGES, attention_part_flops
 from perflab.measure.capture import record_trace
 from perflab.measure.device import resolve_device
 from perflab.measure.summary import range_totals

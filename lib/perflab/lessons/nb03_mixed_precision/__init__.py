@@ -5,6 +5,7 @@ runs (``loss_scaling``, ``precision``).
 """
 
 from perflab.bench.steps import bf16_against_fp32
+from perflab.implementations.model import get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb03_mixed_precision.loss_scaling import (
     byte_vocabulary,
@@ -25,7 +26,6 @@ from perflab.lessons.nb03_mixed_precision.precision import (
 from perflab.measure.comparison import comparison_frame
 from perflab.measure.conclusions import Finding, conclude_all
 from perflab.measure.paths import listing
-from perflab.model import get_preset
 from perflab.plots.bench import plot_comparisons
 
 __all__ = [

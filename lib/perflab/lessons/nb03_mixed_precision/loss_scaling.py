@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from perflab.bench.steps import random_batch
-from perflab.model import ModelConfig, TransformerLM, build_model
+from perflab.implementations.model import ModelConfig, TransformerLM, build_model
 
 DTYPES = ("float16", "bfloat16")
 

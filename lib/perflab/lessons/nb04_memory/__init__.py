@@ -6,7 +6,8 @@ numbers (``findings``).
 """
 
 from perflab.bench import BenchConfig
-from perflab.checkpointing import run_nested
+from perflab.implementations.checkpointing import run_nested
+from perflab.implementations.model import get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb04_memory import findings as say
 from perflab.lessons.nb04_memory.at_scale import (
@@ -38,7 +39,6 @@ from perflab.measure.conclusions import conclude
 from perflab.measure.device import gpu_memory_gib as gpu_memory_gib_of
 from perflab.measure.paths import listing
 from perflab.memory.saved import saved_by_module, saved_by_producer, saved_bytes
-from perflab.model import get_preset
 from perflab.plots.memory import plot_depth, plot_group_sweep, plot_timelines
 
 __all__ = [

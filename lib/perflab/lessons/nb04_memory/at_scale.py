@@ -14,15 +14,15 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from perflab.checkpointing import run_blocks
-from perflab.lessons.nb04_memory.step_memory import residual_stream_bytes
-from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
-from perflab.model import (
+from perflab.implementations.checkpointing import run_blocks
+from perflab.implementations.model import (
     ModelConfig,
     build_model,
     cross_entropy,
     get_preset,
 )
+from perflab.lessons.nb04_memory.step_memory import residual_stream_bytes
+from perflab.memory.saved import saved_by_module, saved_bytes, saved_tensors
 
 META = torch.device("meta")
 MiB = 2**20
@@ -50,7 +50,7 @@ def saved_at_scale(
     d_model) float32 input, counted on the meta device. ``compiled``: the stack compiled whole
     with AOTAutograd's min-cut partitioner (backend ``aot_eager_decomp_partition``, inductor's
     partitioner without code generation); ``group_size``: checkpointed in groups of that many
-    blocks (``perflab.checkpointing``)."""
+    blocks (``perflab.implementations.checkpointing``)."""
     with torch.device(META):
         model = build_model(config, context=seq_len, layers=num_blocks)
         x = torch.randn(batch_size, seq_len, config.d_model, requires_grad=True)

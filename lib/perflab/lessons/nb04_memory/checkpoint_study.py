@@ -14,7 +14,7 @@ import math
 import pandas as pd
 import torch
 
-from perflab.checkpointing import check_strategy
+from perflab.implementations.checkpointing import check_strategy
 from perflab.lessons.nb04_memory.step_memory import (
     block_stack,
     blocks_fwd_bwd,

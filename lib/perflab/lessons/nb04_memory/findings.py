@@ -11,11 +11,11 @@ import math
 
 import pandas as pd
 
-from perflab.checkpointing import forward_counts
+from perflab.implementations.checkpointing import forward_counts
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb04_memory.checkpoint_study import modelled_group_peaks
 from perflab.lessons.nb04_memory.step_memory import log_fit
 from perflab.memory.saved import saved_bytes
-from perflab.model import ModelConfig
 
 MiB = 2**20
 

@@ -13,13 +13,8 @@ import pandas as pd
 import torch
 
 from perflab.bench.steps import BenchConfig, build_step, make_step, random_batch
-from perflab.checkpointing import check_strategy, run_blocks
-from perflab.measure.device import CPU, resolve_device
-from perflab.measure.stats import least_squares
-from perflab.measure.timeline import peak_memory, record_timeline
-from perflab.measure.timer import time_fn
-from perflab.memory.saved import saved_tensors
-from perflab.model import (
+from perflab.implementations.checkpointing import check_strategy, run_blocks
+from perflab.implementations.model import (
     ModelConfig,
     RMSNorm,
     TransformerLM,
@@ -28,6 +23,11 @@ from perflab.model import (
     get_preset,
     sized_for,
 )
+from perflab.measure.device import CPU, resolve_device
+from perflab.measure.stats import least_squares
+from perflab.measure.timeline import peak_memory, record_timeline
+from perflab.measure.timer import time_fn
+from perflab.memory.saved import saved_tensors
 
 
 def residual_stream_bytes(

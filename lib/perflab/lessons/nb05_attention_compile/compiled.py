@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from perflab.bench.steps import make_step, random_batch
+from perflab.implementations.model import build_model, get_preset, sized_for
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.conclusions import Finding
 from perflab.measure.device import synchronize
-from perflab.model import build_model, get_preset, sized_for
 
 
 def _no_compile_caches() -> contextlib.ExitStack:

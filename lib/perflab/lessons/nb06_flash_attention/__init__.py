@@ -5,14 +5,6 @@ shared with notebook 05 (``bench.attention_timing``), its compile table with ``p
 (``tools.kernels``).
 """
 
-from perflab.attention.check import checks_line, implementation_checks, weighted_sum_line
-from perflab.attention.flash_configs import kept_table
-from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.flash_triton import INTERPRETED, SOURCES, FlashAttentionTriton
-from perflab.attention.flash_tuning import CHECK_CONFIG, pinned_config
-from perflab.attention.triton_compile import kernel_source
-from perflab.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
-from perflab.attention.weighted_sum import WeightedSumTriton
 from perflab.bench import Sweep
 from perflab.bench.attention_timing import (
     attention_configs,
@@ -23,11 +15,27 @@ from perflab.bench.attention_timing import (
     ratios_to,
 )
 from perflab.findings import attention as say
+from perflab.implementations.attention.correctness import (
+    checks_line,
+    implementation_checks,
+    weighted_sum_line,
+)
+from perflab.implementations.attention.flash_configs import kept_table
+from perflab.implementations.attention.flash_torch import FlashAttentionTorch
+from perflab.implementations.attention.flash_triton import (
+    INTERPRETED,
+    SOURCES,
+    FlashAttentionTriton,
+)
+from perflab.implementations.attention.flash_tuning import CHECK_CONFIG, pinned_config
+from perflab.implementations.attention.weighted_sum import SOURCES as WEIGHTED_SUM_SOURCES
+from perflab.implementations.attention.weighted_sum import WeightedSumTriton
 from perflab.lessons import open_notebook
 from perflab.measure.comparison import comparison_frame
 from perflab.measure.conclusions import conclude_all
 from perflab.measure.device import parse_dtype
 from perflab.measure.paths import listing, results_elsewhere
+from perflab.measure.triton_compile import kernel_source
 from perflab.plots.bench import plot_attention_sweep
 from perflab.tools.adapters.timing import attention_of_yours
 from perflab.tools.kernels import (

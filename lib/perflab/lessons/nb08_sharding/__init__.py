@@ -30,12 +30,12 @@ from perflab.distributed.memory_per_rank import (
 from perflab.distributed.parity import fsdp_parity, torch_fsdp_comparison, zero_parity_all
 from perflab.distributed.toy import toy_model
 from perflab.findings import distributed as say
+from perflab.implementations.model import get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb08_sharding.fsdp_timeline import fsdp_forward_timeline, gather_summary
 from perflab.measure.conclusions import conclude_all
 from perflab.measure.device import resolve_device
 from perflab.measure.paths import listing
-from perflab.model import get_preset
 from perflab.plots.distributed import plot_max_devices, plot_memory_per_rank, plot_rank_timelines
 from perflab.tools.adapters.timing import sharding_of_yours
 from perflab.tools.widgets import calculator_controls

@@ -19,9 +19,9 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile
 
 from perflab.distributed.ddp_timeline import profiled_rows
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, rank_device
 from perflab.distributed.toy import loss_fn, toy_model, vocab_size
+from perflab.implementations.fsdp import FSDP
 
 RANGES = ("fsdp.wait", "fsdp.forward")
 

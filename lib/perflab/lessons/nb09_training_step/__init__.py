@@ -7,6 +7,7 @@ runs (``batching``, ``data``, ``head_memory``, ``ladder_traces``, ``sharded_step
 
 from perflab.bench.recipe import Recipe
 from perflab.bench.steps import BenchConfig
+from perflab.implementations.model import build_model, get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb09_training_step import findings as say
 from perflab.lessons.nb09_training_step.batching import (
@@ -45,7 +46,6 @@ from perflab.measure.device import parse_dtype
 from perflab.measure.hardware import HANDOUT_B200
 from perflab.measure.paths import listing
 from perflab.measure.peak import measure_peak_matmul
-from perflab.model import build_model, get_preset
 from perflab.training import default_chunk_size
 from perflab.training.ladder import (
     BASELINE,

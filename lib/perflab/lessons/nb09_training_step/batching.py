@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from perflab.implementations.model import ModelConfig, build_model
 from perflab.lessons.nb09_training_step.data import tokenise
 from perflab.measure.comparison import Comparison, compare
 from perflab.measure.stats import is_unstable
-from perflab.model import ModelConfig, build_model
 
 IGNORE = -100  # the target of a padded position: F.cross_entropy's ignore_index
 ORDERS = ("random", "bucketed")

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 
 from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
 from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
 from perflab.measure.comparison import Comparison, describe_ratio
 from perflab.measure.stats import level_text
-from perflab.model import ModelConfig
 
 MiB = 2**20
 #: Peaks within this factor of the gradients' bytes: the activations and logits too small to

@@ -10,7 +10,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from perflab.fused_cross_entropy import default_chunk_size, fused_linear_cross_entropy
+from perflab.implementations.fused_cross_entropy import (
+    default_chunk_size,
+    fused_linear_cross_entropy,
+)
 from perflab.measure.device import resolve_device
 from perflab.measure.stats import ROUNDS
 from perflab.measure.timeline import peak_memory

@@ -20,15 +20,21 @@ from torch import Tensor, nn
 
 from perflab.bench.recipe import Recipe, head_loss, make_optimizer, prepare_model
 from perflab.bench.steps import random_batch
-from perflab.distributed.fsdp import FSDP
 from perflab.distributed.launch import launch, max_world_size, rank_device
-from perflab.fused_cross_entropy import default_chunk_size
+from perflab.implementations.fsdp import FSDP
+from perflab.implementations.fused_cross_entropy import default_chunk_size
+from perflab.implementations.model import (
+    ModelConfig,
+    TransformerLM,
+    build_model,
+    get_preset,
+    sized_for,
+)
 from perflab.measure.device import parse_dtype
 from perflab.measure.stats import is_unstable
 from perflab.measure.sweep import is_out_of_memory
 from perflab.measure.timer import time_fn
 from perflab.memory.saved import saved_bytes, saved_tensors
-from perflab.model import ModelConfig, TransformerLM, build_model, get_preset, sized_for
 from perflab.training.ladder import (
     UPDATE_TOLERANCE,
     TrainingStep,
@@ -296,7 +302,7 @@ def block_bytes_per_token(
 ) -> float:
     """Bytes one block saves for backward per token with FlashAttention (no seq x seq matrix),
     in ``dtype``: the slope between ``seq_len`` and twice that, counted on the meta device."""
-    from perflab.attention.flash_torch import flash_attention_torch
+    from perflab.implementations.attention.flash_torch import flash_attention_torch
 
     counts = []
     for length in (seq_len, 2 * seq_len):

@@ -37,18 +37,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from perflab.attention import naive_attention
-from perflab.attention.reference import attention_matmul_flops
-from perflab.fused_cross_entropy import (
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.attention.reference import attention_matmul_flops
+from perflab.implementations.fused_cross_entropy import (
     IGNORE_INDEX,
     FusedLinearCrossEntropy,
     default_chunk_size,
 )
+from perflab.implementations.model import ModelConfig, TransformerBlock, cross_entropy
+from perflab.implementations.rotary import RotaryEmbedding
 from perflab.measure.conclusions import Finding
 from perflab.measure.device import parse_dtype
 from perflab.measure.hardware import GPUS, GPUSpec
-from perflab.model import ModelConfig, TransformerBlock, cross_entropy
-from perflab.rotary import RotaryEmbedding
 
 #: The leaderboard's GPU as its datasheet rates it (``perflab.measure.hardware``); the
 #: handout's 2,500 TFLOP/s figure is ``perflab.measure.hardware.HANDOUT_B200``; notebook 09

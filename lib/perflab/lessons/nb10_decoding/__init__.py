@@ -5,8 +5,9 @@ notebook alone runs (``costs``, ``inputs``, ``measurements``, ``roofline``, ``te
 and its own sentences, computed from their numbers (``findings``).
 """
 
-from perflab.decode import CACHES, generate
 from perflab.distributed.launch import max_world_size
+from perflab.implementations.decode import CACHES, generate
+from perflab.implementations.model import get_preset
 from perflab.lessons import open_notebook
 from perflab.lessons.nb10_decoding import findings as say
 from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
@@ -34,7 +35,6 @@ from perflab.measure.conclusions import conclude, conclude_all
 from perflab.measure.device import parse_dtype
 from perflab.measure.paths import listing
 from perflab.measure.peak import measure_copy_bandwidth, measure_peak_matmul
-from perflab.model import get_preset
 from perflab.plots.decode import plot_decode_roofline, plot_kv_memory
 
 __all__ = [

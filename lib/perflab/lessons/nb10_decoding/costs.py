@@ -19,8 +19,8 @@ token of a prefilled prompt, for every decoded token.
 
 from __future__ import annotations
 
-from perflab.attention.reference import attention_matmul_flops
-from perflab.model import ModelConfig
+from perflab.implementations.attention.reference import attention_matmul_flops
+from perflab.implementations.model import ModelConfig
 
 
 def matmul_weights(config: ModelConfig) -> int:

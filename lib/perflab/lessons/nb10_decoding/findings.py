@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb10_decoding.costs import kv_bytes_per_token, matmul_weights
 from perflab.measure.stats import level_text
-from perflab.model import ModelConfig
 
 MiB = 2**20
 

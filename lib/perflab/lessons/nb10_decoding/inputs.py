@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from perflab.model import ModelConfig, TransformerLM, build_model
+from perflab.implementations.model import ModelConfig, TransformerLM, build_model
 
 
 def inference_model(

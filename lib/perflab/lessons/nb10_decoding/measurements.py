@@ -26,10 +26,12 @@ import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity
 
-from perflab.decode import generate, make_cache
-from perflab.decode.caches import ContiguousKVCache
-from perflab.decode.decoder import StaticDecoder, cached_logits, pick
-from perflab.decode.quantize import quantize_int8, weight_bytes
+from perflab.implementations.decode import generate, make_cache
+from perflab.implementations.decode.caches import ContiguousKVCache
+from perflab.implementations.decode.decoder import StaticDecoder, cached_logits, pick
+from perflab.implementations.decode.quantize import quantize_int8, weight_bytes
+from perflab.implementations.model import ModelConfig, TransformerLM
+from perflab.implementations.rotary import RotaryEmbedding
 from perflab.lessons.nb10_decoding.costs import (
     decode_cost,
     decode_step_bytes,
@@ -55,8 +57,6 @@ from perflab.measure.device import synchronize
 from perflab.measure.progress import progress
 from perflab.measure.stats import ROUNDS
 from perflab.measure.timer import time_fn
-from perflab.model import ModelConfig, TransformerLM
-from perflab.rotary import RotaryEmbedding
 
 
 def prefill_vs_decode(

@@ -33,9 +33,10 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from perflab.decode import CACHES
-from perflab.decode.caches import PagedKVCache
-from perflab.decode.decoder import StaticDecoder, cached_logits
+from perflab.implementations.decode import CACHES
+from perflab.implementations.decode.caches import PagedKVCache
+from perflab.implementations.decode.decoder import StaticDecoder, cached_logits
+from perflab.implementations.model import ModelConfig, TransformerLM, get_preset
 from perflab.lessons.nb10_decoding.costs import decode_cost, recompute_cost, rooflines
 from perflab.lessons.nb10_decoding.inputs import (
     check_batch,
@@ -60,7 +61,6 @@ from perflab.measure.peak import (
 )
 from perflab.measure.stats import is_unstable
 from perflab.measure.timer import Timing, time_fn
-from perflab.model import ModelConfig, TransformerLM, get_preset
 
 COMPILED_NEEDS_FIXED_SHAPES = (
     "compile needs the fixed-shape step, cache 'contiguous' (StaticDecoder): the paged and "

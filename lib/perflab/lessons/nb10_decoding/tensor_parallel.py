@@ -22,13 +22,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
-from perflab.decode import generate
-from perflab.decode.decoder import attend, pick
 from perflab.distributed.launch import launch
+from perflab.implementations.decode import generate
+from perflab.implementations.decode.decoder import attend, pick
+from perflab.implementations.model import ModelConfig, TransformerLM
 from perflab.lessons.nb10_decoding.inputs import inference_model, random_prompts
 from perflab.measure.conclusions import Finding
 from perflab.measure.stats import is_unstable
-from perflab.model import ModelConfig, TransformerLM
 
 
 def _check_split(config: ModelConfig, world_size: int) -> None:

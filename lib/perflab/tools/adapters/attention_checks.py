@@ -1,6 +1,6 @@
 """FlashAttention adapters against float64: the output, the log-sum-exp saved for backward, and
-dQ, dK, dV, each case its own row, forward and backward apart (``perflab.attention.check``
-does the arithmetic).
+dQ, dK, dV, each case its own row, forward and backward apart (``correctness`` beside the reference,
+``perflab.implementations.attention.correctness``, does the arithmetic).
 
 The handout decides what passes: its tests use power-of-two sizes of at least 16 with as many
 queries as keys, and the PyTorch version may ignore ``is_causal`` (the Triton one has a causal
@@ -45,7 +45,8 @@ BEYOND_CASES = {
 }
 #: Largest error (scaled by max(1, |reference|)) of a Triton adapter on a GPU, where ``tl.dot``
 #: takes float32 inputs as TF32 (10 mantissa bits) unless told otherwise; the course's own
-#: tests allow 1e-2. Elsewhere float32 gets ``perflab.attention.check.TOLERANCE``.
+#: tests allow 1e-2. Elsewhere float32 gets ``TOLERANCE`` of
+#: ``perflab.implementations.attention.correctness``.
 TRITON_TF32_TOLERANCE = 1e-2
 
 GETTERS = {
@@ -98,7 +99,7 @@ def attention_rows(
     """Rows for one FlashAttention adapter: per case, the output and the saved log-sum-exp
     (forward) and the gradients (backward), the cases of ``scoped_cases`` (``only``: the one
     at that index, with the seed it has in the full run)."""
-    from perflab.attention.check import GRADIENT_FACTOR, TOLERANCE
+    from perflab.implementations.attention.correctness import GRADIENT_FACTOR, TOLERANCE
 
     getter = GETTERS[which]
     root = student_root(module)
@@ -136,7 +137,7 @@ def _case_errors(function, batch, n_q, n_k, d, causal, seed, device, root):
     """[(error, None, detail) or (nan, status, detail)] for the output, the log-sum-exp and the
     gradients of one case: forward and backward apart, so a working forward with an unfinished
     backward gets its forward rows."""
-    from perflab.attention.check import _error, random_qkv, reference
+    from perflab.implementations.attention.correctness import _error, random_qkv, reference
 
     q, k, v = random_qkv(batch, n_q, n_k, d, torch.float32, seed, device)
     ref_out, ref_lse, grad_out, ref_grads = reference(q, k, v, causal)
@@ -269,7 +270,7 @@ def describe_launch(kernel, args: tuple, kwargs: dict) -> dict:
 
     import triton.language as tl
 
-    from perflab.attention.triton_compile import TRITON_DTYPES
+    from perflab.measure.triton_compile import TRITON_DTYPES
 
     signature = inspect.signature(kernel.fn)
     bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})

@@ -117,7 +117,7 @@ def _signature(args: dict) -> tuple[dict, dict, tuple]:
 
 
 def _compile_one(launch: dict, target_name: str) -> dict:
-    from perflab.attention.triton_compile import compile_kernel, get_target, resource_usage
+    from perflab.measure.triton_compile import compile_kernel, get_target, resource_usage
 
     target = get_target(target_name)
     label = f"{launch['name']} ({launch['module']})"

@@ -265,7 +265,9 @@ def results_name(spec: str) -> str:
     class, ``package.module:Class`` (notebook 01), is named by the spec and its module's file:
     ``yours-course-model-courseshapedlm-1b2c3d4e``."""
     if re.fullmatch(r"[\w.]+:[A-Za-z_]\w*", spec) and not Path(spec).exists():  # not C:\...
-        from perflab.model_loading import load_model_class  # one line if it does not import
+        from perflab.implementations.model_loading import (
+            load_model_class,  # one line if it does not import
+        )
 
         file = getattr(sys.modules[load_model_class(spec).__module__], "__file__", None)
         digest = hashlib.sha1(Path(file).read_bytes()).hexdigest()[:8] if file else "nofile"

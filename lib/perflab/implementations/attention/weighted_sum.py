@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 # triton and tl come from interpreter, which sets TRITON_INTERPRET before importing triton
-from perflab.attention.interpreter import INTERPRETED, tl, triton
+from perflab.implementations.attention.interpreter import INTERPRETED, tl, triton
 
 ROWS = 16  # rows per program
 COLS = 32  # columns per chunk of the D axis

@@ -1,4 +1,4 @@
-"""Rotary position embedding (Su et al. 2021), the model's positions (``perflab.model``)."""
+"""Rotary position embedding (Su et al. 2021), the model's positions (``model``)."""
 
 from __future__ import annotations
 

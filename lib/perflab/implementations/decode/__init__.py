@@ -24,9 +24,9 @@ import math
 import torch
 from torch import Tensor
 
-from perflab.decode.caches import ContiguousKVCache, KVCache, PagedKVCache
-from perflab.decode.decoder import StaticDecoder, attend, cached_logits, pick
-from perflab.model import TransformerLM
+from perflab.implementations.decode.caches import ContiguousKVCache, KVCache, PagedKVCache
+from perflab.implementations.decode.decoder import StaticDecoder, attend, cached_logits, pick
+from perflab.implementations.model import TransformerLM
 
 CACHES = ("none", "contiguous", "paged")
 

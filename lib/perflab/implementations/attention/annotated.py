@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from perflab.attention.reference import (
+from perflab.implementations.attention.reference import (
     attention_matmul_flops,
     attention_scores,
     attention_softmax,

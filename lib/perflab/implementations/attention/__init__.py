@@ -6,9 +6,13 @@ The Triton one is imported on first use: importing it loads Triton and, without 
 the Triton interpreter on (``attention.interpreter``).
 """
 
-from perflab.attention.annotated import ATTENTION_RANGES, annotated_attention, attention_part_flops
-from perflab.attention.flash_torch import FlashAttentionTorch
-from perflab.attention.reference import (
+from perflab.implementations.attention.annotated import (
+    ATTENTION_RANGES,
+    annotated_attention,
+    attention_part_flops,
+)
+from perflab.implementations.attention.flash_torch import FlashAttentionTorch
+from perflab.implementations.attention.reference import (
     attention_scores,
     attention_softmax,
     causal_mask,
@@ -32,7 +36,7 @@ __all__ = [
 
 def __getattr__(name: str):
     if name == "FlashAttentionTriton":
-        from perflab.attention.flash_triton import FlashAttentionTriton
+        from perflab.implementations.attention.flash_triton import FlashAttentionTriton
 
         return FlashAttentionTriton
-    raise AttributeError(f"module 'perflab.attention' has no attribute {name!r}")
+    raise AttributeError(f"module 'perflab.implementations.attention' has no attribute {name!r}")

@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from perflab.attention.interpreter import INTERPRETED, INTERPRETER_TILE, tl, triton
+from perflab.implementations.attention.interpreter import INTERPRETED, INTERPRETER_TILE, tl, triton
 
 TILE = INTERPRETER_TILE if INTERPRETED else 64
 

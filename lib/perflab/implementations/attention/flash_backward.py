@@ -5,8 +5,8 @@ choice: ``flash_triton``'s docstring; their launches: ``flash_triton.launch_back
 
 from __future__ import annotations
 
-from perflab.attention.flash_forward import _heaviest_first, _load_rows, _load_vector
-from perflab.attention.interpreter import tl, triton
+from .flash_forward import _heaviest_first, _load_rows, _load_vector
+from .interpreter import tl, triton
 
 # ---------------------------------------------------------------------------------------------
 # Backward, launch 1 of 3: D = rowsum(dO * O) in float32, read by both gradient kernels.

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from perflab.model import QKVProjection, TransformerLM
+from perflab.implementations.model import QKVProjection, TransformerLM
 
 #: Up to this many rows of activations (batch x new tokens) a compiled step multiplies and sums
 #: itself, fused by inductor; beyond, it dequantises and calls ``F.linear``.

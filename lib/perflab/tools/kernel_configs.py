@@ -1,13 +1,13 @@
 """Every kept autotune configuration of the FlashAttention kernels, checked on a GPU.
 
-The autotuner may pick any configuration ``flash_configs`` keeps for a kernel, head dimension
-and element size, so each one is checked: that kernel pinned to it, the other two at their
-first kept configuration (``flash_tuning.pinned_config``), forward and backward against the
-float64 reference (``check.correctness_table``, its tolerances) on ``CASES``: ragged lengths
-with every mask compiled in, causal and not, and aligned lengths (``EVEN_Q`` and ``EVEN_K``
-compiled true, no bounds masks). The GPU-only test runs every job; ``perflab.tools.smoke`` the
-bfloat16 ones at head dimensions 64 and 128, in parallel processes (each compile takes about
-a second on one core).
+The autotuner may pick any configuration ``flash_configs`` keeps for a kernel, head dimension and
+element size, so each one is checked: that kernel pinned to it, the other two at their first kept
+configuration (``flash_tuning.pinned_config``), forward and backward against the float64 reference
+(``attention.correctness.correctness_table``, its tolerances) on ``CASES``: ragged lengths with
+every mask compiled in, causal and not, and aligned lengths (``EVEN_Q`` and ``EVEN_K`` compiled
+true, no bounds masks). The GPU-only test runs every job; ``perflab.tools.smoke`` the bfloat16 ones
+at head dimensions 64 and 128, in parallel processes (each compile takes about a second on one
+core).
 
 In the Triton interpreter (a CPU) the kernels always run 16 x 16 tiles, whatever is pinned, so
 a CPU run checks the host path and the kernels' arithmetic, not the configurations:
@@ -22,7 +22,7 @@ from dataclasses import astuple, dataclass
 
 import pandas as pd
 
-from perflab.attention.flash_configs import KERNELS, kept_configs
+from perflab.implementations.attention.flash_configs import KERNELS, kept_configs
 from perflab.measure.device import dtype_name, parse_dtype
 
 #: (batch, n_q, n_k, causal): ragged causal with n_k > n_q (every mask), ragged non-causal with
@@ -66,9 +66,9 @@ def check_config(job: ConfigJob, device: str = "cuda", cases=CASES) -> list[dict
     kernel used the job's configuration; None in the interpreter, which runs fixed tiles); a
     launch that fails (a configuration this GPU cannot run) is one row with ``error`` set and
     ``within_tolerance`` False."""
-    from perflab.attention.check import correctness_table
-    from perflab.attention.flash_triton import INTERPRETED, FlashAttentionTriton
-    from perflab.attention.flash_tuning import pinned_config, recorded_launches
+    from perflab.implementations.attention.correctness import correctness_table
+    from perflab.implementations.attention.flash_triton import INTERPRETED, FlashAttentionTriton
+    from perflab.implementations.attention.flash_tuning import pinned_config, recorded_launches
 
     dtype = parse_dtype(job.dtype)
     described = {

@@ -1,6 +1,7 @@
 """The shape of a model (``ModelConfig``), with its parameter count and FLOPs per step, and
 the presets every notebook names: the handouts' sizes, the leaderboard's 8B-class model and CPU
-sizes of the same family. ``perflab.model`` builds the Transformer of such a shape."""
+sizes of the same family. ``model`` (beside this module) builds the Transformer of such a
+shape."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
 
-from perflab.attention.reference import attention_matmul_flops
+from perflab.implementations.attention.reference import attention_matmul_flops
 
 
 @dataclass(frozen=True)

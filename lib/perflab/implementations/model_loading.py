@@ -8,7 +8,7 @@ import importlib
 
 from torch import nn
 
-from perflab.model_config import ModelConfig
+from perflab.implementations.model_config import ModelConfig
 
 #: The constructor arguments of the course's ``cs336_basics.model.BasicsTransformerLM``.
 COURSE_MODEL_ARGUMENTS = (

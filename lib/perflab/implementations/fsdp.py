@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from perflab.distributed.ddp import broadcast_from_rank0
-from perflab.distributed.fsdp_shards import (
+from perflab.implementations.ddp import broadcast_from_rank0
+from perflab.implementations.fsdp_shards import (
     CastTo,
     ShardedWeight,
     ShardSpec,

@@ -6,7 +6,7 @@ share. Why each choice: ``flash_triton``'s docstring; its launch: ``flash_triton
 
 from __future__ import annotations
 
-from perflab.attention.interpreter import tl, triton
+from perflab.implementations.attention.interpreter import tl, triton
 
 
 @triton.jit

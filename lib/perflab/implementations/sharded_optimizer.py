@@ -5,7 +5,7 @@ Each parameter is owned by one rank (largest first, each to the rank owning the 
 elements so far); a rank keeps optimizer state (AdamW: two moments, 8 bytes per fp32
 parameter) for its own parameters only and updates only those; after its step, every
 parameter is broadcast from its owner. Gradients must already be averaged across ranks (any
-data-parallel wrapper of ``perflab.distributed.ddp``). With ``N`` ranks and ``P`` parameters,
+data-parallel wrapper of ``perflab.implementations.ddp``). With ``N`` ranks and ``P`` parameters,
 optimizer state per rank falls from ``8 P`` to about ``8 P / N`` bytes.
 """
 

@@ -12,15 +12,15 @@ import contextlib
 
 import torch
 
-from perflab.attention.flash_configs import (
+from perflab.implementations.attention.flash_configs import (
     KERNELS,
     VERIFIED_ARCHS,
     autotune_configs,
     configs_for,
     kept_configs,
 )
-from perflab.attention.interpreter import INTERPRETED, INTERPRETER_TILE, triton
-from perflab.attention.triton_compile import Target, argument_types, configs_that_fit
+from perflab.implementations.attention.interpreter import INTERPRETED, INTERPRETER_TILE, triton
+from perflab.measure.triton_compile import Target, argument_types, configs_that_fit
 
 #: Compile-time flags from the chosen tiles: a length that is a multiple of its tile compiles
 #: no bounds masks.

@@ -52,18 +52,18 @@ import math
 import torch
 from torch import Tensor
 
-from perflab.attention.flash_backward import (
+from perflab.implementations.attention.flash_backward import (
     _backward_kv_stage,
     _backward_q_stage,
     _flash_backward_kv_kernel,
     _flash_backward_preprocess_kernel,
     _flash_backward_q_kernel,
 )
-from perflab.attention.flash_configs import PREPROCESS_CONFIG
-from perflab.attention.flash_forward import _flash_forward_kernel, _forward_stage
-from perflab.attention.flash_torch import as_model_attention, check_inputs
-from perflab.attention.flash_tuning import batch_bucket, kernel_and_config, tuned
-from perflab.attention.interpreter import INTERPRETED, triton
+from perflab.implementations.attention.flash_configs import PREPROCESS_CONFIG
+from perflab.implementations.attention.flash_forward import _flash_forward_kernel, _forward_stage
+from perflab.implementations.attention.flash_torch import as_model_attention, check_inputs
+from perflab.implementations.attention.flash_tuning import batch_bucket, kernel_and_config, tuned
+from perflab.implementations.attention.interpreter import INTERPRETED, triton
 
 HEAD_DIMS = (16, 32, 64, 128)  # tl.dot needs power-of-two sizes of at least 16
 #: CUDA's limit on grid axes 1 and 2 (axis 0 takes up to 2^31 - 1).

@@ -11,8 +11,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from perflab.decode.caches import ContiguousKVCache, KVCache
-from perflab.model import TransformerLM
+from perflab.implementations.decode.caches import ContiguousKVCache, KVCache
+from perflab.implementations.model import TransformerLM
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, positions: Tensor) -> Tensor:

@@ -1,8 +1,8 @@
 """The Transformer language model every notebook measures, and ``build_model``, the one way
-the library makes one (its shapes, presets and cost model: ``perflab.model_config``).
+the library makes one (its shapes, presets and cost model: ``model_config``).
 
 A pre-norm decoder-only LM: token embedding, ``num_layers`` blocks of
-(RMSNorm -> causal multi-head self-attention with rotary position embeddings (``perflab.rotary``) ->
+(RMSNorm -> causal multi-head self-attention with rotary position embeddings (``rotary``) ->
 residual,
 RMSNorm -> SwiGLU feed-forward -> residual), final RMSNorm, untied LM head. Attention is a
 swappable function per model instance, so notebooks 02, 05 and 06 can put annotated,
@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from perflab.attention import naive_attention
-from perflab.checkpointing import check_strategy, run_blocks
-from perflab.fused_cross_entropy import fused_linear_cross_entropy
-from perflab.model_config import (  # noqa: F401  (the model's shapes, imported from here too)
+from perflab.implementations.attention import naive_attention
+from perflab.implementations.checkpointing import check_strategy, run_blocks
+from perflab.implementations.fused_cross_entropy import fused_linear_cross_entropy
+from perflab.implementations.model_config import (  # noqa: F401  (the model's shapes, imported from here too)
     PRESET_ALIASES,
     PRESETS,
     ModelConfig,
@@ -35,8 +35,8 @@ from perflab.model_config import (  # noqa: F401  (the model's shapes, imported 
     presets_table,
     sized_for,
 )
-from perflab.model_loading import build_model_class
-from perflab.rotary import RotaryEmbedding
+from perflab.implementations.model_loading import build_model_class
+from perflab.implementations.rotary import RotaryEmbedding
 
 
 class AttentionFn(Protocol):
@@ -114,7 +114,7 @@ class CausalSelfAttention(nn.Module):
     ) -> Tensor:
         """Causal self-attention of ``x`` (batch, seq, d_model) at positions 0 .. seq - 1. A
         decoder passes its new tokens' ``positions`` (batch, seq) and ``cached``, which keeps
-        their keys and values and attends over the whole cache (``perflab.decode.decoder``)."""
+        their keys and values and attends over the whole cache (``decode.decoder``)."""
         batch, seq_len, d_model = x.shape
         q, k, v = (
             t.reshape(batch, seq_len, heads, -1).transpose(1, 2)
@@ -216,7 +216,7 @@ class TransformerLM(nn.Module):
 
     def set_checkpointing(self, strategy: str = "none", group_size: int | None = None) -> None:
         """Activation checkpointing of the block stack: "none", "single" with ``group_size``
-        blocks per checkpoint, or "nested" (``perflab.checkpointing``)."""
+        blocks per checkpoint, or "nested" (``perflab.implementations.checkpointing``)."""
         check_strategy(strategy, group_size, self.config.num_layers)
         self.checkpointing = (strategy, group_size)
 

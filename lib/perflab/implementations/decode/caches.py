@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from perflab.model import TransformerLM
+from perflab.implementations.model import TransformerLM
 
 
 class KVCache:

@@ -14,8 +14,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from perflab.attention.reference import attention_scores, naive_attention
-from perflab.measure.device import dtype_name
+from perflab.implementations.attention.reference import attention_scores, naive_attention
 
 #: Absolute and relative tolerance of outputs and logsumexp per input dtype; gradients get
 #: ``GRADIENT_FACTOR`` times more. float32: tiles sum in another order than the reference;
@@ -105,7 +104,7 @@ def correctness_table(
                 "n_k": n_k,
                 "d": d,
                 "causal": causal,
-                "dtype": dtype_name(dtype),
+                "dtype": str(dtype).removeprefix("torch."),
                 **errors,
                 "within_tolerance": within,
             }
@@ -131,7 +130,7 @@ def implementation_checks(
 
 def checks_line(checks: pd.DataFrame) -> str:
     """How many checks of ``implementation_checks`` are within tolerance, and the tolerances."""
-    tolerances = {dtype_name(dtype): value for dtype, value in TOLERANCE.items()}
+    tolerances = {str(d).removeprefix("torch."): value for d, value in TOLERANCE.items()}
     return (
         f"{checks['within_tolerance'].sum()} of {len(checks)} checks within tolerance; "
         f"tolerances {tolerances}"
