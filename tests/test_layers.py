@@ -1,7 +1,8 @@
 """The library's layers (docs/layout.md): a module imports only from its own layer or the ones
-below it, and no modules import each other in a circle. Wings by reader besides: the
-implementations a student compares with import only torch, Triton and each other; the measuring
-core imports no implementation and no experiment; nothing but a tool or a lesson module imports
+below it, and no modules import each other in a circle. Four wings by reader besides, each a
+folder: the implementations a student compares with import only torch, Triton (numpy, pandas)
+and each other, with three helpers of the measuring core; the measuring core imports no
+implementation and no experiment; nothing but a tool or a lesson module imports
 a tool. One of each: one model builder, one kernel compiler, one default for rounds, one module
 per name. Read from the source with ``ast`` (imports inside functions included), so a late
 import cannot hide an upward one."""
@@ -19,6 +20,9 @@ LAYERS = {
     "measure": 0,
     "settings": 0,
     "implementations": 1,
+    "model": 2,
+    "attention": 2,
+    "decode": 2,
     "bench": 3,
     "profiling": 3,
     "memory": 3,
@@ -39,6 +43,10 @@ LAYERS = {
 #: head, LayerNorm, the DDP variants, ZeRO, FSDP, the KV caches and decoding steps, int8 weights
 #: (docs/layout.md).
 IMPLEMENTATIONS = {"perflab.implementations"}  # the folder: everything below it
+#: The names the workbook's specification promises a script (``perflab.model``,
+#: ``perflab.attention``, ``perflab.decode``): faces that re-export implementations, held to the
+#: implementations' rule.
+IMPLEMENTATION_FACES = {"perflab.model", "perflab.attention", "perflab.decode"}
 #: What an implementation may use beside torch, Triton and the others: the ranges it opens (the
 #: annotated attention's lesson), and the kernel compiler with the GPUs' figures, which the
 #: autotuner's pruner asks which tile configurations fit a GPU.
@@ -145,7 +153,7 @@ def test_no_implementation_core_or_experiment_imports_a_tool():
 
 def test_a_planted_import_of_a_tool_is_found():
     graph = {
-        "perflab.memory.measure": {
+        "perflab.memory.study": {
             "perflab.tools.adapters.loading",
             "perflab.implementations.model",
         },
@@ -159,7 +167,7 @@ def test_a_planted_import_of_a_tool_is_found():
     }
     assert tool_problems(graph) == [
         "perflab.implementations.model imports the tool perflab.tools.check_results",
-        "perflab.memory.measure imports the tool perflab.tools.adapters.loading",
+        "perflab.memory.study imports the tool perflab.tools.adapters.loading",
     ]
 
 
@@ -188,8 +196,8 @@ def wing_problems(graph: dict[str, set[str]], everything: dict[str, set[str]]) -
 
 
 def _is_implementation(module: str) -> bool:
-    """An implementation, or one of the helpers it may use."""
-    return _in(module, IMPLEMENTATIONS) or module in IMPLEMENTATION_HELPERS
+    """An implementation, one of the helpers it may use, or a face of them."""
+    return _in(module, IMPLEMENTATIONS) or module in IMPLEMENTATION_HELPERS | IMPLEMENTATION_FACES
 
 
 def _is_tool(module: str) -> bool:
@@ -235,8 +243,9 @@ def misplaced_experiments(graph: dict[str, set[str]]) -> list[str]:
 
 
 #: The library's packages (their ``__init__`` is the package's face, not a module of its own).
-PACKAGES = {"perflab", "bench", "distributed", "implementations", "measure", "memory",
-            "profiling", "training", "tools", "findings", "plots", "lessons"}  # fmt: skip
+PACKAGES = {"perflab", "attention", "bench", "decode", "distributed", "implementations",
+            "measure", "memory", "profiling", "training", "tools", "findings", "plots",
+            "lessons"}  # fmt: skip
 
 
 def test_each_notebooks_own_experiments_live_in_its_lesson_package():
@@ -382,24 +391,34 @@ def test_implementations_import_only_each_other_and_the_core_no_experiment():
          "perflab.implementations.model (an implementation) imports perflab.measure.timer"),
         ("implementations/model.py", "import scipy\nimport torch\nimport triton.language\n",
          "perflab.implementations.model (an implementation) imports scipy"),
-        ("implementations/model.py", "from ..decode.measurements import tokens\n",
-         "perflab.implementations.model (an implementation) imports perflab.decode.measurements"),
+        ("implementations/model.py", "from ..lessons.nb10_x.measurements import tokens\n",
+         "perflab.implementations.model (an implementation) imports "
+         "perflab.lessons.nb10_x.measurements"),
+        ("implementations/attention/flash.py", "from perflab.measure.paths import save_table\n",
+         "perflab.implementations.attention.flash (an implementation) imports "
+         "perflab.measure.paths"),
+        ("measure/ranges.py", "from perflab.measure.paths import save_table\n",
+         "perflab.measure.ranges (an implementation) imports perflab.measure.paths"),
+        ("model.py", "from perflab.measure.timer import time_fn\n",
+         "perflab.model (an implementation) imports perflab.measure.timer"),
         ("measure/timer.py", "from perflab.implementations.model import TransformerLM\n",
          "perflab.measure.timer (measuring core) imports perflab.implementations.model"),
-        ("measure/paths.py", "import perflab.decode.measurements\n",
-         "perflab.measure.paths (measuring core) imports perflab.decode.measurements"),
+        ("measure/paths.py", "import perflab.lessons.nb10_x.measurements\n",
+         "perflab.measure.paths (measuring core) imports perflab.lessons.nb10_x.measurements"),
         ("measure/paths.py", "from perflab.implementations import model\n",
          "perflab.measure.paths (measuring core) imports perflab.implementations.model"),
-        ("measure/timer.py", "from ..decode import measurements\n",
-         "perflab.measure.timer (measuring core) imports perflab.decode.measurements"),
+        ("measure/timer.py", "from ..lessons.nb10_x import measurements\n",
+         "perflab.measure.timer (measuring core) imports perflab.lessons.nb10_x.measurements"),
         ("implementations/model.py", "from ..measure.timer import time_fn\n",
          "perflab.implementations.model (an implementation) imports perflab.measure.timer"),
     ],
 )  # fmt: skip
 def test_a_planted_wrong_import_is_found(tmp_path, module, source, problem):
     for name in ("__init__.py", "measure/__init__.py", "measure/timer.py", "measure/paths.py",
-                 "implementations/__init__.py", "implementations/model.py",
-                 "decode/__init__.py", "decode/measurements.py"):  # fmt: skip
+                 "measure/ranges.py", "implementations/__init__.py", "implementations/model.py",
+                 "implementations/attention/__init__.py", "implementations/attention/flash.py",
+                 "model.py", "lessons/__init__.py", "lessons/nb10_x/__init__.py",
+                 "lessons/nb10_x/measurements.py"):  # fmt: skip
         (tmp_path / "perflab" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "perflab" / name).write_text("import torch\n")
     (tmp_path / "perflab" / module).write_text(source)
@@ -652,9 +671,10 @@ def test_a_planted_shared_name_is_found():
                "perflab.plots.memory", "perflab.plots.bench", "perflab.findings",
                "perflab.lessons.nb04_memory.findings", "perflab.lessons.nb10_decoding.findings",
                "perflab.lessons.nb04_memory.findings.x",
-               "perflab.decode.x"]  # fmt: skip
+               "perflab.implementations.decode", "perflab.plots.decode",  # one topic: allowed
+               "perflab.implementations.steps", "perflab.decode.x"]  # fmt: skip
     assert shared_names(modules) == {
         "bench": ["perflab.bench", "perflab.decode.bench", "perflab.plots.bench"],
-        "steps": ["perflab.bench.steps", "perflab.decode.steps"],
+        "steps": ["perflab.bench.steps", "perflab.decode.steps", "perflab.implementations.steps"],
         "x": ["perflab.decode.x", "perflab.lessons.nb04_memory.findings.x"],
     }

@@ -18,7 +18,7 @@ NEEDS_TRITON = pytest.mark.skipif(not triton_available(), reason="Triton is not 
 
 @NEEDS_TRITON
 def test_attention_functions_import_from_the_package():
-    from perflab.implementations.attention import FlashAttentionTorch, FlashAttentionTriton
+    from perflab.attention import FlashAttentionTorch, FlashAttentionTriton
 
     torch.manual_seed(0)
     device = "cuda" if torch.cuda.is_available() else "cpu"  # compiled Triton: CUDA tensors
@@ -38,7 +38,7 @@ def test_model_and_distributed_names():
         DDPIndividualParameters,
         ShardedOptimizer,
     )
-    from perflab.implementations.model import PRESETS, ModelConfig, TransformerLM
+    from perflab.model import PRESETS, ModelConfig, TransformerLM
 
     assert isinstance(PRESETS, dict) and issubclass(TransformerLM, torch.nn.Module)
     assert ModelConfig is type(next(iter(PRESETS.values())))
@@ -54,8 +54,8 @@ LAYOUT = Path(__file__).resolve().parents[1] / "docs" / "layout.md"
 #: The package faces whose ``__all__`` promises names to a user's own code (docs/layout.md).
 FACES = [
     "perflab.cs336",
-    "perflab.implementations.attention",
-    "perflab.implementations.decode",
+    "perflab.attention",
+    "perflab.decode",
     "perflab.bench",
     "perflab.profiling",
     "perflab.distributed",
@@ -73,7 +73,7 @@ def test_docs_layout_lists_these_faces_and_every_name_it_spells_out_imports_from
     named = {module for row in rows for module in re.findall(modules, row[-1])}
     assert named == {
         *FACES,
-        "perflab.implementations.model",
+        "perflab.model",
         "perflab.lessons",
         "perflab.tools.cli",
     }, named
@@ -104,7 +104,7 @@ def test_triton_imported_before_perflab_is_one_clear_error():
         "import torch\n"
         "torch.compile(lambda x: x * 2, backend='aot_eager_decomp_partition')(torch.ones(2))\n"
         "import triton.language\n"
-        "from perflab.implementations.attention import FlashAttentionTriton\n"
+        "from perflab.attention import FlashAttentionTriton\n"
         "FlashAttentionTriton.apply\n"
     )
     done = _fresh_cpu_python(code)
@@ -117,7 +117,7 @@ def test_torch_compile_after_import_perflab_leaves_the_kernels_working():
     code = (
         "import perflab, torch\n"
         "torch.compile(lambda x: x * 2, backend='aot_eager_decomp_partition')(torch.ones(2))\n"
-        "from perflab.implementations.attention import FlashAttentionTriton\n"
+        "from perflab.attention import FlashAttentionTriton\n"
         "q = torch.randn(1, 20, 16)\n"
         "print(FlashAttentionTriton.apply(q, q, q, True).shape)\n"
     )

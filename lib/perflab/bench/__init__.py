@@ -4,7 +4,7 @@ measuring core's timer, sweep runner and ``compare`` (two callables timed interl
 verdict), which live in ``perflab.measure`` and are named here for scripts."""
 
 from perflab.bench.steps import MODES, BenchConfig, make_step, random_batch, run_benchmark
-from perflab.measure.comparison import Comparison, compare
+from perflab.measure.comparison import Comparison, compare, paired_comparison
 from perflab.measure.sweep import Sweep, is_out_of_memory
 from perflab.measure.timer import STATISTICS, TIMING_METHOD, Timing, time_fn
 
@@ -19,6 +19,7 @@ __all__ = [
     "compare",
     "is_out_of_memory",
     "make_step",
+    "paired_comparison",
     "random_batch",
     "run_benchmark",
     "time_fn",

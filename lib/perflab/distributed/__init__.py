@@ -1,7 +1,8 @@
-"""Distributed training on N ranks (notebooks 07 and 08): launching, four data-parallel
-variants, ZeRO-1 optimizer sharding, fully sharded data parallel and the parallelism
-calculators (the all-reduce benchmark and the ring are notebook 07's, in its lesson package).
-Gloo on CPU, NCCL on GPUs, the same code."""
+"""Distributed training on N ranks (notebooks 07 and 08): launching, the DDP benchmarks and
+timelines, memory per rank and the parallelism calculators (the all-reduce benchmark and the
+ring are notebook 07's, in its lesson package). Gloo on CPU, NCCL on GPUs, the same code. This
+face also names the data-parallel variants, ZeRO-1 and FSDP for scripts; they live in
+``perflab.implementations`` (``ddp``, ``sharded_optimizer``, ``fsdp``)."""
 
 from perflab.distributed.launch import (
     RankError,

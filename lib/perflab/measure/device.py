@@ -38,7 +38,8 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 def triton_available() -> bool:
     """Whether Triton can be imported here (it ships for Linux only), without importing it:
-    importing decides interpreted or compiled for good (``attention.interpreter``)."""
+    importing decides interpreted or compiled for good (``implementations.attention.interpreter``
+    decides it)."""
     import importlib.util
 
     try:

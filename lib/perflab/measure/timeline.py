@@ -112,9 +112,9 @@ def _innermost_op(ops: pd.DataFrame, events: pd.DataFrame) -> list[str]:
 
 
 #: Python frames that say nothing about who allocated: PyTorch's, the measuring core's (this
-#: recorder and the profiler capture it drives), the profiling package's, built-ins and the
-#: standard library's (the profiler names its files relative to the stdlib folder).
-_PLUMBING = ("/torch/", "/perflab/measure/", "/perflab/profiling/")
+#: recorder, the profiler capture it drives, the timer), built-ins and the standard library's
+#: (the profiler names its files relative to the stdlib folder).
+_PLUMBING = ("/torch/", "/perflab/measure/")
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 

@@ -3,7 +3,7 @@
 The autotuner may pick any configuration ``flash_configs`` keeps for a kernel, head dimension and
 element size, so each one is checked: that kernel pinned to it, the other two at their first kept
 configuration (``flash_tuning.pinned_config``), forward and backward against the float64 reference
-(``attention.correctness.correctness_table``, its tolerances) on ``CASES``: ragged lengths with
+(``implementations.attention.correctness``, its tolerances) on ``CASES``: ragged lengths with
 every mask compiled in, causal and not, and aligned lengths (``EVEN_Q`` and ``EVEN_K`` compiled
 true, no bounds masks). The GPU-only test runs every job; ``perflab.tools.smoke`` the bfloat16 ones
 at head dimensions 64 and 128, in parallel processes (each compile takes about a second on one

@@ -1,6 +1,6 @@
 """FlashAttention adapters against float64: the output, the log-sum-exp saved for backward, and
-dQ, dK, dV, each case its own row, forward and backward apart (``correctness`` beside the reference,
-``perflab.implementations.attention.correctness``, does the arithmetic).
+dQ, dK, dV, each case its own row, forward and backward apart; the arithmetic is
+``perflab.implementations.attention.correctness``'s.
 
 The handout decides what passes: its tests use power-of-two sizes of at least 16 with as many
 queries as keys, and the PyTorch version may ignore ``is_causal`` (the Triton one has a causal
