@@ -4,10 +4,11 @@ a cell's reply in one-second looks rather than in one wait with no end.
 Why: nbclient (0.11) waits for a cell's ``execute_reply`` with ``shell_channel.get_msg(timeout=
 None)``, one ``poll`` of the shell socket with no timeout. A cell that shows an ipywidgets
 ``Output`` (the calculators of notebooks 07 and 08) makes nbclient send the widget's state on that
-same socket while the wait is pending, and now and then the wait never wakes although the reply
-has arrived: the kernel sits idle and the run hangs for good (nbclient issue 312; seen here once,
-in notebook 08's calculator cell, in a full test run on two workers). A wait with a timeout polls
-the socket afresh each time, so it finds the reply that the first wait missed.
+same socket while the wait is pending. nbclient issue 312 reports such a wait that never ends
+although the kernel has replied; a run hung so here once, idle kernel and all, in notebook 08's
+calculator cell during a full test run on two workers (not reproduced on demand since). A wait
+with a timeout polls the socket afresh each time: it cannot wait past a reply it missed for longer
+than one look.
 """
 
 from __future__ import annotations
