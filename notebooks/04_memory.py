@@ -265,8 +265,9 @@ print(say.handout_example_sentence(example, sizes))
 # (`zero_grad(set_to_none=True)`), saves activations in the forward, adds two logits-sized
 # tensors as the loss's backward starts (the gradients of the log-probabilities and of the
 # logits), and by the optimizer step holds every gradient and AdamW's temporaries (sqrt of the
-# second moment and its quotient: two of the largest parameter's size on a CPU, where AdamW
-# loops over the tensors; one of every parameter's with CUDA's default foreach). First the
+# second moment and its quotient: two of the largest parameter's size where AdamW loops over
+# the tensors, as the step measured here does on any device; one of every parameter's with
+# foreach, CUDA's default). First the
 # model against the peaks measured in section 2 (float32). Those are the rise above what the
 # step starts with (the parameters and optimizer state made by a warm-up step), so the model's
 # figure held against them is its rise too: the activation peak.

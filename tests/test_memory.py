@@ -346,21 +346,28 @@ def test_whole_step_memory_model_matches_the_measured_activation_peaks(batch_siz
 
 
 def test_modelled_step_peaks_follow_each_devices_counter():
-    """On CUDA the measured rise starts from a memory that holds the gradients, and AdamW's
-    foreach temporaries are one copy of every parameter; nothing runs on a GPU here."""
+    """On CUDA the measured rise starts from a memory that holds the gradients; AdamW's
+    temporaries are two of the largest parameter's size when it loops over the tensors (the
+    sweep's step, on any device) and one copy of every parameter with foreach. Nothing runs on
+    a GPU here."""
     from perflab.lessons.nb04_memory.at_scale import modelled_step_peaks, whole_step_memory
 
     config = PRESETS["cpu-tiny"]
-    cpu = modelled_step_peaks(config, 4, [128], CPU).set_index("mode")["model_bytes"]
-    cuda = modelled_step_peaks(config, 4, [128], torch.device("cuda"))
+    cpu = modelled_step_peaks(config, 4, [16], CPU).set_index("mode")["model_bytes"]
+    cuda = modelled_step_peaks(config, 4, [16], torch.device("cuda"))
     cuda = cuda.set_index("mode")["model_bytes"]
-    memory = whole_step_memory(config, 4, 128)
+    foreach = modelled_step_peaks(config, 4, [16], torch.device("cuda"), optimizer="foreach")
+    foreach = foreach.set_index("mode")["model_bytes"]
+    memory = whole_step_memory(config, 4, 16)
     backward = memory["saved_activations_bytes"] + 2 * memory["logits_bytes"]
-    assert cpu["train-step"] == memory["step_activation_peak_bytes"] == backward
-    assert cuda["train-step"] == max(
-        backward - memory["gradients_bytes"], memory["parameters_bytes"]
-    )
+    assert cpu["train-step"] == memory["step_activation_peak_bytes"]
+    rise = backward - memory["gradients_bytes"]
+    assert cuda["train-step"] == max(rise, memory["adamw_temporaries_bytes"])
+    assert foreach["train-step"] == max(rise, memory["parameters_bytes"])
+    assert cuda["train-step"] != foreach["train-step"]  # at 16 tokens the optimizer peaks
     assert cpu["forward"] == cuda["forward"] == memory["forward_activation_peak_bytes"]
+    with pytest.raises(ValueError, match="optimizer must be 'for-loop' or 'foreach', got 'fused'"):
+        modelled_step_peaks(config, 4, [16], CPU, optimizer="fused")
 
 
 def test_the_cuda_memory_history_records_python_stacks_only(monkeypatch):

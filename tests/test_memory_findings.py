@@ -134,6 +134,13 @@ def test_checkpointing_lines():
         "outside the one-to-two inputs per level argued above"
     )
     assert growth.endswith("grows 4.0x without checkpointing and 2.00x nested")
+    # An H200's nested peaks (6 MiB exactly per doubling, one 6 MiB residual stream): the fit's
+    # rounding error must not turn the printed 1.00 into "outside".
+    exact = depth.assign(
+        peak_bytes=[907822080, 1763836928, 3477341184, 277103616, 283395072, 289686528]
+    )
+    line = say.depth_lines(exact, 6 * MiB)[0]
+    assert "1.00 residual streams" in line and line.endswith("as argued"), line
     assert say.nested_keep_line(depth) == (
         "nested checkpointing at 16 layers keeps 37.5% of the plain peak memory"
     )

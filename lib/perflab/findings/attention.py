@@ -185,16 +185,15 @@ def against_naive(
 
 
 def against_sdpa_findings(against_sdpa: list[Comparison]) -> list[Finding]:
-    """``flash_speed``'s comparisons against SDPA, one finding per heads and length."""
-    return [
-        Finding(
-            f"{result.name_b} vs sdpa, {result.labels['heads']} heads, "
-            f"n={result.labels['seq_len']}",
-            result.sentence(),
-            result,
+    """``flash_speed``'s comparisons against SDPA, one finding per heads and length; each
+    sentence names its case, as the key does (a notebook prints the sentences alone)."""
+    findings = []
+    for result in against_sdpa:
+        case = f"{result.labels['heads']} heads, n={result.labels['seq_len']}"
+        findings.append(
+            Finding(f"{result.name_b} vs sdpa, {case}", f"{result.sentence()} ({case})", result)
         )
-        for result in against_sdpa
-    ]
+    return findings
 
 
 def memory_line(memory: pd.DataFrame, batch: int, seq_len: int, head_dim: int, dtype: str) -> str:

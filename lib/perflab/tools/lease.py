@@ -84,14 +84,17 @@ class LeaseCommand:
 PLAN = (
     LeaseCommand(1, "smoke", (), 240,
                  "H200 leases: all seven stages in 152 s at 2dad7d6 (2026-11-27) and in 126 s "
-                 "at d50dab1 (2026-11-28: kernels 55 s, decode 24 s, distributed 16 s)"),
+                 "at d50dab1 (2026-11-28: kernels 55 s, decode 24 s, distributed 16 s); at 0c43b1e "
+                 "(2026-11-28) six in 119 s under a 170 s budget that skipped flash for its "
+                 "old 120 s estimate, flash alone then in 15 s"),
     LeaseCommand(1, "tests-gpu", (), 300,
                  "H200 leases 2026-11-27 under pytest -n 8: 261 tests in 222 s at 7408627 (four "
                  "modules not collected: no papermill); at 2dad7d6, with the wheels, 265 of 270 "
                  "started in 260 s; at d50dab1 (2026-11-28) 267 passed and 4 skipped in 253 s"),
     LeaseCommand(2, "06", ("06_flash_attention",), 420,
                  "H100 lease 2026-11-23: the sweep, checks and compiles of three lengths in "
-                 "250 s; the comparisons and the leaderboard case add about 3 minutes"),
+                 "250 s; the comparisons and the leaderboard case add about 3 minutes (H200 "
+                 "2026-11-28 at fea474e: the whole notebook in 215 s, 240 s logged)"),
     LeaseCommand(2, "01", ("01_benchmarking",), 240,
                  "H100 lease 2026-11-23: five presets at full sizes in about 200 s; the lease "
                  "times three, with the warm-up study (H200 2026-11-27: the three timed in "
@@ -100,9 +103,10 @@ PLAN = (
     LeaseCommand(3, "tests-rest", (), 480,
                  "H200 lease 2026-11-27: not finished in 320 s under -n 12; the CPU's "
                  "2-core run, divided among 8 workers, with the compiling tests"),
-    LeaseCommand(4, "02-04", ("02_profiling", "04_memory"), 270,
-                 "02: traces of small at three contexts, about 2 minutes; 04: snapshots and "
-                 "peaks of small and the checkpointing sweeps, about 2 minutes"),
+    LeaseCommand(4, "02-04", ("02_profiling", "04_memory"), 180,
+                 "02: traces of small at three contexts; 04: snapshots and peaks of small and "
+                 "the checkpointing sweeps (H200 2026-11-28 at fea474e, one call each: 02 in "
+                 "37 s, 04 in 40 s, 58 and 59 s with each call's start)"),
     LeaseCommand(4, "05", ("05_attention_compile",), 270,
                  "three lengths at d 64 (seconds each), the small model compiled in two "
                  "modes: max-autotune benchmarks its matmul shapes, the bulk of the time"),
