@@ -48,3 +48,27 @@ def test_flash_speed_rows_and_the_comparisons_against_sdpa():
         ("naive", 64),
     ]
     assert set(versus["a"]) == {"sdpa"} and (versus["rounds"] == 2).all()
+
+
+def test_your_implementations_take_the_limit_of_perflabs_of_their_kind():
+    """A student's implementations run up to perflab's limit of the same kind; with none there
+    (the full and lease sizes set none for flash_triton: an H200 lease met a KeyError here),
+    they run at every length, and a limit of their own wins."""
+    from perflab.bench.attention_timing import attention_configs
+
+    def lengths(limits):
+        configs = attention_configs(
+            implementations=["flash_torch", "yours_pytorch", "yours_triton"], batch=1,
+            head_dims=[16], seq_lens=[64, 128, 256], dtypes=["float32"], warmup=0, steps=1,
+            device=CPU, max_seq_len=limits,
+        )  # fmt: skip
+        found = {}
+        for config in configs:
+            found.setdefault(config["implementation"], []).append(config["seq_len"])
+        return found
+
+    limited = lengths({"flash_torch": 128, "flash_triton": 64})
+    assert limited == {"flash_torch": [64, 128], "yours_pytorch": [64, 128], "yours_triton": [64]}
+    assert lengths({"flash_torch": 128})["yours_triton"] == [64, 128, 256]
+    assert lengths({"flash_torch": 128, "yours_pytorch": 256})["yours_pytorch"] == [64, 128, 256]
+    assert lengths(None)["yours_pytorch"] == [64, 128, 256]

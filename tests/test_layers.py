@@ -296,6 +296,71 @@ def test_no_module_imports_from_a_higher_layer():
     assert not upward, "\n".join(upward)
 
 
+#: Inside the implementations, from the ground up: the building blocks (attention and its
+#: kernels, the parallel strategies, the loss head, LayerNorm, rotary, checkpointing) know no
+#: model; the model is built from them; decoding runs the model (docs/layout.md).
+IMPLEMENTATION_LAYERS = {
+    "attention": 0,
+    "checkpointing": 0,
+    "ddp": 0,
+    "fsdp": 0,
+    "fsdp_shards": 0,
+    "fused_cross_entropy": 0,
+    "layer_norm": 0,
+    "rotary": 0,
+    "sharded_optimizer": 0,
+    "model_config": 1,
+    "model_loading": 1,
+    "model": 1,
+    "decode": 2,
+}
+
+
+def _implementation_layer(module: str) -> int | None:
+    """The layer of an implementation inside its wing (None for the folder's own face)."""
+    parts = module.split(".")
+    if parts[:2] != ["perflab", "implementations"] or len(parts) == 2:
+        return None
+    assert parts[2] in IMPLEMENTATION_LAYERS, (
+        f"{module} is in no implementations layer: add {parts[2]!r} to IMPLEMENTATION_LAYERS "
+        "and docs/layout.md"
+    )
+    return IMPLEMENTATION_LAYERS[parts[2]]
+
+
+def upward_implementation_imports(graph: dict[str, set[str]]) -> list[str]:
+    """An implementation importing one of a higher layer inside the wing. One line each."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        own = _implementation_layer(module)
+        for target in sorted(targets):
+            theirs = _implementation_layer(target)
+            if own is not None and theirs is not None and theirs > own:
+                found.append(f"{module} (layer {own}) imports {target} (layer {theirs})")
+    return found
+
+
+def test_no_implementation_imports_from_a_higher_layer_of_its_wing():
+    assert upward_implementation_imports(_imports()) == []
+
+
+def test_a_planted_upward_import_inside_the_implementations_is_found():
+    graph = {
+        "perflab.implementations.attention.flash_torch": {"perflab.implementations.model"},
+        "perflab.implementations.model": {"perflab.implementations.decode.caches"},
+        "perflab.implementations.decode.decoder": {"perflab.implementations.model"},
+        "perflab.implementations.fsdp": {"perflab.implementations.ddp"},
+    }
+    assert upward_implementation_imports(graph) == [
+        "perflab.implementations.attention.flash_torch (layer 0) imports "
+        "perflab.implementations.model (layer 1)",
+        "perflab.implementations.model (layer 1) imports "
+        "perflab.implementations.decode.caches (layer 2)",
+    ]
+    with pytest.raises(AssertionError, match="add 'tokenizer' to IMPLEMENTATION_LAYERS"):
+        upward_implementation_imports({"perflab.implementations.tokenizer": set()})
+
+
 def _with_package_inits(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """``graph`` with the packages whose ``__init__`` importing a module runs first: importing
     ``perflab.lessons.nb04_memory.step_memory`` from outside that lesson runs

@@ -238,6 +238,11 @@ def compare_attention(
     )
 
 
+#: A student's implementation (``tools.adapters``) and perflab's of the same kind, whose length
+#: limit it takes in ``attention_configs`` unless given its own.
+LIMITED_LIKE = {"yours_pytorch": "flash_torch", "yours_triton": "flash_triton"}
+
+
 def attention_configs(
     *,
     implementations,
@@ -253,9 +258,12 @@ def attention_configs(
 ) -> list[dict]:
     """The grid of notebooks 05 and 06: every implementation, dtype, d and length, skipping
     lengths above an implementation's ``max_seq_len`` and what the device cannot run
-    (bfloat16 in the Triton interpreter). Interpreted Triton rows get one call, no warm-up:
-    they check that the kernels run, they measure nothing about speed."""
-    limits = max_seq_len or {}
+    (bfloat16 in the Triton interpreter). A student's implementation without a limit of its
+    own takes perflab's of its kind (``LIMITED_LIKE``), where that has one. Interpreted Triton
+    rows get one call, no warm-up: they check that the kernels run, they measure nothing about
+    speed."""
+    given = max_seq_len or {}
+    limits = {mine: given[ours] for mine, ours in LIMITED_LIKE.items() if ours in given} | given
     configs = []
     for impl in implementations:
         runs_interpreted = interpreted(impl)
