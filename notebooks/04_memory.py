@@ -281,7 +281,7 @@ held.assign(measured_MiB=held["peak_bytes"] / MiB, model_MiB=held["model_bytes"]
 
 # %% [markdown]
 # Then the handout's model, xl with batch 4 (2026: contexts 128 and 2048; 2025's 2.7B is the
-# same shape: 128, 256 and 512), as it would run on a GPU (AdamW foreach), counted on meta. A
+# same shape: 128, 256 and 512), with PyTorch's default AdamW on CUDA (foreach), counted on meta. A
 # model of a step nobody ran here: it leaves out other temporaries and the allocator's
 # rounding, which at the small sizes above came to the difference shown.
 

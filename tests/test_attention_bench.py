@@ -72,3 +72,4 @@ def test_your_implementations_take_the_limit_of_perflabs_of_their_kind():
     assert lengths({"flash_torch": 128})["yours_triton"] == [64, 128, 256]
     assert lengths({"flash_torch": 128, "yours_pytorch": 256})["yours_pytorch"] == [64, 128, 256]
     assert lengths(None)["yours_pytorch"] == [64, 128, 256]
+    assert lengths({"flash_torch": 128, "yours_pytorch": None})["yours_pytorch"] == [64, 128, 256]

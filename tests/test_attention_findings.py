@@ -101,7 +101,9 @@ def test_against_naive_compares_at_the_longest_length_both_ran(monkeypatch):
     )
     assert sdpa[0].key == "naive_compiled vs sdpa, 16 heads, n=4096"
     assert sdpa[0].sentence.startswith("naive_compiled is ")  # the verdict's own words,
-    assert sdpa[0].sentence.endswith(" (16 heads, n=4096)")  # then the case it was measured on
+    assert sdpa[0].sentence.endswith(" at 16 heads, n=4096")  # then the case it was measured on
+    one = say.against_sdpa_findings([comparison(1.2, 1.1, 1.3).with_labels(heads=1, seq_len=64)])
+    assert one[0].sentence.endswith(" at 1 head, n=64")
 
 
 def test_memory_line_names_the_tiled_implementation_it_has():

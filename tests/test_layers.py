@@ -344,6 +344,11 @@ def test_no_implementation_imports_from_a_higher_layer_of_its_wing():
     assert upward_implementation_imports(_imports()) == []
 
 
+def test_the_implementations_folder_face_imports_nothing():
+    """Its layer is None: an import through it would skip the order above."""
+    assert _imports()["perflab.implementations"] == set()
+
+
 def test_a_planted_upward_import_inside_the_implementations_is_found():
     graph = {
         "perflab.implementations.attention.flash_torch": {"perflab.implementations.model"},

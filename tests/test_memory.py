@@ -370,6 +370,19 @@ def test_modelled_step_peaks_follow_each_devices_counter():
         modelled_step_peaks(config, 4, [16], CPU, optimizer="fused")
 
 
+def test_the_model_of_the_measured_step_takes_the_sweeps_adamw():
+    """Notebook 04 holds ``modelled_step_peaks`` (its default optimizer) against the steps of
+    ``peak_configs``: the two must be the same AdamW, or the model is of another step."""
+    import inspect
+
+    from perflab.lessons.nb04_memory.at_scale import modelled_step_peaks
+    from perflab.lessons.nb04_memory.step_memory import peak_configs
+
+    default = inspect.signature(modelled_step_peaks).parameters["optimizer"].default
+    swept = {config["optimizer"] for config in peak_configs("cpu-tiny", [16], 2, CPU)}
+    assert swept == {default}
+
+
 def test_the_cuda_memory_history_records_python_stacks_only(monkeypatch):
     """GPU path, checked here with the recorder stubbed: every allocation's C++ stack (the
     recorder's default) slows a large step by orders of magnitude; Python frames say what a

@@ -203,3 +203,15 @@ def test_perflab_run_makes_a_relative_data_folder_absolute(monkeypatch, tmp_path
     monkeypatch.setenv("PERFLAB_DATA_DIR", "gpu-check/A2/data")
     _from_here({})
     assert os.environ["PERFLAB_DATA_DIR"] == str(tmp_path / "gpu-check" / "A2" / "data")
+
+
+def test_the_stages_estimates_fit_the_lease_plans_smoke_command():
+    """The budget check skips a stage on its estimate: together they fit the time the lease plan
+    gives the command, and the most valued stages fit a 170 s budget (an H200 lease skipped
+    flash there when its estimate was 120 s)."""
+    from perflab.tools.lease import PLAN
+
+    planned = next(command.estimate_s for command in PLAN if command.name == "smoke")
+    estimates = {stage.name: stage.estimate_s for stage in smoke.STAGES}
+    assert sum(estimates.values()) <= planned
+    assert estimates["kernels"] + estimates["flash"] <= 170

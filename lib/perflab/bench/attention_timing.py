@@ -259,7 +259,8 @@ def attention_configs(
     """The grid of notebooks 05 and 06: every implementation, dtype, d and length, skipping
     lengths above an implementation's ``max_seq_len`` and what the device cannot run
     (bfloat16 in the Triton interpreter). A student's implementation without a limit of its
-    own takes perflab's of its kind (``LIMITED_LIKE``), where that has one. Interpreted Triton
+    own takes perflab's of its kind (``LIMITED_LIKE``), where that has one; a limit of None is
+    none. Interpreted Triton
     rows get one call, no warm-up: they check that the kernels run, they measure nothing about
     speed."""
     given = max_seq_len or {}
@@ -272,7 +273,7 @@ def attention_configs(
                 continue
             for d in head_dims:
                 for n in seq_lens:
-                    if n > limits.get(impl, n):
+                    if n > (limits.get(impl) or n):  # None: no limit
                         continue
                     configs.append(
                         {
@@ -415,7 +416,7 @@ def flash_speed(
             calls = {
                 name: _attention_calls(name, n_heads, n, head_dim, dtype_, causal, device)[1]
                 for name in implementations
-                if n <= limits.get(name, n)
+                if n <= (limits.get(name) or n)  # None: no limit
             }
             flops = attention_flops(n_heads, n, n, head_dim, causal)["end_to_end"]
             for name, call in calls.items():

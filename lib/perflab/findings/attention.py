@@ -189,9 +189,14 @@ def against_sdpa_findings(against_sdpa: list[Comparison]) -> list[Finding]:
     sentence names its case, as the key does (a notebook prints the sentences alone)."""
     findings = []
     for result in against_sdpa:
-        case = f"{result.labels['heads']} heads, n={result.labels['seq_len']}"
+        heads, seq_len = result.labels["heads"], result.labels["seq_len"]
+        case = f"{heads} head{'' if heads == 1 else 's'}, n={seq_len}"
         findings.append(
-            Finding(f"{result.name_b} vs sdpa, {case}", f"{result.sentence()} ({case})", result)
+            Finding(
+                f"{result.name_b} vs sdpa, {heads} heads, n={seq_len}",
+                f"{result.sentence()} at {case}",
+                result,
+            )
         )
     return findings
 

@@ -430,9 +430,10 @@ def trace_stage(sizes: dict, device: torch.device, folder: Path) -> str:
     )
 
 
-# Estimates: about 1.5x the longest each stage took on an H200 (leases of 2026-11-27 and -28:
-# kernels 55-64 s, flash 15-25 s, autotune 9 s, decode 21-25 s, distributed 16-20 s, memory and
-# trace a second or two). flash's old 120 s made a 170 s budget skip it after kernels' 55 s.
+# Estimates: 1.4x (kernels) to several times the longest each stage took on an H200 (leases of
+# 2026-11-27 and -28: kernels 55-64 s, flash 15-25 s, autotune 9 s, decode 21-25 s, distributed
+# 16-20 s, memory and trace a second or two), summing to the lease plan's 240 s for the command.
+# flash's old 120 s made a 170 s budget skip it after kernels' 55 s.
 STAGES = (
     Stage("kernels", "06_flash_attention", "every kept kernel configuration correct", 90,
           kernels_stage),

@@ -219,9 +219,10 @@ def modelled_step_peaks(
     activation peaks (the profiler does not see the frees of gradients made before it
     started); on CUDA the counter's rise above what was allocated before the step (gradients
     included): the backward peak less the gradients, or AdamW's temporaries, whichever is
-    larger. ``optimizer``: the measured step's AdamW ("for-loop", the sweep's, or "foreach");
-    the model of CUDA's default foreach against a for-loop step was 5.6x the peak measured
-    at context 128 on an H200. One row per context and mode, in bytes."""
+    larger. ``optimizer``: the measured step's AdamW ("for-loop", the sweep's, or "foreach";
+    fused AdamW's temporaries live inside its kernels, which this model does not cover); the
+    model of CUDA's default foreach held against a for-loop step of small (batch 4, context
+    128) was 5.6x the peak measured on an H200. One row per context and mode, in bytes."""
     if optimizer not in ("for-loop", "foreach"):
         raise ValueError(f"optimizer must be 'for-loop' or 'foreach', got {optimizer!r}")
     rows = []
