@@ -73,3 +73,20 @@ def test_your_implementations_take_the_limit_of_perflabs_of_their_kind():
     assert lengths({"flash_torch": 128, "yours_pytorch": 256})["yours_pytorch"] == [64, 128, 256]
     assert lengths(None)["yours_pytorch"] == [64, 128, 256]
     assert lengths({"flash_torch": 128, "yours_pytorch": None})["yours_pytorch"] == [64, 128, 256]
+
+
+@pytest.mark.parametrize("limit", [0, -128, 1.5, "1024", True])
+def test_a_length_limit_below_one_or_not_whole_is_one_clear_error(limit):
+    """A limit of 0 used to run every length, as None does; now it names the implementation
+    and what is valid, in both the grid and the comparison against SDPA."""
+    from perflab.bench.attention_timing import attention_configs, flash_speed
+
+    message = r"max_seq_len\['flash_torch'\] must be a whole number of tokens >= 1 or None"
+    with pytest.raises(ValueError, match=message):
+        attention_configs(
+            implementations=["flash_torch"], batch=1, head_dims=[16], seq_lens=[64],
+            dtypes=["float32"], warmup=0, steps=1, device=CPU, max_seq_len={"flash_torch": limit},
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=message):
+        flash_speed(["flash_torch"], heads=[1], seq_lens=[64], head_dim=16, dtype="float32",
+                    device=CPU, rounds=2, max_seq_len={"flash_torch": limit})  # fmt: skip

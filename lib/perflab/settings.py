@@ -121,6 +121,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "bucket_sequences": 256,
         "bucket_batch": 16,
         "head_tokens": 4096,
+        "head_vocab": 32000,
         "batch_sizes": [1, 2, 4, 8, 16],
         "global_batch": 16,
         "trace_steps": 5,

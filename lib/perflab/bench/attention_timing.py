@@ -243,6 +243,21 @@ def compare_attention(
 LIMITED_LIKE = {"yours_pytorch": "flash_torch", "yours_triton": "flash_triton"}
 
 
+def length_limits(max_seq_len: dict[str, int | None] | None) -> dict[str, int | None]:
+    """``max_seq_len`` checked: each limit a whole number of tokens of at least 1, or None for
+    no limit (a limit of 0 once ran every length, as None does)."""
+    limits = dict(max_seq_len or {})
+    for name, limit in limits.items():
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        ):
+            raise ValueError(
+                f"max_seq_len[{name!r}] must be a whole number of tokens >= 1 or None (no limit), "
+                f"got {limit!r}"
+            )
+    return limits
+
+
 def attention_configs(
     *,
     implementations,
@@ -260,10 +275,9 @@ def attention_configs(
     lengths above an implementation's ``max_seq_len`` and what the device cannot run
     (bfloat16 in the Triton interpreter). A student's implementation without a limit of its
     own takes perflab's of its kind (``LIMITED_LIKE``), where that has one; a limit of None is
-    none. Interpreted Triton
-    rows get one call, no warm-up: they check that the kernels run, they measure nothing about
-    speed."""
-    given = max_seq_len or {}
+    none (``length_limits``). Interpreted Triton rows get one call, no warm-up: they check that
+    the kernels run, they measure nothing about speed."""
+    given = length_limits(max_seq_len)
     limits = {mine: given[ours] for mine, ours in LIMITED_LIKE.items() if ours in given} | given
     configs = []
     for impl in implementations:
@@ -409,7 +423,7 @@ def flash_speed(
     implementation against ``against`` (SDPA) interleaved (``compare``, ``rounds`` rounds),
     labelled by heads and length (``comparison_frame`` makes them a table). ``max_seq_len`` skips
     an implementation beyond a length (the tiled PyTorch version)."""
-    limits, timed, versus = max_seq_len or {}, [], []
+    limits, timed, versus = length_limits(max_seq_len), [], []
     dtype_ = parse_dtype(dtype)
     for n_heads in heads:
         for n in seq_lens:
