@@ -90,3 +90,16 @@ def test_a_length_limit_below_one_or_not_whole_is_one_clear_error(limit):
     with pytest.raises(ValueError, match=message):
         flash_speed(["flash_torch"], heads=[1], seq_lens=[64], head_dim=16, dtype="float32",
                     device=CPU, rounds=2, max_seq_len={"flash_torch": limit})  # fmt: skip
+
+
+def test_limits_not_given_as_a_mapping_are_one_clear_error():
+    """``-p max_seq_len flash_torch=1024`` (not a literal) arrives as a string."""
+    from perflab.bench.attention_timing import length_limits
+
+    with pytest.raises(ValueError, match=r"max_seq_len must map implementation names to limits"):
+        length_limits("flash_torch=1024")
+    assert length_limits(None) == {}
+    assert length_limits({"flash_torch": None, "naive": 4096}) == {
+        "flash_torch": None,
+        "naive": 4096,
+    }

@@ -2,11 +2,11 @@
 the full sizes (one override set per notebook, for a GPU) and the record of a run's settings.
 
 The committed values of a parameters cell are the CPU sizes: all notebooks together run in
-under 10 minutes on a 2-core CPU. ``perflab run --full`` applies ``FULL_SIZES[notebook]``
-on top of them (the handout's sizes, meant for a GPU box); ``perflab run --lease`` the full
-sizes cut by ``LEASE_SIZES`` to fit a short GPU lease (``perflab.tools.lease``); ``-p NAME VALUE``
-still wins over all. ``tests/test_settings.py`` checks that every name here is a parameter of
-its notebook.
+about 10 minutes on a 2-core CPU (``perflab run`` prints the time). ``perflab run --full``
+applies ``FULL_SIZES[notebook]`` on top of them (the handout's sizes, meant for a GPU box);
+``perflab run --lease`` the full sizes cut by ``LEASE_SIZES`` to fit a short GPU lease
+(``perflab.tools.lease``); ``-p NAME VALUE`` still wins over all. ``tests/test_settings.py``
+checks that every name here is a parameter of its notebook.
 """
 
 from __future__ import annotations

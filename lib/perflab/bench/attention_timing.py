@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -246,6 +246,11 @@ LIMITED_LIKE = {"yours_pytorch": "flash_torch", "yours_triton": "flash_triton"}
 def length_limits(max_seq_len: dict[str, int | None] | None) -> dict[str, int | None]:
     """``max_seq_len`` checked: each limit a whole number of tokens of at least 1, or None for
     no limit (a limit of 0 once ran every length, as None does)."""
+    if max_seq_len is not None and not isinstance(max_seq_len, Mapping):
+        raise ValueError(
+            "max_seq_len must map implementation names to limits, e.g. {'flash_torch': 1024}, "
+            f"got {max_seq_len!r}"
+        )
     limits = dict(max_seq_len or {})
     for name, limit in limits.items():
         if limit is not None and (
@@ -269,7 +274,7 @@ def attention_configs(
     steps: int,
     device: torch.device,
     causal: bool = False,
-    max_seq_len: dict[str, int] | None = None,
+    max_seq_len: dict[str, int | None] | None = None,
 ) -> list[dict]:
     """The grid of notebooks 05 and 06: every implementation, dtype, d and length, skipping
     lengths above an implementation's ``max_seq_len`` and what the device cannot run
@@ -416,7 +421,7 @@ def flash_speed(
     device: torch.device,
     rounds: int = ROUNDS,
     against: str = "sdpa",
-    max_seq_len: dict[str, int] | None = None,
+    max_seq_len: dict[str, int | None] | None = None,
 ) -> tuple[pd.DataFrame, list[Comparison]]:
     """Forward + backward of each implementation at each (heads, length): device time per call
     (``device_ms``), host time per call (``host_ms``) and TFLOP/s, one row each; and every
