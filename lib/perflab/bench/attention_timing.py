@@ -245,7 +245,7 @@ LIMITED_LIKE = {"yours_pytorch": "flash_torch", "yours_triton": "flash_triton"}
 
 def length_limits(max_seq_len: dict[str, int | None] | None) -> dict[str, int | None]:
     """``max_seq_len`` checked: each limit a whole number of tokens of at least 1, or None for
-    no limit (a limit of 0 once ran every length, as None does)."""
+    no limit (0 is refused, not read as "no limit")."""
     if max_seq_len is not None and not isinstance(max_seq_len, Mapping):
         raise ValueError(
             "max_seq_len must map implementation names to limits, e.g. {'flash_torch': 1024}, "
@@ -292,7 +292,7 @@ def attention_configs(
                 continue
             for d in head_dims:
                 for n in seq_lens:
-                    if n > (limits.get(impl) or n):  # None: no limit
+                    if limits.get(impl) is not None and n > limits[impl]:
                         continue
                     configs.append(
                         {
@@ -435,7 +435,7 @@ def flash_speed(
             calls = {
                 name: _attention_calls(name, n_heads, n, head_dim, dtype_, causal, device)[1]
                 for name in implementations
-                if n <= (limits.get(name) or n)  # None: no limit
+                if limits.get(name) is None or n <= limits[name]
             }
             flops = attention_flops(n_heads, n, n, head_dim, causal)["end_to_end"]
             for name, call in calls.items():

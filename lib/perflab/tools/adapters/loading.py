@@ -4,7 +4,6 @@ template does) from "failed"."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -207,15 +206,7 @@ def _load_path(path: Path) -> ModuleType:
 
 def _file_of(module: ModuleType) -> Path | None:
     file = getattr(module, "__file__", None)
-    return _resolved(file) if file else None
-
-
-@functools.cache
-def _resolved(file: str) -> Path:
-    """``Path(file).resolve()``, once per file name: ``_student_modules`` looks at every module
-    imported (thousands, with torch) each time adapters load; resolving each name anew took
-    about a tenth of ``perflab check``'s time for ``perflab.cs336`` on a 2-core CPU."""
-    return Path(file).resolve()
+    return Path(file).resolve() if file else None
 
 
 def _one_line(error: BaseException) -> str:
