@@ -28,15 +28,16 @@
 # the logits alone take tens of gigabytes (computed below); a fused loss head that never builds
 # them whole is one of the changes tried (whether the kept stack has it is printed below).
 #
-# On a CPU the ladder runs the `cpu-small` model (batch 4, context 128); which changes pay off
-# depends on the machine, and the verdicts say what this one measured. Then the data path on
-# real text, and the batch: its size and gradient accumulation. The full profile
+# On a CPU the ladder runs the `cpu-small` model (by default 2 sequences of 128 tokens a step:
+# `batch_size`, `seq_len`); which changes pay off depends on the machine, and the verdicts say
+# what this one measured. Then the data path on real text, and the batch: its size and gradient
+# accumulation. The full profile
 # (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B model
 # sharded over two GPUs (section 6).
 
 # %% tags=["parameters"]
 preset = "cpu-small"            # model of the ladder (d 256, 4 layers, vocabulary 10,000)
-batch_size = 4                  # sequences per step
+batch_size = 2                  # sequences per step (full: 4)
 seq_len = 128                   # tokens per sequence
 phase_steps = 6                 # timed steps of the baseline's phase breakdown
 rungs = ["fused QKV", "SDPA", "FlashAttention", "fused loss head", "foreach AdamW", "fused AdamW", "bf16 autocast", "activation checkpointing", "torch.compile"]  # the ladder's candidates, in the order tried
@@ -429,8 +430,8 @@ bucket_rows.round(3)
 # one micro-batch's activations at a time, more, smaller matmuls. The gradients stay whole, and
 # adding a micro-batch's gradient into `.grad` holds that gradient as a temporary first, so
 # accumulation lowers the peak only where the activations outweigh the gradients. Each step
-# time below is its own median, measured in this section: the baseline step at batch 4 here is
-# not the one timed in sections 3 and 4, which were measured apart, at other moments.
+# time below is its own median, measured in this section, not a step of the ladder's (sections
+# 3 and 4), which were measured apart, at other moments.
 
 # %%
 sizes = batch_size_table(config, batch_sizes, batch_seq_len, dev)

@@ -99,6 +99,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
     },
     "09_training_step": {
         "preset": "small",
+        "batch_size": 4,
         "seq_len": 512,
         "phase_steps": 10,
         "rungs": [

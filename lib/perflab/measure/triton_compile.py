@@ -5,7 +5,8 @@ in the Triton wheel, to a cubin for a named architecture (``GPUTarget("cuda", 90
 sm_90): no GPU and no CUDA driver are needed. The result carries the shared memory the kernel
 needs (Triton's metadata); ``cuobjdump`` (also in the wheel) reads registers and stack bytes
 from the cubin, and spill stores and loads are counted in its SASS (``STL`` / ``LDL``: Triton
-kernels keep no local arrays, so local-memory traffic is spilling).
+kernels keep no local arrays, so local-memory traffic is spilling); what it prints is kept
+beside Triton's cache (``disassembly``).
 
 The kernel must be a real ``JITFunction``: a process with ``TRITON_INTERPRET=1`` holds
 interpreted kernels, which cannot be compiled (``perflab.tools.kernels`` compiles in a child
@@ -16,12 +17,17 @@ the GPU has.
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import inspect
+import json
 import os
 import re
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -157,23 +163,63 @@ def loop_instructions(sass: str) -> list[int]:
     return [(end - start) // 16 + 1 for start, end in sorted(set(outermost))]
 
 
+def disassembly(cubin: bytes) -> tuple[str, str]:
+    """``cuobjdump``'s resource usage and SASS of ``cubin``, kept beside Triton's cache (in
+    ``perflab-sass/`` of ``TRITON_CACHE_DIR``) under a hash of the cubin and the tool: the SASS
+    took ``nvdisasm`` 0.4 s a kernel here, and ``perflab check`` and the compile tables read
+    the same kernels again each time Triton's cache hands them back."""
+    import triton
+    from triton import knobs
+
+    tool = _cuobjdump()
+    identity = f"{triton.__version__} {os.path.getsize(tool)}".encode()
+    key = hashlib.sha256(identity + b"\0" + cubin).hexdigest()
+    path = Path(knobs.cache.dir) / "perflab-sass" / f"{key}.json.gz"
+    kept = _read_kept(path)
+    if kept is not None:
+        return kept
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as file:
+        file.write(cubin)
+        file.flush()
+        usage, sass = (
+            subprocess.run(
+                [tool, option, file.name], capture_output=True, text=True, check=True
+            ).stdout
+            for option in ("--dump-resource-usage", "--dump-sass")
+        )
+    _keep(path, [usage, sass])
+    return usage, sass
+
+
+def _read_kept(path: Path) -> tuple[str, str] | None:
+    """The two texts kept at ``path``; None when not there, cut short or damaged."""
+    try:
+        usage, sass = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, EOFError, zlib.error, ValueError, TypeError):
+        return None
+    return (usage, sass) if isinstance(usage, str) and isinstance(sass, str) else None
+
+
+def _keep(path: Path, texts: list[str]) -> None:
+    """Write ``texts`` to ``path`` whole or not at all (a temporary file renamed); a cache
+    that cannot be written only costs the next run the disassembly."""
+    part = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False) as part:
+            part.write(gzip.compress(json.dumps(texts).encode()))
+        os.replace(part.name, path)
+    except OSError:
+        if part is not None:
+            Path(part.name).unlink(missing_ok=True)
+
+
 def resource_usage(compiled) -> dict:
     """Registers per thread, stack bytes per thread, spill stores and loads (SASS instructions),
     shared memory bytes per block of a compiled kernel, and the SASS instructions of each of
     its loops (``loop_instructions``; the smallest is the unmasked stage of the workbook's
     FlashAttention kernels, whose masked stages are the same code plus masks)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
-        cubin.write(compiled.asm["cubin"])
-        cubin.flush()
-        usage = subprocess.run(
-            [_cuobjdump(), "--dump-resource-usage", cubin.name],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        sass = subprocess.run(
-            [_cuobjdump(), "--dump-sass", cubin.name], capture_output=True, text=True, check=True
-        ).stdout
+    usage, sass = disassembly(compiled.asm["cubin"])
     found = re.search(r"REG:(\d+) STACK:(\d+)", usage)
     if found is None:
         raise RuntimeError(f"cuobjdump printed no resource usage for {compiled.name}:\n{usage}")
