@@ -28,9 +28,9 @@
 # the logits alone take tens of gigabytes (computed below); a fused loss head that never builds
 # them whole is one of the changes tried (whether the kept stack has it is printed below).
 #
-# On a CPU the ladder runs the `cpu-small` model (by default 2 sequences of 128 tokens a step:
-# `batch_size`, `seq_len`); which changes pay off depends on the machine, and the verdicts say
-# what this one measured. Then the data path on real text, and the batch: its size and gradient
+# On a CPU the ladder runs the `cpu-small` model (`batch_size` sequences of `seq_len` tokens a
+# step); which changes pay off depends on the machine, and the verdicts say what this one
+# measured. Then the data path on real text, and the batch: its size and gradient
 # accumulation. The full profile
 # (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B model
 # sharded over two GPUs (section 6).

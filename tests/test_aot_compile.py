@@ -199,31 +199,41 @@ def test_the_pruner_keeps_exactly_what_fits_a_smaller_gpu():
 
 
 def test_the_disassembly_is_kept_by_the_cubins_hash_and_read_back(tmp_path, monkeypatch):
-    """``disassembly`` keeps cuobjdump's output beside Triton's cache: a second compile of the
-    same kernel reads it back (here a planted register count shows it was read, not made
-    again); a cut-short or damaged entry is made again from the cubin, and a cache that cannot
-    be written costs only the disassembly."""
+    """``disassembly`` keeps cuobjdump's output beside Triton's cache, one entry per cubin (two
+    targets, two entries): a second compile reads it back (here a planted register count shows
+    it was read, not made again, and for that cubin only); a cut-short or damaged entry is made
+    again from the cubin, and a cache that cannot be written costs only the disassembly."""
     import gzip
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    job = jobs(kernels=["weighted_sum_backward"], targets=("sm_90",), dtypes=("fp16",))
-    first = compile_table(job).iloc[0]
-    assert first.status == "ok", first.error
-    (entry,) = (tmp_path / "perflab-sass").glob("*.json.gz")
-    usage, sass = json.loads(gzip.decompress(entry.read_bytes()))
-    assert f"REG:{first.registers} STACK:{first.stack_bytes}" in usage and "code for sm_90" in sass
+    job = jobs(kernels=["weighted_sum_backward"], targets=("sm_80", "sm_90"), dtypes=("fp16",))
+    first = compile_table(job).set_index("target")
+    assert (first.status == "ok").all(), first.error
+    assert (first.registers != 7).all()  # the planted count below is no real one
+    entries = {}
+    for path in (tmp_path / "perflab-sass").glob("*.json.gz"):
+        usage, sass = json.loads(gzip.decompress(path.read_bytes()))
+        (target,) = re.findall(r"code for (sm_\d+)", sass)
+        entries[target.removesuffix("a")] = path, usage, sass
+    assert sorted(entries) == ["sm_80", "sm_90"]
+    for target, (_, usage, _) in entries.items():
+        row = first.loc[target]
+        assert f"REG:{row.registers} STACK:{row.stack_bytes}" in usage
+    entry, usage, sass = entries["sm_90"]
     planted = re.sub(r"REG:\d+", "REG:7", usage)
     entry.write_bytes(gzip.compress(json.dumps([planted, sass]).encode()))
-    assert compile_table(job).iloc[0].registers == 7
+    again = compile_table(job).set_index("target").registers
+    assert again["sm_90"] == 7 and again["sm_80"] == first.registers["sm_80"]
     whole = entry.read_bytes()
     for damaged in (whole[:20], whole[:30] + bytes([whole[30] ^ 0xFF]) + whole[31:]):
         entry.write_bytes(damaged)  # a write cut short, a flipped byte
-        assert compile_table(job).iloc[0].registers == first.registers
+        assert compile_table(job).set_index("target").registers.equals(first.registers)
         assert json.loads(gzip.decompress(entry.read_bytes()))[0] == usage
-    entry.unlink()
+    for path, *_ in entries.values():
+        path.unlink()
     entry.parent.rmdir()
     entry.parent.write_text("")  # a file where the cache's folder would be: nothing written
-    assert compile_table(job).iloc[0].registers == first.registers
+    assert compile_table(job).set_index("target").registers.equals(first.registers)
 
 
 def test_bad_names_get_one_clear_error():

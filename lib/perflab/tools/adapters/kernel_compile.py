@@ -13,6 +13,7 @@ error, the checker's and not the kernel's.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -73,24 +74,31 @@ def _find_kernel(module_name: str, file: str | None, name: str):
     """The kernel ``name`` of the module loaded from ``file`` (the adapters file itself may be
     loaded under another module name here than in the parent), else of ``module_name``."""
     import importlib
-    from pathlib import Path
 
     from triton.runtime.jit import JITFunction
 
-    modules = [m for m in list(sys.modules.values()) if file and getattr(m, "__file__", None)]
-    # The path as recorded first: resolving every module's path (a stat per part, over a
-    # thousand modules) once per launch and target took most of this process's CPU time.
-    same_file = [m for m in modules if m.__file__ == file]
-    if not same_file and file:
-        wanted = Path(file).resolve()
-        same_file = [m for m in modules if Path(m.__file__).resolve() == wanted]
-    module = same_file[0] if same_file else importlib.import_module(module_name)
+    module = (file and _module_of(file)) or importlib.import_module(module_name)
     kernel = getattr(module, name)
     while not isinstance(kernel, JITFunction) and hasattr(kernel, "fn"):
         kernel = kernel.fn  # through triton.autotune / triton.heuristics
     if not isinstance(kernel, JITFunction):
         raise TypeError(f"{module_name}.{name} is not a triton.jit kernel")
     return kernel
+
+
+@functools.cache
+def _module_of(file: str):
+    """The loaded module whose file is ``file``: by the path as recorded, else by resolved
+    paths. Kept per file: resolving over a thousand modules' paths once per launch and target
+    was 59% of this process's CPU samples (py-spy, one check)."""
+    from pathlib import Path
+
+    modules = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
+    same = [m for m in modules if m.__file__ == file]
+    if not same:
+        wanted = Path(file).resolve()
+        same = [m for m in modules if Path(m.__file__).resolve() == wanted]
+    return same[0] if same else None
 
 
 def _signature(args: dict) -> tuple[dict, dict, tuple]:
