@@ -31,9 +31,8 @@
 # On a CPU the ladder runs the `cpu-small` model (`batch_size` sequences of `seq_len` tokens a
 # step); which changes pay off depends on the machine, and the verdicts say what this one
 # measured. Then the data path on real text, and the batch: its size and gradient
-# accumulation. The full profile
-# (`perflab run 09 --full`) runs the `small` preset on a GPU, and the leaderboard's 8B model
-# sharded over two GPUs (section 6).
+# accumulation. The full profile (`perflab run 09 --full`) runs the `small` preset on a GPU,
+# and the leaderboard's 8B model sharded over two GPUs (section 6).
 
 # %% tags=["parameters"]
 preset = "cpu-small"            # model of the ladder (d 256, 4 layers, vocabulary 10,000)
