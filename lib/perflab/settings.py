@@ -36,6 +36,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "copy_seq_len": 512,
         "copy_rounds": 10,
         "grid_presets": ["small", "medium"],
+        "grid_batch_size": 4,
     },
     "03_mixed_precision": {
         "presets": ["small", "medium", "large", "xl", "10B"],

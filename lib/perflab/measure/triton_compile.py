@@ -17,6 +17,7 @@ the GPU has.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import inspect
@@ -165,16 +166,14 @@ def loop_instructions(sass: str) -> list[int]:
 
 def disassembly(cubin: bytes) -> tuple[str, str]:
     """``cuobjdump``'s resource usage and SASS of ``cubin``, kept beside Triton's cache (in
-    ``perflab-sass/`` of ``TRITON_CACHE_DIR``) under a hash of the cubin, Triton's version and
-    the size of its ``cuobjdump``: disassembling took 0.38 s a kernel here (the median of 12),
-    and ``perflab check`` and the compile tables read the same kernels again each time
-    Triton's cache hands them back."""
-    import triton
+    ``perflab-sass/`` of ``TRITON_CACHE_DIR``) under a hash of the cubin and of the
+    ``cuobjdump`` that read it: a disassembly is two ``cuobjdump`` runs per kernel, and
+    ``perflab check`` and the compile tables read the same kernels again each time Triton's
+    cache hands them back."""
     from triton import knobs
 
     tool = _cuobjdump()
-    identity = f"{triton.__version__} {os.path.getsize(tool)}".encode()
-    key = hashlib.sha256(identity + b"\0" + cubin).hexdigest()
+    key = hashlib.sha256(_file_hash(tool).encode() + b"\0" + cubin).hexdigest()
     path = Path(knobs.cache.dir) / "perflab-sass" / f"{key}.json.gz"
     kept = _read_kept(path)
     if kept is not None:
@@ -190,6 +189,12 @@ def disassembly(cubin: bytes) -> tuple[str, str]:
         )
     _keep(path, [usage, sass])
     return usage, sass
+
+
+@functools.cache
+def _file_hash(path: str) -> str:
+    """SHA-256 of a file's bytes, once per process (the tool does not change while it runs)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _read_kept(path: Path) -> tuple[str, str] | None:

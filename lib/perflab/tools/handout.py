@@ -100,8 +100,8 @@ ANSWERS = (
            ("timings", "phases", "warmup"), ("backward/forward", "MFU", "warm-up", "yours")),
     Answer(("nsys_profile",), "nsys_profile (a–e)", "both",
            "02 §1–3 (tables by range; answers printed from the numbers), then the same "
-           "answers for two sizes x three contexts (cpu-tiny, cpu-small x 256, 512, 1024; "
-           "--full: small, medium x 256, 512, 1024)",
+           "answers for two sizes x three contexts (cpu-tiny, cpu-small x 256, 512, 1024, "
+           "batch 2; --full: small, medium x 256, 512, 1024, batch 4)",
            "measured with torch.profiler; nsys (§4) GPU, not yet run", "02",
            ("naive_vs_sdpa", "a100_hotspots", "profile_grid")),
     Answer(("mixed_precision_accumulation",), "mixed_precision_accumulation", "both",

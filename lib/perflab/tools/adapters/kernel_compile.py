@@ -89,15 +89,18 @@ def _find_kernel(module_name: str, file: str | None, name: str):
 @functools.cache
 def _module_of(file: str):
     """The loaded module whose file is ``file``: by the path as recorded, else by resolved
-    paths. Kept per file: resolving over a thousand modules' paths once per launch and target
-    was 59% of this process's CPU samples (py-spy, one check)."""
+    paths (``loading.file_of``, the rule the adapters were loaded by). Kept per file: every
+    launch and target of a kernel asks again, and resolving means system calls for each loaded
+    module, over a thousand of them."""
     from pathlib import Path
+
+    from perflab.tools.adapters.loading import file_of
 
     modules = [m for m in list(sys.modules.values()) if getattr(m, "__file__", None)]
     same = [m for m in modules if m.__file__ == file]
     if not same:
         wanted = Path(file).resolve()
-        same = [m for m in modules if Path(m.__file__).resolve() == wanted]
+        same = [m for m in modules if file_of(m) == wanted]
     return same[0] if same else None
 
 

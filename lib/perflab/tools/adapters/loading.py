@@ -100,7 +100,7 @@ def _student_modules(module: ModuleType) -> dict[str, Path]:
         return {}
     found = {}
     for name, imported in list(sys.modules.items()):
-        file = _file_of(imported)
+        file = file_of(imported)
         if (
             file is not None
             and file.is_relative_to(root)
@@ -116,7 +116,7 @@ def _code_digest(module: ModuleType) -> str:
     imported (``_student_modules``: imported when the adapters were; a module an adapter
     imports only when called is not counted), each by its path under the student's folder and
     its contents; "nofile" for a module without a file."""
-    file = _file_of(module)
+    file = file_of(module)
     if file is None:
         return "nofile"
     root = student_root(module)
@@ -181,7 +181,7 @@ def _load_path(path: Path) -> ModuleType:
         sys.path.insert(0, str(root))
     known = sys.modules.get(top)
     expected = folder / "__init__.py" if in_package else path
-    if known is not None and _file_of(known) != expected:
+    if known is not None and file_of(known) != expected:
         # Another module or package of that name is imported already (a "tests" package of
         # some other project, say): import this one under a private name, its package with
         # it so that relative imports still work.
@@ -204,7 +204,8 @@ def _load_path(path: Path) -> ModuleType:
         raise AdapterLoadError(f"cannot import {path}: {_one_line(error)}") from None
 
 
-def _file_of(module: ModuleType) -> Path | None:
+def file_of(module: ModuleType) -> Path | None:
+    """The resolved path of the file ``module`` was loaded from; None for one without a file."""
     file = getattr(module, "__file__", None)
     return Path(file).resolve() if file else None
 
