@@ -218,7 +218,7 @@ print(softmax_bandwidth)
 # (`grid_presets` x `grid_seq_lens`, batch `grid_batch_size`, the same warm-up and profiled steps)
 # and reads the answers above from each, beside the timer's median of `timer_steps` forward
 # passes. On a CPU the "kernels" are operators and their times spans; on a GPU (`--full`: small
-# and medium at 256, 512 and 1024) CUDA kernels and device time.
+# and medium at 256, 512 and 1024, batch 4) CUDA kernels and device time.
 
 # %%
 grid = profile_grid(grid_presets, grid_seq_lens, batch_size=grid_batch_size, warmup=warmup,
