@@ -181,16 +181,21 @@ print(say.phase_sentence(phases, ridge, steps))
 # and, with `freeze`, compiled with the weights frozen into the graph (inductor's `freezing`:
 # on a CPU, each linear layer then becomes inductor's C++ GEMM template, its weight packed once
 # into the template's layout and a micro-kernel generated for the step's rows, in place of
-# MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step).
+# MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step). On a
+# CPU the frozen step is compiled with each kernel named to the profiler (inductor's
+# `cpp.enable_kernel_profile`), so that section 5's profile reuses it (kept in `built`) instead
+# of compiling it again; with no profiler running, that costs each kernel a check that none
+# listens.
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
 # is no error: part of the bytes may come from the cache (where a step does, a sentence below
 # says whether its bytes fit in it).
 
 # %%
+built = {}  # the steps by batch and kind, profiled again in section 5
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
                                  peak.flops_per_s, compiled=(False, True), mode=mode, freeze=freeze,
-                                 steps=steps)
+                                 steps=steps, keep=built)
 nb.save(throughput, "decode_throughput.csv")
 fig = plot_decode_roofline(throughput, dev.type)
 nb.figure(fig, "decode_roofline.png")
@@ -346,7 +351,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 
 # %%
 largest = max(batch_sizes)
-profiles, parts, calls = profile_steps(model, context, largest, mode, dev, freeze=freeze)
+profiles, parts, calls = profile_steps(model, context, largest, mode, dev, freeze=freeze,
+                                       built=built)
 nb.save(profiles, "decode_profile.csv")
 parts.round(3)
 

@@ -105,9 +105,7 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
     assert cpu_gemm_template_applies(torch.float32) == torch.backends.mkl.is_available()
     assert "micro_gemm" not in codes[torch.float32, False]
     assert "micro_gemm" not in codes[torch.float64, True]
-    assert compile_options(True, None, True, torch.device("cpu"), torch.float64) == {
-        "freezing": True
-    }
+    assert compile_options(True, None, True, torch.device("cpu"), torch.float64) == FROZEN_ON_CPU
     assert compile_options(True, None, True, torch.device("cuda"), torch.float32) == {
         "freezing": True
     }
@@ -117,23 +115,29 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
         decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
 
 
+#: A frozen CPU step's options where the GEMM template does not apply: freezing, and its kernels
+#: named to the profiler (notebook 10's profile reuses the step).
+FROZEN_ON_CPU = {"freezing": True, "cpp.enable_kernel_profile": True}
+
+
 def test_the_gemm_template_is_asked_for_only_where_freezing_packs_the_linears(monkeypatch):
     cpu, template = torch.device("cpu"), "max_autotune_gemm_backends"
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
     assert compile_options(True, None, True, cpu, torch.float32)[template] == "CPP"
+    assert compile_options(True, None, True, cpu, torch.float32).items() >= FROZEN_ON_CPU.items()
     with torch._inductor.config.patch({"cpp.weight_prepack": False}):
-        assert compile_options(True, None, True, cpu, torch.float32) == {"freezing": True}
+        assert compile_options(True, None, True, cpu, torch.float32) == FROZEN_ON_CPU
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: False)
-    assert compile_options(True, None, True, cpu, torch.float32) == {"freezing": True}
+    assert compile_options(True, None, True, cpu, torch.float32) == FROZEN_ON_CPU
     # bfloat16 and float16: where oneDNN packs them (this CPU's support faked both ways)
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: True)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_fp16_supported", lambda: False)
     assert compile_options(True, None, True, cpu, torch.bfloat16)[template] == "CPP"
-    assert compile_options(True, None, True, cpu, torch.float16) == {"freezing": True}
+    assert compile_options(True, None, True, cpu, torch.float16) == FROZEN_ON_CPU
     monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     for dtype in (torch.bfloat16, torch.float16, torch.float64):
-        assert compile_options(True, None, True, cpu, dtype) == {"freezing": True}
+        assert compile_options(True, None, True, cpu, dtype) == FROZEN_ON_CPU
     assert compile_options(True, None, False, cpu, torch.float32) == {}
 
 
@@ -156,20 +160,39 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     )
 
 
-def test_the_profile_reuses_the_steps_compiled_before_it():
+@pytest.mark.parametrize("freeze", [False, True])
+def test_the_profile_reuses_the_steps_compiled_before_it(freeze):
     """Notebook 10 compiles its steps in section 2 and profiles them in section 5: the profile
     compiles nothing again (at the lease sizes each would be a compile of the 8B model; the
-    profile used to reset dynamo after each step and compile both again)."""
-    from perflab.lessons.nb10_decoding.measurements import profile_steps
-    from perflab.lessons.nb10_decoding.roofline import compiled_graphs, decode_step
+    profile used to reset dynamo after each step and compile both again, and on a CPU it
+    compiled the frozen step again with its kernels named, which section 2's now has)."""
+    from perflab.lessons.nb10_decoding.measurements import profile_steps, throughput_by_batch
+    from perflab.lessons.nb10_decoding.roofline import compiled_graphs
 
-    model = inference_model(TINY, torch.device("cpu"), torch.float32)
+    model, built = inference_model(TINY, torch.device("cpu"), torch.float32), {}
     try:
-        for batch in (1, 2):  # section 2's sweep
-            decode_step(model, "contiguous", batch, 7, compiled=True)()
+        throughput_by_batch(  # section 2's sweep
+            model,
+            [1, 2],
+            7,
+            1e9,
+            1e9,
+            compiled=(True,),
+            freeze=freeze,
+            warmup=0,
+            steps=1,
+            keep=built,
+        )
+        kinds = ["compiled", "frozen"] if freeze else ["compiled"]
+        assert set(built) == {(batch, kind) for batch in (1, 2) for kind in kinds}
         before = compiled_graphs()
-        profile_steps(model, 7, 2, None, torch.device("cpu"), freeze=False)
+        # the compiled steps are dynamo's to reuse; a frozen one is bound to its decoder's buffers
+        _, parts, _ = profile_steps(
+            model, 7, 2, None, torch.device("cpu"), freeze=freeze, built=built if freeze else None
+        )
         assert compiled_graphs() == before
+        if freeze:  # the reused frozen step names its GEMM kernels to the profiler
+            assert parts.loc["matmuls", "frozen"] > 0
     finally:
         torch._dynamo.reset()
 

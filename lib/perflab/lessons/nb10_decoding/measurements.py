@@ -113,6 +113,7 @@ def throughput_by_batch(
     freeze: bool = False,
     warmup: int = 5,
     steps: int = 5,
+    keep: dict | None = None,
 ) -> pd.DataFrame:
     """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one row
     each: ``step``; with ``freeze`` also compiled with inductor's freezing, step "frozen",
@@ -121,7 +122,9 @@ def throughput_by_batch(
     first call's seconds (the compilation, for a compiled step: with ``mode``, e.g.
     "reduce-overhead" for CUDA graphs), and the roofline of
     ``perflab.lessons.nb10_decoding.roofline.roofline_columns`` from the measured ``bandwidth``
-    (bytes/s) and ``peak_flops`` (FLOP/s)."""
+    (bytes/s) and ``peak_flops`` (FLOP/s). ``keep``, a dict, receives each step by (batch,
+    step) for ``profile_steps`` to profile without compiling it again: a frozen graph holds its
+    decoder's cache buffers as constants, so a new decoder of the same shape compiles anew."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
     if not compiled or not all(isinstance(flag, bool) for flag in compiled):
@@ -138,6 +141,8 @@ def throughput_by_batch(
         )
         # No dynamo reset after it: a later section's step of this shape reuses the graph.
         timing, first = time_decode(step, device, warmup=warmup, steps=steps)
+        if keep is not None:
+            keep[batch, kind] = step
         rows.append(
             {
                 "batch": batch,
@@ -435,22 +440,17 @@ _PARTS = (
 )
 PARTS = (*(name for name, _ in _PARTS), "other operators", "Python between operators")
 
-#: Inductor's option that wraps each C++ kernel of a compiled CPU graph in a profiler range
-#: named after it ("graph_0_gemm_m1n1024k256_kernel", "graph_0_cpp_fused_..."); without it the
-#: profiler sees one call to the whole graph.
-KERNEL_PROFILE = {"cpp.enable_kernel_profile": True}
-
 
 def profile_step(
     step: Callable[[], torch.Tensor], device: torch.device, *, warmup: int = 3, steps: int = 20
 ) -> pd.DataFrame:
     """Where a decode step's host time goes, from ``torch.profiler`` (each CPU operator's self
     time, per step): the matmuls (they read the weights; in a compiled CPU step, inductor's C++
-    GEMM kernels too where ``KERNEL_PROFILE`` named them), inductor's compiled kernels, dynamo's
-    guard checks and wrappers, the other operators, and the Python between operators (the
-    wall time no operator accounts for). One row per part of ``PARTS``: milliseconds and calls
-    per step, and the share. The parts sum to a profiled step, which may carry the
-    profiler's own cost."""
+    GEMM kernels too where ``roofline.KERNEL_PROFILE`` named them), inductor's compiled
+    kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
+    operators (the wall time no operator accounts for). One row per part of ``PARTS``:
+    milliseconds and calls per step, and the share. The parts sum to a profiled step, which may
+    carry the profiler's own cost."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
     for _ in range(warmup):
@@ -488,6 +488,7 @@ def profile_steps(
     mode: str | None,
     device: torch.device,
     freeze: bool = True,
+    built: dict | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and (with
     ``freeze``) frozen, compiled with the weights frozen (``decode_step``), at batch 1, and
@@ -495,11 +496,12 @@ def profile_steps(
     and step: milliseconds and calls per step.
 
     The compiled steps reuse what an earlier section compiled for their shapes (dynamo keeps it
-    until a reset): on a GPU at the lease sizes each is an 8B model's compile saved. The frozen
-    step comes last, after a reset: on a CPU it is compiled with ``KERNEL_PROFILE``, so that its
-    GEMM kernels, which run inside inductor's code, are told apart from its other kernels (the
-    other steps call ATen's), and a frozen step compiled earlier without it would be reused.
-    Dynamo is reset at the end, as before the profile."""
+    until a reset): on a GPU at the lease sizes each is an 8B model's compile saved. A frozen
+    step is reused only as the step itself, from ``built`` (what ``throughput_by_batch`` kept,
+    by batch and step), its graph being bound to its decoder's buffers. On a CPU a frozen step
+    is compiled with ``KERNEL_PROFILE`` (``compile_options``), so that its GEMM kernels, which
+    run inside inductor's code, are told apart from its other kernels (the other steps call
+    ATen's). Dynamo is reset at the end, as before the profile."""
     steps = {
         "eager": (1, False, False),
         "compiled": (1, True, False),
@@ -507,15 +509,11 @@ def profile_steps(
         f"compiled, batch {largest}": (largest, True, False),
     }
     frames = []
-    for name, (batch, compiled, frozen) in sorted(steps.items(), key=lambda item: item[1][2]):
-        if frozen:
-            torch._dynamo.reset()
-        step = decode_step(
+    for name, (batch, compiled, frozen) in steps.items():
+        kind = "frozen" if frozen else "compiled" if compiled else "eager"
+        step = (built or {}).get((batch, kind)) or decode_step(
             model, "contiguous", batch, context, compiled=compiled, mode=mode, freeze=frozen
         )
-        if frozen and device.type == "cpu":
-            with torch._inductor.config.patch(KERNEL_PROFILE):
-                step()  # the compilation
         frames.append(profile_step(step, device).assign(step=name, batch=batch))
     torch._dynamo.reset()
     profiles = pd.concat(frames, ignore_index=True)

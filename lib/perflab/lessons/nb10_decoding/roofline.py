@@ -146,6 +146,14 @@ FREEZE_OPTIONS = {"freezing": True}
 #: oneDNN's packed one (``cpu_gemm_template_applies``).
 CPU_GEMM_TEMPLATE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP"}
 
+#: Inductor's option that wraps each C++ kernel of a compiled CPU graph in a profiler range
+#: named after it ("graph_0_gemm_m1n1024k256_kernel", "graph_0_cpp_fused_..."); without it the
+#: profiler sees one call to the whole graph. A frozen CPU step is compiled with it, so that
+#: notebook 10's profile can tell its GEMM kernels from its other kernels and reuse the step
+#: its throughput table compiled; with no profiler running, each range is a check that no
+#: profiler listens.
+KERNEL_PROFILE = {"cpp.enable_kernel_profile": True}
+
 
 def cpu_gemm_template_applies(dtype: torch.dtype | None) -> bool:
     """Whether a frozen CPU step of weights in ``dtype`` asks for ``CPU_GEMM_TEMPLATE``: where
@@ -171,11 +179,12 @@ def compile_options(
     device: torch.device | None = None,
     dtype: torch.dtype | None = None,
 ) -> dict:
-    """Inductor's configuration for a decode step's compilation: with ``freeze`` (which needs a
-    compiled step, in the default mode or "reduce-overhead"), ``FREEZE_OPTIONS``, and on a CPU
-    where ``cpu_gemm_template_applies`` to the weights' dtype, ``CPU_GEMM_TEMPLATE`` too; else
-    none. It is patched in around the first call, where the compilation happens
-    (``torch.compile``'s own ``options`` do not reach freezing)."""
+    """Inductor's configuration for a decode step's compilation: none without ``freeze``; with
+    it (which needs a compiled step, in the default mode or "reduce-overhead"),
+    ``FREEZE_OPTIONS``, and on a CPU ``KERNEL_PROFILE`` too, and ``CPU_GEMM_TEMPLATE`` where
+    ``cpu_gemm_template_applies`` to the weights' dtype. It is patched in around the first
+    call, where the compilation happens (``torch.compile``'s own ``options`` do not reach
+    freezing)."""
     if not freeze:
         return {}
     if not compiled:
@@ -185,9 +194,10 @@ def compile_options(
             f"freeze combines with the default mode or 'reduce-overhead', got mode {mode!r}"
         )
     on_cpu = device is not None and torch.device(device).type == "cpu"
-    if on_cpu and cpu_gemm_template_applies(dtype):
-        return {**FREEZE_OPTIONS, **CPU_GEMM_TEMPLATE}
-    return dict(FREEZE_OPTIONS)
+    if not on_cpu:
+        return dict(FREEZE_OPTIONS)
+    gemm = CPU_GEMM_TEMPLATE if cpu_gemm_template_applies(dtype) else {}
+    return {**FREEZE_OPTIONS, **gemm, **KERNEL_PROFILE}
 
 
 def _frozen_call(decoder: StaticDecoder, tokens: Tensor, positions: Tensor) -> Tensor:
