@@ -210,6 +210,10 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
     # Not tested once an earlier setting was not found slower, however slow its first step.
     effect = warmup_effect(_study(quiet, slow, slow)).set_index("warmup")
     assert effect["first_slower"].tolist() == [False, None, None]
+    # A setting whose fresh process failed (the sweep's error row: no samples) has no row.
+    failed = _study(slow, slow, quiet).astype({"samples_s": object})
+    failed.loc[1, "samples_s"] = float("nan")
+    assert warmup_effect(failed)["warmup"].tolist() == [0, 2]
 
 
 def test_warmup_conclusion_says_what_the_exact_test_shows():

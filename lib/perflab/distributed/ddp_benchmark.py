@@ -18,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 import pandas as pd
@@ -297,15 +298,20 @@ def round_seconds(round_ms: str) -> list[float]:
     return [ms / 1e3 for ms in json.loads(round_ms)]
 
 
+def _measured(frame: pd.DataFrame) -> list[dict]:
+    """The rows of a sweep whose step was measured (``status`` "ok"), as dicts, in order."""
+    return [row for row in frame.to_dict("records") if row["status"] == "ok"]
+
+
+def _variant_name(row: dict) -> str:
+    """A row's variant, bucketed ones named with their size ("bucketed 1 MB")."""
+    variant = row["variant"]
+    return f"{variant} {row['bucket_size_mb']:g} MB" if variant.endswith("bucketed") else variant
+
+
 def _rounds_by_name(frame: pd.DataFrame) -> dict[str, list[float]]:
-    """Each measured variant's per-round step times in seconds, bucketed ones named with their
-    size ("bucketed 1 MB")."""
-    rounds = {}
-    for row in frame[frame["status"] == "ok"].itertuples():
-        bucketed = row.variant.endswith("bucketed")
-        name = f"{row.variant} {row.bucket_size_mb:g} MB" if bucketed else row.variant
-        rounds[name] = round_seconds(row.round_ms)
-    return rounds
+    """Each measured variant's per-round step times in seconds, by ``_variant_name``."""
+    return {_variant_name(row): round_seconds(row["round_ms"]) for row in _measured(frame)}
 
 
 def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Comparison]:
@@ -338,20 +344,22 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
     bucket (the same plan measured twice: an A/A noise yardstick), and each of a student's
     wrappers against PyTorch's DDP and perflab's fastest bucketed one."""
 
-    rounds = _rounds_by_name(frame)  # once: every finding pairs two of them
+    ok = _measured(frame)
+    rounds = {_variant_name(row): round_seconds(row["round_ms"]) for row in ok}  # every pair's
 
     def finding(key: str, baseline: str, variant: str, prefix: str = "") -> Finding:
         result = _paired(rounds, baseline, variant)
         return Finding(key, prefix + result.sentence(), result)
 
-    ok = frame[frame["status"] == "ok"]
-    bucketed = ok[ok["variant"] == "bucketed"].sort_values("step_ms")
+    bucketed = sorted(
+        (row for row in ok if row["variant"] == "bucketed"), key=itemgetter("step_ms")
+    )
     findings = [finding("none vs naive", "naive", "none")]
-    if bucketed.empty:
+    if not bucketed:
         return findings
-    sizes = [f"bucketed {size:g} MB" for size in bucketed["bucket_size_mb"]]
+    sizes = [_variant_name(row) for row in bucketed]
     findings.append(finding("bucketed vs naive", "naive", sizes[0]))
-    if (ok["variant"] == "torch").any():
+    if any(row["variant"] == "torch" for row in ok):
         findings.append(finding("bucketed vs torch DDP", "torch", sizes[0]))
     if len(sizes) > 1:
         findings.append(
@@ -362,9 +370,9 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
                 f"fastest bucket size by median: {sizes[0]}; against the next, {sizes[1]}: ",
             )
         )
-    one = bucketed[bucketed["buckets"] == 1].sort_values("bucket_size_mb")
+    one = sorted((row for row in bucketed if row["buckets"] == 1), key=itemgetter("bucket_size_mb"))
     if len(one) > 1:
-        first, second = (f"bucketed {size:g} MB" for size in one["bucket_size_mb"].iloc[:2])
+        first, second = (_variant_name(row) for row in one[:2])
         findings.append(
             finding(
                 "noise yardstick (A/A)",
@@ -373,13 +381,10 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
                 f"{first} and {second} give the same single bucket: ",
             )
         )
-    for row in ok[ok["variant"].str.startswith("yours")].itertuples():
-        name = (
-            f"{row.variant} {row.bucket_size_mb:g} MB"
-            if row.variant.endswith("bucketed")
-            else row.variant
-        )
-        findings += [finding(f"{name} vs {base}", base, name) for base in ("torch", sizes[0])]
+    for row in ok:
+        if row["variant"].startswith("yours"):
+            name = _variant_name(row)
+            findings += [finding(f"{name} vs {base}", base, name) for base in ("torch", sizes[0])]
     return findings
 
 

@@ -40,9 +40,14 @@ def warmup_configs(base: BenchConfig, warmups: Sequence[int] = (0, 1, 2, 5)) -> 
     return [BenchConfig(**{**base.as_dict(), "warmup": w}) for w in warmups]
 
 
+def _samples(samples_s) -> list:
+    """A row's timed steps: ``samples_s`` as saved (JSON text) or as measured (a list)."""
+    return json.loads(samples_s) if isinstance(samples_s, str) else samples_s
+
+
 def warmup_samples(study: pd.DataFrame) -> pd.DataFrame:
     """Long form of a warm-up study: one row per (warmup, timed step index, seconds)."""
-    samples = study["samples_s"].map(lambda s: json.loads(s) if isinstance(s, str) else s)
+    samples = study["samples_s"].map(_samples)
     long = study[["warmup"]].assign(samples_s=samples).explode("samples_s")
     long["step"] = long.groupby("warmup").cumcount()
     return long.rename(columns={"samples_s": "seconds"}).astype({"seconds": float})
@@ -58,22 +63,25 @@ def first_step_p_value(samples) -> float:
 
 
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
-    """Per warm-up setting (ascending): its timed steps, the first step over the median of
-    the steps after it, how many steps were at least as slow as the first (``first_rank``) and
-    the exact p-value of "the first step is slower" (``first_step_p_value``); whether the first
-    step is slower at ``ALPHA`` (``first_slower``), tested in order of warm-up (a fixed
-    sequence: a setting is tested only when every setting with fewer warm-up steps was found
-    slower, which keeps the chance of any false claim at ``ALPHA``; None for a setting not
-    tested, whatever its p-value); and what the first step
+    """Per warm-up setting (ascending; a run that failed has no samples and no row): its timed
+    steps, the first step over the median of the steps after it, how many steps were at least
+    as slow as the first (``first_rank``) and the exact p-value of "the first step is slower"
+    (``first_step_p_value``); whether the first step is slower at ``ALPHA`` (``first_slower``),
+    tested in order of warm-up (a fixed sequence: a setting is tested only when every setting
+    with fewer warm-up steps was found slower, which keeps the chance of any false claim at
+    ``ALPHA``; None for a setting not tested, whatever its p-value); and what the first step
     does to that setting's own mean, standard deviation and median (the same steps with and
     without it: arithmetic, no test needed). The median's order-statistic interval (and its
     level) is kept for the table; medians of different settings ran in different processes
     and are not compared."""
-    samples = warmup_samples(study)
+    by_setting: dict = {}  # each setting's timed steps in order (rows of one setting joined)
+    for warmup, samples in zip(study["warmup"], study["samples_s"], strict=True):
+        if isinstance(samples, str | list):  # not a failed run's row (no samples)
+            by_setting.setdefault(warmup, []).extend(_samples(samples))
     rows = []
     earlier_slower = True
-    for warmup, group in samples.sort_values(["warmup", "step"]).groupby("warmup", sort=True):
-        seconds = group["seconds"].to_numpy()
+    for warmup in sorted(by_setting):
+        seconds = np.asarray(by_setting[warmup], dtype=float)
         rest = seconds[1:]
         p_value = first_step_p_value(seconds)
         # a setting the fixed sequence never reached is not tested: None, not "not slower"
