@@ -183,8 +183,8 @@ print(say.phase_sentence(phases, ridge, steps))
 # into the template's layout and a micro-kernel generated for the step's rows, in place of
 # MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step). On a
 # CPU the frozen step is compiled with each kernel named to the profiler (inductor's
-# `cpp.enable_kernel_profile`), so that section 5's profile reuses it (kept in `built`) instead
-# of compiling it again; with no profiler running, that costs each kernel a check that none
+# `cpp.enable_kernel_profile`), so that section 5's profile reuses it (kept in `frozen_steps`)
+# instead of compiling it again; with no profiler running, that costs each kernel a check that none
 # listens.
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
@@ -192,10 +192,10 @@ print(say.phase_sentence(phases, ridge, steps))
 # says whether its bytes fit in it).
 
 # %%
-built = {}  # the steps by batch and kind, profiled again in section 5
+frozen_steps = {}  # kept for section 5's profile
 throughput = throughput_by_batch(model, batch_sizes, context, bandwidth.bytes_per_s,
                                  peak.flops_per_s, compiled=(False, True), mode=mode, freeze=freeze,
-                                 steps=steps, keep=built)
+                                 steps=steps, keep_frozen=frozen_steps)
 nb.save(throughput, "decode_throughput.csv")
 fig = plot_decode_roofline(throughput, dev.type)
 nb.figure(fig, "decode_roofline.png")
@@ -342,7 +342,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 # CPU operator under `torch.profiler`, per step): at batch 1 eager, compiled and (with `freeze`)
 # frozen, and compiled at the largest batch of section 2. Five parts: the
 # matmuls (they read the weights, most of the bytes the roofline counts; in the frozen step,
-# inductor's GEMM kernels, which a CPU's compiled steps name to the profiler), inductor's fused
+# inductor's GEMM kernels, which the frozen step, compiled so in section 2, names to the
+# profiler), inductor's fused
 # kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
 # operators. A profiler can add a cost of its own; the last lines below set each profiled step
 # beside its timed median, one profiled step each, which cannot tell that cost from the
@@ -352,7 +353,7 @@ print("the compiled step picks the same next tokens as the eager one:",
 # %%
 largest = max(batch_sizes)
 profiles, parts, calls = profile_steps(model, context, largest, mode, dev, freeze=freeze,
-                                       built=built)
+                                       frozen_steps=frozen_steps)
 nb.save(profiles, "decode_profile.csv")
 parts.round(3)
 

@@ -214,6 +214,8 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
     failed = _study(slow, slow, quiet).astype({"samples_s": object})
     failed.loc[1, "samples_s"] = float("nan")
     assert warmup_effect(failed)["warmup"].tolist() == [0, 2]
+    failed.loc[1, "samples_s"], failed.loc[2, "samples_s"] = "[]", None
+    assert warmup_effect(failed)["warmup"].tolist() == [0]
 
 
 def test_warmup_conclusion_says_what_the_exact_test_shows():

@@ -45,6 +45,10 @@ TINY = ModelConfig(
     context_length=64,
 )
 
+#: A frozen CPU step's options where the GEMM template does not apply: freezing, and its kernels
+#: named to the profiler (notebook 10's profile reuses the step).
+FROZEN_ON_CPU = {"freezing": True, "cpp.enable_kernel_profile": True}
+
 
 def _full_sequence_logits(model, batch, context):
     prompts = random_prompts(model.config.vocab_size, [context] * batch)
@@ -115,11 +119,6 @@ def test_the_frozen_step_packs_its_weights_for_inductors_gemm_kernels_and_gives_
         decode_step(model, "contiguous", 1, 4, compiled=True, mode="max-autotune", freeze=True)
 
 
-#: A frozen CPU step's options where the GEMM template does not apply: freezing, and its kernels
-#: named to the profiler (notebook 10's profile reuses the step).
-FROZEN_ON_CPU = {"freezing": True, "cpp.enable_kernel_profile": True}
-
-
 def test_the_gemm_template_is_asked_for_only_where_freezing_packs_the_linears(monkeypatch):
     cpu, template = torch.device("cpu"), "max_autotune_gemm_backends"
     monkeypatch.setattr(torch.backends.mkl, "is_available", lambda: True)
@@ -146,7 +145,7 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
 
     model = inference_model(TINY, torch.device("cpu"), torch.float32)
     try:
-        _, with_frozen, _ = profile_steps(model, 7, 2, None, torch.device("cpu"))
+        _, with_frozen, frozen_calls = profile_steps(model, 7, 2, None, torch.device("cpu"))
         _, without, calls = profile_steps(model, 7, 2, None, torch.device("cpu"), freeze=False)
     finally:
         torch._dynamo.reset()
@@ -155,6 +154,7 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     # count as matmuls, and its other kernels as compiled kernels
     assert with_frozen.loc["matmuls", "frozen"] > 0
     assert with_frozen.loc["compiled kernels", "frozen"] > 0
+    assert frozen_calls.loc["compiled kernels", "frozen"] > 1  # each kernel, not the graph once
     assert (
         list(without.columns) == list(calls.columns) == ["eager", "compiled", "compiled, batch 2"]
     )
@@ -169,7 +169,7 @@ def test_the_profile_reuses_the_steps_compiled_before_it(freeze):
     from perflab.lessons.nb10_decoding.measurements import profile_steps, throughput_by_batch
     from perflab.lessons.nb10_decoding.roofline import compiled_graphs
 
-    model, built = inference_model(TINY, torch.device("cpu"), torch.float32), {}
+    model, frozen_steps = inference_model(TINY, torch.device("cpu"), torch.float32), {}
     try:
         throughput_by_batch(  # section 2's sweep
             model,
@@ -181,18 +181,18 @@ def test_the_profile_reuses_the_steps_compiled_before_it(freeze):
             freeze=freeze,
             warmup=0,
             steps=1,
-            keep=built,
+            keep_frozen=frozen_steps,
         )
-        kinds = ["compiled", "frozen"] if freeze else ["compiled"]
-        assert set(built) == {(batch, kind) for batch in (1, 2) for kind in kinds}
+        assert set(frozen_steps) == ({(1, 7), (2, 7)} if freeze else set())
         before = compiled_graphs()
-        # the compiled steps are dynamo's to reuse; a frozen one is bound to its decoder's buffers
-        _, parts, _ = profile_steps(
-            model, 7, 2, None, torch.device("cpu"), freeze=freeze, built=built if freeze else None
+        _, _, calls = profile_steps(
+            model, 7, 2, None, torch.device("cpu"), freeze=freeze, frozen_steps=frozen_steps
         )
         assert compiled_graphs() == before
-        if freeze:  # the reused frozen step names its GEMM kernels to the profiler
-            assert parts.loc["matmuls", "frozen"] > 0
+        assert not frozen_steps  # emptied with dynamo's reset, which would unfreeze them
+        if freeze:  # the reused frozen step names each of its kernels to the profiler, not
+            # only the one call to the whole graph
+            assert calls.loc["compiled kernels", "frozen"] > 1
     finally:
         torch._dynamo.reset()
 

@@ -311,7 +311,12 @@ def _variant_name(row: dict) -> str:
 
 def _rounds_by_name(frame: pd.DataFrame) -> dict[str, list[float]]:
     """Each measured variant's per-round step times in seconds, by ``_variant_name``."""
-    return {_variant_name(row): round_seconds(row["round_ms"]) for row in _measured(frame)}
+    return _rounds_of(_measured(frame))
+
+
+def _rounds_of(rows: list[dict]) -> dict[str, list[float]]:
+    """``_rounds_by_name`` of rows already read (``_measured``)."""
+    return {_variant_name(row): round_seconds(row["round_ms"]) for row in rows}
 
 
 def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Comparison]:
@@ -345,7 +350,7 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
     wrappers against PyTorch's DDP and perflab's fastest bucketed one."""
 
     ok = _measured(frame)
-    rounds = {_variant_name(row): round_seconds(row["round_ms"]) for row in ok}  # every pair's
+    rounds = _rounds_of(ok)  # once: every finding pairs two of them
 
     def finding(key: str, baseline: str, variant: str, prefix: str = "") -> Finding:
         result = _paired(rounds, baseline, variant)

@@ -40,6 +40,11 @@ def warmup_configs(base: BenchConfig, warmups: Sequence[int] = (0, 1, 2, 5)) -> 
     return [BenchConfig(**{**base.as_dict(), "warmup": w}) for w in warmups]
 
 
+def _missing(samples_s) -> bool:
+    """Whether a row has no samples: a failed run's row holds a missing value (NaN or None)."""
+    return samples_s is None or (isinstance(samples_s, float) and np.isnan(samples_s))
+
+
 def _samples(samples_s) -> list:
     """A row's timed steps: ``samples_s`` as saved (JSON text) or as measured (a list)."""
     return json.loads(samples_s) if isinstance(samples_s, str) else samples_s
@@ -63,7 +68,7 @@ def first_step_p_value(samples) -> float:
 
 
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
-    """Per warm-up setting (ascending; a run that failed has no samples and no row): its timed
+    """Per warm-up setting with samples (ascending; a failed run has none): its timed
     steps, the first step over the median of the steps after it, how many steps were at least
     as slow as the first (``first_rank``) and the exact p-value of "the first step is slower"
     (``first_step_p_value``); whether the first step is slower at ``ALPHA`` (``first_slower``),
@@ -76,8 +81,9 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
     and are not compared."""
     by_setting: dict = {}  # each setting's timed steps in order (rows of one setting joined)
     for warmup, samples in zip(study["warmup"], study["samples_s"], strict=True):
-        if isinstance(samples, str | list):  # not a failed run's row (no samples)
-            by_setting.setdefault(warmup, []).extend(_samples(samples))
+        steps = [] if _missing(samples) else list(_samples(samples))  # a failed run: none
+        if steps:
+            by_setting.setdefault(warmup, []).extend(steps)
     rows = []
     earlier_slower = True
     for warmup in sorted(by_setting):

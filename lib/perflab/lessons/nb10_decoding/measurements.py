@@ -113,7 +113,7 @@ def throughput_by_batch(
     freeze: bool = False,
     warmup: int = 5,
     steps: int = 5,
-    keep: dict | None = None,
+    keep_frozen: dict | None = None,
 ) -> pd.DataFrame:
     """Decode tokens/s of the fixed-shape step (``StaticDecoder``, eager and/or compiled, one row
     each: ``step``; with ``freeze`` also compiled with inductor's freezing, step "frozen",
@@ -122,9 +122,10 @@ def throughput_by_batch(
     first call's seconds (the compilation, for a compiled step: with ``mode``, e.g.
     "reduce-overhead" for CUDA graphs), and the roofline of
     ``perflab.lessons.nb10_decoding.roofline.roofline_columns`` from the measured ``bandwidth``
-    (bytes/s) and ``peak_flops`` (FLOP/s). ``keep``, a dict, receives each step by (batch,
-    step) for ``profile_steps`` to profile without compiling it again: a frozen graph holds its
-    decoder's cache buffers as constants, so a new decoder of the same shape compiles anew."""
+    (bytes/s) and ``peak_flops`` (FLOP/s). ``keep_frozen``, a dict, receives each frozen step
+    by (batch, context), for ``profile_steps`` to profile without compiling it again: dynamo
+    guards a frozen graph on its own decoder's cache buffers, so a new decoder of the same shape
+    compiles anew (a plain compiled graph is reused by shape)."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
     if not compiled or not all(isinstance(flag, bool) for flag in compiled):
@@ -141,8 +142,8 @@ def throughput_by_batch(
         )
         # No dynamo reset after it: a later section's step of this shape reuses the graph.
         timing, first = time_decode(step, device, warmup=warmup, steps=steps)
-        if keep is not None:
-            keep[batch, kind] = step
+        if frozen and keep_frozen is not None:
+            keep_frozen[batch, context] = step
         rows.append(
             {
                 "batch": batch,
@@ -488,7 +489,7 @@ def profile_steps(
     mode: str | None,
     device: torch.device,
     freeze: bool = True,
-    built: dict | None = None,
+    frozen_steps: dict | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """``profile_step`` of the contiguous-cache step at ``context``: eager, compiled and (with
     ``freeze``) frozen, compiled with the weights frozen (``decode_step``), at batch 1, and
@@ -496,12 +497,14 @@ def profile_steps(
     and step: milliseconds and calls per step.
 
     The compiled steps reuse what an earlier section compiled for their shapes (dynamo keeps it
-    until a reset): on a GPU at the lease sizes each is an 8B model's compile saved. A frozen
-    step is reused only as the step itself, from ``built`` (what ``throughput_by_batch`` kept,
-    by batch and step), its graph being bound to its decoder's buffers. On a CPU a frozen step
-    is compiled with ``KERNEL_PROFILE`` (``compile_options``), so that its GEMM kernels, which
-    run inside inductor's code, are told apart from its other kernels (the other steps call
-    ATen's). Dynamo is reset at the end, as before the profile."""
+    until a reset): on a GPU at the lease sizes each is an 8B model's compile saved. The frozen
+    step is reused as the step itself, from ``frozen_steps`` (what ``throughput_by_batch`` kept
+    for this model by batch and context), its graph being guarded on its own decoder's buffers.
+    On a CPU a frozen step is compiled with ``KERNEL_PROFILE`` (``compile_options``), so that
+    its GEMM kernels, which run inside inductor's code, are told apart from its other kernels
+    (the other steps call ATen's). At the end dynamo is reset, as it was before section 2
+    compiled, and ``frozen_steps`` emptied: a kept step compiled again after a reset would
+    lose its frozen options, which only its first call applies."""
     steps = {
         "eager": (1, False, False),
         "compiled": (1, True, False),
@@ -510,12 +513,14 @@ def profile_steps(
     }
     frames = []
     for name, (batch, compiled, frozen) in steps.items():
-        kind = "frozen" if frozen else "compiled" if compiled else "eager"
-        step = (built or {}).get((batch, kind)) or decode_step(
+        kept = (frozen_steps or {}).get((batch, context)) if frozen else None
+        step = kept or decode_step(
             model, "contiguous", batch, context, compiled=compiled, mode=mode, freeze=frozen
         )
         frames.append(profile_step(step, device).assign(step=name, batch=batch))
     torch._dynamo.reset()
+    if frozen_steps is not None:
+        frozen_steps.clear()
     profiles = pd.concat(frames, ignore_index=True)
     by_part = profiles.pivot(index="part", columns="step", values="ms_per_step")
     calls = profiles.pivot(index="part", columns="step", values="calls_per_step")

@@ -87,7 +87,8 @@ def decode_step(
     at its first call; "reduce-overhead" records it as a CUDA graph on a GPU), static shapes.
     Dynamo keeps what it compiled by the shapes it guards on, not by the decoder object, so a
     later step of the same model shape, batch and context reuses the compiled graph (no second
-    compile) until ``torch._dynamo.reset()``; ``compiled_graphs()`` counts the compilations.
+    compile) until ``torch._dynamo.reset()``, except a frozen one, whose graph dynamo guards on
+    its own decoder's cache buffers; ``compiled_graphs()`` counts the compilations.
     ``freeze``: compile with inductor's freezing (``compile_options``): the weights become
     constants of the graph, and on a CPU (where ``cpu_gemm_template_applies``: float32 with
     MKL, for example) each linear becomes inductor's C++ GEMM template, its weight packed once
