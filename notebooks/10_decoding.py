@@ -183,9 +183,9 @@ print(say.phase_sentence(phases, ridge, steps))
 # into the template's layout and a micro-kernel generated for the step's rows, in place of
 # MKL's sgemm; `perflab bench --mode decode --compile --freeze` measures one such step). On a
 # CPU the frozen step is compiled with each kernel named to the profiler (inductor's
-# `cpp.enable_kernel_profile`), so that section 5's profile reuses it (kept in `frozen_steps`)
-# instead of compiling it again; with no profiler running, that costs each kernel a check that none
-# listens.
+# `cpp.enable_kernel_profile`), so that section 5's profile reuses it (kept in
+# `frozen_steps`) instead of compiling it again; with no profiler running, that costs each
+# kernel a check that none listens.
 # The bandwidth is a copy of buffers far larger than the caches; a model whose weights fit in
 # the last-level cache can read them faster than that, so a share of the roofline above 100%
 # is no error: part of the bytes may come from the cache (where a step does, a sentence below
