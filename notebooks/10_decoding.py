@@ -342,10 +342,8 @@ print("the compiled step picks the same next tokens as the eager one:",
 # CPU operator under `torch.profiler`, per step): at batch 1 eager, compiled and (with `freeze`)
 # frozen, and compiled at the largest batch of section 2. Five parts: the
 # matmuls (they read the weights, most of the bytes the roofline counts; in the frozen step,
-# inductor's GEMM kernels, which the frozen step, compiled so in section 2, names to the
-# profiler), inductor's fused
-# kernels, dynamo's guard checks and wrappers, the other operators, and the Python between
-# operators. A profiler can add a cost of its own; the last lines below set each profiled step
+# inductor's GEMM kernels, named to the profiler as section 2 says), inductor's fused kernels,
+# dynamo's guard checks and wrappers, the other operators, and the Python between operators. A profiler can add a cost of its own; the last lines below set each profiled step
 # beside its timed median, one profiled step each, which cannot tell that cost from the
 # machine's noise. On a
 # GPU this is the host's side only (launches, not kernels; notebook 02 profiles the device).

@@ -212,7 +212,8 @@ def test_cli_exit_status_follows_the_table(tmp_path):
     )
     assert good.returncode == 0, good.stdout + good.stderr
     assert good.stdout.splitlines()[-1] == "3 pass; 0 finding(s) beyond the handout"
-    assert good.stdout.splitlines()[0].startswith("| adapter ")  # fitted, it names the adapter
+    # the markdown header row; a table fitted to the terminal starts with the adapter's name
+    assert good.stdout.splitlines()[0].startswith("| adapter ")
     bad = perflab_cli(
         "check", "--adapters", BUGGY, "--parts", "optimizer", cwd=tmp_path, env={"COLUMNS": "90"}
     )

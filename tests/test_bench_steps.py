@@ -210,12 +210,37 @@ def test_warmup_effect_tests_the_first_step_exactly_and_in_order():
     # Not tested once an earlier setting was not found slower, however slow its first step.
     effect = warmup_effect(_study(quiet, slow, slow)).set_index("warmup")
     assert effect["first_slower"].tolist() == [False, None, None]
-    # A setting whose fresh process failed (the sweep's error row: no samples) has no row.
-    failed = _study(slow, slow, quiet).astype({"samples_s": object})
-    failed.loc[1, "samples_s"] = float("nan")
-    assert warmup_effect(failed)["warmup"].tolist() == [0, 2]
-    failed.loc[1, "samples_s"], failed.loc[2, "samples_s"] = "[]", None
-    assert warmup_effect(failed)["warmup"].tolist() == [0]
+    # A setting whose fresh process failed (the sweep's error row: no samples, whether NaN,
+    # None or an empty list) is a row of 0 steps, not tested, and no later one is tested.
+    for missing in (float("nan"), None, "[]"):
+        failed = _study(slow, slow, slow).astype({"samples_s": object})
+        failed.loc[1, "samples_s"] = missing
+        effect = warmup_effect(failed)
+        assert effect["steps"].tolist() == [24, 0, 24]
+        assert effect["first_slower"].tolist() == [True, None, None]
+
+
+def test_a_failed_run_without_warmup_claims_nothing():
+    """Without its setting of no warm-up (failed, or not in the study) the finding claims no
+    one-off cost, whatever the later settings' first steps did, and says why."""
+    from perflab.lessons.nb01_benchmarking.warmup import (
+        warmup_conclusion,
+        warmup_effect,
+        warmup_finding,
+    )
+
+    flat = [0.1 + 0.001 * (i % 5) for i in range(23)]
+    slow = [0.4, *flat]
+    failed = _study(slow, slow, slow).astype({"samples_s": object})
+    failed.loc[0, "samples_s"] = float("nan")
+    effect = warmup_effect(failed)
+    assert warmup_finding(effect).verdict == "inconclusive"
+    assert warmup_conclusion(effect).startswith("Without warm-up the run failed")
+    later = warmup_effect(_study(slow, slow, warmups=(1, 2)))
+    assert warmup_finding(later).verdict == "inconclusive"
+    assert "no setting without warm-up" in warmup_conclusion(later)
+    ran = warmup_effect(_study(slow, slow, slow))
+    assert warmup_finding(ran).verdict == "slower"  # the same steps, run: found
 
 
 def test_warmup_conclusion_says_what_the_exact_test_shows():

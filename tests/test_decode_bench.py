@@ -177,6 +177,10 @@ def test_timed_steps_refuse_a_context_the_model_does_not_have():
         throughput_by_batch(model, [], 8, 1e10, 1e11)
     with pytest.raises(ValueError, match="compiled must list True and/or False"):
         throughput_by_batch(model, [1], 8, 1e10, 1e11, compiled=())
+    # each frozen step is one more graph of one function: beyond dynamo's limit, refused
+    many = list(range(1, torch._dynamo.config.recompile_limit + 2))
+    with pytest.raises(ValueError, match="freeze compiles a graph per batch size, at most"):
+        throughput_by_batch(model, many, 8, 1e10, 1e11, compiled=(True,), freeze=True)
 
 
 def test_throughput_and_roofline_from_a_planted_time_and_the_models_own_tensors(monkeypatch):

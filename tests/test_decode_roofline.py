@@ -154,7 +154,7 @@ def test_the_profiled_steps_include_the_frozen_one_only_when_asked():
     # count as matmuls, and its other kernels as compiled kernels
     assert with_frozen.loc["matmuls", "frozen"] > 0
     assert with_frozen.loc["compiled kernels", "frozen"] > 0
-    assert frozen_calls.loc["compiled kernels", "frozen"] > 1  # each kernel, not the graph once
+    assert frozen_calls.loc["compiled kernels", "frozen"] > 1  # named, not the graph's one call
     assert (
         list(without.columns) == list(calls.columns) == ["eager", "compiled", "compiled, batch 2"]
     )
@@ -190,8 +190,8 @@ def test_the_profile_reuses_the_steps_compiled_before_it(freeze):
         )
         assert compiled_graphs() == before
         assert not frozen_steps  # emptied with dynamo's reset, which would unfreeze them
-        if freeze:  # the reused frozen step names each of its kernels to the profiler, not
-            # only the one call to the whole graph
+        if freeze:  # the reused frozen step names its kernels to the profiler: more calls
+            # than the one an unnamed graph makes
             assert calls.loc["compiled kernels", "frozen"] > 1
     finally:
         torch._dynamo.reset()

@@ -68,25 +68,29 @@ def first_step_p_value(samples) -> float:
 
 
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
-    """Per warm-up setting with samples (ascending; a failed run has none): its timed
-    steps, the first step over the median of the steps after it, how many steps were at least
-    as slow as the first (``first_rank``) and the exact p-value of "the first step is slower"
-    (``first_step_p_value``); whether the first step is slower at ``ALPHA`` (``first_slower``),
-    tested in order of warm-up (a fixed sequence: a setting is tested only when every setting
-    with fewer warm-up steps was found slower, which keeps the chance of any false claim at
-    ``ALPHA``; None for a setting not tested, whatever its p-value); and what the first step
-    does to that setting's own mean, standard deviation and median (the same steps with and
-    without it: arithmetic, no test needed). The median's order-statistic interval (and its
-    level) is kept for the table; medians of different settings ran in different processes
-    and are not compared."""
+    """Per warm-up setting (ascending): its timed steps, the first step over the median of
+    the steps after it, how many steps were at least as slow as the first (``first_rank``) and
+    the exact p-value of "the first step is slower" (``first_step_p_value``); whether the first
+    step is slower at ``ALPHA`` (``first_slower``), tested in order of warm-up (a fixed
+    sequence: a setting is tested only when every setting with fewer warm-up steps was found
+    slower, which keeps the chance of any false claim at ``ALPHA``; None for a setting not
+    tested, whatever its p-value); and what the first step does to that setting's own mean,
+    standard deviation and median (the same steps with and without it: arithmetic, no test
+    needed). The median's order-statistic interval (and its level) is kept for the table;
+    medians of different settings ran in different processes and are not compared. A setting
+    whose run failed (no samples: NaN, None or an empty list) is a row of 0 steps, not
+    tested, and ends the sequence."""
     by_setting: dict = {}  # each setting's timed steps in order (rows of one setting joined)
     for warmup, samples in zip(study["warmup"], study["samples_s"], strict=True):
-        steps = [] if _missing(samples) else list(_samples(samples))  # a failed run: none
-        if steps:
-            by_setting.setdefault(warmup, []).extend(steps)
+        steps = by_setting.setdefault(warmup, [])
+        steps += [] if _missing(samples) else list(_samples(samples))  # a failed run: none
     rows = []
     earlier_slower = True
     for warmup in sorted(by_setting):
+        if not by_setting[warmup]:
+            rows.append({"warmup": warmup, "steps": 0, "first_slower": None})
+            earlier_slower = False
+            continue
         seconds = np.asarray(by_setting[warmup], dtype=float)
         rest = seconds[1:]
         p_value = first_step_p_value(seconds)
@@ -117,7 +121,31 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
                 else np.nan,
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=EFFECT_COLUMNS)
+
+
+#: ``warmup_effect``'s columns, whichever settings ran.
+EFFECT_COLUMNS = [
+    "warmup",
+    "steps",
+    "median_s",
+    "median_ci_low_s",
+    "median_ci_high_s",
+    "median_ci_level",
+    "first_over_rest_median",
+    "first_rank",
+    "first_p_value",
+    "first_slower",
+    "mean_with_first_over_without",
+    "std_with_first_over_without",
+    "median_with_first_over_without",
+]
+
+
+def _without_warmup(effect: pd.DataFrame):
+    """The row of the setting without warm-up, None where the study has none."""
+    rows = effect[effect["warmup"] == 0]
+    return rows.iloc[0] if len(rows) else None
 
 
 def warmup_conclusion(effect: pd.DataFrame) -> str:
@@ -126,12 +154,17 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
     whether its first timed step was slower than the steps after it (exact test at ``ALPHA``)
     or cannot be told from them; and, where the first step was found slower without warm-up,
     what it does to that setting's mean, standard deviation and median."""
+    if _without_warmup(effect) is None:
+        return "The study has no setting without warm-up, so it shows no one-off cost."
     sentences = []
     for row in effect.itertuples():
         plural = "s" if row.warmup != 1 else ""
         steps = (
             "Without warm-up" if row.warmup == 0 else f"After {row.warmup:.0f} warm-up step{plural}"
         )
+        if row.steps == 0:
+            sentences.append(f"{steps} the run failed (no timed steps): nothing is shown for it.")
+            break  # and the fixed sequence ends there
         rank = "the slowest" if row.first_rank == 1 else f"among the {row.first_rank} slowest"
         text = (
             f"{steps} the first timed step took {row.first_over_rest_median:.2f}x the median of "
@@ -150,7 +183,7 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
             text += "not told from the steps after it, so no one-off cost is shown"
         sentences.append(text + ("." if row.warmup == 0 else " after that many warm-up steps."))
         break  # the fixed sequence stops at the first setting not found slower
-    cold = effect.iloc[0]
+    cold = _without_warmup(effect)
     if cold.first_slower:
         sentences.append(
             f"Without warm-up that one step makes the setting's mean "
@@ -163,6 +196,9 @@ def warmup_conclusion(effect: pd.DataFrame) -> str:
 
 def warmup_finding(effect: pd.DataFrame) -> Finding:
     """``warmup_conclusion`` as a finding; its verdict is "slower" when the first timed step
-    without warm-up was found slower than the steps after it, else "inconclusive"."""
-    verdict = "slower" if bool(effect.iloc[0]["first_slower"]) else "inconclusive"
+    without warm-up was found slower than the steps after it, else "inconclusive" (also where
+    that run failed or the study has no such setting)."""
+    cold = _without_warmup(effect)
+    found = cold is not None and cold["first_slower"] is not None and bool(cold["first_slower"])
+    verdict = "slower" if found else "inconclusive"
     return Finding("warm-up", warmup_conclusion(effect), verdict_text=verdict)

@@ -122,14 +122,23 @@ def throughput_by_batch(
     first call's seconds (the compilation, for a compiled step: with ``mode``, e.g.
     "reduce-overhead" for CUDA graphs), and the roofline of
     ``perflab.lessons.nb10_decoding.roofline.roofline_columns`` from the measured ``bandwidth``
-    (bytes/s) and ``peak_flops`` (FLOP/s). ``keep_frozen``, a dict, receives each frozen step
-    by (batch, context), for ``profile_steps`` to profile without compiling it again: dynamo
+    (bytes/s) and ``peak_flops`` (FLOP/s). ``keep_frozen``, a dict, receives the frozen step of
+    every batch size by (batch, context), each with its KV cache, for ``profile_steps`` to
+    profile without compiling it again (it profiles batch 1's, and empties the dict): dynamo
     guards a frozen graph on its own decoder's cache buffers, so a new decoder of the same shape
-    compiles anew (a plain compiled graph is reused by shape)."""
+    compiles anew (a plain compiled graph is reused by shape). That makes every frozen step one
+    more graph of one function, which dynamo allows ``torch._dynamo.config.recompile_limit``
+    times in a process: more batch sizes than that with ``freeze`` are refused."""
     if not batch_sizes:
         raise ValueError("batch_sizes must list at least one batch size")
     if not compiled or not all(isinstance(flag, bool) for flag in compiled):
         raise ValueError(f"compiled must list True and/or False, got {compiled!r}")
+    limit = torch._dynamo.config.recompile_limit
+    if freeze and len(batch_sizes) > limit:
+        raise ValueError(
+            f"freeze compiles a graph per batch size, at most {limit} in a process "
+            f"(torch._dynamo.config.recompile_limit); got {len(batch_sizes)} batch sizes"
+        )
     check_context(model, context)
     device, rows = next(model.parameters()).device, []
     kinds = [("compiled" if flag else "eager", flag, False) for flag in compiled]
