@@ -340,13 +340,13 @@ print("the compiled step picks the same next tokens as the eager one:",
 #
 # A profile of the step of `preset` at `context` tokens (`profile_step`: the self time of every
 # CPU operator under `torch.profiler`, per step): at batch 1 eager, compiled and (with `freeze`)
-# frozen, and compiled at the largest batch of section 2. Five parts: the
-# matmuls (they read the weights, most of the bytes the roofline counts; in the frozen step,
-# inductor's GEMM kernels, named to the profiler as section 2 says), inductor's fused kernels,
-# dynamo's guard checks and wrappers, the other operators, and the Python between operators. A profiler can add a cost of its own; the last lines below set each profiled step
-# beside its timed median, one profiled step each, which cannot tell that cost from the
-# machine's noise. On a
-# GPU this is the host's side only (launches, not kernels; notebook 02 profiles the device).
+# frozen, and compiled at the largest batch of section 2. Five parts: the matmuls (they read
+# the weights, most of the bytes the roofline counts; in the frozen step, inductor's GEMM
+# kernels, named to the profiler as section 2 says), inductor's fused kernels, dynamo's guard
+# checks and wrappers, the other operators, and the Python between operators. A profiler can
+# add a cost of its own; the last lines below set each profiled step beside its timed median,
+# one profiled step each, which cannot tell that cost from the machine's noise. On a GPU this
+# is the host's side only (launches, not kernels; notebook 02 profiles the device).
 
 # %%
 largest = max(batch_sizes)
