@@ -309,27 +309,23 @@ def _variant_name(row: dict) -> str:
     return f"{variant} {row['bucket_size_mb']:g} MB" if variant.endswith("bucketed") else variant
 
 
-def _rounds_by_name(frame: pd.DataFrame) -> dict[str, list[float]]:
-    """Each measured variant's per-round step times in seconds, by ``_variant_name``."""
-    return _rounds_of(_measured(frame))
-
-
-def _rounds_of(rows: list[dict]) -> dict[str, list[float]]:
-    """``_rounds_by_name`` of rows already read (``_measured``)."""
+def _rounds_by_name(rows: list[dict]) -> dict[str, list[float]]:
+    """Each measured variant's per-round step times in seconds (rows as ``_measured`` reads
+    them), by ``_variant_name``."""
     return {_variant_name(row): round_seconds(row["round_ms"]) for row in rows}
 
 
 def ddp_comparisons(frame: pd.DataFrame, baseline: str = "naive") -> list[Comparison]:
     """Every variant's step against ``baseline``'s, paired by round (they took turns in the
     same launch), bucketed ones named with their size."""
-    rounds = _rounds_by_name(frame)
+    rounds = _rounds_by_name(_measured(frame))
     return [_paired(rounds, baseline, variant) for variant in rounds if variant != baseline]
 
 
 def ddp_comparison(frame: pd.DataFrame, baseline: str, variant: str) -> Comparison:
     """``variant``'s step against ``baseline``'s (names as ``ddp_comparisons`` gives them),
     paired by round."""
-    return _paired(_rounds_by_name(frame), baseline, variant)
+    return _paired(_rounds_by_name(_measured(frame)), baseline, variant)
 
 
 def _paired(rounds: dict[str, list[float]], baseline: str, variant: str) -> Comparison:
@@ -350,7 +346,7 @@ def ddp_findings(frame: pd.DataFrame) -> list[Finding]:
     wrappers against PyTorch's DDP and perflab's fastest bucketed one."""
 
     ok = _measured(frame)
-    rounds = _rounds_of(ok)  # once: every finding pairs two of them
+    rounds = _rounds_by_name(ok)  # once: every finding pairs two of them
 
     def finding(key: str, baseline: str, variant: str, prefix: str = "") -> Finding:
         result = _paired(rounds, baseline, variant)

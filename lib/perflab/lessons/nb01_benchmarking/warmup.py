@@ -67,6 +67,24 @@ def first_step_p_value(samples) -> float:
     return float((seconds >= seconds[0]).sum() / len(seconds))
 
 
+#: ``warmup_effect``'s columns, whichever settings ran.
+EFFECT_COLUMNS = [
+    "warmup",
+    "steps",
+    "median_s",
+    "median_ci_low_s",
+    "median_ci_high_s",
+    "median_ci_level",
+    "first_over_rest_median",
+    "first_rank",
+    "first_p_value",
+    "first_slower",
+    "mean_with_first_over_without",
+    "std_with_first_over_without",
+    "median_with_first_over_without",
+]
+
+
 def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
     """Per warm-up setting (ascending): its timed steps, the first step over the median of
     the steps after it, how many steps were at least as slow as the first (``first_rank``) and
@@ -122,24 +140,6 @@ def warmup_effect(study: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows, columns=EFFECT_COLUMNS)
-
-
-#: ``warmup_effect``'s columns, whichever settings ran.
-EFFECT_COLUMNS = [
-    "warmup",
-    "steps",
-    "median_s",
-    "median_ci_low_s",
-    "median_ci_high_s",
-    "median_ci_level",
-    "first_over_rest_median",
-    "first_rank",
-    "first_p_value",
-    "first_slower",
-    "mean_with_first_over_without",
-    "std_with_first_over_without",
-    "median_with_first_over_without",
-]
 
 
 def _without_warmup(effect: pd.DataFrame):

@@ -91,7 +91,7 @@ def _module_of(file: str):
     """The loaded module whose file is ``file``: by the path as recorded, else by resolved
     paths (``loading.file_of``, the rule the adapters were loaded by). Kept per file: every
     launch and target of a kernel asks again, and resolving means system calls for each loaded
-    module (``sys.modules``: every module torch and Triton import)."""
+    module (``sys.modules``: every module of the process, torch's and Triton's among them)."""
     from pathlib import Path
 
     from perflab.tools.adapters.loading import file_of
