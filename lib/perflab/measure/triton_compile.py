@@ -22,11 +22,14 @@ import gzip
 import hashlib
 import inspect
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import tempfile
 import zlib
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +128,22 @@ def compile_kernel(
         target=target.gpu_target(),
         options={"num_warps": num_warps, "num_stages": num_stages},
     )
+
+
+def map_compiles(
+    compile_one: Callable, items: Iterable, workers: int | None = None, chunksize: int = 1
+) -> Iterator:
+    """``compile_one`` of each item, in order, over ``workers`` processes at a time (default:
+    one per CPU core): a compile is CPU-bound Python and C++ and ``ptxas``, so one per core.
+    The workers are forked, so they hold what this process imported (a student's adapters
+    loaded from a file among them); one item, or one core, compiles here without a pool."""
+    items = list(items)
+    workers = min(workers or os.cpu_count() or 1, len(items))
+    if workers <= 1:
+        yield from map(compile_one, items)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        yield from pool.map(compile_one, items, chunksize=chunksize)
 
 
 def _cuobjdump() -> str:

@@ -26,7 +26,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
@@ -39,7 +38,7 @@ from perflab.implementations.attention.flash_configs import (
     kept_configs,
 )
 from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
-from perflab.measure.triton_compile import TARGETS, get_target
+from perflab.measure.triton_compile import TARGETS, get_target, map_compiles
 
 #: dtypes a kernel may be compiled for, as Triton names them.
 DTYPES = ("fp32", "fp16", "bf16")
@@ -261,11 +260,7 @@ def _compile_job(job: Job) -> dict:
 def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
     """Compile in this process (``workers`` > 1: in a pool of child processes), yielding rows
     in order. The caller must have started Python with ``TRITON_INTERPRET=0``."""
-    if workers <= 1:
-        yield from map(_compile_job, job_list)
-        return
-    with ProcessPoolExecutor(workers) as pool:
-        yield from pool.map(_compile_job, job_list, chunksize=4)
+    return map_compiles(_compile_job, job_list, workers, chunksize=4)
 
 
 def compiler_environment() -> dict[str, str]:

@@ -5,10 +5,11 @@ The launches were recorded while the kernels ran (interpreted on a CPU), so ever
 type and every constexpr is what the adapter really passes. An interpreted kernel cannot be
 compiled, so the compiling happens in a child process started with ``TRITON_INTERPRET=0``
 (``python -m perflab.tools.adapters.kernel_compile``, with the environment ``perflab.tools.kernels``
-compiles in) that imports the adapters again and finds each kernel by its source file and
-name. A kernel the compiler rejects, or that needs more shared memory than the target has,
-fails; a kernel the checker cannot rebuild (not found, a launch it could not describe) is an
-error, the checker's and not the kernel's.
+compiles in) that imports the adapters again, finds each kernel by its source file and name,
+and compiles one launch and target per CPU core at a time (``map_compiles``). A kernel the
+compiler rejects, or that needs more shared memory than the target has, fails; a kernel the
+checker cannot rebuild (not found, a launch it could not describe) is an error, the
+checker's and not the kernel's.
 """
 
 from __future__ import annotations
@@ -178,15 +179,16 @@ def _line(error: BaseException) -> str:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    from perflab.measure.triton_compile import map_compiles
     from perflab.tools.adapters.loading import load_adapters
 
     load_adapters(request["spec"])  # puts the student's package on sys.path, as in the parent
-    rows = [
-        _compile_one(launch, target)
-        for launch in request["launches"]
-        for target in request["targets"]
-    ]
-    print(json.dumps(rows))
+    pairs = [(launch, target) for launch in request["launches"] for target in request["targets"]]
+    print(json.dumps(list(map_compiles(_compile_pair, pairs))))
+
+
+def _compile_pair(pair: tuple[dict, str]) -> dict:
+    return _compile_one(*pair)
 
 
 if __name__ == "__main__":
