@@ -600,3 +600,41 @@ def test_triton_35s_interpreter_with_numpy_24_is_the_environments_problem(monkey
     assert (row.adapter, row.status) == ("get_flashattention_autograd_function_triton", "skipped")
     assert row.detail.startswith("not run: the Triton interpreter of Triton 3.5.1 fails with")
     assert "pip install 'numpy<2.4'" in row.detail and not passed(table)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that runs on (not gone, not a zombie awaiting its reaper)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_compile_past_its_time_is_killed_with_every_worker_it_forked(tmp_path):
+    """The compiling child forks its workers: past the time allowed, all of them are killed,
+    none is left compiling (here a child that forks one sleeper, then sleeps itself)."""
+    import time
+
+    from perflab.tools.adapters.kernel_compile import _run_in_own_group
+
+    forked = tmp_path / "forked"
+    script = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        f"    open({str(forked)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(300)\n"
+    )
+    command = [sys.executable, "-c", script]
+    assert _run_in_own_group(command, "", dict(os.environ), timeout_s=3) is None
+    worker = int(forked.read_text())
+    deadline = time.monotonic() + 5
+    while _running(worker) and time.monotonic() < deadline:  # SIGKILL lands at once, or nearly
+        time.sleep(0.05)
+    assert not _running(worker)
+    assert _run_in_own_group(command[:2] + ["print(input())"], "in", dict(os.environ), 30) == (
+        0,
+        "in\n",
+        "",
+    )

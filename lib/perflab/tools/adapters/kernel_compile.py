@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -28,32 +30,56 @@ COMPILE_TARGETS = ("sm_80", "sm_90")
 def compile_rows(
     spec: str, launches: list[dict], targets=COMPILE_TARGETS, timeout_s: float = 600
 ) -> list[CheckRow]:
-    """One row per (kernel launch, target), compiled in a child process."""
+    """One row per (kernel launch, target), compiled in a child process (and its workers)."""
     if not launches:
         return []
     from perflab.tools.kernels import compiler_environment
 
     request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
     failed = CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error")
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "perflab.tools.adapters.kernel_compile"],
-            input=request,
-            capture_output=True,
-            text=True,
-            env=compiler_environment(),
-            timeout=timeout_s,
-        )
-    except subprocess.TimeoutExpired:
+    done = _run_in_own_group(
+        [sys.executable, "-m", "perflab.tools.adapters.kernel_compile"],
+        request,
+        compiler_environment(),
+        timeout_s,
+    )
+    if done is None:
         failed.detail = f"the compiling process took more than {timeout_s:g} s"
         return [failed]
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    returncode, stdout, stderr = done
+    if returncode != 0:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         failed.detail = f"the compiling process failed: {last}"
         return [failed]
     return _worst_per_kernel(
-        [CheckRow(**row) for row in json.loads(done.stdout.strip().splitlines()[-1])]
+        [CheckRow(**row) for row in json.loads(stdout.strip().splitlines()[-1])]
     )
+
+
+def _run_in_own_group(
+    command: list[str], stdin: str, env: dict, timeout_s: float
+) -> tuple[int, str, str] | None:
+    """(exit status, stdout, stderr) of ``command`` run to its end, or None past
+    ``timeout_s``. It runs in a process group of its own, so that past its time (or when
+    this process is interrupted) the child and every worker it forked are killed together:
+    killing the child alone would leave its workers compiling."""
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(stdin, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            if child.returncode is None:  # not yet reaped, so its pid still names its group
+                os.killpg(child.pid, signal.SIGKILL)
+        return child.returncode, stdout, stderr
 
 
 def _worst_per_kernel(rows: list[CheckRow]) -> list[CheckRow]:
