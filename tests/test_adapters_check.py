@@ -5,8 +5,10 @@ same way (spawned Gloo ranks, whole batch against halves); ``distributed_checks`
 their call patterns."""
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -602,6 +604,38 @@ def test_triton_35s_interpreter_with_numpy_24_is_the_environments_problem(monkey
     assert "pip install 'numpy<2.4'" in row.detail and not passed(table)
 
 
+#: The pytest process: a forked worker has another pid.
+TEST_PROCESS = os.getpid()
+
+
+def _slow_first(item: int) -> tuple[int, int]:
+    if item == 0:
+        time.sleep(0.3)  # returned last, were results taken as they finish
+    return item, os.getpid()
+
+
+def _dies_in_a_worker(item: int) -> int:
+    if item == 2 and os.getpid() != TEST_PROCESS:  # a compiler crash, in a worker only
+        os.kill(os.getpid(), signal.SIGKILL)
+    return item
+
+
+def test_compiles_are_spread_over_forked_workers_and_come_back_in_order():
+    """``map_compiles``: in the order of the items whatever worker finished first, compiled in
+    forked workers; one item, or one worker, compiled here. Where a worker dies, what it had
+    not returned is compiled here, one at a time (a crash then ends this process with the
+    compiler's own message)."""
+    from perflab.measure.triton_compile import map_compiles, usable_cores
+
+    results = list(map_compiles(_slow_first, range(4), workers=2))
+    assert [item for item, _ in results] == [0, 1, 2, 3]
+    assert TEST_PROCESS not in {pid for _, pid in results}
+    assert list(map_compiles(_slow_first, [1], workers=2)) == [(1, TEST_PROCESS)]
+    assert {pid for _, pid in map_compiles(_slow_first, range(1, 4), workers=1)} == {TEST_PROCESS}
+    assert list(map_compiles(_dies_in_a_worker, range(5), workers=2)) == [0, 1, 2, 3, 4]
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+
+
 def _running(pid: int) -> bool:
     """Whether ``pid`` is a process that runs on (not gone, not a zombie awaiting its reaper)."""
     try:
@@ -615,19 +649,18 @@ def _running(pid: int) -> bool:
 def test_a_compile_past_its_time_is_killed_with_every_worker_it_forked(tmp_path):
     """The compiling child forks its workers: past the time allowed, all of them are killed,
     none is left compiling (here a child that forks one sleeper, then sleeps itself)."""
-    import time
-
     from perflab.tools.adapters.kernel_compile import _run_in_own_group
 
     forked = tmp_path / "forked"
     script = (
         "import os, time\n"
         "if os.fork() == 0:\n"
-        f"    open({str(forked)!r}, 'w').write(str(os.getpid()))\n"
+        f"    open({str(forked)!r} + '.part', 'w').write(str(os.getpid()))\n"
+        f"    os.replace({str(forked)!r} + '.part', {str(forked)!r})\n"
         "time.sleep(300)\n"
     )
     command = [sys.executable, "-c", script]
-    assert _run_in_own_group(command, "", dict(os.environ), timeout_s=3) is None
+    assert _run_in_own_group(command, "", dict(os.environ), timeout_s=6) is None
     worker = int(forked.read_text())
     deadline = time.monotonic() + 5
     while _running(worker) and time.monotonic() < deadline:  # SIGKILL lands at once, or nearly
@@ -638,3 +671,32 @@ def test_a_compile_past_its_time_is_killed_with_every_worker_it_forked(tmp_path)
         "in\n",
         "",
     )
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_the_compiling_child_and_its_workers_end_when_their_caller_is_killed(tmp_path):
+    """A caller killed outright (SIGKILL: no finally runs) leaves its compiling child in a
+    group of its own: the child notices and kills its group, its forked workers with it."""
+    pids = tmp_path / "pids"
+    child = (
+        "import os, time\n"
+        "from perflab.tools.adapters.kernel_compile import _end_with_caller\n"
+        "_end_with_caller()\n"
+        "worker = os.fork() or time.sleep(300)\n"
+        f"open({str(pids)!r} + '.part', 'w').write(f'{{os.getpid()}} {{worker}}')\n"
+        f"os.replace({str(pids)!r} + '.part', {str(pids)!r})\n"
+        "time.sleep(300)\n"
+    )
+    caller = (
+        "import os, signal, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}], start_new_session=True)\n"
+        f"while not os.path.exists({str(pids)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", caller], timeout=120)
+    started = [int(pid) for pid in pids.read_text().split()]
+    deadline = time.monotonic() + 10
+    while any(map(_running, started)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_running, started)), started

@@ -28,7 +28,7 @@ if not triton_available():
 
 from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
 from perflab.implementations.attention.flash_configs import SPILLING, kept_configs
-from perflab.measure.triton_compile import TARGETS, get_target, kernel_source, map_compiles
+from perflab.measure.triton_compile import TARGETS, get_target, kernel_source
 from perflab.tools.kernels import KERNEL_NAMES, KERNELS, compile_table, jobs, summary
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "perflab"
@@ -234,19 +234,6 @@ def test_the_disassembly_is_kept_by_the_cubins_hash_and_read_back(tmp_path, monk
     entry.parent.rmdir()
     entry.parent.write_text("")  # a file where the cache's folder would be: nothing written
     assert compile_table(job).set_index("target").registers.equals(first.registers)
-
-
-def _this_process(_item) -> int:
-    return os.getpid()
-
-
-def test_compiles_are_spread_over_forked_workers_and_come_back_in_order():
-    """``map_compiles``: the order of the items whatever worker finished first; the compiles
-    in forked workers (one per core, or as asked); one item, or one worker, compiled here."""
-    assert list(map_compiles(abs, [-3, 1, -2, 5, -4], workers=2)) == [3, 1, 2, 5, 4]
-    assert os.getpid() not in set(map_compiles(_this_process, range(4), workers=2))
-    assert list(map_compiles(_this_process, [0], workers=2)) == [os.getpid()]
-    assert list(map_compiles(_this_process, range(3), workers=1)) == [os.getpid()] * 3
 
 
 def test_bad_names_get_one_clear_error():

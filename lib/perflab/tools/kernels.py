@@ -38,7 +38,7 @@ from perflab.implementations.attention.flash_configs import (
     kept_configs,
 )
 from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
-from perflab.measure.triton_compile import TARGETS, get_target, map_compiles
+from perflab.measure.triton_compile import TARGETS, get_target, map_compiles, usable_cores
 
 #: dtypes a kernel may be compiled for, as Triton names them.
 DTYPES = ("fp32", "fp16", "bf16")
@@ -258,8 +258,9 @@ def _compile_job(job: Job) -> dict:
 
 
 def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
-    """Compile in this process (``workers`` > 1: in a pool of child processes), yielding rows
-    in order. The caller must have started Python with ``TRITON_INTERPRET=0``."""
+    """Compile in this process (``workers`` > 1: in a pool of child processes; 0: one per
+    usable core), yielding rows in order. The caller must have started Python with
+    ``TRITON_INTERPRET=0``."""
     return map_compiles(_compile_job, job_list, workers, chunksize=4)
 
 
@@ -271,11 +272,11 @@ def compiler_environment() -> dict[str, str]:
 
 def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFrame:
     """One row per job (``jobs()``), compiled in a child process without the Triton
-    interpreter, ``workers`` compiles at a time (default: one per CPU core), with a progress
+    interpreter, ``workers`` compiles at a time (default: one per usable core), with a progress
     bar (seconds each when not in Triton's cache)."""
     from perflab.measure.progress import progress
 
-    workers = workers or os.cpu_count() or 1
+    workers = workers or usable_cores()
     env = compiler_environment()
     rows = []
     with tempfile.TemporaryFile("w+") as errors:
