@@ -700,3 +700,21 @@ def test_the_compiling_child_and_its_workers_end_when_their_caller_is_killed(tmp
     while any(map(_running, started)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(map(_running, started)), started
+
+
+def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
+    """A compiling child started by hand, in its caller's group, must not kill that group
+    when its caller ends: it starts no watcher."""
+    probe = (
+        "import threading\n"
+        "from perflab.tools.adapters.kernel_compile import _end_with_caller\n"
+        "_end_with_caller()\n"
+        "print(threading.active_count())\n"
+    )
+    counts = [
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, start_new_session=own
+        ).stdout.split()
+        for own in (False, True)
+    ]
+    assert counts == [["1"], ["2"]]

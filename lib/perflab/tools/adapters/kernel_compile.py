@@ -90,7 +90,11 @@ def _end_with_caller() -> None:
     """Kill this process group (the compiling child and its workers) when the process that
     started it ends, however it ended: in a group of its own, the child is out of reach of
     the signals that end its caller's group (a terminal's Ctrl-C, a SIGTERM to the group).
-    A daemon thread checks twice a second; the forked workers do not inherit it."""
+    A daemon thread checks twice a second; the forked workers do not inherit it. A child not
+    in a group of its own (started by hand) shares its caller's group and its signals, and
+    kills nobody's group."""
+    if os.getpgrp() != os.getpid():
+        return
     caller = os.getppid()
 
     def watch() -> None:
