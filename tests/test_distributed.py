@@ -25,7 +25,6 @@ from torch import nn
 from perflab.distributed import DDPBucketed, RankError, ShardedOptimizer, launch
 from perflab.distributed.launch import (
     PERFLAB_DIR,
-    _alive,
     parent_pid,
     placed_device_rank,
     raise_on_rank,
@@ -48,6 +47,7 @@ from perflab.lessons.nb07_distributed_ddp.allreduce_benchmark import (
     check_allreduce_rank,
 )
 from perflab.measure.comparison import comparison_frame
+from perflab.measure.processes import alive
 
 
 def _no_children_left():
@@ -178,9 +178,9 @@ def test_ranks_die_with_a_killed_caller(tmp_path):
     caller.send_signal(signal.SIGKILL)
     caller.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)
 
 
 @pytest.mark.parametrize("world_size", [0, -1, 10_000])

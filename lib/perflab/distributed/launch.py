@@ -35,7 +35,6 @@ import os
 import pickle
 import queue
 import socket
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -47,6 +46,7 @@ import torch
 import torch.distributed as dist
 
 from perflab.measure.paths import library_tree
+from perflab.measure.processes import when_caller_ends
 
 #: Gloo ranks may share cores (a collective still works, only slower); beyond this many ranks
 #: per core a CPU run measures the scheduler rather than the communication.
@@ -220,32 +220,12 @@ def init_process_group_from_env(backend: str = "auto") -> None:
     )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie has died
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def _die_with_caller(caller_pid: int) -> None:
     """End this rank when the process that launched it dies (no orphans even if the caller is
-    killed with SIGKILL): a daemon thread checks every half second. The ranks' parent is the
-    forkserver, which outlives the caller while it has children, so the parent-death signal
-    alone would not do."""
-
-    def watch() -> None:
-        while _alive(caller_pid):
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="perflab-caller-watch", daemon=True).start()
+    killed with SIGKILL). The ranks' parent is the forkserver, which outlives the caller while
+    it has children, so the parent-death signal alone would not do: the caller is watched by
+    its pid."""
+    when_caller_ends(lambda: os._exit(1), caller_pid)
 
 
 def _run_rank(rank, world_size, port, placement, threads, fn, args, results, caller) -> None:

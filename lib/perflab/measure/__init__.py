@@ -8,8 +8,9 @@ imports nothing else of perflab (``tests/test_layers.py`` holds it to that).
 triton.testing), ``conclusions`` and ``tables``; ``capture``, ``trace``, ``summary``,
 ``hotspots`` and ``nsys`` (profiler traces and what they say); ``timeline`` (memory over a
 step); ``paths`` (the results store with provenance), ``device``, ``progress``, ``ranges``
-(named ranges for profilers), ``hardware`` (the GPUs' figures) and ``triton_compile`` (the one
-module that compiles a kernel for a GPU target).
+(named ranges for profilers), ``hardware`` (the GPUs' figures), ``triton_compile`` (the one
+module that compiles a kernel for a GPU target) and ``processes`` (child processes that leave
+nothing behind: the compiles' workers, the ranks).
 
 Empty on purpose: importing one module here runs this file first, and a rank process should
 import no more than it uses.

@@ -22,15 +22,11 @@ import gzip
 import hashlib
 import inspect
 import json
-import multiprocessing
 import os
 import re
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,39 +125,6 @@ def compile_kernel(
         target=target.gpu_target(),
         options={"num_warps": num_warps, "num_stages": num_stages},
     )
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity, which a cpuset such as a
-    container's or ``taskset`` narrows), not the host's count that ``os.cpu_count`` gives."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def map_compiles(
-    compile_one: Callable, items: Iterable, workers: int | None = None, chunksize: int = 1
-) -> Iterator:
-    """``compile_one`` of each item, in order, over ``workers`` processes at a time (default:
-    one per usable core): a compile is CPU-bound Python and C++ and ``ptxas``. The workers are
-    forked, so they hold what this process imported (a student's adapters loaded from a file
-    among them); one item, or one core, compiles here without a pool. Where a worker dies (a
-    compiler that crashes, a kill), the items not yet returned compile here one at a time, so
-    that a crash ends this process with the compiler's own message, as without a pool."""
-    items = list(items)
-    workers = min(workers or usable_cores(), len(items))
-    returned = 0
-    if workers > 1:
-        try:
-            context = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(workers, mp_context=context) as pool:
-                for result in pool.map(compile_one, items, chunksize=chunksize):
-                    yield result
-                    returned += 1
-            return
-        except BrokenProcessPool:
-            pass
-    yield from map(compile_one, items[returned:])
 
 
 def _cuobjdump() -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +37,8 @@ from perflab.implementations.attention.flash_configs import (
     kept_configs,
 )
 from perflab.implementations.attention.flash_configs import KERNELS as FLASH_KERNELS
-from perflab.measure.triton_compile import TARGETS, get_target, map_compiles, usable_cores
+from perflab.measure.processes import end_group_with_caller, map_forked, own_group, usable_cores
+from perflab.measure.triton_compile import TARGETS, get_target
 
 #: dtypes a kernel may be compiled for, as Triton names them.
 DTYPES = ("fp32", "fp16", "bf16")
@@ -261,7 +261,7 @@ def compile_jobs_here(job_list: list[Job], workers: int = 1) -> Iterator[dict]:
     """Compile in this process (``workers`` > 1: in a pool of child processes; 0: one per
     usable core), yielding rows in order. The caller must have started Python with
     ``TRITON_INTERPRET=0``."""
-    return map_compiles(_compile_job, job_list, workers, chunksize=4)
+    return map_forked(_compile_job, job_list, workers, chunksize=4)
 
 
 def compiler_environment() -> dict[str, str]:
@@ -279,15 +279,9 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     workers = workers or usable_cores()
     env = compiler_environment()
     rows = []
-    with tempfile.TemporaryFile("w+") as errors:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "perflab.tools.kernels", str(workers)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-            env=env,
-        )
+    command = [sys.executable, "-m", "perflab.tools.kernels", str(workers)]
+    # In a group of its own: an interrupt (Jupyter's, Ctrl-C) kills the child and its workers.
+    with tempfile.TemporaryFile("w+") as errors, own_group(command, env, errors) as child:
         child.stdin.write(json.dumps([asdict(job) for job in job_list]))
         child.stdin.close()
         with progress(total=len(job_list), desc="compiling", unit="kernel") as bar:
@@ -524,6 +518,7 @@ def _main() -> None:
     if sys.argv[1:2] == ["search"]:
         _print_search(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
         return
+    end_group_with_caller()
     workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     job_list = [Job(**job) for job in json.loads(sys.stdin.read())]
     for row in compile_jobs_here(job_list, workers):

@@ -6,7 +6,7 @@ type and every constexpr is what the adapter really passes. An interpreted kerne
 compiled, so the compiling happens in a child process started with ``TRITON_INTERPRET=0``
 (``python -m perflab.tools.adapters.kernel_compile``, with the environment ``perflab.tools.kernels``
 compiles in) that imports the adapters again, finds each kernel by its source file and name,
-and compiles one launch and target per usable core at a time (``map_compiles``). A kernel the
+and compiles one launch and target per usable core at a time (``map_forked``). A kernel the
 compiler rejects, or that needs more shared memory than the target has, fails; a kernel the
 checker cannot rebuild (not found, a launch it could not describe) is an error, the
 checker's and not the kernel's.
@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import signal
 import subprocess
 import sys
-import threading
-import time
 
+from perflab.measure.processes import end_group_with_caller, map_forked, own_group
 from perflab.tools.adapters.rows import CheckRow
 
 #: The GPU targets every recorded kernel is compiled for.
@@ -39,70 +36,20 @@ def compile_rows(
 
     request = json.dumps({"spec": spec, "launches": launches, "targets": list(targets)})
     failed = CheckRow("triton kernels", "compile for " + ", ".join(targets), status="error")
-    done = _run_in_own_group(
-        [sys.executable, "-m", "perflab.tools.adapters.kernel_compile"],
-        request,
-        compiler_environment(),
-        timeout_s,
-    )
-    if done is None:
-        failed.detail = f"the compiling process took more than {timeout_s:g} s"
-        return [failed]
-    returncode, stdout, stderr = done
-    if returncode != 0:
+    command = [sys.executable, "-m", "perflab.tools.adapters.kernel_compile"]
+    with own_group(command, compiler_environment()) as child:
+        try:
+            stdout, stderr = child.communicate(request, timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # leaving the block kills the child and its workers
+            failed.detail = f"the compiling process took more than {timeout_s:g} s"
+            return [failed]
+    if child.returncode != 0:
         last = (stderr.strip().splitlines() or ["no output"])[-1]
         failed.detail = f"the compiling process failed: {last}"
         return [failed]
     return _worst_per_kernel(
         [CheckRow(**row) for row in json.loads(stdout.strip().splitlines()[-1])]
     )
-
-
-def _run_in_own_group(
-    command: list[str], stdin: str, env: dict, timeout_s: float
-) -> tuple[int, str, str] | None:
-    """(exit status, stdout, stderr) of ``command`` run to its end, or None past
-    ``timeout_s``. It runs in a process group of its own, so that past its time, or when this
-    process is interrupted (``KeyboardInterrupt``), the child and every worker it forked are
-    killed together: killing the child alone would leave its workers compiling. The child
-    ends its group itself when this process dies otherwise (``_end_with_caller``)."""
-    with subprocess.Popen(
-        command,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    ) as child:
-        try:
-            stdout, stderr = child.communicate(stdin, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
-        finally:
-            if child.returncode is None:  # not yet reaped, so its pid still names its group
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-        return child.returncode, stdout, stderr
-
-
-def _end_with_caller() -> None:
-    """Kill this process group (the compiling child and its workers) when the process that
-    started it ends, however it ended: in a group of its own, the child is out of reach of
-    the signals that end its caller's group (a terminal's Ctrl-C, a SIGTERM to the group).
-    A daemon thread checks twice a second; the forked workers do not inherit it. A child not
-    in a group of its own (started by hand) shares its caller's group and its signals, and
-    kills nobody's group."""
-    if os.getpgrp() != os.getpid():
-        return
-    caller = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == caller:  # an orphan is adopted by another process
-            time.sleep(0.5)
-        os.killpg(0, signal.SIGKILL)
-
-    threading.Thread(target=watch, name="perflab-caller-watch", daemon=True).start()
 
 
 def _worst_per_kernel(rows: list[CheckRow]) -> list[CheckRow]:
@@ -228,13 +175,12 @@ def _line(error: BaseException) -> str:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
-    from perflab.measure.triton_compile import map_compiles
     from perflab.tools.adapters.loading import load_adapters
 
-    _end_with_caller()
+    end_group_with_caller()
     load_adapters(request["spec"])  # puts the student's package on sys.path, as in the parent
     pairs = [(launch, target) for launch in request["launches"] for target in request["targets"]]
-    print(json.dumps(list(map_compiles(_compile_pair, pairs))))
+    print(json.dumps(list(map_forked(_compile_pair, pairs))))
 
 
 def _compile_pair(pair: tuple[dict, str]) -> dict:

@@ -1,0 +1,118 @@
+"""Child processes that leave nothing behind: work mapped over forked workers, a child run in a
+process group of its own (killed whole when its caller stops waiting), and a watcher that acts
+when the caller is gone (killed outright, so that no ``finally`` of its ran).
+
+The kernel compiles (``perflab check``'s and ``perflab.tools.kernels``') and the ranks of
+``perflab.distributed.launch`` use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a cpuset such as a
+    container's or ``taskset`` narrows), not the host's count that ``os.cpu_count`` gives."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def map_forked(
+    work: Callable, items: Iterable, workers: int | None = None, chunksize: int = 1
+) -> Iterator:
+    """``work`` of each item, in order, over ``workers`` processes at a time (default: one per
+    usable core), for CPU-bound work such as a kernel compile (Python, C++ and ``ptxas``). The
+    workers are forked, so they hold what this process imported (a student's adapters loaded
+    from a file among them); one item, or one core, runs here without a pool. Where a worker
+    dies (a compiler that crashes, a kill), the items not yet returned run here one at a time,
+    so that a crash ends this process with its own message, as without a pool."""
+    items = list(items)
+    workers = min(workers or usable_cores(), len(items))
+    returned = 0
+    if workers > 1:
+        try:
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=context) as pool:
+                for result in pool.map(work, items, chunksize=chunksize):
+                    yield result
+                    returned += 1
+            return
+        except BrokenProcessPool:
+            pass
+    yield from map(work, items[returned:])
+
+
+@contextlib.contextmanager
+def own_group(command: list[str], env: dict, stderr=subprocess.PIPE) -> Iterator[subprocess.Popen]:
+    """``command`` started in a process group of its own, its stdin and stdout pipes of text
+    (``stderr`` a pipe too unless given a file). Left before the child was reaped (past a
+    timeout, on an error or a ``KeyboardInterrupt`` such as Jupyter's interrupt), the whole
+    group is killed, the child and every worker it forked: killing the child alone would leave
+    its workers running. A caller killed outright runs no ``finally``: the child guards against
+    that itself (``end_group_with_caller``)."""
+    with subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as child:
+        try:
+            yield child
+        finally:
+            if child.returncode is None:  # not yet reaped, so its pid still names its group
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` names a process that runs on (a zombie, awaiting its reaper, has died)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def when_caller_ends(action: Callable[[], object], caller_pid: int | None = None) -> None:
+    """Run ``action`` once the caller is gone, however it ended (SIGKILL included): a daemon
+    thread checks twice a second whether ``caller_pid`` still runs. ``caller_pid`` defaults to
+    this process's parent; give it where the parent is not the caller (a forkserver's
+    children). Forked children do not inherit the thread."""
+    caller = os.getppid() if caller_pid is None else caller_pid
+
+    def watch() -> None:
+        while alive(caller):
+            time.sleep(0.5)
+        action()
+
+    threading.Thread(target=watch, name="perflab-caller-watch", daemon=True).start()
+
+
+def end_group_with_caller() -> None:
+    """For a child started by ``own_group``: kill its whole group (itself and its workers)
+    when its caller ends, however it ended. In a group of its own the child is out of reach of
+    the signals that end its caller's group (a terminal's Ctrl-C, a SIGTERM to the group). A
+    child not leading a group of its own (started by hand) shares its caller's group and its
+    signals, and kills nobody's group."""
+    if os.getpgrp() == os.getpid():
+        when_caller_ends(lambda: os.killpg(0, signal.SIGKILL))

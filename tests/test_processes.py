@@ -1,0 +1,151 @@
+"""Child processes that leave nothing behind (``perflab.measure.processes``): work mapped over
+forked workers in order, a child in a group of its own killed whole when its caller stops
+waiting (a timeout, an interrupt while its output streams), and a child that ends its group
+when its caller is killed outright. No Triton needed: the children here fork sleepers."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perflab.measure.processes import alive, map_forked, own_group, usable_cores
+
+#: The pytest process: a forked worker has another pid.
+TEST_PROCESS = os.getpid()
+needs_proc = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads processes from /proc"
+)
+
+
+def _slow_first(item: int) -> tuple[int, int]:
+    if item == 0:
+        time.sleep(0.3)  # returned last, were results taken as they finish
+    return item, os.getpid()
+
+
+def _dies_in_a_worker(item: int) -> int:
+    if item == 2 and os.getpid() != TEST_PROCESS:  # a compiler crash, in a worker only
+        os.kill(os.getpid(), signal.SIGKILL)
+    return item
+
+
+def test_work_is_spread_over_forked_workers_and_comes_back_in_order():
+    """``map_forked``: in the order of the items whatever worker finished first, run in
+    forked workers; one item, or one worker, run here. Where a worker dies, what it had not
+    returned runs here, one at a time (a crash then ends this process with its own
+    message)."""
+    results = list(map_forked(_slow_first, range(4), workers=2))
+    assert [item for item, _ in results] == [0, 1, 2, 3]
+    assert TEST_PROCESS not in {pid for _, pid in results}
+    assert list(map_forked(_slow_first, [1], workers=2)) == [(1, TEST_PROCESS)]
+    assert {pid for _, pid in map_forked(_slow_first, range(1, 4), workers=1)} == {TEST_PROCESS}
+    assert list(map_forked(_dies_in_a_worker, range(5), workers=2)) == [0, 1, 2, 3, 4]
+    assert 1 <= usable_cores() <= (os.cpu_count() or 1)
+
+
+@needs_proc
+def test_a_zombie_counts_as_ended():
+    """``alive``: a child that exited but was not yet reaped has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        assert alive(child.pid)
+    finally:
+        child.kill()
+    deadline = time.monotonic() + 5
+    while alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child.pid) and child.returncode is None  # not reaped: a zombie
+    child.wait()
+    assert not alive(child.pid)
+
+
+def _forks_a_sleeper(pids: Path, then: str = "") -> list[str]:
+    """A child that forks a worker that sleeps, writes both pids whole, runs ``then``, then
+    sleeps itself."""
+    script = (
+        "import os, sys, time\n"
+        "worker = os.fork() or time.sleep(300)\n"
+        f"open({str(pids)!r} + '.part', 'w').write(f'{{os.getpid()}} {{worker}}')\n"
+        f"os.replace({str(pids)!r} + '.part', {str(pids)!r})\n"
+        f"{then}\n"
+        "time.sleep(300)\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+def _all_end(pids: list[int], within_s: float = 10) -> bool:
+    deadline = time.monotonic() + within_s
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(map(alive, pids))
+
+
+@needs_proc
+def test_a_child_past_its_time_is_killed_with_every_worker_it_forked(tmp_path):
+    """The compiling child forks its workers: past the time allowed, all of them are killed,
+    none is left running. A child that ends in time gives its output and status."""
+    pids = tmp_path / "pids"
+    with pytest.raises(subprocess.TimeoutExpired):
+        with own_group(_forks_a_sleeper(pids), dict(os.environ)) as child:
+            child.communicate("", timeout=6)
+    assert _all_end([int(pid) for pid in pids.read_text().split()])
+    with own_group([sys.executable, "-c", "print(input())"], dict(os.environ)) as child:
+        assert child.communicate("in", timeout=30) == ("in\n", "")
+    assert child.returncode == 0
+
+
+@needs_proc
+def test_an_interrupt_while_the_output_streams_kills_the_child_and_its_workers(tmp_path):
+    """``compile_table`` reads its child's rows as they come (for the progress bar): a
+    ``KeyboardInterrupt`` there (Jupyter's interrupt reaches the kernel process only) ends the
+    child and the workers it forked."""
+    pids = tmp_path / "pids"
+    command = _forks_a_sleeper(pids, then="print('first row', flush=True)")
+    with pytest.raises(KeyboardInterrupt):
+        with own_group(command, dict(os.environ)) as child:
+            child.stdin.close()
+            assert child.stdout.readline() == "first row\n"
+            raise KeyboardInterrupt
+    assert _all_end([int(pid) for pid in pids.read_text().split()])
+
+
+@needs_proc
+def test_the_child_and_its_workers_end_when_their_caller_is_killed(tmp_path):
+    """A caller killed outright (SIGKILL: no finally runs) leaves its child in a group of its
+    own: the child notices and kills its group, its forked workers with it."""
+    pids = tmp_path / "pids"
+    watch = "from perflab.measure.processes import end_group_with_caller\nend_group_with_caller()"
+    child = _forks_a_sleeper(pids)
+    child[-1] = watch + "\n" + child[-1]
+    caller = (
+        "import os, signal, subprocess, time\n"
+        f"subprocess.Popen({child!r}, start_new_session=True)\n"
+        f"while not os.path.exists({str(pids)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", caller], timeout=120)
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert _all_end(started), started
+
+
+def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
+    """A compiling child started by hand, in its caller's group, must not kill that group
+    when its caller ends: it starts no watcher."""
+    probe = (
+        "import threading\n"
+        "from perflab.measure.processes import end_group_with_caller\n"
+        "end_group_with_caller()\n"
+        "print(threading.active_count())\n"
+    )
+    counts = [
+        subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, start_new_session=own
+        ).stdout.split()
+        for own in (False, True)
+    ]
+    assert counts == [["1"], ["2"]]
