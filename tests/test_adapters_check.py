@@ -91,8 +91,8 @@ def test_perflab_own_adapters_pass_everything(own_table):
         ("get_fsdp", "gradients fp32"),
         ("get_sharded_optimizer", "AdamW vs unsharded"),
         ("get_sharded_optimizer", "round trip"),
-        pytest.param("large_tile_kernel (buggy_kernels)", "sm_90", marks=NEEDS_TRITON),
-        pytest.param("large_tile_kernel (buggy_kernels)", "sm_80", marks=NEEDS_TRITON),
+        pytest.param("deep_pipeline_kernel (buggy_kernels)", "sm_90", marks=NEEDS_TRITON),
+        pytest.param("deep_pipeline_kernel (buggy_kernels)", "sm_80", marks=NEEDS_TRITON),
     ],
 )
 def test_each_planted_bug_fails(buggy_table, adapter, check_part):
