@@ -279,3 +279,58 @@ def test_the_structure_costs_what_the_instruction_counts_say():
     assert unmasked == lean < masked
     (sentence,) = structure_findings(table)
     assert f"issues {plain:.0f} SASS" in sentence and f"unmasked loop {lean:.0f}" in sentence
+
+
+def _running_in_group(group: int) -> list[int]:
+    """The processes of process group ``group`` that still run (zombies have ended)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(pgrp) == group and state != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_an_interrupted_table_leaves_no_compiler_running(monkeypatch):
+    """``compile_table``'s child compiles in a group of its own (``own_group``): an interrupt
+    while its rows come in (Ctrl-C, Jupyter's) kills it and every worker it forked."""
+    import contextlib
+    import time
+
+    import perflab.measure.progress as progress_module
+    import perflab.tools.kernels as kernels
+    from perflab.measure.processes import alive
+
+    started = []
+    real_own_group = kernels.own_group
+
+    @contextlib.contextmanager
+    def spy(*args, **kwargs):
+        with real_own_group(*args, **kwargs) as child:
+            started.append(child.pid)
+            yield child
+
+    class InterruptedBar:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(kernels, "own_group", spy)
+    monkeypatch.setattr(progress_module, "progress", lambda **kwargs: InterruptedBar())
+    job_list = jobs(kernels=FLASH_KERNELS, targets=("sm_90",), dtypes=("fp16",), head_dims=(64,))
+    with pytest.raises(KeyboardInterrupt):
+        compile_table(job_list, workers=2)
+    (child,) = started
+    deadline = time.monotonic() + 5
+    while _running_in_group(child) and time.monotonic() < deadline:  # SIGKILL lands at once
+        time.sleep(0.05)
+    assert not alive(child) and not _running_in_group(child)

@@ -63,11 +63,12 @@ def test_a_zombie_counts_as_ended():
     assert not alive(child.pid)
 
 
-def _forks_a_sleeper(pids: Path, then: str = "") -> list[str]:
-    """A child that forks a worker that sleeps, writes both pids whole, runs ``then``, then
-    sleeps itself."""
+def _forks_a_sleeper(pids: Path, then: str = "", before: str = "") -> list[str]:
+    """A child that runs ``before``, forks a worker that sleeps, writes both pids whole, runs
+    ``then``, then sleeps itself."""
     script = (
         "import os, sys, time\n"
+        f"{before}\n"
         "worker = os.fork() or time.sleep(300)\n"
         f"open({str(pids)!r} + '.part', 'w').write(f'{{os.getpid()}} {{worker}}')\n"
         f"os.replace({str(pids)!r} + '.part', {str(pids)!r})\n"
@@ -101,8 +102,7 @@ def test_a_child_past_its_time_is_killed_with_every_worker_it_forked(tmp_path):
 @needs_proc
 def test_an_interrupt_while_the_output_streams_kills_the_child_and_its_workers(tmp_path):
     """``compile_table`` reads its child's rows as they come (for the progress bar): a
-    ``KeyboardInterrupt`` there (Jupyter's interrupt reaches the kernel process only) ends the
-    child and the workers it forked."""
+    ``KeyboardInterrupt`` or an error there ends the child and the workers it forked."""
     pids = tmp_path / "pids"
     command = _forks_a_sleeper(pids, then="print('first row', flush=True)")
     with pytest.raises(KeyboardInterrupt):
@@ -113,20 +113,26 @@ def test_an_interrupt_while_the_output_streams_kills_the_child_and_its_workers(t
     assert _all_end([int(pid) for pid in pids.read_text().split()])
 
 
+WATCH = "from perflab.measure.processes import end_group_with_caller\nend_group_with_caller()"
+
+
 @needs_proc
-def test_the_child_and_its_workers_end_when_their_caller_is_killed(tmp_path):
+@pytest.mark.parametrize("late", [False, True], ids=["watching", "watching only once orphaned"])
+def test_the_child_and_its_workers_end_when_their_caller_is_killed(tmp_path, late):
     """A caller killed outright (SIGKILL: no finally runs) leaves its child in a group of its
-    own: the child notices and kills its group, its forked workers with it."""
+    own: the child notices and kills its group, its forked workers with it; also when it
+    starts watching only after its caller died (its caller's pid came with ``own_group``)."""
     pids = tmp_path / "pids"
-    watch = "from perflab.measure.processes import end_group_with_caller\nend_group_with_caller()"
-    child = _forks_a_sleeper(pids)
-    child[-1] = watch + "\n" + child[-1]
+    before = "first = os.getppid()" if late else WATCH
+    then = "while os.getppid() == first:\n    time.sleep(0.05)\n" + WATCH if late else ""
+    child = _forks_a_sleeper(pids, then, before)
     caller = (
-        "import os, signal, subprocess, time\n"
-        f"subprocess.Popen({child!r}, start_new_session=True)\n"
-        f"while not os.path.exists({str(pids)!r}):\n"
-        "    time.sleep(0.05)\n"
-        "os.kill(os.getpid(), signal.SIGKILL)\n"
+        "import os, signal, time\n"
+        "from perflab.measure.processes import own_group\n"
+        f"with own_group({child!r}, dict(os.environ)):\n"
+        f"    while not os.path.exists({str(pids)!r}):\n"
+        "        time.sleep(0.05)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     subprocess.run([sys.executable, "-c", caller], timeout=120)
     started = [int(pid) for pid in pids.read_text().split()]
@@ -149,3 +155,30 @@ def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
         for own in (False, True)
     ]
     assert counts == [["1"], ["2"]]
+
+
+@pytest.mark.parametrize(
+    "main, request_text",
+    [
+        ("perflab.tools.kernels import _main as main; sys.argv = ['kernels', '1']", "[]"),
+        (
+            "perflab.tools.adapters.kernel_compile import main",
+            '{"spec": "perflab.cs336", "launches": [], "targets": []}',
+        ),
+    ],
+    ids=["compile_table's child", "perflab check's child"],
+)
+def test_both_compiling_children_watch_their_caller(main, request_text):
+    """The children ``compile_table`` and ``perflab check`` start each end their group with
+    their caller: started in a group of their own, each runs the watcher."""
+    probe = f"import sys, threading\nfrom {main}\nmain()\nprint(threading.active_count())\n"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        input=request_text,
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "2"

@@ -53,28 +53,34 @@ def map_forked(
     yield from map(work, items[returned:])
 
 
+#: Where ``own_group`` tells its child which process started it: read by the child at any
+#: time, the caller's pid stays right even if the caller was gone before the child looked.
+CALLER_PID = "PERFLAB_CALLER_PID"
+
+
 @contextlib.contextmanager
 def own_group(command: list[str], env: dict, stderr=subprocess.PIPE) -> Iterator[subprocess.Popen]:
     """``command`` started in a process group of its own, its stdin and stdout pipes of text
     (``stderr`` a pipe too unless given a file). Left before the child was reaped (past a
-    timeout, on an error or a ``KeyboardInterrupt`` such as Jupyter's interrupt), the whole
-    group is killed, the child and every worker it forked: killing the child alone would leave
-    its workers running. A caller killed outright runs no ``finally``: the child guards against
-    that itself (``end_group_with_caller``)."""
+    timeout, on an error or a ``KeyboardInterrupt``), the whole group is killed, the child and
+    every worker it forked: killing the child alone would leave its workers running. A caller
+    killed outright runs no ``finally``: the child guards against that itself
+    (``end_group_with_caller``, told the caller's pid in ``CALLER_PID``)."""
     with subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
         text=True,
-        env=env,
+        env={**env, CALLER_PID: str(os.getpid())},
         start_new_session=True,
     ) as child:
         try:
             yield child
         finally:
             if child.returncode is None:  # not yet reaped, so its pid still names its group
-                os.killpg(child.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # reaped behind Popen's back
+                    os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
 
 
@@ -90,18 +96,21 @@ def alive(pid: int) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
+        except PermissionError:  # another user's process
+            return True
         return True
 
 
-def when_caller_ends(action: Callable[[], object], caller_pid: int | None = None) -> None:
+def when_caller_ends(action: Callable[[], object], caller_pid: int) -> None:
     """Run ``action`` once the caller is gone, however it ended (SIGKILL included): a daemon
-    thread checks twice a second whether ``caller_pid`` still runs. ``caller_pid`` defaults to
-    this process's parent; give it where the parent is not the caller (a forkserver's
+    thread checks twice a second whether ``caller_pid`` still runs and, where the caller is
+    this process's parent, whether it still is (an orphan is given another parent at once,
+    which no reuse of the pid can hide). The caller need not be the parent (a forkserver's
     children). Forked children do not inherit the thread."""
-    caller = os.getppid() if caller_pid is None else caller_pid
+    is_parent = os.getppid() == caller_pid
 
     def watch() -> None:
-        while alive(caller):
+        while alive(caller_pid) and (not is_parent or os.getppid() == caller_pid):
             time.sleep(0.5)
         action()
 
@@ -110,9 +119,12 @@ def when_caller_ends(action: Callable[[], object], caller_pid: int | None = None
 
 def end_group_with_caller() -> None:
     """For a child started by ``own_group``: kill its whole group (itself and its workers)
-    when its caller ends, however it ended. In a group of its own the child is out of reach of
-    the signals that end its caller's group (a terminal's Ctrl-C, a SIGTERM to the group). A
-    child not leading a group of its own (started by hand) shares its caller's group and its
-    signals, and kills nobody's group."""
+    when its caller ends, however it ended, even before this was called (the caller's pid
+    comes from ``CALLER_PID``, else this process's parent). In a group of its own the child
+    is out of reach of the signals that end its caller's group (a terminal's Ctrl-C, Jupyter's
+    interrupt and restart, which signal the kernel's group). A child that does not lead its
+    group (started inside its caller's group) shares its caller's signals and kills nobody's
+    group; one started from an interactive shell leads a group of its own and is watched."""
+    caller = int(os.environ.pop(CALLER_PID, os.getppid()))  # not passed on to its children
     if os.getpgrp() == os.getpid():
-        when_caller_ends(lambda: os.killpg(0, signal.SIGKILL))
+        when_caller_ends(lambda: os.killpg(0, signal.SIGKILL), caller)

@@ -18,6 +18,7 @@ repeated tables take seconds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -280,10 +281,14 @@ def compile_table(job_list: list[Job], workers: int | None = None) -> pd.DataFra
     env = compiler_environment()
     rows = []
     command = [sys.executable, "-m", "perflab.tools.kernels", str(workers)]
-    # In a group of its own: an interrupt (Jupyter's, Ctrl-C) kills the child and its workers.
+    # In a group of its own: an error or an interrupt here kills the child and its workers.
     with tempfile.TemporaryFile("w+") as errors, own_group(command, env, errors) as child:
-        child.stdin.write(json.dumps([asdict(job) for job in job_list]))
-        child.stdin.close()
+        try:
+            child.stdin.write(json.dumps([asdict(job) for job in job_list]))
+            child.stdin.close()
+        except BrokenPipeError:  # it ended before reading them: its stderr says why, below
+            with contextlib.suppress(BrokenPipeError):
+                child.stdin.close()
         with progress(total=len(job_list), desc="compiling", unit="kernel") as bar:
             for line in child.stdout:
                 rows.append(json.loads(line))
