@@ -14,6 +14,7 @@ makes a second run fast.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -305,7 +306,7 @@ def test_an_interrupted_table_leaves_no_compiler_running(monkeypatch):
     import perflab.tools.kernels as kernels
     from perflab.measure.processes import alive
 
-    started = []
+    started, running_at_interrupt = [], []
     real_own_group = kernels.own_group
 
     @contextlib.contextmanager
@@ -322,6 +323,7 @@ def test_an_interrupted_table_leaves_no_compiler_running(monkeypatch):
             return False
 
         def update(self):
+            running_at_interrupt.append(_running_in_group(started[0]))
             raise KeyboardInterrupt
 
     monkeypatch.setattr(kernels, "own_group", spy)
@@ -330,7 +332,11 @@ def test_an_interrupted_table_leaves_no_compiler_running(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         compile_table(job_list, workers=2)
     (child,) = started
+    assert child in running_at_interrupt[0]  # still compiling when interrupted
     deadline = time.monotonic() + 5
     while _running_in_group(child) and time.monotonic() < deadline:  # SIGKILL lands at once
         time.sleep(0.05)
-    assert not alive(child) and not _running_in_group(child)
+    left = _running_in_group(child)
+    if left:  # leave no compiler behind, even when failing
+        os.killpg(child, signal.SIGKILL)
+    assert not alive(child) and not left

@@ -3,6 +3,7 @@ forked workers in order, a child in a group of its own killed whole when its cal
 waiting (a timeout, an interrupt while its output streams), and a child that ends its group
 when its caller is killed outright. No Triton needed: the children here fork sleepers."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,6 +49,28 @@ def test_work_is_spread_over_forked_workers_and_comes_back_in_order():
 
 
 @needs_proc
+def test_workers_end_when_the_process_that_forked_them_is_killed(tmp_path):
+    """A process killed outright (SIGKILL, the OOM killer) while its workers run: they exit
+    too, instead of waiting on its queue forever with its output open."""
+    script = (
+        "import os, signal, threading, time\n"
+        "from perflab.measure.processes import map_forked\n"
+        "def work(item):\n"
+        f"    open(os.path.join({str(tmp_path)!r}, str(os.getpid())), 'w').close()\n"
+        "    time.sleep(300)\n"
+        "def kill_me():\n"
+        f"    while len(os.listdir({str(tmp_path)!r})) < 2:\n"
+        "        time.sleep(0.05)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "threading.Thread(target=kill_me, daemon=True).start()\n"
+        "list(map_forked(work, range(2), workers=2))\n"
+    )
+    subprocess.run([sys.executable, "-c", script], timeout=120)
+    workers = [int(path.name) for path in tmp_path.iterdir()]
+    assert len(workers) == 2 and _all_end(workers), workers
+
+
+@needs_proc
 def test_a_zombie_counts_as_ended():
     """``alive``: a child that exited but was not yet reaped has ended."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
@@ -69,7 +92,10 @@ def _forks_a_sleeper(pids: Path, then: str = "", before: str = "") -> list[str]:
     script = (
         "import os, sys, time\n"
         f"{before}\n"
-        "worker = os.fork() or time.sleep(300)\n"
+        "worker = os.fork()\n"
+        "if worker == 0:\n"
+        "    time.sleep(300)\n"
+        "    os._exit(0)\n"
         f"open({str(pids)!r} + '.part', 'w').write(f'{{os.getpid()}} {{worker}}')\n"
         f"os.replace({str(pids)!r} + '.part', {str(pids)!r})\n"
         f"{then}\n"
@@ -79,10 +105,16 @@ def _forks_a_sleeper(pids: Path, then: str = "", before: str = "") -> list[str]:
 
 
 def _all_end(pids: list[int], within_s: float = 10) -> bool:
+    """Whether every one of ``pids`` ends within ``within_s``; those that do not are killed,
+    so that a failing test leaves no sleeper behind."""
     deadline = time.monotonic() + within_s
     while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not any(map(alive, pids))
+    left = [pid for pid in pids if alive(pid)]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return not left
 
 
 @needs_proc
@@ -97,6 +129,18 @@ def test_a_child_past_its_time_is_killed_with_every_worker_it_forked(tmp_path):
     with own_group([sys.executable, "-c", "print(input())"], dict(os.environ)) as child:
         assert child.communicate("in", timeout=30) == ("in\n", "")
     assert child.returncode == 0
+
+
+@needs_proc
+def test_a_child_that_fails_takes_its_workers_with_it(tmp_path):
+    """A child that crashes while its workers run (here: exits 1 after forking a sleeper)
+    leaves none of them running once the block is left."""
+    pids = tmp_path / "pids"
+    with own_group(_forks_a_sleeper(pids, then="sys.exit(1)"), dict(os.environ)) as child:
+        child.stdin.close()
+        child.wait(timeout=60)  # its output stays open while the sleeper holds it
+    assert child.returncode == 1
+    assert _all_end([int(pid) for pid in pids.read_text().split()])
 
 
 @needs_proc
@@ -139,22 +183,25 @@ def test_the_child_and_its_workers_end_when_their_caller_is_killed(tmp_path, lat
     assert _all_end(started), started
 
 
+#: Prints whether the caller's watcher runs in this process.
+WATCHING = "print('perflab-caller-watch' in [t.name for t in threading.enumerate()])\n"
+
+
 def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
     """A compiling child started by hand, in its caller's group, must not kill that group
     when its caller ends: it starts no watcher."""
     probe = (
         "import threading\n"
         "from perflab.measure.processes import end_group_with_caller\n"
-        "end_group_with_caller()\n"
-        "print(threading.active_count())\n"
+        "end_group_with_caller()\n" + WATCHING
     )
-    counts = [
+    watching = [
         subprocess.run(
             [sys.executable, "-c", probe], capture_output=True, text=True, start_new_session=own
         ).stdout.split()
         for own in (False, True)
     ]
-    assert counts == [["1"], ["2"]]
+    assert watching == [["False"], ["True"]]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +218,7 @@ def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
 def test_both_compiling_children_watch_their_caller(main, request_text):
     """The children ``compile_table`` and ``perflab check`` start each end their group with
     their caller: started in a group of their own, each runs the watcher."""
-    probe = f"import sys, threading\nfrom {main}\nmain()\nprint(threading.active_count())\n"
+    probe = f"import sys, threading\nfrom {main}\nmain()\n" + WATCHING
     done = subprocess.run(
         [sys.executable, "-c", probe],
         input=request_text,
@@ -181,4 +228,4 @@ def test_both_compiling_children_watch_their_caller(main, request_text):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[-1] == "2"
+    assert done.stdout.split()[-1] == "True"
