@@ -134,9 +134,9 @@ def end_group_with_caller() -> None:
     comes from ``CALLER_PID``, else this process's parent). In a group of its own the child
     is out of reach of the signals that end its caller's group (a terminal's Ctrl-C, Jupyter's
     interrupt, and the kill of a kernel that did not shut down in time, which signal the
-    kernel's group). A child that does not lead its
-    group (started inside its caller's group) shares its caller's signals and kills nobody's
-    group; one started from an interactive shell leads a group of its own and is watched."""
+    kernel's group). A child that does not lead its group (started inside its caller's group)
+    shares its caller's signals and kills nobody's group; one started from an interactive
+    shell leads a group of its own and is watched."""
     caller = int(os.environ.pop(CALLER_PID, os.getppid()))  # not passed on to its children
     if os.getpgrp() == os.getpid():
         when_caller_ends(lambda: os.killpg(0, signal.SIGKILL), caller)
