@@ -216,8 +216,8 @@ def test_only_a_child_in_a_group_of_its_own_watches_its_caller():
     ids=["compile_table's child", "perflab check's child"],
 )
 def test_both_compiling_children_watch_their_caller(main, request_text):
-    """The children ``compile_table`` and ``perflab check`` start each end their group with
-    their caller: started in a group of their own, each runs the watcher."""
+    """The compiling children of ``compile_table`` and of ``perflab check`` each end their
+    group with their caller: started in a group of their own, each runs the watcher."""
     probe = f"import sys, threading\nfrom {main}\nmain()\n" + WATCHING
     done = subprocess.run(
         [sys.executable, "-c", probe],
