@@ -183,6 +183,37 @@ def test_the_child_and_its_workers_end_when_their_caller_is_killed(tmp_path, lat
     assert _all_end(started), started
 
 
+@needs_proc
+def test_a_parent_whose_pid_looks_alive_is_still_seen_gone(tmp_path):
+    """``when_caller_ends`` where the caller is the parent: killed, the parent is seen gone
+    by the parent change (an orphan is given another parent at once) even where its pid seems
+    to run on, as when a new process takes it at once. Here ``alive`` is made to say so."""
+    ready, acted = tmp_path / "ready", tmp_path / "acted"
+    child = (
+        "import os, time\n"
+        "from perflab.measure import processes\n"
+        "processes.alive = lambda pid: True  # the parent's pid taken again at once\n"
+        f"processes.when_caller_ends(lambda: open({str(acted)!r}, 'w').close(), os.getppid())\n"
+        f"open({str(ready)!r} + '.part', 'w').write(str(os.getpid()))\n"
+        f"os.replace({str(ready)!r} + '.part', {str(ready)!r})\n"
+        f"while not os.path.exists({str(acted)!r}):\n"
+        "    time.sleep(0.05)\n"
+    )
+    caller = (
+        "import os, signal, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {child!r}])\n"
+        f"while not os.path.exists({str(ready)!r}):\n"
+        "    time.sleep(0.05)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    subprocess.run([sys.executable, "-c", caller], timeout=120)
+    deadline = time.monotonic() + 10
+    while not acted.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    seen_gone = acted.exists()
+    assert _all_end([int(ready.read_text())]) and seen_gone
+
+
 #: Prints whether the caller's watcher runs in this process.
 WATCHING = "print('perflab-caller-watch' in [t.name for t in threading.enumerate()])\n"
 
