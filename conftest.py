@@ -2,18 +2,68 @@
 
 Notebooks executed by the tests write their results to a temporary folder
 (``PERFLAB_DATA_DIR``, inherited by the notebook kernels), never over the committed ``data/``.
+
+The tests run on pytest-xdist's workers (``-n auto --dist loadfile`` in pyproject's addopts:
+whole files per worker, so a notebook's cells share one kernel), one per usable core, at most
+``MAX_WORKERS``; each worker, with the notebook kernels, ranks and commands it starts, gets its
+share of the cores as torch threads. Without that share each worker's torch takes a thread per
+core, and threads that wait for cores another worker holds slow both: on 2 cores, two workers
+at two threads each ran longer than one process.
 """
 
 import os
 import tempfile
 
+import pytest
+
+#: Workers at most, whatever the cores: each may run a notebook's kernel or a launch of ranks
+#: besides itself, so memory, not cores, bounds a large machine.
+MAX_WORKERS = 8
+
+#: Where a process reads its thread count: OpenMP's (torch's CPU operators, inductor's C++
+#: kernels) and MKL's (its matmuls); a process that a worker starts inherits them.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+#: The threads this worker was given here (None: one process, or the caller set a count).
+_threads_given = None
+
+
+def _usable_cores() -> int:
+    """This process's CPU affinity, as ``perflab.measure.processes.usable_cores`` counts it
+    (not imported from there: a worker sets its thread count before torch, which perflab
+    imports, reads it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per usable core, at most ``MAX_WORKERS``."""
+    return min(_usable_cores(), MAX_WORKERS)
+
 
 def pytest_configure(config):
+    global _threads_given
     os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
     os.environ.setdefault("MPLBACKEND", "Agg")
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in a worker only
+    if workers and "OMP_NUM_THREADS" not in os.environ:  # unless the caller set a count
+        _threads_given = max(1, _usable_cores() // int(workers))  # its share of the cores
+        for name in THREAD_VARIABLES:
+            os.environ.setdefault(name, str(_threads_given))
     # (Ranks go to Gloo where there is no GPU for each: ``launch`` decides per launch.)
     # Choose the Triton interpreter (as ``import perflab`` does) before any test module is
     # collected: one that imports Triton first (torch.utils.flop_counter does) would make
     # perflab's kernels refuse to load, depending on which files run.
     import perflab  # noqa: F401
 
+    if _threads_given:  # torch imported before the variables were set would not read them
+        import torch
+
+        torch.set_num_threads(_threads_given)
+
+
+@pytest.fixture
+def threads_given():
+    """The torch threads this worker was given (None: one process, or the caller's count)."""
+    return _threads_given
