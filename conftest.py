@@ -5,10 +5,11 @@ Notebooks executed by the tests write their results to a temporary folder
 
 The tests run on pytest-xdist's workers (``-n auto --dist loadfile`` in pyproject's addopts:
 whole files per worker, so a notebook's cells share one kernel), one per usable core, at most
-``MAX_WORKERS``; each worker, with the notebook kernels, ranks and commands it starts, gets its
-share of the cores as torch threads. Without that share each worker's torch takes a thread per
-core, and threads that wait for cores another worker holds slow both: on 2 cores, two workers
-at two threads each ran longer than one process.
+``MAX_WORKERS``. Each worker gets its share of the cores as torch threads, and so do the
+notebook kernels and commands it starts (they inherit ``THREAD_VARIABLES``) and the ranks it
+launches (``launch`` splits its threads among them); process pools (inductor's compile
+workers, ``map_forked``) still start one process per core. At torch's default of a thread per
+core, two workers on 2 cores ran longer than one process (306fb98).
 """
 
 import os
@@ -37,9 +38,12 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, which -p no:xdist leaves out
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto``: one worker per usable core, at most ``MAX_WORKERS``."""
-    return min(_usable_cores(), MAX_WORKERS)
+    """``-n auto``: one worker per usable core, at most ``MAX_WORKERS``, unless
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` says how many (pytest-xdist's own rule)."""
+    asked = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    return int(asked) if asked.isdigit() else min(_usable_cores(), MAX_WORKERS)
 
 
 def pytest_configure(config):
@@ -47,10 +51,10 @@ def pytest_configure(config):
     os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
     os.environ.setdefault("MPLBACKEND", "Agg")
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in a worker only
-    if workers and "OMP_NUM_THREADS" not in os.environ:  # unless the caller set a count
+    if workers and not any(name in os.environ for name in THREAD_VARIABLES):  # the caller's
         _threads_given = max(1, _usable_cores() // int(workers))  # its share of the cores
         for name in THREAD_VARIABLES:
-            os.environ.setdefault(name, str(_threads_given))
+            os.environ[name] = str(_threads_given)
     # (Ranks go to Gloo where there is no GPU for each: ``launch`` decides per launch.)
     # Choose the Triton interpreter (as ``import perflab`` does) before any test module is
     # collected: one that imports Triton first (torch.utils.flop_counter does) would make

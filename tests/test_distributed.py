@@ -151,6 +151,21 @@ def test_a_run_past_its_timeout_is_stopped():
     assert _no_children_left()
 
 
+def test_the_ranks_share_the_launching_process_threads():
+    """By default each rank gets the launching process's torch threads over the ranks (at
+    least 1), not the machine's cores: a test worker given one thread, or a caller given four
+    on any machine, passes its count on."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        assert launch(torch.get_num_threads, 2) == [2, 2]
+        torch.set_num_threads(1)
+        assert launch(torch.get_num_threads, 2) == [1, 1]
+        assert launch(torch.get_num_threads, 2, threads_per_rank=3) == [3, 3]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_ranks_die_with_a_killed_caller(tmp_path):
     (tmp_path / "sleeper.py").write_text(
         textwrap.dedent("""

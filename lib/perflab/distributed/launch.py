@@ -331,7 +331,9 @@ def launch(
     Where the ranks run is decided here, for this launch (``place_ranks``: ``collectives`` the
     ones ``fn`` uses, None for any); ``rank_device()`` tells a rank its device. ``parameters``
     (the model's size, when ``fn`` trains one) refuses a GPU-sized model on CPU ranks.
-    ``threads_per_rank`` defaults to the CPU cores divided among the ranks (at least 1).
+    ``threads_per_rank`` defaults to this process's torch threads divided among the ranks (at
+    least 1): its cores under torch's default, its share where it was given fewer (a test
+    worker's, ``OMP_NUM_THREADS``), so that the ranks ask for no more threads than it had.
     Raises ``RankError`` (rank + traceback) as soon as any rank fails, ``TimeoutError`` after
     ``timeout_s``; either way every rank is stopped before this returns.
     """
@@ -343,7 +345,7 @@ def launch(
             f"{getattr(fn, '__name__', fn)!r} is defined in __main__ (a notebook or script); "
             "ranks can only run functions importable from a module, e.g. in perflab"
         )
-    threads = threads_per_rank or max(1, (os.cpu_count() or 1) // world_size)
+    threads = threads_per_rank or max(1, torch.get_num_threads() // world_size)
     # The ranks record the rows they measure with the launching process's library_tree (read
     # once here, not by each rank from a disk that may have changed since).
     tree = library_tree()
