@@ -211,7 +211,9 @@ def test_a_parent_whose_pid_looks_alive_is_still_seen_gone(tmp_path):
     while not acted.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     seen_gone = acted.exists()
-    assert _all_end([int(ready.read_text())]) and seen_gone
+    ended = _all_end([int(ready.read_text())])  # killed if it still watches: none left behind
+    assert seen_gone, "the watcher did not see its parent gone"
+    assert ended
 
 
 #: Prints whether the caller's watcher runs in this process.
