@@ -7,9 +7,9 @@ The tests run on pytest-xdist's workers (``-n auto --dist loadfile`` in pyprojec
 whole files per worker, so a notebook's cells share one kernel), one per usable core, at most
 ``MAX_WORKERS``. Each worker gets its share of the cores as torch threads, and so do the
 notebook kernels and commands it starts (they inherit ``THREAD_VARIABLES``) and the ranks it
-launches (``launch`` splits its threads among them); process pools (inductor's compile
-workers, ``map_forked``) still start one process per core. At torch's default of a thread per
-core, two workers on 2 cores ran longer than one process (306fb98).
+launches (``launch`` splits its threads among them, at least one each); process pools
+(inductor's compile workers, ``map_forked``) still start one process per core. At torch's
+default of a thread per core, two workers on 2 cores ran longer than one process (306fb98).
 """
 
 import os
@@ -42,8 +42,10 @@ def _usable_cores() -> int:
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per usable core, at most ``MAX_WORKERS``, unless
     ``PYTEST_XDIST_AUTO_NUM_WORKERS`` says how many (pytest-xdist's own rule)."""
-    asked = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
-    return int(asked) if asked.isdigit() else min(_usable_cores(), MAX_WORKERS)
+    try:
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    except (KeyError, ValueError):
+        return min(_usable_cores(), MAX_WORKERS)
 
 
 def pytest_configure(config):

@@ -213,7 +213,7 @@ def test_a_parent_whose_pid_looks_alive_is_still_seen_gone(tmp_path):
     seen_gone = acted.exists()
     ended = _all_end([int(ready.read_text())])  # killed if it still watches: none left behind
     assert seen_gone, "the watcher did not see its parent gone"
-    assert ended
+    assert ended, "the child did not end once its watcher acted (killed)"
 
 
 #: Prints whether the caller's watcher runs in this process.

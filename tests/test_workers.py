@@ -13,7 +13,7 @@ import torch
 def test_a_worker_and_what_it_starts_use_its_share_of_the_cores(threads_given):
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers is None:
-        pytest.skip("one process (-n 0, or without pytest-xdist): torch keeps its own count")
+        pytest.skip("one process (-n 0): torch keeps its own thread count")
     if threads_given is None:
         pytest.skip("the caller set the thread count")
     child = subprocess.run(

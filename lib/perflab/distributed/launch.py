@@ -331,9 +331,10 @@ def launch(
     Where the ranks run is decided here, for this launch (``place_ranks``: ``collectives`` the
     ones ``fn`` uses, None for any); ``rank_device()`` tells a rank its device. ``parameters``
     (the model's size, when ``fn`` trains one) refuses a GPU-sized model on CPU ranks.
-    ``threads_per_rank`` defaults to this process's torch threads divided among the ranks (at
-    least 1): its cores under torch's default, its share where it was given fewer (a test
-    worker's, ``OMP_NUM_THREADS``), so that the ranks ask for no more threads than it had.
+    ``threads_per_rank`` defaults to this process's torch threads divided among the ranks, at
+    least one each: under torch's default the physical cores, where the process was given
+    fewer (a test worker's ``OMP_NUM_THREADS``) its share, so that the ranks ask for no more
+    threads than it had unless there are more ranks than threads.
     Raises ``RankError`` (rank + traceback) as soon as any rank fails, ``TimeoutError`` after
     ``timeout_s``; either way every rank is stopped before this returns.
     """
