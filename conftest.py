@@ -29,42 +29,34 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _threads_given = None
 
 
-def _usable_cores() -> int:
-    """This process's CPU affinity, as ``perflab.measure.processes.usable_cores`` counts it
-    (not imported from there: a worker sets its thread count before torch, which perflab
-    imports, reads it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, which -p no:xdist leaves out
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per usable core, at most ``MAX_WORKERS``, unless
     ``PYTEST_XDIST_AUTO_NUM_WORKERS`` says how many (pytest-xdist's own rule)."""
+    from perflab.measure.processes import usable_cores
+
     try:
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     except (KeyError, ValueError):
-        return min(_usable_cores(), MAX_WORKERS)
+        return min(usable_cores(), MAX_WORKERS)
 
 
 def pytest_configure(config):
     global _threads_given
     os.environ.setdefault("PERFLAB_DATA_DIR", tempfile.mkdtemp(prefix="perflab-data-"))
     os.environ.setdefault("MPLBACKEND", "Agg")
-    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in a worker only
-    if workers and not any(name in os.environ for name in THREAD_VARIABLES):  # the caller's
-        _threads_given = max(1, _usable_cores() // int(workers))  # its share of the cores
-        for name in THREAD_VARIABLES:
-            os.environ[name] = str(_threads_given)
-    # (Ranks go to Gloo where there is no GPU for each: ``launch`` decides per launch.)
     # Choose the Triton interpreter (as ``import perflab`` does) before any test module is
     # collected: one that imports Triton first (torch.utils.flop_counter does) would make
     # perflab's kernels refuse to load, depending on which files run.
-    import perflab  # noqa: F401
+    # (Ranks go to Gloo where there is no GPU for each: ``launch`` decides per launch.)
+    from perflab.measure.processes import usable_cores
 
-    if _threads_given:  # torch imported before the variables were set would not read them
-        import torch
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")  # set in a worker only
+    if workers and not any(name in os.environ for name in THREAD_VARIABLES):  # the caller's
+        _threads_given = max(1, usable_cores() // int(workers))  # its share of the cores
+        for name in THREAD_VARIABLES:  # for the processes it starts
+            os.environ[name] = str(_threads_given)
+        import torch  # imported with perflab, before the variables were set
 
         torch.set_num_threads(_threads_given)
 
