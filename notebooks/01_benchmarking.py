@@ -247,9 +247,11 @@ print(conclude_all(out, [warmup_finding(reading)])[0])
 # A first step found slower pays a one-off cost of its process; which one, the study does not
 # measure. The usual ones: memory touched for the first time, the allocator filling its caches,
 # kernel libraries choosing algorithms (oneDNN primitives on a CPU; more on a GPU) and AdamW
-# allocating its state on its first step. One such step weighs on a mean and a standard
-# deviation more than on a median (the study prints by how much when it finds one). That is
-# why every measurement here warms up first and reports the median with its interval.
+# allocating its state on its first step. However slow it is, one such step moves a median
+# by at most one place among the sorted steps, while it can move a mean and a standard
+# deviation by any amount (the study prints how far each moved when it finds one; with a
+# first step only a little slower, the median may move as far as the mean). That is why every
+# measurement here warms up first and reports the median with its interval.
 #
 # ## Is the workbook's timer right?
 #

@@ -27,8 +27,8 @@
 # The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
 # them fits a `gpu_memory_gib` GPU. A larger CPU grid, every head dimension of the handout's
-# to n = 4096 (the scores of batch 8 then take 512 MiB), takes several minutes on a 2-core CPU,
-# so it stays out of the default run; to keep its results apart from the committed ones:
+# to n = 4096 (the scores of batch 8 then take 512 MiB, and attention does 256 times its work
+# at n = 256), stays out of the default run; to keep its results apart from the committed ones:
 #
 # ```
 # PERFLAB_DATA_DIR=/tmp/larger perflab run 05 -p head_dims '[16, 32, 64, 128]' \
@@ -173,7 +173,8 @@ nb.say(conclude_all(out, say.yours_against_naive(
         warmup=warmup)))
 
 # %% [markdown]
-# `torch.compile` fuses the scaling, masking and softmax into fewer kernels, which should read
+# `torch.compile` is meant to fuse the scaling, masking and softmax into fewer kernels (the
+# kernels are not counted here), which should read
 # and write the score matrix fewer times (the memory traffic is not measured here: a GPU
 # profile's bytes per kernel would show it) and may save some of the memory
 # (`peak_memory_ratio` above, measured), but it still materialises the scores: compiling does

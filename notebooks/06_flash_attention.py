@@ -280,9 +280,9 @@ ratios_to(largest, "sdpa", "end_to_end_s", index=("dtype", "head_dim", "seq_len"
 # %% [markdown]
 # The sweep measured each implementation on its own; to conclude, each implementation takes
 # turns against naive attention at the largest length both of them ran
-# (`perflab.bench.compare`, `max(steps, 6)` rounds of causal forward + backward, float32, 6
-# being the fewest that can give a 95% verdict; the Triton kernel only where it is compiled,
-# not interpreted). The sweep's separate medians above carry `unstable` flags; where the two
+# (`perflab.bench.compare`, `max(steps, 6)` rounds of causal forward + backward in the last of
+# `dtypes`, 6 being the fewest that can give a 95% verdict; the Triton kernel only where it is
+# compiled, not interpreted). The sweep's separate medians above carry `unstable` flags; where the two
 # disagree, the interleaved verdict is the one to trust, and `perflab check-results` flags a
 # shown sweep row that contradicts it.
 
@@ -344,7 +344,8 @@ print("\n".join(say.smoke_comparisons_elsewhere(dev)))
 #
 # Batch `memory_batch`, sequence `memory_seq_len`, d `memory_head_dim`, in `memory_dtype`,
 # causal, forward + backward, for `memory_implementations` (the full profile leaves out the
-# tiled PyTorch version: a Python loop over tiles takes minutes at 16,384 on a GPU); the Triton
+# tiled PyTorch version, a Python loop over tiles whose work grows as the square of the
+# sequence: `perflab.settings` names its measured time at 1024 on an H100); the Triton
 # interpreter is left out on a CPU (its times at 128 tokens in section 4 show why).
 
 # %%

@@ -133,8 +133,9 @@ nb.say(say.setup_lines(config, batch_size, seq_len, dev.type, leaderboard))
 # %% [markdown]
 # ## 1. The baseline step: where the time and the memory go
 #
-# The baseline is the workbook's model as notebook 01 trains it, with Q, K and V projected by
-# three matmuls as an unfused model would (`BASELINE`; the ladder's first candidate fuses them):
+# The baseline is notebook 01's training step with one change: Q, K and V projected by three
+# matmuls, as an unfused model would (`BASELINE`; the ladder's first candidate fuses them, as
+# notebook 01's model does):
 # naive attention, the full logits and `F.cross_entropy`, AdamW looping over the parameters,
 # float32. The phases are measured inside each step with synchronised marks (`PhaseClock`), so
 # they add up to the step.
@@ -202,10 +203,10 @@ against_torch = compare_with_torch_head(head_tokens, head_vocab, head_d_model, r
 print(conclude(out, "fused head vs torch's linear_cross_entropy", against_torch))
 
 # %% [markdown]
-# **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from a
-# sweep at three head sizes on a 2-core Intel Xeon (its figures are in
-# `perflab.implementations.fused_cross_entropy`), against the formula used before (one chunk's logits the size
-# of the hidden states: 32 tokens at 2048 x 32000 x 256). This device's numbers: the fused
+# **Which chunk size?** The default (`DEFAULT_CHUNK_TOKENS`, 128 tokens) was chosen from one
+# sweep at three head sizes on another 2-core CPU, not kept (`perflab.implementations.fused_cross_entropy`
+# says how), against the formula used before (one chunk's logits the size of the hidden
+# states: 32 tokens at 2048 x 32000 x 256). This device's numbers: the fused
 # head's time and peak memory at each of `head_chunk_sizes` (larger chunks: fewer, larger
 # matmuls; smaller: fewer logits at a time), measured again here:
 

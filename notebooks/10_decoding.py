@@ -82,7 +82,7 @@ gqa_batch = 16                                # sequences of its decode step
 gqa_context = 256                             # tokens of context, so that the cache weighs about as much as the weights
 freeze = True                                 # sections 2 and 5 also time the step compiled with its weights frozen (on a CPU, inductor's own GEMM kernels; full: False)
 gqa_rounds = 16                               # interleaved rounds of its step against multi-head attention's
-gqa_compiled = False                          # the steps compiled (two more compilations, about 30 s on a 2-core CPU; full: True)
+gqa_compiled = False                          # the steps compiled (two more compilations; full: True)
 device = "auto"                               # "cuda" when present, else "cpu"
 
 # %%
@@ -392,8 +392,9 @@ nb.say(say.sampling_lines(rotary.details, sampling.details, config.vocab_size, e
 # per channel, each weight rounded by at most half a step; the activations stay in the model's
 # dtype), the linear layers' weights take a quarter of float32's bytes; the embedding stays as
 # it is. The bytes are saved only if the int8 values are read as int8: under `torch.compile`
-# the layer writes out the products and the sum over the input, and inductor fuses them with
-# the conversion into one loop over the int8 weights (eager, it dequantises and calls
+# the layer writes out the products and the sum over the input, for inductor to fuse with
+# the conversion into one loop over the int8 weights (its generated code is not read here;
+# eager, the layer dequantises and calls
 # `F.linear`). The tests hold the layer to a float64 matmul with the dequantised weight, eager
 # and compiled. Both compiled fixed-shape steps at `int8_batch`, taking turns, and the tokens
 # that the rounding changes:

@@ -5,6 +5,7 @@ at least 9 runs of 10 (a burst of the shared machine during one run's rounds mov
 ratio to 3.0 in a clean-clone CI run: still "slower", but not near 2).
 The stated confidences are checked by simulation in test_coverage.py."""
 
+import re
 import time
 
 import numpy as np
@@ -12,7 +13,13 @@ import pytest
 
 from perflab.bench import Timing, compare
 from perflab.measure.comparison import describe_ratio, noise_check, paired_comparison, verdict
-from perflab.measure.stats import is_unstable, level_text, median_interval, order_statistic_level
+from perflab.measure.stats import (
+    is_unstable,
+    level_text,
+    median_interval,
+    order_statistic_level,
+    outward,
+)
 
 
 @pytest.mark.parametrize("burst", [False, True], ids=["quiet", "burst"])
@@ -38,9 +45,41 @@ def test_four_verdicts_from_the_whole_interval_against_the_band():
     assert verdict((0.40, 0.50), confidence=0.75) == "inconclusive"
 
 
+def test_an_interval_is_printed_rounded_outward():
+    assert outward(1.02996, 1.43001) == "1.02–1.44"  # to nearest: 1.03–1.43
+    assert outward(0.97, 1.03) == "0.97–1.03"  # two-decimal ends stay as they are
+    assert outward(1.02996, 1.43001, decimals=3) == "1.029–1.431"
+    assert outward(float("nan"), 1.0) == "nan–1.00"
+
+
+def test_a_printed_interval_holds_the_measured_one_and_reads_as_its_verdict():
+    """Intervals whose ends lie near the ±3% band's edges: the sentence's interval holds the
+    measured one, and where it lies against the band (outside, inside, across an edge) is what
+    the verdict says. Rounded to the nearest, 1.0299–1.43 read as outside the band under an
+    inconclusive verdict (notebook 08's ZeRO step)."""
+    rng = np.random.default_rng(0)
+    for _ in range(4000):
+        low, high = np.sort(rng.choice([0.97, 1.0, 1.03], 2) + rng.uniform(-0.008, 0.008, 2))
+        result = verdict((low, high))
+        sentence = describe_ratio("a", "b", (low + high) / 2, (low, high))
+        printed = re.search(r"CI (\d+\.\d+)–(\d+\.\d+)", sentence)
+        p_low, p_high = float(printed.group(1)), float(printed.group(2))
+        if result == "faster":  # printed as a speed-up: 1 / high to 1 / low
+            assert p_low <= 1 / high and p_high >= 1 / low and p_low >= 1.03, sentence
+            continue
+        assert p_low <= low and p_high >= high, sentence
+        if result == "slower":
+            assert p_low >= 1.03, sentence
+        elif result == "same":
+            assert 0.97 <= p_low and p_high <= 1.03, sentence
+        else:  # reaches across an edge of the band: neither inside it nor outside
+            assert p_low < 1.03 and p_high > 0.97, sentence
+            assert p_low < 0.97 or p_high > 1.03, sentence
+
+
 def test_sentences_follow_the_verdict_and_state_the_real_level():
     assert describe_ratio("eager", "compiled", 0.5, (0.45, 0.55)) == (
-        "compiled is 2.00x faster than eager (95% CI 1.82–2.22x)"
+        "compiled is 2.00x faster than eager (95% CI 1.81–2.23x)"  # ends rounded outward
     )
     assert describe_ratio("fp32", "bf16", 1.8, (1.6, 2.0), confidence=0.96875).startswith(
         "bf16 is 1.80x slower than fp32 (96.8% CI"

@@ -113,7 +113,7 @@ def test_ladder_sentences_report_each_rung_and_the_phases_against_the_median():
     fused, failed, kept, near, phase = say.ladder_sentences(
         greedy_frame(), "fused qkv", memory, phases, 4, 64, 10
     )
-    assert fused.startswith("fused qkv on baseline: 0.80x its time (96.8% CI 0.75-0.85, 6 rounds")
+    assert fused.startswith("fused qkv on baseline: 0.80x its time (96.8% CI 0.75–0.85, 6 rounds")
     assert failed == "bf16: fails the check" and kept == "kept: fused qkv"
     assert "within 1.25x the gradients (2.0 MiB)" in near
     assert "add up to 55.0 ms against its 50.0 ms median in the first comparison: 1.10x" in phase
@@ -135,7 +135,7 @@ def test_ladder_sentences_report_each_rung_and_the_phases_against_the_median():
 def test_stack_sentence_computes_mfu_against_each_dtypes_peak():
     whole = Comparison("baseline", "kept", (0.2,) * 6, (0.1,) * 6, 0.5, (0.45, 0.55), 0.03, 0.968)
     sentence = say.stack_sentence(whole, 1e9, 1e10, 2e10, "bfloat16")
-    assert sentence.startswith("speed-up 2.00x (96.8% CI 1.82-2.22x)")
+    assert sentence.startswith("speed-up 2.00x (96.8% CI 1.81–2.23x)")  # rounded outward
     assert "baseline 50% of 10 GFLOP/s (float32), kept stack 50% of 20 GFLOP/s" in sentence
     assert sentence.endswith("would take 100.0 ms against its 200.0 ms (this comparison's median)")
 

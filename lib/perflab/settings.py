@@ -69,8 +69,9 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "dtypes": ["float32", "bfloat16"],
         "warmup": 5,
         "steps": 20,
-        # The tiled PyTorch version loops over tiles in Python: 54 ms a forward at 1024 on an
-        # H100 (data/results/06_flash_attention/nvidia-h100-80gb-hbm3), 16x that at 4096.
+        # The tiled PyTorch version loops over tiles in Python, its work growing as the square
+        # of the sequence: its forward at 1024 on an H100 is in
+        # data/results/06_flash_attention/nvidia-h100-80gb-hbm3; 4096 would be 16x that work.
         "max_seq_len": {"flash_torch": 1024},
         "memory_batch": 8,
         "memory_seq_len": 16384,
@@ -132,7 +133,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "sharded_preset": "leaderboard-8B",
         "sharded_seq_len": 32768,
         "sharded_dtype": "bfloat16",
-        "sharded_state": "bfloat16",  # fp32 state: 82 GB per rank, above an H100's memory
+        "sharded_state": "bfloat16",  # fp32 state: above an H100's memory (09 prints the sum)
         "sharded_steps": 5,
         "sharded_check": False,
     },
@@ -155,7 +156,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "compile_preset": "leaderboard-8B",
         "compile_batch": 8,
         # Grouped-query attention on the 8B shape: 8 key and value heads for its 32 query heads
-        # (two models of 16 GB and a 17 GB multi-head cache at 16 x 2048 tokens).
+        # (two models and a multi-head cache at 16 x 2048 tokens: 10 prints their bytes).
         "gqa_kv_heads": 8,
         "gqa_context": 2048,
         "gqa_rounds": 10,

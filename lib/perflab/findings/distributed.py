@@ -36,7 +36,7 @@ from perflab.distributed.ffn_calcs import tp_backward
 from perflab.distributed.launch import max_world_size, place_ranks
 from perflab.measure.comparison import Comparison, paired_comparison
 from perflab.measure.conclusions import Finding
-from perflab.measure.stats import level_text
+from perflab.measure.stats import level_text, outward
 
 MiB = 2**20
 
@@ -188,7 +188,7 @@ def zero_step_findings(steps: pd.DataFrame, model: str, world_size: int) -> list
         Finding(
             "ZeRO step rounds",
             f"{cost.rounds} paired rounds give a {level_text(cost.confidence)} interval of the "
-            f"time ratio ({cost.ci[0]:.3f}–{cost.ci[1]:.3f}), {level} for a verdict: {outcome}.",
+            f"time ratio ({outward(*cost.ci, decimals=3)}), {level} for a verdict: {outcome}.",
             cost,
         ),
     ]

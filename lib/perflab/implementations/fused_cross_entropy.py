@@ -23,22 +23,18 @@ from torch import Tensor
 IGNORE_INDEX = -100  # targets equal to this do not count (as in F.cross_entropy)
 
 
-#: Tokens per chunk, chosen from a measured sweep of time against peak memory (notebook 09,
-#: ``perflab.lessons.nb09_training_step.head_memory.chunk_size_sweep``; 2-core Intel Xeon, float32,
-#: forward + backward): at 2048 x 32000 x 256, 1024 x 10000 x 128 and 4096 x 32000 x 128, chunks of
-#: 32 / 64 / 128 / 256 / 512 / 1024 tokens took 1.81 / 0.97 / 0.73 / 0.76 / 0.89 / 1.02 s, 0.145 /
-#: 0.126 / 0.081 / 0.079 / 0.075 / 0.081 s and 2.08 / 1.18 / 1.11 / 1.05 / 1.33 / 1.35 s, with peaks
-#: of 18.6 / 20.6 / 24.5 / 32.4 / 62.5 / 125x, 13.2 / 15.7 / 20.7 / 39.1 / 78.2 / 156x and 10.8 /
-#: 12.7 / 16.7 / 31.3 / 62.5 / 125x the hidden states. 128 tokens is within 8% of the fastest in all
-#: three at about 1.3-1.6x the smallest peak; the formula used before (one chunk's logits the size
-#: of the hidden states: 32 tokens here) took 1.8-2.5x its time. Separate medians of one sweep, no
-#: interval: a choice, not a tested ranking (notebook 09's chunk sentence says which chunk sizes its
-#: own sweep tells apart). A GPU's best may differ.
+#: Tokens per chunk: a choice, made from one sweep of time against peak memory on another 2-core
+#: CPU (float32, forward + backward, chunks of 32 to 1024 tokens at three head shapes; separate
+#: medians with no interval, not kept), where 128 tokens sat near the fastest at a fraction of the
+#: larger chunks' peaks, and one chunk's logits the size of the hidden states (the formula used
+#: before) was slower. Not a tested ranking: notebook 09 runs the sweep on its own machine
+#: (``perflab.lessons.nb09_training_step.head_memory.chunk_size_sweep``) and its chunk sentence
+#: says which chunk sizes it tells apart. A GPU's best may differ.
 DEFAULT_CHUNK_TOKENS = 128
 
 
 def default_chunk_size(tokens: int, vocab: int, d_model: int) -> int:
-    """Tokens per chunk: ``DEFAULT_CHUNK_TOKENS`` (chosen from the measured sweep above), or
+    """Tokens per chunk: ``DEFAULT_CHUNK_TOKENS`` (a choice, above), or
     all the tokens when there are fewer. One chunk's logits are then at most
     ``DEFAULT_CHUNK_TOKENS`` x ``vocab`` values, whatever the number of tokens (at 64 tokens,
     vocab 10,000 and d 128: all 64 tokens at once, 78x the hidden states; at 2048 x 32000 x

@@ -56,6 +56,7 @@ from perflab.measure.stats import (
     level_text,
     max_level,
     median_interval,
+    outward,
 )
 
 NOISE_BAND = 0.03
@@ -192,14 +193,14 @@ def describe_ratio(
     if result == "faster":
         return (
             f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
-            f"({level} CI {1 / high:.2f}–{1 / low:.2f}x)"
+            f"({level} CI {outward(1 / high, 1 / low)}x)"
         )
     if result == "slower":
-        return f"{name_b} is {ratio:.2f}x slower than {name_a} ({level} CI {low:.2f}–{high:.2f}x)"
+        return f"{name_b} is {ratio:.2f}x slower than {name_a} ({level} CI {outward(low, high)}x)"
     if result == "same":
         return (
             f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
-            f"(time ratio {ratio:.2f}, {level} CI {low:.2f}–{high:.2f})"
+            f"(time ratio {ratio:.2f}, {level} CI {outward(low, high)})"
         )
     if confidence < required - 1e-12:
         reason = (
@@ -210,7 +211,7 @@ def describe_ratio(
         reason = f"the interval is neither outside nor inside the ±{noise_band:.0%} noise band"
     return (
         f"a difference between {name_b} and {name_a} is not established (time ratio "
-        f"{ratio:.2f}, {level} CI {low:.2f}–{high:.2f}: {reason})"
+        f"{ratio:.2f}, {level} CI {outward(low, high)}: {reason})"
     )
 
 

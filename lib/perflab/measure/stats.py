@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import comb
+from math import ceil, comb, floor, isfinite
 
 import numpy as np
 
@@ -121,6 +121,21 @@ def interval_text(
 ) -> str:
     """'12.1–13.4 ms' (or without a unit when ``unit`` is empty): an interval in words."""
     return f"{low * scale:.{digits}g}–{high * scale:.{digits}g}" + (f" {unit}" if unit else "")
+
+
+def outward(low: float, high: float, decimals: int = 2) -> str:
+    """'1.02–1.44': an interval's ends to ``decimals`` places, each rounded away from the middle
+    (the low end down, the high end up), so that the printed interval holds the measured one
+    and reads as its verdict does: 1.0299–1.4301 as 1.02–1.44, not 1.03–1.43, which would look
+    outside a ±3% noise band that the interval reaches into. Ends that are not finite print
+    as they are."""
+    if not (isfinite(low) and isfinite(high)):
+        return f"{low:.{decimals}f}–{high:.{decimals}f}"
+    scale = 10**decimals  # to 1e-9 of a step first: 0.57 * 100 is 56.99999999999999
+    return (
+        f"{floor(round(low * scale, 9)) / scale:.{decimals}f}–"
+        f"{ceil(round(high * scale, 9)) / scale:.{decimals}f}"
+    )
 
 
 def least_squares(

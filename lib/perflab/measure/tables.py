@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.measure.conclusions import Finding
-from perflab.measure.stats import level_text, median_interval
+from perflab.measure.stats import level_text, median_interval, outward
 
 
 def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +71,7 @@ def phase_findings(breakdown: pd.DataFrame) -> list[Finding]:
             where = "too few steps to compare with"
         sentence = (
             f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
-            f"({level_text(level)} CI {low:.2f}–{high:.2f}), {where} the FLOP model's 2x; "
+            f"({level_text(level)} CI {outward(low, high)}), {where} the FLOP model's 2x; "
             f"forward {row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
             f"{row.optimizer_share:.0%} of the step"
         )

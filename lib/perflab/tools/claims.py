@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from perflab.measure.paths import data_dir
-from perflab.measure.stats import level_text
+from perflab.measure.stats import level_text, outward
 from perflab.tools.report import device_folders
 
 SOURCES = {
@@ -394,7 +394,7 @@ def _data_path_rows(table: pd.DataFrame) -> str:
     rows = table[table["data_path"] != "synthetic"]
     parts = [
         f"{r.data_path} {r.vs_reference:.2f}x ({level_text(r.confidence)} CI "
-        f"{r.ci_low:.2f}–{r.ci_high:.2f}, {r.verdict})"
+        f"{outward(r.ci_low, r.ci_high)}, {r.verdict})"
         for r in rows.itertuples()
     ]
     return "step time against synthetic batches, paired by round: " + ", ".join(parts)

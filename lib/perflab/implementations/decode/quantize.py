@@ -1,4 +1,4 @@
-"""int8 weight-only quantisation for decoding (notebook 10, section 6).
+"""int8 weight-only quantisation for decoding (notebook 10, section 7).
 
 A batch-1 decode step reads every weight once per token, so its time follows the weights'
 bytes. Stored as int8 with one float scale per output row (symmetric, per channel:
@@ -8,8 +8,9 @@ rounded (each by at most scale / 2), never the activations (the scheme of gpt-fa
 
 The bytes are saved only if the int8 values are read as int8: dequantising the whole matrix and
 calling a float matmul reads int8 and then writes and reads float32 again. Under ``torch.compile``
-the product and sum over the input dimension are written out, and inductor fuses them with the
-conversion into one loop over the int8 weights; eager (and for more than ``FUSED_ROWS`` rows of
+the product and sum over the input dimension are written out, for inductor to fuse with the
+conversion into one loop over the int8 weights (the tests check the results, not the generated
+code); eager (and for more than ``FUSED_ROWS`` rows of
 activations, where the matmul is no longer a matrix-vector product) the weight is dequantised and
 ``F.linear`` does the rest. ``perflab.lessons.nb10_decoding.measurements.compare_int8`` times a
 model against its int8 copy."""

@@ -19,7 +19,7 @@ from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
 from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
 from perflab.measure.comparison import Comparison, describe_ratio
-from perflab.measure.stats import level_text
+from perflab.measure.stats import level_text, outward
 
 MiB = 2**20
 #: Peaks within this factor of the gradients' bytes: the activations and logits too small to
@@ -130,7 +130,7 @@ def ladder_sentences(
             continue
         sentences.append(
             f"{row.rung} on {row.tried_on}: {row.vs_best:.2f}x its time "
-            f"({level_text(row.confidence)} CI {row.ci_low:.2f}-{row.ci_high:.2f}, "
+            f"({level_text(row.confidence)} CI {outward(row.ci_low, row.ci_high)}, "
             f"{int(row.rounds)} rounds, {row.verdict}): {'kept' if row.kept else 'dropped'}; "
             f"peak {row.peak_bytes / MiB:.1f} MiB; first step {row.first_step_s:.2f} s"
         )
@@ -164,7 +164,7 @@ def stack_sentence(
     base_s, stack_s = np.median(whole.times_a), np.median(whole.times_b)
     speedup, slow, fast = 1 / whole.ratio, 1 / whole.ci[1], 1 / whole.ci[0]
     return (
-        f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI {slow:.2f}-{fast:.2f}x); "
+        f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI {outward(slow, fast)}x); "
         f"MFU, against the matmul peak in each step's dtype: baseline "
         f"{flops / base_s / base_peak:.0%} of {base_peak / 1e9:.0f} GFLOP/s (float32), kept "
         f"stack {flops / stack_s / stack_peak:.0%} of {stack_peak / 1e9:.0f} GFLOP/s "

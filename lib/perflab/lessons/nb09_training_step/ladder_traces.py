@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from perflab.measure.hotspots import compare_traces, kernel_hotspots, short_name
-from perflab.measure.stats import level_text
+from perflab.measure.stats import level_text, outward
 from perflab.measure.trace import load_trace
 
 
@@ -133,7 +133,7 @@ def bound_sentence(row: pd.Series) -> str:
     if replaced or pd.isna(alone) or alone <= 0:
         low, high = row.get("ci_low", step), row.get("ci_high", step)
         level = level_text(row.get("confidence", float("nan")))
-        return f"{text}, the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, " + (
+        return f"{text}, the measured step {step:.2f}x ({level} CI {outward(low, high)}, " + (
             f"{row['verdict']})."
         )
     low, high = row.get("ci_low", step), row.get("ci_high", step)
@@ -150,9 +150,9 @@ def bound_sentence(row: pd.Series) -> str:
         )
         return (
             f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
-            f"CI {low:.2f}-{high:.2f}): {why}."
+            f"CI {outward(low, high)}): {why}."
         )
-    text += f", the measured step {step:.2f}x ({level} CI {low:.2f}-{high:.2f}, {row['verdict']})"
+    text += f", the measured step {step:.2f}x ({level} CI {outward(low, high)}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
         why = (

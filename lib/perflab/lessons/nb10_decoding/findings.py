@@ -8,6 +8,8 @@ can hold it to the numbers. They are tested on small frames, GPU branches includ
 
 from __future__ import annotations
 
+from math import floor
+
 import pandas as pd
 
 from perflab.implementations.model import ModelConfig
@@ -407,7 +409,6 @@ def int8_sentences(
         f"of {new_tokens} greedy tokens per sequence, {differs} "
         f"({row['tokens_agreeing']:.0%} of all agree)."
     ]
-    speedup = row["tokens_per_s_int8"] / row["tokens_per_s_original"]
     share = _roofline_share(throughput, batch, "compiled")
     # int8's time over the original's: the whole interval of the speed-up above the bytes'
     # ratio, or no claim that it is more than the bytes give.
@@ -420,9 +421,9 @@ def int8_sentences(
             else "near enough its bound that these measurements do not explain the difference"
         )
         sentences.append(
-            f"The speed-up, {speedup:.2f}x at the medians and at least {slowest_speedup:.2f}x "
-            f"by its interval, is more than the {byte_ratio:.2f}x fewer bytes stored (the "
-            "embedding, which a step reads one row of, counted whole). The compiled "
+            f"The speed-up, at least {floor(slowest_speedup * 100) / 100:.2f}x by the interval "
+            f"of the paired rounds above, is more than the {byte_ratio:.2f}x fewer bytes stored "
+            "(the embedding, which a step reads one row of, counted whole). The compiled "
             f"{dtype} step with the original weights ran at {share:.0%} of its roofline in "
             f"section 2 (another measurement), {why}."
         )
