@@ -250,8 +250,8 @@ print(conclude_all(out, [warmup_finding(reading)])[0])
 # allocating its state on its first step. However slow it is, one such step moves a median
 # by at most one place among the sorted steps, while it can move a mean and a standard
 # deviation by any amount (the study prints how far each moved when it finds one; with a
-# first step only a little slower, the median may move as far as the mean). That is why every
-# measurement here warms up first and reports the median with its interval.
+# first step only a little slower, the median may move as far as the mean, or further). That
+# is why every measurement here warms up first and reports the median with its interval.
 #
 # ## Is the workbook's timer right?
 #

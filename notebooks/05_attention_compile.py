@@ -27,8 +27,9 @@
 # The committed settings are small sizes for a CPU; `perflab run 05 --full` runs the full
 # grid (d in 16..128, sequence 256..16384) on a GPU. Section 2 computes whether the largest of
 # them fits a `gpu_memory_gib` GPU. A larger CPU grid, every head dimension of the handout's
-# to n = 4096 (the scores of batch 8 then take 512 MiB, and attention does 256 times its work
-# at n = 256), stays out of the default run; to keep its results apart from the committed ones:
+# to n = 4096 (the scores of batch 8 then take 512 MiB, and attention does 64 times its work
+# at the default's largest n, 512), stays out of the default run; to keep its results apart
+# from the committed ones:
 #
 # ```
 # PERFLAB_DATA_DIR=/tmp/larger perflab run 05 -p head_dims '[16, 32, 64, 128]' \

@@ -345,8 +345,8 @@ print("\n".join(say.smoke_comparisons_elsewhere(dev)))
 # Batch `memory_batch`, sequence `memory_seq_len`, d `memory_head_dim`, in `memory_dtype`,
 # causal, forward + backward, for `memory_implementations` (the full profile leaves out the
 # tiled PyTorch version, a Python loop over tiles whose work grows as the square of the
-# sequence: `perflab.settings` names its measured time at 1024 on an H100); the Triton
-# interpreter is left out on a CPU (its times at 128 tokens in section 4 show why).
+# sequence: `perflab.settings` names the results folder with its time at 1024 on an H100); the
+# Triton interpreter is left out on a CPU (its times at 128 tokens in section 4 show why).
 
 # %%
 implementations = [name for name in [*memory_implementations, *yours]

@@ -14,11 +14,13 @@ import pytest
 from perflab.bench import Timing, compare
 from perflab.measure.comparison import describe_ratio, noise_check, paired_comparison, verdict
 from perflab.measure.stats import (
+    apart,
     is_unstable,
     level_text,
     median_interval,
     order_statistic_level,
     outward,
+    rounded,
 )
 
 
@@ -45,11 +47,27 @@ def test_four_verdicts_from_the_whole_interval_against_the_band():
     assert verdict((0.40, 0.50), confidence=0.75) == "inconclusive"
 
 
-def test_an_interval_is_printed_rounded_outward():
+def test_an_interval_is_printed_rounded_outward_and_off_the_edges_it_does_not_reach():
     assert outward(1.02996, 1.43001) == "1.02–1.44"  # to nearest: 1.03–1.43
     assert outward(0.97, 1.03) == "0.97–1.03"  # two-decimal ends stay as they are
+    assert outward(0.57, 1.13) == "0.57–1.13"  # not 0.56: 0.57 * 100 is 56.99999999999999
     assert outward(1.02996, 1.43001, decimals=3) == "1.029–1.431"
     assert outward(float("nan"), 1.0) == "nan–1.00"
+    assert outward(1.0304, 1.43, edges=(0.97, 1.03)) == "1.0304–1.4300"  # not on the edge 1.03
+    assert outward(0.9712, 1.01, edges=(0.97, 1.03)) == "0.971–1.010"
+    assert outward(0.5, 2.5, edges=(0.97, 1.03)) == "0.50–2.50"  # across both: nothing to add
+    assert outward(-0.001, 1e300).startswith("-0.01–1")  # no overflow
+    assert rounded(0.2504, 2, "down") == "0.25" and rounded(0.2504, 2, "up") == "0.26"
+    assert rounded(1.02 - 1, 2, "up") == "0.02"  # 0.020000000000000018: float noise, not above
+    with pytest.raises(ValueError, match="way must be one of down, up, nearest, got 'out'"):
+        rounded(1.0, 2, "out")
+
+
+def test_two_numbers_are_printed_apart_on_their_own_sides():
+    assert apart(3.1993, 3.196) == ("3.199", "3.196")  # at two places: 3.19 and 3.20
+    assert apart(0.2496, 0.25, decimals=3) == ("0.2496", "0.2500")
+    assert apart(1.2, 1.3) == ("1.20", "1.30") and apart(4.0, 4.0) == ("4.00", "4.00")
+    assert apart(1.0 + 1e-12, 1.0) == (repr(1.0 + 1e-12), "1.0")  # closer than six places
 
 
 def test_a_printed_interval_holds_the_measured_one_and_reads_as_its_verdict():
@@ -64,12 +82,12 @@ def test_a_printed_interval_holds_the_measured_one_and_reads_as_its_verdict():
         sentence = describe_ratio("a", "b", (low + high) / 2, (low, high))
         printed = re.search(r"CI (\d+\.\d+)–(\d+\.\d+)", sentence)
         p_low, p_high = float(printed.group(1)), float(printed.group(2))
-        if result == "faster":  # printed as a speed-up: 1 / high to 1 / low
-            assert p_low <= 1 / high and p_high >= 1 / low and p_low >= 1.03, sentence
+        if result == "faster":  # printed as a speed-up: 1 / high to 1 / low, above 1 / 0.97
+            assert p_low <= 1 / high and p_high >= 1 / low and p_low > 1 / 0.97, sentence
             continue
         assert p_low <= low and p_high >= high, sentence
         if result == "slower":
-            assert p_low >= 1.03, sentence
+            assert p_low > 1.03, sentence
         elif result == "same":
             assert 0.97 <= p_low and p_high <= 1.03, sentence
         else:  # reaches across an edge of the band: neither inside it nor outside

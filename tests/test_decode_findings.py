@@ -268,6 +268,11 @@ def test_int8_sentences_explain_a_speed_up_above_the_bytes_saved():
     assert "the first to differ is token 3" in text
     assert "at least 4.54x by the interval of the paired rounds above, is more than the 4" in why
     assert "at the medians" not in why  # the medians' ratio is not the paired one the verdict gave
+    # a speed-up just above the bytes' ratio: both printed to three places, not 3.19 and 3.20
+    close = {**int8_row(5.0), "weight_bytes_int8": 4e6 / 3.196, "ci_high": 1 / 3.1993}
+    (_, near) = say.int8_sentences(close, both, 1, 16, "float32")
+    assert "at least 3.199x by the interval of the paired rounds above" in near
+    assert "is more than the 3.196x fewer bytes" in near
     assert "The compiled bfloat16 step with the original weights ran at 60% of its roofline" in why
     assert "do not explain the difference" in why and "far from" not in why
     far = throughput_frame(compiled=(0.3, 0.7))

@@ -4,6 +4,7 @@ CPU."""
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -80,6 +81,7 @@ def test_the_table_from_traces_with_known_times(tmp_path):
             "(0.33x)",
         ),
         (0.62, "faster", (0.61, 0.63), "less than the hotspot alone"),  # 0.60 outside the CI
+        (0.62, "faster", (0.6004, 0.63), "does not account"),  # 0.60 printed: 0.6000, 0.6004
         (0.95, "faster", None, "less than the hotspot alone"),
         (0.25, "faster", None, "more than the hotspot alone"),
         (1.10, "slower", None, "the other way from the hotspot alone"),
@@ -103,7 +105,13 @@ def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, sa
         "faster matmul: memory-bound operators hold the largest share (67% of 0.30 ms); "
         "the hotspot that moved most, aten::mm, went from 0.30 to 0.10 ms a step in one trace"
     )
-    assert "take 0.60x as long" in text and says in text
+    assert re.search(r"take 0\.60+x as long", text) and says in text
+    # the prediction printed inside the printed interval exactly when it lies inside the step's
+    low, high = (float(x) for x in re.search(r"CI (\d+\.\d+)–(\d+\.\d+)", text).groups())
+    printed = float(re.search(r"take (\d+\.\d+)x as long", text).group(1))
+    row = rows.iloc[1]
+    inside = row["ci_low"] <= row["hotspot_alone"] <= row["ci_high"]
+    assert (low <= printed <= high) == inside, text
     assert "96.8% CI" in text and "95% CI" not in text  # the interval's own level
 
 

@@ -156,7 +156,7 @@ FULL_SIZES: dict[str, dict[str, object]] = {
         "compile_preset": "leaderboard-8B",
         "compile_batch": 8,
         # Grouped-query attention on the 8B shape: 8 key and value heads for its 32 query heads
-        # (two models and a multi-head cache at 16 x 2048 tokens: 10 prints their bytes).
+        # (the 8B model's weights and a multi-head cache at 16 x 2048 tokens: 10 prints both).
         "gqa_kv_heads": 8,
         "gqa_context": 2048,
         "gqa_rounds": 10,

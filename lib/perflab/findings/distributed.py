@@ -34,7 +34,7 @@ from perflab.distributed.comm_accounting import (
 from perflab.distributed.ddp_benchmark import DDP_COLLECTIVES, round_seconds
 from perflab.distributed.ffn_calcs import tp_backward
 from perflab.distributed.launch import max_world_size, place_ranks
-from perflab.measure.comparison import Comparison, paired_comparison
+from perflab.measure.comparison import Comparison, band_edges, paired_comparison
 from perflab.measure.conclusions import Finding
 from perflab.measure.stats import level_text, outward
 
@@ -188,7 +188,8 @@ def zero_step_findings(steps: pd.DataFrame, model: str, world_size: int) -> list
         Finding(
             "ZeRO step rounds",
             f"{cost.rounds} paired rounds give a {level_text(cost.confidence)} interval of the "
-            f"time ratio ({outward(*cost.ci, decimals=3)}), {level} for a verdict: {outcome}.",
+            f"time ratio ({outward(*cost.ci, 3, band_edges(cost.noise_band))}), {level} for a "
+            f"verdict: {outcome}.",
             cost,
         ),
     ]

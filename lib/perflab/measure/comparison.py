@@ -154,6 +154,13 @@ class Comparison:
         }
 
 
+def band_edges(noise_band: float = NOISE_BAND) -> tuple[float, float]:
+    """The noise band's edges as time ratios b / a (their inverses are the edges of a speed-up
+    a / b): a printed interval's end must not land on one that the measured end does not reach
+    (``stats.outward``)."""
+    return 1 - noise_band, 1 + noise_band
+
+
 def verdict(
     ci: tuple[float, float],
     noise_band: float = NOISE_BAND,
@@ -190,17 +197,22 @@ def describe_ratio(
     low, high = ci
     level = level_text(confidence)
     result = verdict(ci, noise_band, confidence, required)
+    edges = band_edges(noise_band)
+    speedup_edges = tuple(1 / edge for edge in edges)
     if result == "faster":
         return (
             f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
-            f"({level} CI {outward(1 / high, 1 / low)}x)"
+            f"({level} CI {outward(1 / high, 1 / low, edges=speedup_edges)}x)"
         )
     if result == "slower":
-        return f"{name_b} is {ratio:.2f}x slower than {name_a} ({level} CI {outward(low, high)}x)"
+        return (
+            f"{name_b} is {ratio:.2f}x slower than {name_a} "
+            f"({level} CI {outward(low, high, edges=edges)}x)"
+        )
     if result == "same":
         return (
             f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
-            f"(time ratio {ratio:.2f}, {level} CI {outward(low, high)})"
+            f"(time ratio {ratio:.2f}, {level} CI {outward(low, high, edges=edges)})"
         )
     if confidence < required - 1e-12:
         reason = (
@@ -211,7 +223,7 @@ def describe_ratio(
         reason = f"the interval is neither outside nor inside the ±{noise_band:.0%} noise band"
     return (
         f"a difference between {name_b} and {name_a} is not established (time ratio "
-        f"{ratio:.2f}, {level} CI {outward(low, high)}: {reason})"
+        f"{ratio:.2f}, {level} CI {outward(low, high, edges=edges)}: {reason})"
     )
 
 

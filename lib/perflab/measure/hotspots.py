@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perflab.measure.stats import rounded
 from perflab.measure.trace import (
     DEVICE_KERNELS,
     KERNEL,
@@ -202,7 +203,7 @@ def _verdict(
     if comm >= 0.2:
         lines.append(
             f"Communication holds {comm:.0%} of {unit} time after: were its time to stay, "
-            f"faster compute alone could give at most {1 / comm:.1f}x (Amdahl)."
+            f"faster compute alone could give at most {rounded(1 / comm, 1, 'up')}x (Amdahl)."
         )
     if opt_busy is not None and opt_busy < 0.8:
         lines.append(

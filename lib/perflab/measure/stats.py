@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from math import ceil, comb, floor, isfinite
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Context, Decimal
+from math import comb, isfinite
 
 import numpy as np
 
@@ -123,19 +124,60 @@ def interval_text(
     return f"{low * scale:.{digits}g}–{high * scale:.{digits}g}" + (f" {unit}" if unit else "")
 
 
-def outward(low: float, high: float, decimals: int = 2) -> str:
-    """'1.02–1.44': an interval's ends to ``decimals`` places, each rounded away from the middle
-    (the low end down, the high end up), so that the printed interval holds the measured one
-    and reads as its verdict does: 1.0299–1.4301 as 1.02–1.44, not 1.03–1.43, which would look
-    outside a ±3% noise band that the interval reaches into. Ends that are not finite print
-    as they are."""
+#: The most decimal places ``outward`` and ``apart`` add to keep a printed number off an edge.
+MOST_PLACES = 6
+
+
+def rounded(value: float, places: int, way: str = "nearest") -> str:
+    """``value`` to ``places`` decimals, rounded "down", "up" or to the "nearest", from its
+    12 significant digits (0.57 is 0.57, not the binary 0.56999..., so "down" keeps it)."""
+    ways = {"down": ROUND_FLOOR, "up": ROUND_CEILING, "nearest": ROUND_HALF_EVEN}
+    if way not in ways:
+        raise ValueError(f"way must be one of {', '.join(ways)}, got {way!r}")
+    if not isfinite(value):
+        return f"{value:.{places}f}"
+    step, digits = Decimal(1).scaleb(-places), Context(prec=400)  # 1e308 has 309 digits
+    # 12 significant digits first: 1.02 - 1 is 0.020000000000000018, not above 0.02
+    return str(Decimal(f"{float(value):.12g}").quantize(step, rounding=ways[way], context=digits))
+
+
+def outward_places(low: float, high: float, decimals: int = 2, edges=()) -> int:
+    """The fewest places, from ``decimals`` up to ``MOST_PLACES``, at which ``low`` rounded down
+    and ``high`` rounded up land on none of ``edges`` that they do not reach."""
+    for places in range(decimals, MOST_PLACES):
+        lo, hi = (float(rounded(low, places, "down")), float(rounded(high, places, "up")))
+        if not any(low > edge >= lo or high < edge <= hi for edge in edges):
+            return places
+    return MOST_PLACES
+
+
+def outward(low: float, high: float, decimals: int = 2, edges=()) -> str:
+    """'1.02–1.44': an interval's ends rounded away from its middle (the low end down, the high
+    end up), so that the printed interval holds the measured one: 1.0299–1.4301 as 1.02–1.44,
+    not 1.03–1.43, which would look outside a ±3% noise band that it reaches into. With
+    ``edges`` (a band's 0.97 and 1.03), more places where an end would print on an edge it
+    does not reach: 1.0304–1.43 as 1.0304–1.4300, not 1.03–1.43. Ends that are not finite
+    print as they are."""
     if not (isfinite(low) and isfinite(high)):
         return f"{low:.{decimals}f}–{high:.{decimals}f}"
-    scale = 10**decimals  # to 1e-9 of a step first: 0.57 * 100 is 56.99999999999999
-    return (
-        f"{floor(round(low * scale, 9)) / scale:.{decimals}f}–"
-        f"{ceil(round(high * scale, 9)) / scale:.{decimals}f}"
-    )
+    places = outward_places(low, high, decimals, edges)
+    return f"{rounded(low, places, 'down')}–{rounded(high, places, 'up')}"
+
+
+def apart(value: float, other: float, decimals: int = 2) -> tuple[str, str]:
+    """``value`` and ``other`` printed each rounded toward the other, at the fewest places (up
+    to ``MOST_PLACES``) at which they still differ, so that 'at least X, more than Y' reads as
+    the numbers are: 3.1993 and 3.196 as 3.199 and 3.196 (at two places, 3.19 and 3.20)."""
+    above = value > other
+    for places in range(decimals, MOST_PLACES + 1):
+        texts = (
+            rounded(value, places, "down" if above else "up"),
+            rounded(other, places, "up" if above else "down"),
+        )
+        shown = float(texts[0]) - float(texts[1])
+        if value == other or (shown > 0 if above else shown < 0):
+            return texts
+    return repr(value), repr(other)  # closer than MOST_PLACES: every digit
 
 
 def least_squares(

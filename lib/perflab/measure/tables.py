@@ -71,7 +71,8 @@ def phase_findings(breakdown: pd.DataFrame) -> list[Finding]:
             where = "too few steps to compare with"
         sentence = (
             f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
-            f"({level_text(level)} CI {outward(low, high)}), {where} the FLOP model's 2x; "
+            f"({level_text(level)} CI {outward(low, high, edges=(2.0,))}), {where} the FLOP "
+            f"model's 2x; "
             f"forward {row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
             f"{row.optimizer_share:.0%} of the step"
         )

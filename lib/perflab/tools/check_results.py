@@ -59,9 +59,9 @@ from pathlib import Path
 import pandas as pd
 
 from perflab.implementations.model import PRESET_ALIASES, PRESETS, get_preset
-from perflab.measure.comparison import NOISE_BAND
+from perflab.measure.comparison import NOISE_BAND, band_edges
 from perflab.measure.paths import display_path, library_tree
-from perflab.measure.stats import CONFIDENCE
+from perflab.measure.stats import CONFIDENCE, outward
 
 _SAME_CONFIGURATION = (
     "mode",
@@ -217,7 +217,7 @@ def _same_outside_band(path: Path, frame: pd.DataFrame) -> list[dict]:
                     '"same" outside the band',
                     (
                         f"row {index} ({row.get('key', row.get('b', ''))}): interval "
-                        f"{low:.3g}–{high:.3g} is not inside 1 ± {band:.0%}"
+                        f"{outward(low, high, 3, band_edges(band))} is not inside 1 ± {band:.0%}"
                     ),
                 )
             )

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perflab.measure.comparison import band_edges
 from perflab.measure.paths import data_dir
 from perflab.measure.stats import level_text, outward
 from perflab.tools.report import device_folders
@@ -394,7 +395,7 @@ def _data_path_rows(table: pd.DataFrame) -> str:
     rows = table[table["data_path"] != "synthetic"]
     parts = [
         f"{r.data_path} {r.vs_reference:.2f}x ({level_text(r.confidence)} CI "
-        f"{outward(r.ci_low, r.ci_high)}, {r.verdict})"
+        f"{outward(r.ci_low, r.ci_high, edges=band_edges())}, {r.verdict})"
         for r in rows.itertuples()
     ]
     return "step time against synthetic batches, paired by round: " + ", ".join(parts)

@@ -15,6 +15,7 @@ from perflab.implementations.checkpointing import forward_counts
 from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb04_memory.checkpoint_study import modelled_group_peaks
 from perflab.lessons.nb04_memory.step_memory import log_fit
+from perflab.measure.stats import rounded
 from perflab.memory.saved import saved_bytes
 
 MiB = 2**20
@@ -157,7 +158,8 @@ def model_line(held: pd.DataFrame) -> str:
     worst = (held["model_over_measured"] - 1).abs().max()
     contexts = ", ".join(map(str, sorted(set(held["context_length"]))))
     return (
-        f"the model is within {worst:.2%} of all {len(held)} measured float32 peaks (forward and "
+        f"the model is within {rounded(worst * 100, 2, 'up')}% of all {len(held)} measured "
+        "float32 peaks (forward and "
         f"training step at contexts {contexts})"
     )
 

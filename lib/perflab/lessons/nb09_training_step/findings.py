@@ -18,8 +18,8 @@ from perflab.distributed.comm_accounting import B200_180GB, H100_80GB
 from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
 from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
-from perflab.measure.comparison import Comparison, describe_ratio
-from perflab.measure.stats import level_text, outward
+from perflab.measure.comparison import Comparison, band_edges, describe_ratio
+from perflab.measure.stats import apart, level_text, outward, rounded
 
 MiB = 2**20
 #: Peaks within this factor of the gradients' bytes: the activations and logits too small to
@@ -75,14 +75,20 @@ def logits_sentence(memory: pd.DataFrame, config: ModelConfig) -> str:
     )
 
 
+#: The fused head's goal: a peak of at most a quarter of the plain head's.
+HEAD_GOAL = 0.25
+
+
 def head_sentence(head: pd.DataFrame, tokens: int, vocab: int, d_model: int) -> str:
     """The fused head's peak against the plain head's (``head_peak_memory``), against the goal
     of at most a quarter."""
     share = head.set_index("method").loc["fused", "of_plain"]
+    shown, _ = apart(share, HEAD_GOAL, decimals=3)  # printed on the side of the goal it lies
+    goal = f"{HEAD_GOAL:g}"
     return (
         f"{tokens} tokens x vocabulary {vocab:,} x d {d_model}, float32: the fused head peaks at "
-        f"{share:.3f}x the plain head's memory (the goal: at most 0.25x; "
-        + ("met)" if share <= 0.25 else "NOT met)")
+        f"{shown}x the plain head's memory (the goal: at most {goal}x; "
+        + ("met)" if share <= HEAD_GOAL else "NOT met)")
     )
 
 
@@ -130,7 +136,8 @@ def ladder_sentences(
             continue
         sentences.append(
             f"{row.rung} on {row.tried_on}: {row.vs_best:.2f}x its time "
-            f"({level_text(row.confidence)} CI {outward(row.ci_low, row.ci_high)}, "
+            f"({level_text(row.confidence)} CI "
+            f"{outward(row.ci_low, row.ci_high, edges=band_edges())}, "
             f"{int(row.rounds)} rounds, {row.verdict}): {'kept' if row.kept else 'dropped'}; "
             f"peak {row.peak_bytes / MiB:.1f} MiB; first step {row.first_step_s:.2f} s"
         )
@@ -163,8 +170,10 @@ def stack_sentence(
     against the measured matmul peak in its dtype (``flops``: one step's training FLOPs)."""
     base_s, stack_s = np.median(whole.times_a), np.median(whole.times_b)
     speedup, slow, fast = 1 / whole.ratio, 1 / whole.ci[1], 1 / whole.ci[0]
+    speedup_edges = tuple(1 / edge for edge in band_edges(whole.noise_band))
     return (
-        f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI {outward(slow, fast)}x); "
+        f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI "
+        f"{outward(slow, fast, edges=speedup_edges)}x); "
         f"MFU, against the matmul peak in each step's dtype: baseline "
         f"{flops / base_s / base_peak:.0%} of {base_peak / 1e9:.0f} GFLOP/s (float32), kept "
         f"stack {flops / stack_s / stack_peak:.0%} of {stack_peak / 1e9:.0f} GFLOP/s "
@@ -303,7 +312,7 @@ def memory_sentences(
                 + (f"may fit on {min(fit)}" if fit else f"does not fit on {per_rank.index.max()}")
             )
         sizes = " / ".join(str(w) for w in per_rank.index)
-        totals = " / ".join(f"{total:.1f}" for total in per_rank)
+        totals = " / ".join(rounded(total, 1, "down") for total in per_rank)  # lower bounds
         sentences.append(
             f"{state} state, per rank on {sizes} GPUs: at least {totals} GB; " + "; ".join(verdicts)
         )

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from perflab.measure.comparison import band_edges
 from perflab.measure.hotspots import compare_traces, kernel_hotspots, short_name
-from perflab.measure.stats import level_text, outward
+from perflab.measure.stats import level_text, outward, outward_places, rounded
 from perflab.measure.trace import load_trace
 
 
@@ -92,6 +93,30 @@ def bound_rows(pairs: list[tuple[str, Path, Path | None]], steps: int) -> pd.Dat
     return pd.DataFrame(rows)
 
 
+def _edges(row) -> tuple[float, ...]:
+    """What the step's printed interval must not reach unless it does: the noise band's edges
+    and the hotspot's prediction (where there is one)."""
+    alone = row.get("hotspot_alone")
+    return (*band_edges(), *([] if alone is None or pd.isna(alone) else [alone]))
+
+
+def _interval(row) -> str:
+    """The step's interval, rounded outward (``outward``) off the band and the prediction."""
+    step = row.get("vs_previous")
+    return outward(row.get("ci_low", step), row.get("ci_high", step), edges=_edges(row))
+
+
+def _prediction(row) -> str:
+    """The hotspot's prediction at the places of the step's interval, rounded away from it when
+    outside it: printed inside or outside the printed interval as it lies."""
+    alone, step = row["hotspot_alone"], row.get("vs_previous")
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if any(x is None or pd.isna(x) for x in (step, low, high)) or step <= 0:  # no interval shown
+        return f"{alone:.2f}"
+    places = outward_places(low, high, edges=_edges(row))
+    return rounded(alone, places, "up" if alone > high else "down" if alone < low else "nearest")
+
+
 def bound_sentence(row: pd.Series) -> str:
     """What a ``greedy_bound_table`` row says, in a sentence computed from its numbers."""
     text = (
@@ -117,7 +142,7 @@ def bound_sentence(row: pd.Series) -> str:
             " (an operator that appears or disappears stands in for others: its change alone "
             "predicts nothing of the step)"
             if replaced
-            else f": alone it would make the step take {row['hotspot_alone']:.2f}x as long"
+            else f": alone it would make the step take {_prediction(row)}x as long"
         )
         + f"; all operators take {row['operators_ratio']:.2f}x"
     )
@@ -133,7 +158,7 @@ def bound_sentence(row: pd.Series) -> str:
     if replaced or pd.isna(alone) or alone <= 0:
         low, high = row.get("ci_low", step), row.get("ci_high", step)
         level = level_text(row.get("confidence", float("nan")))
-        return f"{text}, the measured step {step:.2f}x ({level} CI {outward(low, high)}, " + (
+        return f"{text}, the measured step {step:.2f}x ({level} CI {_interval(row)}, " + (
             f"{row['verdict']})."
         )
     low, high = row.get("ci_low", step), row.get("ci_high", step)
@@ -150,9 +175,9 @@ def bound_sentence(row: pd.Series) -> str:
         )
         return (
             f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
-            f"CI {outward(low, high)}): {why}."
+            f"CI {_interval(row)}): {why}."
         )
-    text += f", the measured step {step:.2f}x ({level} CI {outward(low, high)}, {row['verdict']})"
+    text += f", the measured step {step:.2f}x ({level} CI {_interval(row)}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
         why = (

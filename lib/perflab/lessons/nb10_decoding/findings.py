@@ -8,13 +8,11 @@ can hold it to the numbers. They are tested on small frames, GPU branches includ
 
 from __future__ import annotations
 
-from math import floor
-
 import pandas as pd
 
 from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb10_decoding.costs import kv_bytes_per_token, matmul_weights
-from perflab.measure.stats import level_text
+from perflab.measure.stats import apart, level_text
 
 MiB = 2**20
 
@@ -420,9 +418,10 @@ def int8_sentences(
             if share < FAR_FROM_ROOFLINE
             else "near enough its bound that these measurements do not explain the difference"
         )
+        at_least, fewer = apart(slowest_speedup, byte_ratio)
         sentences.append(
-            f"The speed-up, at least {floor(slowest_speedup * 100) / 100:.2f}x by the interval "
-            f"of the paired rounds above, is more than the {byte_ratio:.2f}x fewer bytes stored "
+            f"The speed-up, at least {at_least}x by the interval of the paired rounds above, is "
+            f"more than the {fewer}x fewer bytes stored "
             "(the embedding, which a step reads one row of, counted whole). The compiled "
             f"{dtype} step with the original weights ran at {share:.0%} of its roofline in "
             f"section 2 (another measurement), {why}."
@@ -464,9 +463,10 @@ def gqa_sentences(
             else "near enough its bound that these measurements do not explain the difference"
         )
         other = "" if roofline_context == context else f", not this comparison's {context}"
+        starts, bytes_ratio = apart(row["ci_low"], row["step_bytes_ratio"])
         sentences.append(
-            f"Less than the bytes would give (the ratio's interval starts at {row['ci_low']:.2f}, "
-            f"above {row['step_bytes_ratio']:.2f}). At batch {batch} the multi-head {step} step "
+            f"Less than the bytes would give (the ratio's interval starts at {starts}, "
+            f"above {bytes_ratio}). At batch {batch} the multi-head {step} step "
             f"reached {share:.0%} of its roofline in section 2 (another measurement, at context "
             f"{roofline_context}{other}), {why}."
         )

@@ -142,7 +142,7 @@ FREEZE_OPTIONS = {"freezing": True}
 #: weight packed once into the template's blocked layout and a micro-kernel generated for the
 #: step's shapes (batch rows), instead of MKL's packed sgemm, which was slower at a decode
 #: step's few rows on the 2-core CPU this was measured on. "CPP" alone, not "CPP,ATEN": with
-#: both, inductor times each candidate at compile time (about 30 s a batch size there). Alone,
+#: both, inductor times each candidate at compile time, at every batch size. Alone,
 #: it leaves no ATen kernel to fall back on except where freezing made the linear MKL's or
 #: oneDNN's packed one (``cpu_gemm_template_applies``).
 CPU_GEMM_TEMPLATE = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "CPP"}
