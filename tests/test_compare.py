@@ -21,6 +21,7 @@ from perflab.measure.stats import (
     order_statistic_level,
     outward,
     rounded,
+    with_estimate,
 )
 
 
@@ -57,6 +58,13 @@ def test_an_interval_is_printed_rounded_outward_and_off_the_edges_it_does_not_re
     assert outward(0.9712, 1.01, edges=(0.97, 1.03)) == "0.971–1.010"
     assert outward(0.5, 2.5, edges=(0.97, 1.03)) == "0.50–2.50"  # across both: nothing to add
     assert outward(-0.001, 1e300).startswith("-0.01–1")  # no overflow
+    assert outward(0.123456789, 0.2, decimals=8) == "0.12345678–0.20000000"
+    # closer to an edge than six places show: every digit
+    assert outward(1.0300004, 1.5, edges=(0.97, 1.03)) == "1.0300004–1.5"
+    assert outward(1 / 0.97 + 5e-8, 1.5, edges=(1 / 1.03, 1 / 0.97)) == f"{1 / 0.97 + 5e-8!r}–1.5"
+    # the point at the interval's places: inside it, not 1.03 beside 1.0304–1.5000
+    assert with_estimate(1.0304, 1.0304, 1.5, edges=(0.97, 1.03)) == ("1.0304", "1.0304–1.5000")
+    assert with_estimate(1.21, 1.02996, 1.43001) == ("1.21", "1.02–1.44")
     assert rounded(0.2504, 2, "down") == "0.25" and rounded(0.2504, 2, "up") == "0.26"
     assert rounded(1.02 - 1, 2, "up") == "0.02"  # 0.020000000000000018: float noise, not above
     with pytest.raises(ValueError, match="way must be one of down, up, nearest, got 'out'"):
@@ -82,6 +90,8 @@ def test_a_printed_interval_holds_the_measured_one_and_reads_as_its_verdict():
         sentence = describe_ratio("a", "b", (low + high) / 2, (low, high))
         printed = re.search(r"CI (\d+\.\d+)–(\d+\.\d+)", sentence)
         p_low, p_high = float(printed.group(1)), float(printed.group(2))
+        point = re.search(r"(\d+\.\d+)x (?:faster|slower)|time ratio (\d+\.\d+)", sentence)
+        assert p_low <= float(point.group(1) or point.group(2)) <= p_high, sentence
         if result == "faster":  # printed as a speed-up: 1 / high to 1 / low, above 1 / 0.97
             assert p_low <= 1 / high and p_high >= 1 / low and p_low > 1 / 0.97, sentence
             continue

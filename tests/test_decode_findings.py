@@ -209,9 +209,9 @@ def test_steps_above_the_memory_bound_are_held_against_the_last_level_cache():
         "above the memory-bound roofline, the whole interval of the median (batch 1 frozen 174% "
         "of it at the median)"
     )
-    assert "at most 20.0 MiB a step, within this device's 32 MiB last-level cache" in sentences[-1]
+    assert "at most 20.0 MiB a step, within this device's 32.0 MiB last-level" in sentences[-1]
     (beyond,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=2**20))
-    assert "The largest moves 20.0 MiB a step, more than this device's 1 MiB" in beyond
+    assert "The largest moves 20.0 MiB a step, more than this device's 1.0 MiB" in beyond
     (unknown,) = say.beyond_memory_sentences(throughput_frame(frozen=(1.74, 0.48), cache=None))
     assert unknown.endswith("This device's last-level cache is unknown, so why is not shown here.")
     older = throughput_frame(frozen=(1.74, 0.48)).drop(

@@ -82,6 +82,7 @@ def test_the_table_from_traces_with_known_times(tmp_path):
         ),
         (0.62, "faster", (0.61, 0.63), "less than the hotspot alone"),  # 0.60 outside the CI
         (0.62, "faster", (0.6004, 0.63), "does not account"),  # 0.60 printed: 0.6000, 0.6004
+        (0.6001, "faster", (0.60005, 0.61), "does not account"),  # step 0.60010, not 0.60
         (0.95, "faster", None, "less than the hotspot alone"),
         (0.25, "faster", None, "more than the hotspot alone"),
         (1.10, "slower", None, "the other way from the hotspot alone"),
@@ -112,6 +113,12 @@ def test_the_sentence_follows_the_numbers(tmp_path, vs_previous, verdict, ci, sa
     row = rows.iloc[1]
     inside = row["ci_low"] <= row["hotspot_alone"] <= row["ci_high"]
     assert (low <= printed <= high) == inside, text
+    step = float(
+        re.search(
+            r"the measured step (?:the same within the noise band \()?(\d+\.\d+)x", text
+        ).group(1)
+    )
+    assert low <= step <= high and (step < printed) == (vs_previous < row["hotspot_alone"]), text
     assert "96.8% CI" in text and "95% CI" not in text  # the interval's own level
 
 

@@ -13,6 +13,7 @@ from perflab.measure.comparison import Comparison, comparison_frame
 from perflab.measure.conclusions import Finding
 from perflab.measure.device import parse_dtype
 from perflab.measure.paths import results_elsewhere
+from perflab.measure.stats import apart
 
 GiB = 2**30
 
@@ -44,15 +45,12 @@ def oom_lines(
         first = "no configuration ran out of memory on this device at these sizes"
     full = naive_memory_bytes(batch, 16384, 128, torch.float32)["forward_peak"]
     fits = full <= memory_gib * GiB
+    needs, has = apart(full / GiB, memory_gib, 1)  # printed on their own sides of each other
     return [
         first,
         f"by the formula, the full grid's largest size (batch {batch}, n 16384, d 128, float32) "
-        f"needs {full / GiB:.1f} GiB at the forward peak: "
-        + (
-            f"it fits a {memory_gib:.1f} GiB GPU"
-            if fits
-            else f"more than a {memory_gib:.1f} GiB GPU has"
-        ),
+        f"needs {needs} GiB at the forward peak: "
+        + (f"it fits a {has} GiB GPU" if fits else f"more than a {has} GiB GPU has"),
     ]
 
 

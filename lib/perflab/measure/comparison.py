@@ -56,7 +56,7 @@ from perflab.measure.stats import (
     level_text,
     max_level,
     median_interval,
-    outward,
+    with_estimate,
 )
 
 NOISE_BAND = 0.03
@@ -198,21 +198,18 @@ def describe_ratio(
     level = level_text(confidence)
     result = verdict(ci, noise_band, confidence, required)
     edges = band_edges(noise_band)
-    speedup_edges = tuple(1 / edge for edge in edges)
-    if result == "faster":
-        return (
-            f"{name_b} is {1 / ratio:.2f}x faster than {name_a} "
-            f"({level} CI {outward(1 / high, 1 / low, edges=speedup_edges)}x)"
+    if result == "faster":  # as a speed-up: a / b, its interval 1 / high to 1 / low
+        speedup, interval = with_estimate(
+            1 / ratio, 1 / high, 1 / low, edges=tuple(1 / edge for edge in edges)
         )
+        return f"{name_b} is {speedup}x faster than {name_a} ({level} CI {interval}x)"
+    shown, interval = with_estimate(ratio, low, high, edges=edges)
     if result == "slower":
-        return (
-            f"{name_b} is {ratio:.2f}x slower than {name_a} "
-            f"({level} CI {outward(low, high, edges=edges)}x)"
-        )
+        return f"{name_b} is {shown}x slower than {name_a} ({level} CI {interval}x)"
     if result == "same":
         return (
             f"{name_b} and {name_a} take the same time within the ±{noise_band:.0%} noise band "
-            f"(time ratio {ratio:.2f}, {level} CI {outward(low, high, edges=edges)})"
+            f"(time ratio {shown}, {level} CI {interval})"
         )
     if confidence < required - 1e-12:
         reason = (
@@ -223,7 +220,7 @@ def describe_ratio(
         reason = f"the interval is neither outside nor inside the ±{noise_band:.0%} noise band"
     return (
         f"a difference between {name_b} and {name_a} is not established (time ratio "
-        f"{ratio:.2f}, {level} CI {outward(low, high, edges=edges)}: {reason})"
+        f"{shown}, {level} CI {interval}: {reason})"
     )
 
 

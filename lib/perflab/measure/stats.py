@@ -130,25 +130,52 @@ MOST_PLACES = 6
 
 def rounded(value: float, places: int, way: str = "nearest") -> str:
     """``value`` to ``places`` decimals, rounded "down", "up" or to the "nearest", from its
-    12 significant digits (0.57 is 0.57, not the binary 0.56999..., so "down" keeps it)."""
+    shortest form cut to 12 significant digits (0.57, even a float32's, is 0.57, not the binary
+    0.5699..., so "down" keeps it; 1.02 - 1 is 0.02, not 0.020000000000000018); no "-0.00"."""
     ways = {"down": ROUND_FLOOR, "up": ROUND_CEILING, "nearest": ROUND_HALF_EVEN}
     if way not in ways:
         raise ValueError(f"way must be one of {', '.join(ways)}, got {way!r}")
-    if not isfinite(value):
-        return f"{value:.{places}f}"
+    number = _twelve_digits(value)
+    if not isfinite(number):
+        return f"{number:.{places}f}"
     step, digits = Decimal(1).scaleb(-places), Context(prec=400)  # 1e308 has 309 digits
-    # 12 significant digits first: 1.02 - 1 is 0.020000000000000018, not above 0.02
-    return str(Decimal(f"{float(value):.12g}").quantize(step, rounding=ways[way], context=digits))
+    text = Decimal(repr(number)).quantize(step, rounding=ways[way], context=digits)
+    return str(abs(text) if text.is_zero() else text)
 
 
-def outward_places(low: float, high: float, decimals: int = 2, edges=()) -> int:
+def _twelve_digits(value: float) -> float:
+    """``value`` from its shortest form (a float32's too) to 12 significant digits: what
+    ``rounded`` and ``outward_places`` hold a number to; closer than that to an edge, a
+    measured ratio is on it."""
+    number = float(value) if isinstance(value, int) else float(str(value))
+    return float(f"{number:.12g}")
+
+
+def outward_places(low: float, high: float, decimals: int = 2, edges=()) -> int | None:
     """The fewest places, from ``decimals`` up to ``MOST_PLACES``, at which ``low`` rounded down
-    and ``high`` rounded up land on none of ``edges`` that they do not reach."""
-    for places in range(decimals, MOST_PLACES):
+    and ``high`` rounded up land on none of ``edges`` that they do not reach; None when no such
+    places exist (an end closer to an edge than ``MOST_PLACES`` can show). Both are held to 12
+    significant digits first, as ``rounded`` holds them."""
+    low, high = _twelve_digits(low), _twelve_digits(high)
+    for places in range(decimals, max(decimals, MOST_PLACES) + 1):
         lo, hi = (float(rounded(low, places, "down")), float(rounded(high, places, "up")))
         if not any(low > edge >= lo or high < edge <= hi for edge in edges):
             return places
-    return MOST_PLACES
+    return None
+
+
+def with_estimate(
+    point: float, low: float, high: float, decimals: int = 2, edges=()
+) -> tuple[str, str]:
+    """A point estimate and its interval, '1.21' and '1.02–1.44': the interval rounded outward
+    (``outward_places``: it holds the measured one and lands on no edge it does not reach), the
+    point to the nearest at the same places, so that it prints inside the printed interval. Where
+    no places suffice, every digit of each (``repr``)."""
+    places = outward_places(low, high, decimals, edges)
+    if places is None:
+        return repr(float(point)), f"{float(low)!r}–{float(high)!r}"
+    interval = f"{rounded(low, places, 'down')}–{rounded(high, places, 'up')}"
+    return rounded(point, places), interval
 
 
 def outward(low: float, high: float, decimals: int = 2, edges=()) -> str:
@@ -156,12 +183,8 @@ def outward(low: float, high: float, decimals: int = 2, edges=()) -> str:
     end up), so that the printed interval holds the measured one: 1.0299–1.4301 as 1.02–1.44,
     not 1.03–1.43, which would look outside a ±3% noise band that it reaches into. With
     ``edges`` (a band's 0.97 and 1.03), more places where an end would print on an edge it
-    does not reach: 1.0304–1.43 as 1.0304–1.4300, not 1.03–1.43. Ends that are not finite
-    print as they are."""
-    if not (isfinite(low) and isfinite(high)):
-        return f"{low:.{decimals}f}–{high:.{decimals}f}"
-    places = outward_places(low, high, decimals, edges)
-    return f"{rounded(low, places, 'down')}–{rounded(high, places, 'up')}"
+    does not reach: 1.0304–1.43 as 1.0304–1.4300, not 1.03–1.43 (``with_estimate``)."""
+    return with_estimate(low, low, high, decimals, edges)[1]
 
 
 def apart(value: float, other: float, decimals: int = 2) -> tuple[str, str]:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perflab.measure.conclusions import Finding
-from perflab.measure.stats import level_text, median_interval, outward
+from perflab.measure.stats import level_text, median_interval, with_estimate
 
 
 def phase_breakdown(results: pd.DataFrame) -> pd.DataFrame:
@@ -69,10 +69,10 @@ def phase_findings(breakdown: pd.DataFrame) -> list[Finding]:
         where = "consistent with" if low <= 2 <= high else "above" if low > 2 else "below"
         if level < 0.95:
             where = "too few steps to compare with"
+        ratio, interval = with_estimate(row.backward_over_forward, low, high, edges=(2.0,))
         sentence = (
-            f"{row.preset}: backward takes {row.backward_over_forward:.2f}x the forward "
-            f"({level_text(level)} CI {outward(low, high, edges=(2.0,))}), {where} the FLOP "
-            f"model's 2x; "
+            f"{row.preset}: backward takes {ratio}x the forward "
+            f"({level_text(level)} CI {interval}), {where} the FLOP model's 2x; "
             f"forward {row.forward_share:.0%}, backward {row.backward_share:.0%}, optimizer "
             f"{row.optimizer_share:.0%} of the step"
         )

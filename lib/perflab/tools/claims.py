@@ -21,7 +21,7 @@ import pandas as pd
 
 from perflab.measure.comparison import band_edges
 from perflab.measure.paths import data_dir
-from perflab.measure.stats import level_text, outward
+from perflab.measure.stats import level_text, with_estimate
 from perflab.tools.report import device_folders
 
 SOURCES = {
@@ -393,11 +393,11 @@ def _data_path_rows(table: pd.DataFrame) -> str:
     """Each data path's step against synthetic batches, paired by round: ratio, interval and
     verdict (``vs_reference``)."""
     rows = table[table["data_path"] != "synthetic"]
-    parts = [
-        f"{r.data_path} {r.vs_reference:.2f}x ({level_text(r.confidence)} CI "
-        f"{outward(r.ci_low, r.ci_high, edges=band_edges())}, {r.verdict})"
-        for r in rows.itertuples()
-    ]
+    parts = []
+    for r in rows.itertuples():
+        ratio, interval = with_estimate(r.vs_reference, r.ci_low, r.ci_high, edges=band_edges())
+        level = level_text(r.confidence)
+        parts.append(f"{r.data_path} {ratio}x ({level} CI {interval}, {r.verdict})")
     return "step time against synthetic batches, paired by round: " + ", ".join(parts)
 
 

@@ -19,7 +19,7 @@ from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb09_training_step.sharded_step import sharded_step_memory
 from perflab.lessons.nb09_training_step.step_model import Efficiency, StepPlan, step_ops
 from perflab.measure.comparison import Comparison, band_edges, describe_ratio
-from perflab.measure.stats import apart, level_text, outward, rounded
+from perflab.measure.stats import apart, level_text, rounded, with_estimate
 
 MiB = 2**20
 #: Peaks within this factor of the gradients' bytes: the activations and logits too small to
@@ -134,10 +134,10 @@ def ladder_sentences(
         if not isinstance(row.verdict, str) or not row.verdict:
             sentences.append(f"{row.rung}: {row.reason}")
             continue
+        ratio, interval = with_estimate(row.vs_best, row.ci_low, row.ci_high, edges=band_edges())
         sentences.append(
-            f"{row.rung} on {row.tried_on}: {row.vs_best:.2f}x its time "
-            f"({level_text(row.confidence)} CI "
-            f"{outward(row.ci_low, row.ci_high, edges=band_edges())}, "
+            f"{row.rung} on {row.tried_on}: {ratio}x its time "
+            f"({level_text(row.confidence)} CI {interval}, "
             f"{int(row.rounds)} rounds, {row.verdict}): {'kept' if row.kept else 'dropped'}; "
             f"peak {row.peak_bytes / MiB:.1f} MiB; first step {row.first_step_s:.2f} s"
         )
@@ -169,11 +169,12 @@ def stack_sentence(
     """The kept stack's speed-up over the baseline with its interval, and each step's MFU
     against the measured matmul peak in its dtype (``flops``: one step's training FLOPs)."""
     base_s, stack_s = np.median(whole.times_a), np.median(whole.times_b)
-    speedup, slow, fast = 1 / whole.ratio, 1 / whole.ci[1], 1 / whole.ci[0]
     speedup_edges = tuple(1 / edge for edge in band_edges(whole.noise_band))
+    speedup, interval = with_estimate(
+        1 / whole.ratio, 1 / whole.ci[1], 1 / whole.ci[0], edges=speedup_edges
+    )
     return (
-        f"speed-up {speedup:.2f}x ({level_text(whole.confidence)} CI "
-        f"{outward(slow, fast, edges=speedup_edges)}x); "
+        f"speed-up {speedup}x ({level_text(whole.confidence)} CI {interval}x); "
         f"MFU, against the matmul peak in each step's dtype: baseline "
         f"{flops / base_s / base_peak:.0%} of {base_peak / 1e9:.0f} GFLOP/s (float32), kept "
         f"stack {flops / stack_s / stack_peak:.0%} of {stack_peak / 1e9:.0f} GFLOP/s "

@@ -19,7 +19,7 @@ import pandas as pd
 
 from perflab.measure.comparison import band_edges
 from perflab.measure.hotspots import compare_traces, kernel_hotspots, short_name
-from perflab.measure.stats import level_text, outward, outward_places, rounded
+from perflab.measure.stats import level_text, outward_places, rounded, with_estimate
 from perflab.measure.trace import load_trace
 
 
@@ -100,20 +100,30 @@ def _edges(row) -> tuple[float, ...]:
     return (*band_edges(), *([] if alone is None or pd.isna(alone) else [alone]))
 
 
-def _interval(row) -> str:
-    """The step's interval, rounded outward (``outward``) off the band and the prediction."""
+def _ends(row) -> tuple[float, float, float]:
+    """The measured step's ratio and its interval (the ratio itself where none was kept)."""
     step = row.get("vs_previous")
-    return outward(row.get("ci_low", step), row.get("ci_high", step), edges=_edges(row))
+    return step, row.get("ci_low", step), row.get("ci_high", step)
+
+
+def _measured(row) -> str:
+    """'0.62x (96.8% CI 0.60–0.64': the measured step and its interval (``with_estimate``,
+    off the band's edges and the prediction)."""
+    step, low, high = _ends(row)
+    shown, interval = with_estimate(step, low, high, edges=_edges(row))
+    return f"{shown}x ({level_text(row.get('confidence', float('nan')))} CI {interval}"
 
 
 def _prediction(row) -> str:
     """The hotspot's prediction at the places of the step's interval, rounded away from it when
     outside it: printed inside or outside the printed interval as it lies."""
-    alone, step = row["hotspot_alone"], row.get("vs_previous")
-    low, high = row.get("ci_low"), row.get("ci_high")
+    alone = row["hotspot_alone"]
+    step, low, high = _ends(row)
     if any(x is None or pd.isna(x) for x in (step, low, high)) or step <= 0:  # no interval shown
         return f"{alone:.2f}"
     places = outward_places(low, high, edges=_edges(row))
+    if places is None:  # closer to an end than six places show: every digit, as the interval
+        return repr(float(alone))
     return rounded(alone, places, "up" if alone > high else "down" if alone < low else "nearest")
 
 
@@ -156,13 +166,8 @@ def bound_sentence(row: pd.Series) -> str:
     if step is None or pd.isna(step) or step <= 0:
         return text + "."
     if replaced or pd.isna(alone) or alone <= 0:
-        low, high = row.get("ci_low", step), row.get("ci_high", step)
-        level = level_text(row.get("confidence", float("nan")))
-        return f"{text}, the measured step {step:.2f}x ({level} CI {_interval(row)}, " + (
-            f"{row['verdict']})."
-        )
-    low, high = row.get("ci_low", step), row.get("ci_high", step)
-    level = level_text(row.get("confidence", float("nan")))  # the interval's own level
+        return f"{text}, the measured step {_measured(row)}, {row['verdict']})."
+    _, low, high = _ends(row)
     inside = low <= alone <= high
     if row["verdict"] == "same":
         why = (
@@ -174,10 +179,9 @@ def bound_sentence(row: pd.Series) -> str:
             "told apart here)"
         )
         return (
-            f"{text}, the measured step the same within the noise band ({step:.2f}x, {level} "
-            f"CI {_interval(row)}): {why}."
+            f"{text}, the measured step the same within the noise band ({_measured(row)}): {why}."
         )
-    text += f", the measured step {step:.2f}x ({level} CI {_interval(row)}, {row['verdict']})"
+    text += f", the measured step {_measured(row)}, {row['verdict']})"
     change = row["hotspot_change"]
     if inside:
         why = (

@@ -12,7 +12,7 @@ import pandas as pd
 
 from perflab.implementations.model import ModelConfig
 from perflab.lessons.nb10_decoding.costs import kv_bytes_per_token, matmul_weights
-from perflab.measure.stats import apart, level_text
+from perflab.measure.stats import apart, level_text, rounded
 
 MiB = 2**20
 
@@ -120,8 +120,9 @@ def beyond_memory_sentences(throughput: pd.DataFrame) -> list[str]:
     above = throughput[low > throughput["memory_bound_tokens_per_s"]]
     if above.empty:
         return []
-    steps = ", ".join(
-        f"batch {r['batch']} {r['step']} {r['tokens_per_s'] / r['memory_bound_tokens_per_s']:.0%}"
+    steps = ", ".join(  # printed above 100%, as each lies
+        f"batch {r['batch']} {r['step']} "
+        f"{apart(100 * r['tokens_per_s'] / r['memory_bound_tokens_per_s'], 100, 0)[0]}%"
         for _, r in above.iterrows()
     )
     text = (
@@ -134,17 +135,18 @@ def beyond_memory_sentences(throughput: pd.DataFrame) -> list[str]:
     largest = above["step_bytes"].max() if "step_bytes" in above else None
     if cache is None or largest is None or pd.isna(cache) or pd.isna(largest):
         return [text + "This device's last-level cache is unknown, so why is not shown here."]
+    moved, held = apart(largest / 2**20, cache / 2**20, 1)  # on their own sides of each other
     if largest <= cache:
         return [
-            text + f"Each of them moves at most {largest / 2**20:.1f} MiB a step, within this "
-            f"device's {cache / 2**20:.0f} MiB last-level cache (shared with whatever else "
+            text + f"Each of them moves at most {moved} MiB a step, within this "
+            f"device's {held} MiB last-level cache (shared with whatever else "
             "runs), so part of it may be served from the cache: for a model this small the "
             "memory roofline need not bound the step (a model far larger than the cache, like "
             "the 8B one on a GPU, has no such way around it)."
         ]
     return [
-        text + f"The largest moves {largest / 2**20:.1f} MiB a step, more than this device's "
-        f"{cache / 2**20:.0f} MiB last-level cache: the copy bandwidth understates what this "
+        text + f"The largest moves {moved} MiB a step, more than this device's "
+        f"{held} MiB last-level cache: the copy bandwidth understates what this "
         "machine can read."
     ]
 
@@ -213,9 +215,9 @@ def kv_sentences(kv: pd.DataFrame, prompt_lens: list[int], new_tokens: list[int]
         f"and {paged.loc[worst, 'vs_contiguous']:.0%} with block size {worst} "
         f"({paged.loc[worst, 'waste']:.0%} wasted); the contiguous cache wastes "
         f"{contiguous['waste']:.0%}. The pool given to the paged cache here held "
-        f"{paged['pool_bytes'].max() / MiB:.2f} MiB at most (room for every sequence at its "
-        "longest); a server sizes one pool to its memory and shares it, so what this batch "
-        "costs it is the peak in use.",
+        f"{rounded(paged['pool_bytes'].max() / MiB, 2, 'up')} MiB at most (room for every "
+        "sequence at its longest); a server sizes one pool to its memory and shares it, so "
+        "what this batch costs it is the peak in use.",
     ]
 
 
