@@ -65,6 +65,10 @@ def test_an_interval_is_printed_rounded_outward_and_off_the_edges_it_does_not_re
     # the point at the interval's places: inside it, not 1.03 beside 1.0304–1.5000
     assert with_estimate(1.0304, 1.0304, 1.5, edges=(0.97, 1.03)) == ("1.0304", "1.0304–1.5000")
     assert with_estimate(1.21, 1.02996, 1.43001) == ("1.21", "1.02–1.44")
+    # an end within 12 digits of an edge it clears: compared as it is, so every digit
+    faster = describe_ratio("a", "b", 0.6, (0.5, 1 / 1.030927835052))
+    assert "(95% CI 1.030927835052–2.0x)" in faster
+    assert outward(1.0300000000001, 1.5, edges=(0.97, 1.03)) == "1.0300000000001–1.5"
     assert rounded(0.2504, 2, "down") == "0.25" and rounded(0.2504, 2, "up") == "0.26"
     assert rounded(1.02 - 1, 2, "up") == "0.02"  # 0.020000000000000018: float noise, not above
     with pytest.raises(ValueError, match="way must be one of down, up, nearest, got 'out'"):
@@ -76,6 +80,7 @@ def test_two_numbers_are_printed_apart_on_their_own_sides():
     assert apart(0.2496, 0.25, decimals=3) == ("0.2496", "0.2500")
     assert apart(1.2, 1.3) == ("1.20", "1.30") and apart(4.0, 4.0) == ("4.00", "4.00")
     assert apart(1.0 + 1e-12, 1.0) == (repr(1.0 + 1e-12), "1.0")  # closer than six places
+    assert apart(np.float64(0.25000005), 0.25, 3) == ("0.25000005", "0.25")  # not np.float64(...)
 
 
 def test_a_printed_interval_holds_the_measured_one_and_reads_as_its_verdict():

@@ -147,16 +147,18 @@ def _twelve_digits(value: float) -> float:
     """``value`` from its shortest form (a float32's too) to 12 significant digits: what
     ``rounded`` and ``outward_places`` hold a number to; closer than that to an edge, a
     measured ratio is on it."""
-    number = float(value) if isinstance(value, int) else float(str(value))
+    try:
+        number = float(str(value))  # a float32's shortest form, not its widened binary value
+    except ValueError:  # an int's or a bool's str, say: its value as it is
+        number = float(value)
     return float(f"{number:.12g}")
 
 
 def outward_places(low: float, high: float, decimals: int = 2, edges=()) -> int | None:
     """The fewest places, from ``decimals`` up to ``MOST_PLACES``, at which ``low`` rounded down
     and ``high`` rounded up land on none of ``edges`` that they do not reach; None when no such
-    places exist (an end closer to an edge than ``MOST_PLACES`` can show). Both are held to 12
-    significant digits first, as ``rounded`` holds them."""
-    low, high = _twelve_digits(low), _twelve_digits(high)
+    places exist (an end closer to an edge than ``MOST_PLACES`` can show). The rounded ends are
+    held to 12 significant digits (``rounded``), the ends themselves compared as they are."""
     for places in range(decimals, max(decimals, MOST_PLACES) + 1):
         lo, hi = (float(rounded(low, places, "down")), float(rounded(high, places, "up")))
         if not any(low > edge >= lo or high < edge <= hi for edge in edges):
@@ -200,7 +202,7 @@ def apart(value: float, other: float, decimals: int = 2) -> tuple[str, str]:
         shown = float(texts[0]) - float(texts[1])
         if value == other or (shown > 0 if above else shown < 0):
             return texts
-    return repr(value), repr(other)  # closer than MOST_PLACES: every digit
+    return repr(float(value)), repr(float(other))  # closer than MOST_PLACES: every digit
 
 
 def least_squares(
